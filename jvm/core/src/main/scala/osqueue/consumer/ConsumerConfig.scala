@@ -1,0 +1,22 @@
+package osqueue.consumer
+
+import scala.concurrent.duration._
+
+import osqueue.InvalidConfigException
+import osqueue.queue.RetryPolicy
+
+/** Consumer settings (RFC 0001 `ConsumerConfig` plus the GC fields the RFC puts on it). */
+final case class ConsumerConfig(
+    manifestPath: String = "ingest/manifest",
+    dataPathPrefix: String = "ingest",
+    /** `ack()` dequeues every this many acks (RFC: 100); `flush()` and `close()` dequeue the rest. */
+    ackBatchSize: Int = 100,
+    runGc: Boolean = true,
+    gcInterval: FiniteDuration = 5.minutes,
+    gcGracePeriod: FiniteDuration = 10.minutes,
+    retry: RetryPolicy = RetryPolicy()) {
+  if (ackBatchSize < 1) throw new InvalidConfigException("ackBatchSize", ackBatchSize.toString, "must be >= 1")
+  if (gcInterval <= Duration.Zero) throw new InvalidConfigException("gcInterval", gcInterval.toString, "must be > 0")
+  if (gcGracePeriod <= Duration.Zero)
+    throw new InvalidConfigException("gcGracePeriod", gcGracePeriod.toString, "must be > 0")
+}

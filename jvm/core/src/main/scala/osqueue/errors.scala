@@ -1,0 +1,75 @@
+package osqueue
+
+/** The public kind of every osqueue failure: what a caller can do about it. */
+sealed abstract class ErrorKind(val name: String)
+object ErrorKind {
+  /** A bad option, URI or argument: fix the input. */
+  case object Configuration extends ErrorKind("Configuration")
+  /** Stored bytes are corrupt, of an unknown version, or missing: needs an operator. */
+  case object PersistentState extends ErrorKind("PersistentState")
+  /** Another consumer took over the queue (epoch bump): this one must stop. */
+  case object Fenced extends ErrorKind("Fenced")
+  /** The store failed or contention did not settle: the same call may succeed later. */
+  case object Transient extends ErrorKind("Transient")
+  /** A call on an object in the wrong state (closed producer, out-of-order ack). */
+  case object Operation extends ErrorKind("Operation")
+}
+
+/** Base of every error osqueue raises on purpose. Python mirrors the names with an `Error` suffix. */
+sealed abstract class OsqueueException(message: String, val kind: ErrorKind, cause: Throwable = null)
+    extends RuntimeException(message, cause)
+
+/** An option or argument is invalid; the message names it and echoes the value. */
+final class InvalidConfigException(val option: String, val value: String, hint: String)
+    extends OsqueueException(s"invalid value for '$option': '$value'. $hint", ErrorKind.Configuration)
+
+/** An object key would escape the store root or is not a plain relative key. */
+final class InvalidObjectKeyException(val key: String, reason: String)
+    extends OsqueueException(s"invalid object key '$key': $reason", ErrorKind.Configuration)
+
+/** A manifest object does not decode. `key` names the object in its store. */
+final class CorruptManifestException(val key: String, detail: String)
+    extends OsqueueException(s"corrupt queue manifest '$key': $detail", ErrorKind.PersistentState)
+
+/** A batch object does not decode. `key` names the object in its store. */
+final class CorruptBatchException(val key: String, detail: String, cause: Throwable = null)
+    extends OsqueueException(s"corrupt data batch '$key': $detail", ErrorKind.PersistentState, cause)
+
+/** A manifest or batch was written by a newer (or unknown) format version. */
+final class UnsupportedFormatVersionException(val key: String, val objectType: String, val version: Int)
+    extends OsqueueException(
+      s"$objectType '$key' has format version $version; this osqueue reads version 1 only (upgrade osqueue)",
+      ErrorKind.PersistentState)
+
+/** A manifest entry points at a batch object that does not exist. */
+final class BatchNotFoundException(val key: String, val sequence: Long)
+    extends OsqueueException(
+      s"data batch '$key' (sequence $sequence) is referenced by the manifest but does not exist",
+      ErrorKind.PersistentState)
+
+/** This consumer's epoch is no longer the manifest's: a newer consumer fenced it. */
+final class FencedException(val ownEpoch: Long, val currentEpoch: Long)
+    extends OsqueueException(
+      s"consumer with epoch $ownEpoch was fenced: the queue manifest is now at epoch $currentEpoch " +
+        "(another consumer initialized the queue)",
+      ErrorKind.Fenced)
+
+/** A resume point that the queue cannot honour without skipping or replaying entries. */
+final class ResumePointException(message: String) extends OsqueueException(message, ErrorKind.PersistentState)
+
+/** Compare-and-swap on the manifest kept conflicting until the retry budget ran out. */
+final class ConflictRetriesExhaustedException(val key: String, val attempts: Int, val elapsedMs: Long)
+    extends OsqueueException(
+      s"manifest '$key' update gave up after $attempts conflicting attempts in $elapsedMs ms " +
+        "(too many concurrent writers; raise the retry budget or add group commit)",
+      ErrorKind.Transient)
+
+/** A write's outcome could not be determined (its reply was lost and the evidence is gone). */
+final class AmbiguousCommitException(message: String) extends OsqueueException(message, ErrorKind.Transient)
+
+/** The object store failed (I/O error, 5xx, timeout, unreachable endpoint). */
+final class StoreException(message: String, cause: Throwable = null)
+    extends OsqueueException(message, ErrorKind.Transient, cause)
+
+/** A call on an object in the wrong state: closed producer or consumer, out-of-order ack. */
+final class IllegalQueueStateException(message: String) extends OsqueueException(message, ErrorKind.Operation)

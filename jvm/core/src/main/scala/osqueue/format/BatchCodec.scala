@@ -1,0 +1,99 @@
+package osqueue.format
+
+import java.io.{ByteArrayInputStream, ByteArrayOutputStream, IOException}
+import java.nio.{ByteBuffer, ByteOrder}
+
+import com.github.luben.zstd.{Zstd, ZstdInputStream}
+
+import osqueue.{CorruptBatchException, InvalidConfigException, UnsupportedFormatVersionException}
+
+/** Compression of a batch's record block (the footer's first byte). */
+sealed abstract class Compression(val id: Int, val name: String)
+object Compression {
+  case object None extends Compression(0, "none")
+  case object Zstd extends Compression(1, "zstd")
+
+  def parse(option: String, value: String): Compression = value.trim.toLowerCase match {
+    case "none" | "" => None
+    case "zstd" => Zstd
+    case _ => throw new InvalidConfigException(option, value, "expected 'none' or 'zstd'")
+  }
+}
+
+/** Byte codec of a data batch (docs/format.md §3). */
+object BatchCodec {
+  val FooterSize = 7
+  val Version = 1
+  val ZstdLevel = 3
+  /** Largest decoded record block: the largest JVM array. */
+  val MaxBlockSize: Long = Int.MaxValue - 8L
+
+  /** Size of the uncompressed record block for these records. */
+  def blockSize(records: Seq[Array[Byte]]): Long = records.foldLeft(0L)((n, r) => n + 4 + r.length)
+
+  def encode(records: Seq[Array[Byte]], compression: Compression): Array[Byte] = {
+    val size = blockSize(records)
+    require(size <= MaxBlockSize, s"record block of $size bytes exceeds ${MaxBlockSize}")
+    val block = ByteBuffer.allocate(size.toInt).order(ByteOrder.LITTLE_ENDIAN)
+    records.foreach(r => block.putInt(r.length).put(r))
+    val body = compression match {
+      case Compression.None => block.array()
+      case Compression.Zstd => Zstd.compress(block.array(), ZstdLevel)
+    }
+    val out = ByteBuffer.allocate(body.length + FooterSize).order(ByteOrder.LITTLE_ENDIAN)
+    out.put(body).put(compression.id.toByte).putInt(records.size).putShort(Version.toShort)
+    out.array()
+  }
+
+  def decode(bytes: Array[Byte], key: String): IndexedSeq[Array[Byte]] = {
+    def corrupt(msg: String, cause: Throwable = null) = new CorruptBatchException(key, msg, cause)
+    if (bytes.length < FooterSize) throw corrupt(s"${bytes.length} bytes is shorter than the 7-byte footer")
+    val f = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).position(bytes.length - FooterSize)
+    val compressionId = java.lang.Byte.toUnsignedInt(f.get())
+    val count = Integer.toUnsignedLong(f.getInt())
+    val version = java.lang.Short.toUnsignedInt(f.getShort())
+    if (version != Version) throw new UnsupportedFormatVersionException(key, "data batch", version)
+    val bodyLen = bytes.length - FooterSize
+    val block: Array[Byte] = compressionId match {
+      case 0 => java.util.Arrays.copyOf(bytes, bodyLen)
+      case 1 => decompress(bytes, bodyLen, corrupt(_, _))
+      case other => throw corrupt(f"unknown compression type 0x$other%02x")
+    }
+    val b = ByteBuffer.wrap(block).order(ByteOrder.LITTLE_ENDIAN)
+    if (count > block.length / 4L) throw corrupt(s"record_count $count cannot fit in a ${block.length}-byte block")
+    val records = new Array[Array[Byte]](count.toInt)
+    var pos = 0
+    var i = 0
+    while (i < count) {
+      if (block.length - pos < 4) throw corrupt(s"record $i of $count: length field runs past the block")
+      val len = Integer.toUnsignedLong(b.getInt(pos))
+      pos += 4
+      if (len > block.length - pos) throw corrupt(s"record $i of $count: $len bytes run past the block")
+      records(i) = java.util.Arrays.copyOfRange(block, pos, pos + len.toInt)
+      pos += len.toInt
+      i += 1
+    }
+    if (pos != block.length) throw corrupt(s"${block.length - pos} trailing bytes after $count records")
+    records.toIndexedSeq
+  }
+
+  /** Streaming decode: accepts several frames and frames without a content size, bounded in size. */
+  private def decompress(bytes: Array[Byte], len: Int, corrupt: (String, Throwable) => Exception): Array[Byte] = {
+    val out = new ByteArrayOutputStream(math.min(len.toLong * 4, 64L << 20).toInt)
+    val in = new ZstdInputStream(new ByteArrayInputStream(bytes, 0, len))
+    try {
+      val buf = new Array[Byte](64 * 1024)
+      var total = 0L
+      var n = in.read(buf)
+      while (n >= 0) {
+        total += n
+        if (total > MaxBlockSize) throw corrupt(s"zstd block decompresses past $MaxBlockSize bytes", null)
+        out.write(buf, 0, n)
+        n = in.read(buf)
+      }
+      out.toByteArray
+    } catch {
+      case e: IOException => throw corrupt(s"zstd block does not decompress: ${e.getMessage}", e)
+    } finally in.close()
+  }
+}

@@ -1,0 +1,37 @@
+package osqueue.format
+
+import java.security.SecureRandom
+
+import com.github.f4b6a3.ulid.Ulid
+
+import osqueue.store.ObjectKeys
+
+/** ULID batch names (`<prefix>/<ULID>.batch`): creation time in the name, never reused. */
+object BatchNames {
+  private val Suffix = ".batch"
+  private val Crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+  private val random = new SecureRandom()
+
+  def newKey(prefix: String, nowMs: Long): String = {
+    val entropy = new Array[Byte](10)
+    random.nextBytes(entropy)
+    ObjectKeys.join(prefix, new Ulid(nowMs, entropy).toString + Suffix)
+  }
+
+  /** The ULID time (ms) of a key whose last segment is exactly `<ULID>.batch`, else None. */
+  def ulidTimeMs(key: String): Option[Long] = {
+    val name = key.substring(key.lastIndexOf('/') + 1)
+    if (name.length != 26 + Suffix.length || !name.endsWith(Suffix)) None
+    else {
+      val id = name.substring(0, 26)
+      if (id.charAt(0) > '7' || !id.forall(c => Crockford.indexOf(c) >= 0)) None
+      else Some(Ulid.from(id).getTime)
+    }
+  }
+
+  /** True when `key` is a batch directly under `prefix`. */
+  def isBatchUnder(prefix: String, key: String): Boolean = {
+    val dir = if (prefix.isEmpty) "" else prefix.stripSuffix("/") + "/"
+    key.startsWith(dir) && !key.substring(dir.length).contains('/') && ulidTimeMs(key).isDefined
+  }
+}

@@ -1,0 +1,70 @@
+package osqueue.gc
+
+import scala.concurrent.duration.FiniteDuration
+import scala.util.control.NonFatal
+
+import org.slf4j.LoggerFactory
+
+import osqueue.Clock
+import osqueue.format.{BatchNames, ManifestCodec}
+import osqueue.metrics.{MetricNames, MetricsRegistry}
+import osqueue.store.ObjectStore
+
+/** What one GC cycle found and did (counts by reason a file was kept). */
+final case class GcResult(
+    deleted: Seq[String],
+    failed: Seq[String],
+    keptReferenced: Int,
+    keptInGrace: Int,
+    keptNewerThanOldest: Int,
+    skippedNotBatch: Int)
+
+/**
+ * Deletes batch files no manifest entry references (docs/format.md §6). It only reads the
+ * manifest, so a fenced consumer's GC has no write power over it; ages are measured from the
+ * snapshot time so a slow cycle cannot widen the window, and producers re-upload anything
+ * older than half the grace period before enqueueing it.
+ */
+final class GarbageCollector(
+    store: ObjectStore,
+    manifestPath: String,
+    dataPathPrefix: String,
+    gracePeriod: FiniteDuration,
+    clock: Clock,
+    metrics: MetricsRegistry = new MetricsRegistry) {
+
+  private val log = LoggerFactory.getLogger(classOf[GarbageCollector])
+  private val deletedCounter = metrics.counter(MetricNames.GcFilesDeleted)
+  private val failedCounter = metrics.counter(MetricNames.GcFilesFailed)
+  private val duration = metrics.histogram(MetricNames.GcDuration)
+
+  def runOnce(dryRun: Boolean = false): GcResult = {
+    val started = clock.nanoTime()
+    val snapshotTime = clock.nowMillis()
+    val manifest = store.get(manifestPath).map(o => ManifestCodec.decode(o.bytes, manifestPath))
+    val referenced = manifest.map(_.entries.map(_.location).toSet).getOrElse(Set.empty[String])
+    val oldestReferenced = manifest.toSeq.flatMap(_.entries).flatMap(e => BatchNames.ulidTimeMs(e.location)).minOption
+    val listPrefix = if (dataPathPrefix.isEmpty) "" else dataPathPrefix.stripSuffix("/") + "/"
+
+    var keptReferenced, keptInGrace, keptNewer, skipped = 0
+    val candidates = store.list(listPrefix).map(_.key).filter { key =>
+      if (!BatchNames.isBatchUnder(dataPathPrefix, key)) { if (key != manifestPath) skipped += 1; false }
+      else if (referenced.contains(key)) { keptReferenced += 1; false }
+      else {
+        val ts = BatchNames.ulidTimeMs(key).get
+        if (oldestReferenced.exists(ts >= _)) { keptNewer += 1; false }
+        else if (snapshotTime - ts < gracePeriod.toMillis) { keptInGrace += 1; false }
+        else true
+      }
+    }
+    val (deleted, failed) =
+      if (dryRun) (candidates, Seq.empty)
+      else candidates.partition { key =>
+        try { store.delete(key); true }
+        catch { case NonFatal(e) => log.warn(s"GC could not delete '$key'; will retry next cycle", e); false }
+      }
+    if (!dryRun) { deletedCounter.add(deleted.size); failedCounter.add(failed.size) }
+    duration.observe((clock.nanoTime() - started) / 1e9)
+    GcResult(deleted, failed, keptReferenced, keptInGrace, keptNewer, skipped)
+  }
+}

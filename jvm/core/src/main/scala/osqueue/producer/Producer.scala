@@ -1,0 +1,177 @@
+package osqueue.producer
+
+import java.util.concurrent.{CompletableFuture, LinkedBlockingQueue, Semaphore, TimeUnit}
+
+import scala.collection.mutable.ArrayBuffer
+import scala.util.control.NonFatal
+
+import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException, SystemClock}
+import osqueue.format.{BatchCodec, BatchNames, MetadataItem}
+import osqueue.metrics.{MetricNames, MetricsRegistry}
+import osqueue.queue.{ManifestStore, PendingLocation, QueueProducer}
+import osqueue.store.ObjectStore
+
+/**
+ * Batches `produce()` calls into data batches, uploads each under a ULID name and appends its
+ * location to the manifest (through a group-committing [[QueueProducer]]).
+ *
+ * One flush thread owns the open batch; it flushes after `flushInterval` from the batch's first
+ * input, when it reaches `flushSizeBytes`, on `flush()` and on `close()`. Inputs wait in an
+ * unbounded queue whose admission is bounded by `maxBufferedInputs` permits: a full buffer
+ * blocks `produce()` (backpressure). Uploading batch N+1 overlaps the manifest write of batch N.
+ */
+final class Producer(
+    store: ObjectStore,
+    config: ProducerConfig = ProducerConfig(),
+    clock: Clock = SystemClock,
+    val metrics: MetricsRegistry = new MetricsRegistry) extends AutoCloseable {
+
+  import Producer._
+
+  private val queueProducer = new QueueProducer(
+    new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, config.gcGracePeriod.toMillis)
+  private val inbox = new LinkedBlockingQueue[Message]()
+  private val permits = new Semaphore(config.maxBufferedInputs)
+  private val batchesFlushed = metrics.counter(MetricNames.BatchesFlushed)
+  private val entriesFlushed = metrics.counter(MetricNames.EntriesFlushed)
+  private val bytesFlushed = metrics.counter(MetricNames.BytesFlushed)
+  private val bytesWritten = metrics.counter(MetricNames.BytesWritten)
+  private val flushDuration = metrics.histogram(MetricNames.FlushDuration)
+  @volatile private var closed = false
+  private val lifecycle = new java.util.concurrent.locks.ReentrantReadWriteLock()
+  private val flusher = new Thread(() => flushLoop(), "osqueue-producer-flush")
+  flusher.setDaemon(true)
+  flusher.start()
+
+  /** Buffers `entries` (kept in order, sharing `metadata`); blocks only while the buffer is full. */
+  def produce(entries: Seq[Array[Byte]], metadata: Array[Byte] = Array.emptyByteArray): WriteHandle = {
+    if (entries.isEmpty) throw new InvalidConfigException("entries", "[]", "produce() needs at least one entry")
+    if (closed) throw new IllegalQueueStateException("producer is closed")
+    permits.acquire()
+    val handle = WriteHandle()
+    // The read lock orders this input before a concurrent close()'s Close message (or refuses it).
+    lifecycle.readLock().lock()
+    try {
+      if (closed) {
+        permits.release()
+        throw new IllegalQueueStateException("producer is closed")
+      }
+      inbox.put(Input(entries.toIndexedSeq, metadata, clock.nowMillis(), handle))
+    } finally lifecycle.readLock().unlock()
+    handle
+  }
+
+  /** Flushes the open batch and waits until everything produced before this call is durable. */
+  def flush(): Unit = {
+    val done = new CompletableFuture[Void]()
+    inbox.put(Flush(done))
+    done.join()
+  }
+
+  /** Flushes, waits for every pending write, and stops the threads. Idempotent. */
+  override def close(): Unit = synchronized {
+    if (!closed) {
+      val done = new CompletableFuture[Void]()
+      lifecycle.writeLock().lock()
+      try {
+        closed = true
+        inbox.put(Close(done))
+      } finally lifecycle.writeLock().unlock()
+      done.join()
+      flusher.join()
+      queueProducer.close()
+    }
+  }
+
+  // ---- flush thread ----
+  private val batchRecords = ArrayBuffer.empty[Array[Byte]]
+  private val batchMetadata = ArrayBuffer.empty[MetadataItem]
+  private val batchInputs = ArrayBuffer.empty[(Input, Int)]
+  private var batchBytes = 0L
+  private var batchDeadlineNanos = 0L
+  private val inFlight = ArrayBuffer.empty[CompletableFuture[_]]
+
+  private def flushLoop(): Unit = {
+    var running = true
+    while (running) {
+      val waitNanos = if (batchRecords.isEmpty) TimeUnit.SECONDS.toNanos(1) else batchDeadlineNanos - clock.nanoTime()
+      val msg = if (waitNanos > 0) inbox.poll(waitNanos, TimeUnit.NANOSECONDS) else inbox.poll()
+      msg match {
+        case null => if (batchRecords.nonEmpty && clock.nanoTime() >= batchDeadlineNanos) flushBatch()
+        case in: Input =>
+          permits.release()
+          add(in)
+          if (batchBytes >= config.flushSizeBytes) flushBatch()
+        case Flush(done) =>
+          flushBatch()
+          completeAfterInFlight(done)
+        case Close(done) =>
+          flushBatch()
+          completeAfterInFlight(done)
+          running = false
+      }
+    }
+  }
+
+  private def add(in: Input): Unit = {
+    if (batchRecords.isEmpty) batchDeadlineNanos = clock.nanoTime() + config.flushInterval.toNanos
+    batchInputs += ((in, batchRecords.size))
+    batchMetadata += MetadataItem(batchRecords.size, in.ingestionTimeMs, in.metadata)
+    batchRecords ++= in.entries
+    batchBytes += in.entries.foldLeft(0L)(_ + _.length) + in.metadata.length
+  }
+
+  /** Encodes and uploads the open batch, then hands its location to the group committer. */
+  private def flushBatch(): Unit = if (batchRecords.nonEmpty) {
+    val started = clock.nanoTime()
+    val inputs = batchInputs.toIndexedSeq
+    val metadata = batchMetadata.toIndexedSeq
+    val rawBytes = batchBytes
+    val entryCount = batchRecords.size
+    try {
+      val bytes = BatchCodec.encode(batchRecords.toIndexedSeq, config.compression)
+      val upload = () => {
+        val key = BatchNames.newKey(config.dataPathPrefix, clock.nowMillis())
+        store.put(key, bytes)
+        key
+      }
+      val pendingLocation = new PendingLocation(upload(), metadata, upload)
+      val enqueued = queueProducer.enqueue(pendingLocation).whenComplete { (sequence, error) =>
+        if (error != null) inputs.foreach(_._1.handle.future.completeExceptionally(unwrap(error)))
+        else {
+          batchesFlushed.increment(); entriesFlushed.add(entryCount)
+          bytesFlushed.add(rawBytes); bytesWritten.add(bytes.length)
+          flushDuration.observe((clock.nanoTime() - started) / 1e9)
+          inputs.foreach { case (in, index) =>
+            in.handle.future.complete(DurableWrite(sequence, pendingLocation.location, index, in.ingestionTimeMs))
+          }
+        }
+      }
+      inFlight.filterInPlace(!_.isDone)
+      inFlight += enqueued
+    } catch {
+      case NonFatal(e) => inputs.foreach(_._1.handle.future.completeExceptionally(e))
+    } finally {
+      batchRecords.clear(); batchMetadata.clear(); batchInputs.clear(); batchBytes = 0
+    }
+  }
+
+  private def completeAfterInFlight(done: CompletableFuture[Void]): Unit = {
+    val all = CompletableFuture.allOf(inFlight.toSeq: _*)
+    inFlight.clear()
+    all.handle[Unit]((_, _) => { done.complete(null); () })
+  }
+}
+
+private object Producer {
+  sealed trait Message
+  final case class Input(entries: IndexedSeq[Array[Byte]], metadata: Array[Byte], ingestionTimeMs: Long, handle: WriteHandle)
+      extends Message
+  final case class Flush(done: CompletableFuture[Void]) extends Message
+  final case class Close(done: CompletableFuture[Void]) extends Message
+
+  def unwrap(e: Throwable): Throwable = e match {
+    case c: java.util.concurrent.CompletionException if c.getCause != null => c.getCause
+    case other => other
+  }
+}

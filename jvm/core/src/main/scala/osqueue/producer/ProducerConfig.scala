@@ -1,0 +1,27 @@
+package osqueue.producer
+
+import scala.concurrent.duration._
+
+import osqueue.InvalidConfigException
+import osqueue.format.Compression
+import osqueue.queue.RetryPolicy
+
+/** Producer settings (RFC 0001 `ProducerConfig`), with the RFC's defaults. */
+final case class ProducerConfig(
+    manifestPath: String = "ingest/manifest",
+    dataPathPrefix: String = "ingest",
+    flushInterval: FiniteDuration = 100.millis,
+    flushSizeBytes: Long = 64L << 20,
+    maxBufferedInputs: Int = 1000,
+    compression: Compression = Compression.None,
+    /** Must match the GC's: uploads older than half of it are re-uploaded before enqueueing. */
+    gcGracePeriod: FiniteDuration = 10.minutes,
+    retry: RetryPolicy = RetryPolicy()) {
+  if (flushInterval <= Duration.Zero)
+    throw new InvalidConfigException("flushInterval", flushInterval.toString, "must be > 0")
+  if (flushSizeBytes <= 0) throw new InvalidConfigException("flushSizeBytes", flushSizeBytes.toString, "must be > 0")
+  if (maxBufferedInputs <= 0)
+    throw new InvalidConfigException("maxBufferedInputs", maxBufferedInputs.toString, "must be > 0")
+  if (gcGracePeriod <= Duration.Zero)
+    throw new InvalidConfigException("gcGracePeriod", gcGracePeriod.toString, "must be > 0")
+}

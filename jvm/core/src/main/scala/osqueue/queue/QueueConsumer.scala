@@ -1,0 +1,80 @@
+package osqueue.queue
+
+import osqueue.{Clock, FencedException, IllegalQueueStateException, ResumePointException}
+import osqueue.format.{Manifest, ManifestCodec, RawManifest}
+import osqueue.metrics.MetricsRegistry
+
+/**
+ * The consumer side of the queue protocol: `initialize` bumps the manifest epoch (fencing any
+ * earlier consumer) and every later read or dequeue checks it. Writes are CAS against the
+ * version read, so a fenced consumer's write can never land.
+ */
+final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry) {
+  private val loop = new CasLoop(manifest, policy, clock, metrics, "consumer")
+  @volatile private var epoch: Option[Long] = None
+
+  def ownEpoch: Option[Long] = epoch
+  def manifestKey: String = manifest.key
+
+  /**
+   * Takes over the queue: epoch + 1, and entries `<= lastAcked` dequeued in the same write.
+   * A resume point the queue cannot honour raises [[ResumePointException]] (docs/format.md §5).
+   */
+  def initialize(lastAcked: Option[Long]): Long = {
+    val newEpoch = loop.run[Long] { (snapshot, _) =>
+      // After an unknown outcome we bump again rather than guess: fencing our own earlier try is harmless.
+      val footer = ManifestCodec.decodeFooter(snapshot.raw, manifest.key)
+      val first = RawManifest.locations(snapshot.raw, manifest.key).headOption.map(_._1).getOrElse(footer.nextSequence)
+      lastAcked.foreach(checkResumePoint(_, first, footer.nextSequence))
+      val next = QueueConsumer.nextEpoch(footer.epoch)
+      CasStep.Write(RawManifest.withEpoch(snapshot.raw, next, lastAcked, manifest.key), () => next)
+    }
+    epoch = Some(newEpoch)
+    newEpoch
+  }
+
+  /** The manifest, after checking this consumer still owns it. */
+  def read(): Manifest = {
+    val m = manifest.decode(manifest.read())
+    checkEpoch(m.epoch)
+    m
+  }
+
+  /** Removes entries `<= through` in one write; returns false (and writes nothing) if none are left. */
+  def dequeueThrough(through: Long): Boolean = loop.run[Boolean] { (snapshot, _) =>
+    val footer = ManifestCodec.decodeFooter(snapshot.raw, manifest.key)
+    checkEpoch(footer.epoch)
+    if (through >= footer.nextSequence)
+      throw new IllegalQueueStateException(
+        s"cannot dequeue through $through: the queue '${manifest.describe}' has only assigned up to ${footer.nextSequence - 1}")
+    RawManifest.dequeueThrough(snapshot.raw, through, manifest.key) match {
+      case None => CasStep.Done(false)
+      case Some(bytes) => CasStep.Write(bytes, () => true)
+    }
+  }
+
+  private def checkEpoch(current: Long): Unit = epoch match {
+    case None => throw new IllegalQueueStateException("consumer is not initialized: call initialize() first")
+    case Some(own) if own != current => throw new FencedException(own, current)
+    case _ =>
+  }
+
+  private def checkResumePoint(lastAcked: Long, first: Long, next: Long): Unit = {
+    if (lastAcked >= next)
+      throw new ResumePointException(
+        s"resume point $lastAcked is ahead of the queue '${manifest.describe}' (next sequence is $next): " +
+          "it belongs to another queue, or this queue was recreated")
+    if (lastAcked + 1 < first)
+      throw new ResumePointException(
+        s"resume point $lastAcked is behind the queue '${manifest.describe}': entries ${lastAcked + 1} to ${first - 1} " +
+          "were removed by another consumer before being delivered here (data loss)")
+  }
+}
+
+object QueueConsumer {
+  /** epoch + 1, wrapping past 2^64 - 2 to 0 and never taking 2^64 - 1 (an uninitialized marker). */
+  def nextEpoch(epoch: Long): Long = {
+    val n = epoch + 1
+    if (n == -1L) 0L else n
+  }
+}

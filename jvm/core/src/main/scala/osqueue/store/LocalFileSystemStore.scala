@@ -1,0 +1,176 @@
+package osqueue.store
+
+import java.io.IOException
+import java.nio.ByteBuffer
+import java.nio.channels.FileChannel
+import java.nio.file._
+import java.nio.file.attribute.BasicFileAttributes
+import java.security.MessageDigest
+import java.util.HexFormat
+import java.util.concurrent.ThreadLocalRandom
+
+import scala.concurrent.duration._
+import scala.jdk.CollectionConverters._
+import scala.util.Using
+
+import osqueue.{InvalidObjectKeyException, StoreException}
+
+/**
+ * An object store on a local filesystem directory (docs/format.md §7): key `K` is `<root>/K`.
+ *
+ * Versions are `sha256:<hex>` of the content. Every write goes to a hidden temp file that is
+ * fsynced and atomically renamed over the target (then the directory is fsynced), so readers
+ * never see a partial object and take no lock. Conditional writes hold a [[LocalFileLock]] on
+ * the hidden `<dir>/.<name>.lock` while they compare and write; the Python implementation takes
+ * the same POSIX record lock, so JVM and Python writers exclude each other.
+ *
+ * Names starting with '.' are reserved for those internal files: such key segments are rejected
+ * and never listed. Keys are resolved under the root and checked (through `toRealPath`) not to
+ * leave it via symlinks.
+ */
+final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.seconds) extends ObjectStore {
+  private val rootPath: Path = root.toAbsolutePath.normalize()
+
+  override val uri: String = s"file:$rootPath"
+
+  override def get(key: String): Option[VersionedObject] = {
+    val path = resolve(key)
+    io("read", key) {
+      if (Files.isDirectory(path)) None
+      else
+        try {
+          val bytes = Files.readAllBytes(path)
+          Some(VersionedObject(bytes, LocalFileSystemStore.versionOf(bytes)))
+        } catch { case _: NoSuchFileException => None }
+    }
+  }
+
+  override def put(key: String, bytes: Array[Byte]): Unit = {
+    val path = resolve(key)
+    io("write", key) {
+      ensureDirectory(path.getParent)
+      writeAtomically(path, bytes)
+    }
+  }
+
+  override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome =
+    conditionalPut(key, bytes, "put-if-absent")(_.isEmpty)
+
+  override def putIfVersionMatches(key: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome =
+    conditionalPut(key, bytes, "put-if-version-matches")(_.contains(expected))
+
+  override def list(prefix: String): Seq[ObjectInfo] = {
+    ObjectKeys.validatePrefix(prefix)
+    // Walk only the directory holding the prefix's last (possibly partial) segment.
+    val slash = prefix.lastIndexOf('/')
+    val dirKey = if (slash < 0) "" else prefix.substring(0, slash)
+    val namePrefix = prefix.substring(slash + 1)
+    val dir = if (dirKey.isEmpty) rootPath else resolve(dirKey)
+    io("list", prefix) {
+      val out = Vector.newBuilder[ObjectInfo]
+      walk(dir, dirKey, namePrefix, out)
+      out.result()
+    }
+  }
+
+  override def delete(key: String): Unit = {
+    val path = resolve(key)
+    io("delete", key)(Files.deleteIfExists(path))
+  }
+
+  private def conditionalPut(key: String, bytes: Array[Byte], op: String)(holds: Option[ObjectVersion] => Boolean): CasOutcome = {
+    val path = resolve(key)
+    io(op, key) {
+      val dir = path.getParent
+      ensureDirectory(dir)
+      val lockFile = dir.toRealPath().resolve(s".${path.getFileName}.lock")
+      LocalFileLock.withLock(lockFile, lockTimeout, s"$uri key '$key'") {
+        val current =
+          try Some(LocalFileSystemStore.versionOf(Files.readAllBytes(path)))
+          catch { case _: NoSuchFileException => None }
+        if (!holds(current)) CasOutcome.PreconditionFailed
+        else {
+          writeAtomically(path, bytes)
+          CasOutcome.Written(LocalFileSystemStore.versionOf(bytes))
+        }
+      }
+    }
+  }
+
+  /** Temp file in the same directory, fsync, atomic rename over the target, fsync the directory. */
+  private def writeAtomically(path: Path, bytes: Array[Byte]): Unit = {
+    val dir = path.getParent
+    val tmp = dir.resolve(s".${path.getFileName}.tmp-${java.lang.Long.toHexString(ThreadLocalRandom.current().nextLong())}")
+    try {
+      Using.resource(FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) { ch =>
+        val buf = ByteBuffer.wrap(bytes)
+        while (buf.hasRemaining) ch.write(buf)
+        ch.force(true)
+      }
+      Files.move(tmp, path, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING)
+    } finally Files.deleteIfExists(tmp)
+    LocalFileSystemStore.fsyncDirectory(dir)
+  }
+
+  /** Creates missing directories one by one, fsyncing each parent so the new entry is durable. */
+  private def ensureDirectory(dir: Path): Unit =
+    if (!Files.isDirectory(dir)) {
+      if (dir != rootPath) ensureDirectory(dir.getParent)
+      try Files.createDirectory(dir)
+      catch { case _: FileAlreadyExistsException if Files.isDirectory(dir) => () }
+      if (dir != rootPath) LocalFileSystemStore.fsyncDirectory(dir.getParent)
+    }
+
+  private def walk(dir: Path, dirKey: String, namePrefix: String, out: scala.collection.mutable.Builder[ObjectInfo, Vector[ObjectInfo]]): Unit = {
+    val entries =
+      try Using.resource(Files.newDirectoryStream(dir))(_.asScala.toVector)
+      catch { case _: NoSuchFileException | _: NotDirectoryException => Vector.empty }
+    for (entry <- entries) {
+      val name = entry.getFileName.toString
+      if (!name.startsWith(".") && name.startsWith(namePrefix)) {
+        val key = ObjectKeys.join(dirKey, name)
+        // Not following links: a symlinked file or directory is not part of the store.
+        val attrs =
+          try Some(Files.readAttributes(entry, classOf[BasicFileAttributes], LinkOption.NOFOLLOW_LINKS))
+          catch { case _: NoSuchFileException => None }
+        attrs.foreach { a =>
+          if (a.isDirectory) walk(entry, key, "", out)
+          else if (a.isRegularFile) out += ObjectInfo(key, a.size())
+        }
+      }
+    }
+  }
+
+  /** Validates `key` and returns its path, checking that no symlink leads outside the root. */
+  private def resolve(key: String): Path = {
+    ObjectKeys.validate(key)
+    if (key.split('/').exists(_.startsWith(".")))
+      throw new InvalidObjectKeyException(key, "names starting with '.' are reserved for the local store's internal files")
+    val path = rootPath.resolve(key)
+    if (Files.exists(rootPath)) {
+      // The deepest existing path among the target and its parents must stay under the real root.
+      val realRoot = io("resolve", key)(rootPath.toRealPath())
+      // (A dangling link counts as missing: nothing outside the root is reachable through it.)
+      var existing = path
+      while (existing != rootPath && !Files.exists(existing)) existing = existing.getParent
+      if (!io("resolve", key)(existing.toRealPath()).startsWith(realRoot))
+        throw new InvalidObjectKeyException(key, s"resolves outside the store root $rootPath (through a symbolic link)")
+    }
+    path
+  }
+
+  private def io[T](op: String, key: String)(body: => T): T =
+    try body
+    catch {
+      case e: IOException => throw new StoreException(s"local store $uri: $op of '$key' failed: $e", e)
+    }
+}
+
+object LocalFileSystemStore {
+  /** `sha256:<lower-case hex>` of the bytes (docs/format.md §7). */
+  def versionOf(bytes: Array[Byte]): ObjectVersion =
+    ObjectVersion("sha256:" + HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(bytes)))
+
+  private[store] def fsyncDirectory(dir: Path): Unit =
+    Using.resource(FileChannel.open(dir, StandardOpenOption.READ))(_.force(true))
+}

@@ -1,0 +1,78 @@
+package osqueue.store
+
+/** An opaque object version: S3's ETag, a content hash on the local filesystem, a counter in memory. */
+final case class ObjectVersion(token: String)
+
+final case class VersionedObject(bytes: Array[Byte], version: ObjectVersion)
+
+final case class ObjectInfo(key: String, size: Long)
+
+/** The outcome of a conditional write. A thrown `StoreException` means the outcome is unknown. */
+sealed trait CasOutcome
+object CasOutcome {
+  final case class Written(version: ObjectVersion) extends CasOutcome
+  /** The condition did not hold (412/409): the object changed, or already existed. */
+  case object PreconditionFailed extends CasOutcome
+}
+
+/**
+ * The few object-store operations the queue needs. Keys are relative to the store root,
+ * '/'-separated, and validated by [[ObjectKeys.validate]] (no escape from the root).
+ *
+ * Failures throw [[osqueue.StoreException]]. After a conditional write throws, the write may or
+ * may not have been applied: callers resolve that by reading the object back.
+ */
+trait ObjectStore extends AutoCloseable {
+  /** Where this store points, for messages: `s3://bucket/prefix`, `file:/dir`, `memory://name`. */
+  def uri: String
+
+  /** The object and its version, or None if it does not exist. */
+  def get(key: String): Option[VersionedObject]
+
+  /** Unconditional write (batch files: ULID names are never reused). */
+  def put(key: String, bytes: Array[Byte]): Unit
+
+  /** Create only if the key does not exist. */
+  def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome
+
+  /** Overwrite only if the current version is `expected`. */
+  def putIfVersionMatches(key: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome
+
+  /** All objects whose key starts with `prefix` (recursively), in no particular order. */
+  def list(prefix: String): Seq[ObjectInfo]
+
+  /** Delete; deleting a missing key succeeds. */
+  def delete(key: String): Unit
+
+  override def close(): Unit = ()
+}
+
+object ObjectKeys {
+  /** Rejects keys that are absolute, contain '.'/'..'/empty segments, backslashes or NULs. */
+  def validate(key: String): String = {
+    def bad(reason: String) = throw new osqueue.InvalidObjectKeyException(key, reason)
+    if (key == null || key.isEmpty) bad("empty key")
+    if (key.startsWith("/")) bad("absolute keys are not allowed")
+    if (key.contains("\\")) bad("backslashes are not allowed")
+    if (key.contains("\u0000")) bad("NUL characters are not allowed")
+    if (key.contains("://")) bad("keys are relative to the store root, not URIs")
+    val segments = key.split("/", -1)
+    if (segments.exists(_.isEmpty)) bad("empty path segment")
+    if (segments.exists(s => s == "." || s == "..")) bad("'.' and '..' segments are not allowed")
+    key
+  }
+
+  /**
+   * Validates a `list` prefix: empty (everything), a key, a key ending with '/' (a "directory"),
+   * or a partial last segment (`ingest/01J`). Returns it unchanged.
+   */
+  def validatePrefix(prefix: String): String = {
+    if (prefix == null) throw new osqueue.InvalidObjectKeyException("null", "null prefix")
+    if (prefix.nonEmpty) validate(prefix.stripSuffix("/"))
+    prefix
+  }
+
+  /** Joins a prefix and a name with exactly one '/'. An empty prefix yields the name. */
+  def join(prefix: String, name: String): String =
+    if (prefix.isEmpty) name else prefix.stripSuffix("/") + "/" + name
+}

@@ -1,0 +1,112 @@
+package osqueue.store
+
+import java.net.URI
+
+import scala.concurrent.duration._
+
+import osqueue.InvalidConfigException
+
+/** Static S3 credentials. `toString` never shows the secrets. */
+final case class S3Credentials(accessKey: String, secretKey: String, sessionToken: Option[String] = None) {
+  override def toString: String = s"S3Credentials($accessKey, <secret>${if (sessionToken.isDefined) ", <session token>" else ""})"
+}
+
+/**
+ * How [[S3Store]] reaches its server: endpoint, region, credentials and timeouts.
+ *
+ * `endpoint = None` means AWS itself; `region = None` means the SDK's region chain (with
+ * cross-region access, as S3A does). `credentials = None` means the SDK's default credentials
+ * chain (environment, profile, container/instance role). `requestTimeout` bounds one HTTP
+ * attempt (None: only the socket timeout applies); `maxAttempts` is the SDK retry budget of
+ * the non-conditional operations (conditional PUTs are never retried by the SDK).
+ */
+final case class S3StoreConfig(
+    endpoint: Option[URI] = None,
+    region: Option[String] = None,
+    credentials: Option[S3Credentials] = None,
+    pathStyleAccess: Boolean = false,
+    connectTimeout: FiniteDuration = 10.seconds,
+    socketTimeout: FiniteDuration = 60.seconds,
+    requestTimeout: Option[FiniteDuration] = Some(60.seconds),
+    maxAttempts: Int = 3)
+
+object S3StoreConfig {
+  /**
+   * Reads the S3A options Spark users already set (docs/format.md §1 stores; Hadoop's names and
+   * value forms). Each key is accepted as is or with a `spark.hadoop.` prefix, and a per-bucket
+   * `fs.s3a.bucket.<bucket>.<option>` overrides `fs.s3a.<option>` (as in S3A).
+   */
+  def fromOptions(options: Map[String, String], bucket: String = "", env: Map[String, String] = sys.env): S3StoreConfig = {
+    def raw(name: String): Option[(String, String)] = {
+      val perBucket = if (bucket.isEmpty) Nil else List(s"fs.s3a.bucket.$bucket.${name.stripPrefix("fs.s3a.")}")
+      (perBucket :+ name).iterator
+        .flatMap(k => List(k, s"spark.hadoop.$k"))
+        .collectFirst { case k if options.contains(k) => (name, options(k).trim) }
+        .filter(_._2.nonEmpty)
+    }
+    def str(name: String): Option[String] = raw(name).map(_._2)
+    def bool(name: String): Option[Boolean] = raw(name).map {
+      case (_, v) if v.equalsIgnoreCase("true") => true
+      case (_, v) if v.equalsIgnoreCase("false") => false
+      case (n, v) => throw new InvalidConfigException(n, v, "expected true or false")
+    }
+    def duration(name: String): Option[FiniteDuration] = raw(name).map { case (n, v) => parseDuration(n, v) }
+
+    val ssl = bool("fs.s3a.connection.ssl.enabled").getOrElse(true)
+    val endpoint = raw("fs.s3a.endpoint").map { case (n, v) => parseEndpoint(n, v, ssl) }
+    val region = str("fs.s3a.endpoint.region").orElse(str("fs.s3a.region"))
+      .orElse(endpoint.map(_ => env.get("AWS_REGION").filter(_.nonEmpty).getOrElse("us-east-1")))
+    val credentials = (str("fs.s3a.access.key"), str("fs.s3a.secret.key")) match {
+      case (Some(a), Some(s)) => Some(S3Credentials(a, s, str("fs.s3a.session.token")))
+      case (None, None) => None
+      case (Some(_), None) => throw new InvalidConfigException("fs.s3a.secret.key", "", "fs.s3a.access.key is set, so the secret key is required too")
+      case (None, Some(_)) => throw new InvalidConfigException("fs.s3a.access.key", "", "fs.s3a.secret.key is set, so the access key is required too")
+    }
+    val defaults = S3StoreConfig()
+    S3StoreConfig(
+      endpoint = endpoint,
+      region = region,
+      credentials = credentials,
+      pathStyleAccess = bool("fs.s3a.path.style.access").getOrElse(false),
+      connectTimeout = duration("fs.s3a.connection.establish.timeout").getOrElse(defaults.connectTimeout),
+      socketTimeout = duration("fs.s3a.connection.timeout").getOrElse(defaults.socketTimeout),
+      // As in S3A, a request timeout of 0 means none.
+      requestTimeout = duration("fs.s3a.connection.request.timeout") match {
+        case Some(d) if d.length == 0 => None
+        case Some(d) => Some(d)
+        case None => defaults.requestTimeout
+      }
+    )
+  }
+
+  /** A host[:port] (scheme from `ssl`) or an http(s) URL. */
+  private[store] def parseEndpoint(option: String, value: String, ssl: Boolean): URI = {
+    val withScheme = if (value.contains("://")) value else (if (ssl) "https://" else "http://") + value
+    val uri =
+      try new URI(withScheme)
+      catch { case _: java.net.URISyntaxException => throw new InvalidConfigException(option, value, "expected a host[:port] or an http(s):// URL") }
+    val scheme = Option(uri.getScheme).map(_.toLowerCase).getOrElse("")
+    if ((scheme != "http" && scheme != "https") || uri.getHost == null)
+      throw new InvalidConfigException(option, value, "expected a host[:port] or an http(s):// URL")
+    uri
+  }
+
+  private val DurationPattern = """(?i)(\d+)\s*(ns|us|ms|s|m|h|d)?""".r
+
+  /** Hadoop's time-duration forms: `60000` (ms), `200s`, `5m`, `1h`, `100ms`, ... */
+  private[store] def parseDuration(option: String, value: String): FiniteDuration = value.trim match {
+    case DurationPattern(n, unit) =>
+      val toDuration: Long => FiniteDuration = Option(unit).map(_.toLowerCase).getOrElse("ms") match {
+        case "ns" => _.nanos
+        case "us" => _.micros
+        case "ms" => _.millis
+        case "s" => _.seconds
+        case "m" => _.minutes
+        case "h" => _.hours
+        case _ => _.days
+      }
+      try toDuration(n.toLong)
+      catch { case _: IllegalArgumentException => throw new InvalidConfigException(option, value, "duration out of range") }
+    case _ => throw new InvalidConfigException(option, value, "expected a duration such as 60000 (ms), 200s, 5m or 1h")
+  }
+}
