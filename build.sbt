@@ -32,6 +32,7 @@ lazy val core = (project in file("jvm/core"))
       "software.amazon.awssdk" % "url-connection-client" % awsSdkVersion,
       "org.slf4j" % "slf4j-api" % "2.0.17" % Provided,
       "org.slf4j" % "slf4j-simple" % "2.0.17" % Test,
+      "com.fasterxml.jackson.core" % "jackson-databind" % "2.20.0" % Test,
       scalatest
     ),
     // Tests that talk to a real S3 server get its launcher from the environment (see tests/s3).

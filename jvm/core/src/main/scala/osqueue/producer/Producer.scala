@@ -39,9 +39,6 @@ final class Producer(
   private val flushDuration = metrics.histogram(MetricNames.FlushDuration)
   @volatile private var closed = false
   private val lifecycle = new java.util.concurrent.locks.ReentrantReadWriteLock()
-  private val flusher = new Thread(() => flushLoop(), "osqueue-producer-flush")
-  flusher.setDaemon(true)
-  flusher.start()
 
   /** Buffers `entries` (kept in order, sharing `metadata`); blocks only while the buffer is full. */
   def produce(entries: Seq[Array[Byte]], metadata: Array[Byte] = Array.emptyByteArray): WriteHandle = {
@@ -64,8 +61,9 @@ final class Producer(
   /** Flushes the open batch and waits until everything produced before this call is durable. */
   def flush(): Unit = {
     val done = new CompletableFuture[Void]()
+    if (closed) throw new IllegalQueueStateException("producer is closed")
     inbox.put(Flush(done))
-    done.join()
+    awaitControl(done)
   }
 
   /** Flushes, waits for every pending write, and stops the threads. Idempotent. */
@@ -77,10 +75,21 @@ final class Producer(
         closed = true
         inbox.put(Close(done))
       } finally lifecycle.writeLock().unlock()
-      done.join()
+      awaitControl(done)
       flusher.join()
       queueProducer.close()
     }
+  }
+
+  /** Waits for a Flush/Close to be processed, without hanging if the flush thread is gone. */
+  private def awaitControl(done: CompletableFuture[Void]): Unit = {
+    while (!done.isDone && flusher.isAlive) {
+      try done.get(100, TimeUnit.MILLISECONDS)
+      catch { case _: java.util.concurrent.TimeoutException | _: java.util.concurrent.ExecutionException => }
+    }
+    if (!done.isDone) throw new IllegalQueueStateException("producer flush thread is not running")
+    try done.join()
+    catch { case e: java.util.concurrent.CompletionException => throw e.getCause }
   }
 
   // ---- flush thread ----
@@ -91,7 +100,28 @@ final class Producer(
   private var batchDeadlineNanos = 0L
   private val inFlight = ArrayBuffer.empty[CompletableFuture[_]]
 
-  private def flushLoop(): Unit = {
+  // Started last: the loop uses every field above.
+  private val flusher = new Thread(() => flushLoop(), "osqueue-producer-flush")
+  flusher.setDaemon(true)
+  flusher.start()
+
+  private def flushLoop(): Unit =
+    try runFlushLoop()
+    catch {
+      case e: Throwable =>
+        // A bug must not leave callers waiting forever: fail what is queued and refuse new input.
+        closed = true
+        val failure = new IllegalQueueStateException(s"producer flush thread failed: $e")
+        batchInputs.foreach(_._1.handle.future.completeExceptionally(failure))
+        Iterator.continually(inbox.poll()).takeWhile(_ != null).foreach {
+          case in: Input => in.handle.future.completeExceptionally(failure)
+          case Flush(done) => done.completeExceptionally(failure)
+          case Close(done) => done.completeExceptionally(failure)
+        }
+        throw e
+    }
+
+  private def runFlushLoop(): Unit = {
     var running = true
     while (running) {
       val waitNanos = if (batchRecords.isEmpty) TimeUnit.SECONDS.toNanos(1) else batchDeadlineNanos - clock.nanoTime()

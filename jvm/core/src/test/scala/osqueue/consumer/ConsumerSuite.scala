@@ -1,0 +1,142 @@
+package osqueue.consumer
+
+import scala.concurrent.duration._
+
+import org.scalatest.funsuite.AnyFunSuite
+
+import osqueue._
+import osqueue.format.{BatchCodec, Compression, ManifestCodec}
+import osqueue.producer.{Producer, ProducerConfig}
+import osqueue.store.InMemoryStore
+import osqueue.testing.FaultInjectingStore
+
+class ConsumerSuite extends AnyFunSuite {
+  private val noGc = ConsumerConfig(runGc = false, ackBatchSize = 2)
+
+  /** A store holding `n` batches of 3 entries each ("b<i>-<j>"), sequences 0..n-1. */
+  private def queueWith(n: Int): InMemoryStore = {
+    val store = InMemoryStore.fresh()
+    val p = new Producer(store, ProducerConfig(flushInterval = 1.hour))
+    (0 until n).foreach { i =>
+      p.produce((0 until 3).map(j => s"b$i-$j".getBytes), s"meta$i".getBytes)
+      p.flush()
+    }
+    p.close()
+    store
+  }
+
+  private def text(b: ConsumedBatch) = b.entries.map(new String(_))
+  private def manifest(store: InMemoryStore) = ManifestCodec.decode(store.get("ingest/manifest").get.bytes, "m")
+
+  test("should read batches in order with their metadata and dequeue acked ones") {
+    val store = queueWith(5)
+    val c = new Consumer(store, noGc)
+    assert(c.initialize() == 1L)
+    val batches = Iterator.continually(c.nextBatch()).takeWhile(_.isDefined).flatten.toList
+    assert(batches.map(_.sequence) == List(0, 1, 2, 3, 4))
+    assert(text(batches(2)) == Seq("b2-0", "b2-1", "b2-2"))
+    assert(new String(batches(2).metadataFor(1).get.payload) == "meta2")
+    c.ack(0); c.ack(1) // ackBatchSize = 2 → one dequeue
+    assert(manifest(store).firstSequence == 2)
+    c.ack(2)
+    assert(manifest(store).firstSequence == 2, "dequeued before the ack batch was full")
+    c.close()
+    assert(manifest(store).firstSequence == 3)
+  }
+
+  test("should reject out-of-order acks and acks of batches not read yet") {
+    val c = new Consumer(queueWith(3), noGc)
+    c.initialize()
+    c.nextBatch()
+    intercept[IllegalQueueStateException](c.ack(1))
+    c.ack(0)
+    val e = intercept[IllegalQueueStateException](c.ack(1))
+    assert(e.getMessage.contains("has not been read"))
+  }
+
+  test("should move the frontier with ackThrough in one write, and leave state untouched when fenced") {
+    val store = queueWith(4)
+    val c = new Consumer(store, noGc)
+    c.initialize()
+    assert(c.nextDescriptors(10).map(_.sequence) == Seq(0, 1, 2, 3))
+    assert(c.nextDescriptors(10).isEmpty, "descriptors are never reissued")
+    c.ackThrough(1)
+    assert(manifest(store).firstSequence == 2)
+    intercept[IllegalQueueStateException](c.ackThrough(1))
+    new Consumer(store, noGc).initialize()
+    intercept[FencedException](c.ackThrough(3))
+    assert(manifest(store).firstSequence == 2)
+  }
+
+  test("should fence the previous consumer on every read, ack and dequeue") {
+    val store = queueWith(3)
+    val old = new Consumer(store, noGc)
+    val oldEpoch = old.initialize()
+    old.nextBatch()
+    val fresh = new Consumer(store, noGc)
+    val newEpoch = fresh.initialize()
+    assert(newEpoch == oldEpoch + 1)
+    val e = intercept[FencedException](old.nextBatch())
+    assert(e.ownEpoch == oldEpoch && e.currentEpoch == newEpoch && e.kind == ErrorKind.Fenced)
+    intercept[FencedException](old.nextDescriptors(5))
+    old.ack(0)
+    intercept[FencedException](old.flush())
+    assert(manifest(store).firstSequence == 0, "a fenced consumer's dequeue landed")
+    assert(fresh.nextBatch().map(_.sequence).contains(0L))
+  }
+
+  test("should resume after a checkpointed sequence, dequeueing it with the epoch bump") {
+    val store = queueWith(4)
+    val c = new Consumer(store, noGc)
+    c.initialize(Some(1L))
+    assert(manifest(store).firstSequence == 2)
+    assert(c.nextBatch().map(_.sequence).contains(2L))
+    c.ack(2)
+  }
+
+  test("should refuse a resume point ahead of the queue or behind its first entry") {
+    val store = queueWith(4)
+    val ahead = intercept[ResumePointException](new Consumer(store, noGc).initialize(Some(4L)))
+    assert(ahead.getMessage.contains("ahead of the queue"))
+    val c = new Consumer(store, noGc); c.initialize(Some(2L)); c.close()
+    val behind = intercept[ResumePointException](new Consumer(store, noGc).initialize(Some(0L)))
+    assert(behind.getMessage.contains("entries 1 to 2 were removed"))
+    new Consumer(store, noGc).initialize(Some(2L)) // exactly the first remaining - 1 is fine
+  }
+
+  test("should not write the manifest for a dequeue that removes nothing") {
+    val store = queueWith(2)
+    var writes = 0
+    val counting = new FaultInjectingStore(store, (_, _) => { writes += 1; FaultInjectingStore.Fault.None })
+    val c = new Consumer(counting, noGc)
+    c.initialize()
+    val afterInit = writes
+    c.flush(); c.close()
+    assert(writes == afterInit)
+  }
+
+  test("should name a missing or corrupt batch instead of skipping it") {
+    val store = queueWith(2)
+    val m = manifest(store)
+    store.delete(m.entries(0).location)
+    val c = new Consumer(store, noGc); c.initialize()
+    val missing = intercept[BatchNotFoundException](c.nextBatch())
+    assert(missing.getMessage.contains(m.entries(0).location) && missing.sequence == 0)
+    store.put(m.entries(0).location, BatchCodec.encode(Seq(Array[Byte](1)), Compression.None).dropRight(1))
+    val corrupt = intercept[UnsupportedFormatVersionException](c.nextBatch())
+    assert(corrupt.getMessage.contains(m.entries(0).location))
+    store.put(m.entries(0).location, Array[Byte](1, 2))
+    intercept[CorruptBatchException](c.nextBatch())
+  }
+
+  test("should wrap the epoch past 2^64 - 2 to 0") {
+    assert(queue.QueueConsumer.nextEpoch(-3L) == -2L)
+    assert(queue.QueueConsumer.nextEpoch(-2L) == 0L)
+    assert(queue.QueueConsumer.nextEpoch(41L) == 42L)
+  }
+
+  test("should refuse reads before initialize") {
+    val e = intercept[IllegalQueueStateException](new Consumer(queueWith(1), noGc).nextBatch())
+    assert(e.getMessage.contains("not initialized"))
+  }
+}

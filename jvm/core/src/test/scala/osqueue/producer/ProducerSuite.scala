@@ -1,0 +1,140 @@
+package osqueue.producer
+
+import java.nio.file.Files
+import java.util.concurrent.{CountDownLatch, Executors, TimeUnit}
+
+import scala.concurrent.duration._
+
+import org.scalatest.funsuite.AnyFunSuite
+
+import osqueue.{IllegalQueueStateException, InvalidConfigException, StoreException}
+import osqueue.format.{BatchCodec, Compression, ManifestCodec}
+import osqueue.store._
+
+class ProducerSuite extends AnyFunSuite {
+  private def manifest(store: ObjectStore) = ManifestCodec.decode(store.get("ingest/manifest").get.bytes, "m")
+
+  test("should put many produce() calls into one batch with one metadata item each") {
+    val store = InMemoryStore.fresh()
+    val p = new Producer(store, ProducerConfig(flushInterval = 1.hour))
+    val h1 = p.produce(Seq("a", "b").map(_.getBytes), "m1".getBytes)
+    val h2 = p.produce(Seq("c").map(_.getBytes), "m2".getBytes)
+    assert(h1.result().isEmpty, "durable before any flush")
+    p.flush()
+    val d1 = h1.awaitDurable(5.seconds); val d2 = h2.awaitDurable(5.seconds)
+    assert(d1.sequence == 0 && d2.sequence == 0 && d1.location == d2.location && d2.firstIndex == 2)
+    val entry = { val es = manifest(store).entries; assert(es.size == 1); es.head }
+    assert(entry.metadata.map(m => (m.startIndex, new String(m.payload))) == Seq((0, "m1"), (2, "m2")))
+    assert(BatchCodec.decode(store.get(entry.location).get.bytes, "b").map(new String(_)) == Seq("a", "b", "c"))
+    p.close()
+  }
+
+  test("should flush by interval") {
+    val store = InMemoryStore.fresh()
+    val p = new Producer(store, ProducerConfig(flushInterval = 50.millis))
+    val d = p.produce(Seq("x".getBytes)).awaitDurable(10.seconds)
+    assert(d.sequence == 0)
+    p.close()
+  }
+
+  test("should flush by size, before the interval") {
+    val store = InMemoryStore.fresh()
+    val p = new Producer(store, ProducerConfig(flushInterval = 1.hour, flushSizeBytes = 1000, compression = Compression.Zstd))
+    val handles = (0 until 5).map(_ => p.produce(Seq(new Array[Byte](300))))
+    handles.take(4).foreach(_.awaitDurable(10.seconds))
+    assert(handles(4).result().isEmpty, "the fifth input sits in a new, unflushed batch")
+    assert(manifest(store).entries.size == 1)
+    val batch = store.get(manifest(store).entries.head.location).get.bytes
+    assert(batch(batch.length - 7) == Compression.Zstd.id)
+    p.close()
+    assert(manifest(store).entries.size == 2, "close() flushes the open batch")
+  }
+
+  test("should block produce() when max_buffered_inputs are waiting (backpressure)") {
+    val inner = InMemoryStore.fresh()
+    val gate = new CountDownLatch(1)
+    val blocking = new osqueue.testing.FaultInjectingStore(inner, (_, _) => osqueue.testing.FaultInjectingStore.Fault.None) {
+      override def put(key: String, bytes: Array[Byte]): Unit = { gate.await(); super.put(key, bytes) }
+    }
+    val p = new Producer(blocking, ProducerConfig(flushInterval = 1.hour, flushSizeBytes = 1, maxBufferedInputs = 2))
+    p.produce(Seq("first".getBytes)) // taken by the flush thread, which then blocks uploading
+    Thread.sleep(100)
+    p.produce(Seq("2".getBytes)); p.produce(Seq("3".getBytes)) // fill the 2 slots
+    val pool = Executors.newSingleThreadExecutor()
+    val blocked = pool.submit(() => p.produce(Seq("4".getBytes)))
+    Thread.sleep(300)
+    assert(!blocked.isDone, "produce() did not block on a full buffer")
+    gate.countDown()
+    blocked.get(10, TimeUnit.SECONDS).awaitDurable(10.seconds)
+    p.close()
+    pool.shutdown()
+    assert(manifest(inner).entries.size == 4)
+  }
+
+  test("should fail every handle of a batch whose upload failed, and keep working afterwards") {
+    val inner = InMemoryStore.fresh()
+    @volatile var failing = true
+    val flaky = new osqueue.testing.FaultInjectingStore(inner, (_, _) => osqueue.testing.FaultInjectingStore.Fault.None) {
+      override def put(key: String, bytes: Array[Byte]): Unit =
+        if (failing) throw new StoreException(s"injected upload failure for '$key'") else super.put(key, bytes)
+    }
+    val p = new Producer(flaky, ProducerConfig(flushInterval = 1.hour))
+    val hs = Seq(p.produce(Seq("a".getBytes)), p.produce(Seq("b".getBytes)))
+    p.flush()
+    hs.foreach { h =>
+      val e = intercept[StoreException](h.awaitDurable(5.seconds))
+      assert(e.getMessage.contains("injected upload failure"))
+      assert(h.result().exists(_.isFailure))
+    }
+    failing = false
+    val c = p.produce(Seq("c".getBytes))
+    p.flush()
+    assert(c.awaitDurable(10.seconds).sequence == 0, "the failed batch must not be enqueued")
+    p.close()
+    assert(manifest(inner).entries.size == 1)
+  }
+
+  test("should refuse produce() after close() and empty entry lists") {
+    val p = new Producer(InMemoryStore.fresh())
+    intercept[InvalidConfigException](p.produce(Seq.empty))
+    p.close()
+    p.close() // idempotent
+    intercept[IllegalQueueStateException](p.produce(Seq("x".getBytes)))
+  }
+
+  test("should validate its configuration, naming the option") {
+    val e = intercept[InvalidConfigException](ProducerConfig(maxBufferedInputs = 0))
+    assert(e.getMessage.contains("maxBufferedInputs"))
+    intercept[InvalidConfigException](ProducerConfig(flushSizeBytes = -1))
+  }
+
+  test("should let several processes produce into one local queue exactly") {
+    val root = Files.createTempDirectory("osq-procs")
+    val procs = (0 until 2).map { i =>
+      new ProcessBuilder("java", "-cp", System.getProperty("java.class.path"),
+        "osqueue.producer.ProduceMain", root.toString, s"p$i", "40").inheritIO().start()
+    }
+    // This JVM produces concurrently too.
+    val store = new LocalFileSystemStore(root)
+    val p = new Producer(store, ProducerConfig(flushInterval = 5.millis))
+    (0 until 40).map(i => p.produce(Seq(s"local-$i".getBytes))).foreach(_.awaitDurable(60.seconds))
+    p.close()
+    procs.foreach(pr => assert(pr.waitFor(120, TimeUnit.SECONDS) && pr.exitValue() == 0))
+    val m = manifest(store)
+    val records = m.entries.flatMap(e => BatchCodec.decode(store.get(e.location).get.bytes, e.location)).map(new String(_))
+    val expected = (0 until 40).map(i => s"local-$i") ++ (0 until 2).flatMap(pi => (0 until 40).map(i => s"p$pi-$i"))
+    assert(records.sorted == expected.sorted, "lost or duplicated entries")
+    assert(m.entries.map(_.sequence) == m.entries.indices.map(_.toLong))
+    assert(m.entries.map(_.location).distinct.size == m.entries.size)
+  }
+}
+
+/** A producer in its own JVM for the cross-process test: `ProduceMain <root> <tag> <count>`. */
+object ProduceMain {
+  def main(args: Array[String]): Unit = {
+    val Array(root, tag, count) = args
+    val p = new Producer(new LocalFileSystemStore(java.nio.file.Paths.get(root)), ProducerConfig(flushInterval = 5.millis))
+    (0 until count.toInt).map(i => p.produce(Seq(s"$tag-$i".getBytes))).foreach(_.awaitDurable(60.seconds))
+    p.close()
+  }
+}

@@ -1,0 +1,180 @@
+package osqueue.queue
+
+import java.nio.file.Files
+import java.util.concurrent.{Executors, TimeUnit}
+import java.util.concurrent.atomic.AtomicInteger
+
+import scala.concurrent.duration._
+
+import org.scalatest.funsuite.AnyFunSuite
+
+import osqueue.{AmbiguousCommitException, ConflictRetriesExhaustedException, SystemClock}
+import osqueue.format.{BatchNames, ManifestCodec, Manifest}
+import osqueue.metrics.{MetricNames, MetricsRegistry}
+import osqueue.store.{CasOutcome, InMemoryStore, LocalFileSystemStore, ObjectStore, ObjectVersion}
+import osqueue.testing.FaultInjectingStore
+import osqueue.testing.FaultInjectingStore.Fault
+
+class QueueProducerSuite extends AnyFunSuite {
+  private val key = "ingest/manifest"
+  private val fastRetry = RetryPolicy(baseDelayMs = 1, maxDelayMs = 20)
+
+  private def appender(store: ObjectStore, metrics: MetricsRegistry = new MetricsRegistry, policy: RetryPolicy = fastRetry) =
+    new QueueProducer(new ManifestStore(store, key), policy, SystemClock, metrics, 10.minutes.toMillis)
+
+  private def pending(store: ObjectStore, name: String = null): PendingLocation = {
+    val upload = () => { val k = BatchNames.newKey("ingest", System.currentTimeMillis()); store.put(k, Array[Byte](1)); k }
+    new PendingLocation(Option(name).getOrElse(upload()), IndexedSeq.empty, upload)
+  }
+
+  private def manifestOf(store: ObjectStore): Manifest =
+    store.get(key).map(o => ManifestCodec.decode(o.bytes, key)).getOrElse(Manifest.Empty)
+
+  /** Every location exactly once, sequences contiguous from 0. */
+  private def assertExactUnion(store: ObjectStore, expected: Set[String]): Unit = {
+    val m = manifestOf(store)
+    val locations = m.entries.map(_.location)
+    assert(locations.size == locations.distinct.size, "duplicate entries")
+    assert(locations.toSet == expected)
+    assert(m.entries.map(_.sequence) == (0L until expected.size.toLong))
+    assert(m.nextSequence == expected.size)
+  }
+
+  /** `threads` independent producers (each its own appender) append `perThread` locations each. */
+  private def hammer(store: ObjectStore, threads: Int, perThread: Int): Set[String] = {
+    val pool = Executors.newFixedThreadPool(threads)
+    val futures = (0 until threads).map { _ =>
+      pool.submit(() => {
+        val a = appender(store)
+        try (0 until perThread).map { _ =>
+          val p = pending(store)
+          a.enqueue(p).get(60, TimeUnit.SECONDS)
+          p.location
+        } finally a.close()
+      })
+    }
+    val all = futures.flatMap(_.get(120, TimeUnit.SECONDS)).toSet
+    pool.shutdown()
+    all
+  }
+
+  test("should append exactly the union of 8 contending producers in memory") {
+    val store = InMemoryStore.fresh()
+    assertExactUnion(store, hammer(store, threads = 8, perThread = 25))
+  }
+
+  test("should append exactly the union of 8 contending producers on the local filesystem") {
+    val store = new LocalFileSystemStore(Files.createTempDirectory("osq-qp"))
+    assertExactUnion(store, hammer(store, threads = 8, perThread = 15))
+  }
+
+  test("should group locations that become ready during a write into the next write") {
+    val inner = InMemoryStore.fresh()
+    val writes = new AtomicInteger()
+    // A slow manifest write lets many locations pile up behind the first.
+    val slow = new FaultInjectingStore(inner, (_, _) => { writes.incrementAndGet(); Thread.sleep(50); Fault.None })
+    val a = appender(slow)
+    val ps = (0 until 40).map(_ => pending(inner))
+    val futures = ps.map { p => val f = a.enqueue(p); Thread.sleep(2); f }
+    futures.foreach(_.get(30, TimeUnit.SECONDS))
+    a.close()
+    assertExactUnion(inner, ps.map(_.location).toSet)
+    assert(writes.get() < 10, s"${writes.get()} manifest writes for 40 locations: no group commit")
+    // Readiness order is kept inside and across writes.
+    assert(manifestOf(inner).entries.map(_.location) == ps.map(_.location))
+  }
+
+  test("should resolve a write whose reply was lost (store error after applying) to exactly one entry") {
+    val inner = InMemoryStore.fresh()
+    val metrics = new MetricsRegistry
+    val faulty = new FaultInjectingStore(inner, (_, n) => if (n % 2 == 0) Fault.ApplyThenError else Fault.None)
+    val a = appender(faulty, metrics)
+    val ps = (0 until 6).map(_ => pending(inner))
+    val seqs = ps.map(p => a.enqueue(p).get(30, TimeUnit.SECONDS))
+    a.close()
+    assert(faulty.injected.get() >= 3)
+    assertExactUnion(inner, ps.map(_.location).toSet)
+    assert(seqs == (0L until 6L))
+    assert(metrics.counterValue(MetricNames.AmbiguousWrites, "role" -> "producer") >= 3)
+  }
+
+  test("should resolve a 412 reported for a write that was applied to exactly one entry") {
+    val inner = InMemoryStore.fresh()
+    val faulty = new FaultInjectingStore(inner, (_, n) => if (n % 3 == 0) Fault.ApplyThenPreconditionFailed else Fault.None)
+    val a = appender(faulty)
+    val ps = (0 until 9).map(_ => pending(inner))
+    ps.foreach(p => a.enqueue(p).get(30, TimeUnit.SECONDS))
+    a.close()
+    assert(faulty.injected.get() >= 3)
+    assertExactUnion(inner, ps.map(_.location).toSet)
+  }
+
+  test("should retry a write that failed before being applied") {
+    val inner = InMemoryStore.fresh()
+    val faulty = new FaultInjectingStore(inner, (_, n) => if (n < 3) Fault.FailBefore else Fault.None)
+    val a = appender(faulty)
+    val p = pending(inner)
+    assert(a.enqueue(p).get(30, TimeUnit.SECONDS) == 0L)
+    a.close()
+    assertExactUnion(inner, Set(p.location))
+  }
+
+  test("should raise AmbiguousCommit, not append twice, when the unknown write's range was already dequeued") {
+    val inner = InMemoryStore.fresh()
+    val first = pending(inner)
+    val a0 = appender(inner); a0.enqueue(first).get(); a0.close()
+    // The write lands, its reply is lost, and a consumer dequeues everything before we re-read.
+    val faulty = new FaultInjectingStore(inner, (_, n) => if (n == 0) Fault.ApplyThenError else Fault.None) {
+      override def putIfVersionMatches(k: String, b: Array[Byte], v: ObjectVersion): CasOutcome = {
+        try super.putIfVersionMatches(k, b, v)
+        catch {
+          case e: osqueue.StoreException =>
+            val raw = inner.get(k).get
+            val dequeued = osqueue.format.RawManifest.dequeueThrough(raw.bytes, Long.MaxValue - 1, k).get
+            inner.putIfVersionMatches(k, dequeued, raw.version)
+            throw e
+        }
+      }
+    }
+    val a = appender(faulty)
+    val e = intercept[java.util.concurrent.ExecutionException](a.enqueue(pending(inner)).get(30, TimeUnit.SECONDS))
+    a.close()
+    assert(e.getCause.isInstanceOf[AmbiguousCommitException], e.getCause)
+    val m = manifestOf(inner)
+    assert(m.entries.isEmpty && m.nextSequence == 2, "appended again after an ambiguous write")
+  }
+
+  test("should give up with ConflictRetriesExhausted when contention never settles") {
+    val inner = InMemoryStore.fresh()
+    val alwaysConflict = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def putIfAbsent(k: String, b: Array[Byte]): CasOutcome = CasOutcome.PreconditionFailed
+    }
+    val a = appender(alwaysConflict, policy = RetryPolicy(baseDelayMs = 1, maxDelayMs = 2, maxAttempts = 5))
+    val e = intercept[java.util.concurrent.ExecutionException](a.enqueue(pending(inner)).get(30, TimeUnit.SECONDS))
+    a.close()
+    assert(e.getCause.isInstanceOf[ConflictRetriesExhaustedException])
+    assert(e.getCause.getMessage.contains("5 conflicting attempts"))
+    assert(inner.get(key).isEmpty)
+  }
+
+  test("should re-upload a batch older than half the grace period before enqueueing it") {
+    val inner = InMemoryStore.fresh()
+    val old = BatchNames.newKey("ingest", System.currentTimeMillis() - 6.minutes.toMillis)
+    inner.put(old, Array[Byte](7))
+    val upload = () => { val k = BatchNames.newKey("ingest", System.currentTimeMillis()); inner.put(k, Array[Byte](7)); k }
+    val p = new PendingLocation(old, IndexedSeq.empty, upload)
+    val a = appender(inner)
+    a.enqueue(p).get(30, TimeUnit.SECONDS)
+    a.close()
+    val locations = manifestOf(inner).entries.map(_.location)
+    assert(locations == Seq(p.location) && p.location != old)
+  }
+
+  test("should jitter backoff within [0, min(max, base * 2^attempt)]") {
+    val p = RetryPolicy(baseDelayMs = 10, maxDelayMs = 1000)
+    assert(p.delayMs(0, () => 0.999) <= 10)
+    assert(p.delayMs(3, () => 0.999) <= 80 && p.delayMs(3, () => 0.999) >= 79)
+    assert(p.delayMs(20, () => 0.5) == 500)
+    assert(p.delayMs(5, () => 0.0) == 0)
+  }
+}

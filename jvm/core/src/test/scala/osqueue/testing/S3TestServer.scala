@@ -1,0 +1,132 @@
+package osqueue.testing
+
+import java.io.{BufferedReader, InputStreamReader}
+import java.nio.charset.StandardCharsets
+import java.nio.file.{Files, Path, Paths}
+import java.util.UUID
+import java.util.concurrent.atomic.AtomicInteger
+import java.util.concurrent.{CompletableFuture, TimeUnit, TimeoutException}
+
+import scala.concurrent.duration._
+import scala.util.Using
+
+import software.amazon.awssdk.auth.credentials.{AwsBasicCredentials, StaticCredentialsProvider}
+import software.amazon.awssdk.http.urlconnection.UrlConnectionHttpClient
+import software.amazon.awssdk.regions.Region
+import software.amazon.awssdk.services.s3.{S3Client, S3Configuration}
+
+import osqueue.store.S3StoreConfig
+
+/**
+ * A real S3-compatible server for tests, started through `tests/s3/s3server.py`.
+ *
+ * The launcher prints one JSON line (endpoint, region, credentials, kind) when the server is
+ * ready and stops it when its stdin closes, so closing our end of the pipe (or this JVM dying)
+ * tears the server down. The interpreter is `$OSQUEUE_PYTHON` (else `python3`) and the server
+ * kind `$OSQUEUE_S3_KIND` (moto, or localstack when that is set up). The launcher's stderr goes
+ * to a temp file whose tail is shown if the server does not come up.
+ */
+final class S3TestServer private (
+    process: Process,
+    val endpoint: String,
+    val region: String,
+    val accessKey: String,
+    val secretKey: String,
+    val kind: String) extends AutoCloseable {
+
+  private val buckets = new AtomicInteger()
+
+  /** The `fs.s3a.*` options a Spark user would set for this server. */
+  def options: Map[String, String] = Map(
+    "fs.s3a.endpoint" -> endpoint,
+    "fs.s3a.endpoint.region" -> region,
+    "fs.s3a.access.key" -> accessKey,
+    "fs.s3a.secret.key" -> secretKey,
+    "fs.s3a.path.style.access" -> "true")
+
+  def storeConfig: S3StoreConfig = S3StoreConfig.fromOptions(options)
+
+  /** A plain SDK client for test setup (bucket creation, inspecting objects). Close it. */
+  def newClient(): S3Client =
+    S3Client.builder()
+      .httpClient(UrlConnectionHttpClient.builder().build())
+      .endpointOverride(java.net.URI.create(endpoint))
+      .region(Region.of(region))
+      .credentialsProvider(StaticCredentialsProvider.create(AwsBasicCredentials.create(accessKey, secretKey)))
+      .serviceConfiguration(S3Configuration.builder().pathStyleAccessEnabled(true).build())
+      .build()
+
+  /** Creates a bucket with a name no other test uses and returns the name. */
+  def freshBucket(): String = {
+    val name = s"osq-${UUID.randomUUID().toString.take(8)}-${buckets.incrementAndGet()}"
+    Using.resource(newClient())(_.createBucket(b => b.bucket(name)))
+    name
+  }
+
+  override def close(): Unit = {
+    try process.getOutputStream.close() catch { case _: java.io.IOException => () }
+    if (!process.waitFor(10, TimeUnit.SECONDS)) {
+      process.descendants().forEach(p => { p.destroy(); () })
+      process.destroy()
+      if (!process.waitFor(5, TimeUnit.SECONDS)) process.destroyForcibly()
+    }
+  }
+}
+
+object S3TestServer {
+  private val Field = """"(\w+)"\s*:\s*"([^"]*)"""".r
+
+  /** One server for the whole test JVM, stopped when the JVM exits. */
+  lazy val shared: S3TestServer = {
+    val server = start()
+    Runtime.getRuntime.addShutdownHook(new Thread(() => server.close()))
+    server
+  }
+
+  /** Starts a server (the caller closes it). Fails, with the launcher's stderr, if it is not up in time. */
+  def start(timeout: FiniteDuration = 180.seconds): S3TestServer = {
+    val python = sys.env.getOrElse("OSQUEUE_PYTHON", "python3")
+    val kind = sys.env.getOrElse("OSQUEUE_S3_KIND", "moto")
+    val script = repoRoot.resolve("tests/s3/s3server.py")
+    require(Files.isRegularFile(script), s"$script does not exist")
+    val stderr = Files.createTempFile("osqueue-s3server-", ".log")
+    val process = new ProcessBuilder(python, script.toString, "--kind", kind)
+      .directory(repoRoot.toFile)
+      .redirectError(stderr.toFile)
+      .start()
+    val firstLine = new CompletableFuture[String]()
+    val reader = new Thread(() => {
+      // Reads the JSON line, then keeps draining stdout so the launcher never blocks on it.
+      val in = new BufferedReader(new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
+      try {
+        var line = in.readLine()
+        while (line != null) {
+          if (line.trim.startsWith("{")) firstLine.complete(line.trim)
+          line = in.readLine()
+        }
+      } catch { case _: java.io.IOException => () }
+      firstLine.completeExceptionally(new IllegalStateException(s"the S3 server launcher exited (code ${process.waitFor()})"))
+    }, "s3server-stdout")
+    reader.setDaemon(true)
+    reader.start()
+    val json =
+      try firstLine.get(timeout.toMillis, TimeUnit.MILLISECONDS)
+      catch {
+        case e @ (_: TimeoutException | _: java.util.concurrent.ExecutionException) =>
+          process.destroyForcibly()
+          val log = new String(Files.readAllBytes(stderr), StandardCharsets.UTF_8).takeRight(4000)
+          throw new IllegalStateException(s"$python $script --kind $kind did not report a server within $timeout: $e\n$log", e)
+      }
+    val fields = Field.findAllMatchIn(json).map(m => m.group(1) -> m.group(2)).toMap
+    def field(name: String) = fields.getOrElse(name, throw new IllegalStateException(s"no '$name' in the launcher's line: $json"))
+    new S3TestServer(process, field("endpoint"), field("region"), field("access_key"), field("secret_key"), fields.getOrElse("kind", kind))
+  }
+
+  /** The directory holding build.sbt, found by walking up from the working directory. */
+  def repoRoot: Path = {
+    var dir = Paths.get("").toAbsolutePath
+    while (dir != null && !Files.isRegularFile(dir.resolve("build.sbt"))) dir = dir.getParent
+    if (dir == null) throw new IllegalStateException(s"no build.sbt above ${Paths.get("").toAbsolutePath}")
+    dir
+  }
+}
