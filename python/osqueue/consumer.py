@@ -1,0 +1,419 @@
+"""The consumer: reads batches in queue order, acknowledges them, dequeues them.
+
+Constructing a :class:`Consumer` initializes the queue: it bumps the manifest's epoch (fencing
+every older consumer) and applies the resume point (docs/format.md §5). Then:
+
+* serial path: :meth:`Consumer.next_batch` returns the next batch; :meth:`Consumer.ack` acks
+  in order and dequeues every 100 acks; :meth:`Consumer.flush` dequeues what was acked;
+* read-ahead path: :meth:`Consumer.next_descriptors` hands out manifest entries without
+  fetching them, :meth:`Consumer.fetch_handle` fetches them from any thread, and
+  :meth:`Consumer.ack_through` moves the ack frontier in one dequeue write.
+
+A fenced consumer's manifest operations raise :class:`~osqueue.errors.FencedError`; none of its
+writes can land, because every write is a compare-and-swap against an epoch-checked read.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from collections.abc import Iterator, Mapping
+
+from osqueue import metrics as m
+from osqueue.errors import (
+    BatchNotFoundError,
+    CorruptManifestError,
+    FencedError,
+    IllegalQueueStateError,
+    InvalidConfigError,
+    InvalidObjectKeyError,
+    ResumePointError,
+)
+from osqueue.format import MetadataItem, decode_batch
+from osqueue.gc import GarbageCollector
+from osqueue.queue import (
+    DEFAULT_DATA_PATH_PREFIX,
+    DEFAULT_MANIFEST_PATH,
+    BatchDescriptor,
+    Clock,
+    QueueConsumer,
+    RetryPolicy,
+    SystemClock,
+)
+from osqueue.store import ObjectStore, open_store, validate_key
+
+__all__ = ["Consumer", "ConsumedBatch", "FetchHandle", "ACK_DEQUEUE_INTERVAL"]
+
+ACK_DEQUEUE_INTERVAL = 100
+"""``ack()`` dequeues the acknowledged entries every this many acks."""
+
+
+@dataclass(frozen=True)
+class ConsumedBatch:
+    """A fetched batch.
+
+    Attributes:
+        entries: The records, in order.
+        sequence: The manifest entry's sequence (ack it when processed).
+        location: The batch key.
+        metadata: The per-range metadata items.
+    """
+
+    entries: list[bytes]
+    sequence: int
+    location: str
+    metadata: list[MetadataItem] = field(default_factory=list)
+
+    def metadata_for(self, index: int) -> MetadataItem | None:
+        """The metadata of record ``index``: the last item with ``start_index <= index``."""
+        found = None
+        for item in self.metadata:
+            if item.start_index <= index:
+                found = item
+            else:
+                break
+        return found
+
+
+class FetchHandle:
+    """Fetches and decodes batches; thread-safe, touches no consumer cursor, checks no epoch.
+
+    Args:
+        store: The object store.
+        manifest_key: The manifest's key (named in errors about bad locations).
+        metrics: Metrics registry.
+    """
+
+    def __init__(self, store: ObjectStore, manifest_key: str, metrics: m.MetricsRegistry | None = None) -> None:
+        self._store = store
+        self._manifest_key = manifest_key
+        self._metrics = metrics or m.REGISTRY
+
+    def fetch(self, descriptor: BatchDescriptor) -> ConsumedBatch:
+        """Fetches and decodes the batch of ``descriptor``.
+
+        Raises:
+            BatchNotFoundError: The batch object does not exist.
+            CorruptBatchError: The batch does not decode (naming its key). It is never skipped.
+            CorruptManifestError: The location is not a valid key.
+            StoreError: The store failed.
+        """
+        started = time.monotonic()
+        try:
+            obj = self._store.get(descriptor.location)
+        except InvalidObjectKeyError as e:
+            raise CorruptManifestError(
+                self._manifest_key, f"entry {descriptor.sequence} has an invalid location: {e}"
+            ) from e
+        if obj is None:
+            raise BatchNotFoundError(descriptor.location, descriptor.sequence)
+        records = decode_batch(obj.data, descriptor.location)
+        self._metrics.histogram(m.FETCH_DURATION).observe(time.monotonic() - started)
+        return ConsumedBatch(records, descriptor.sequence, descriptor.location, list(descriptor.metadata))
+
+
+class Consumer:
+    """The single consumer of a queue.
+
+    Args:
+        path: The queue's store root (see :func:`osqueue.store.open_store`); or pass ``store``.
+        last_acked_sequence: Resume after this sequence (None: from the first entry).
+        manifest_path: The manifest's key.
+        data_path_prefix: Where batches live (for GC).
+        gc_interval: Seconds between GC cycles when ``run_gc``.
+        gc_grace_period: GC grace period in seconds.
+        run_gc: Run the garbage collector in a background thread.
+        store_options: Store settings, e.g. the ``fs.s3a.*`` keys.
+        store: A ready store (not closed by the consumer).
+        clock: Time seam.
+        rng: Jitter source.
+        retry: Manifest retry policy.
+        metrics: Metrics registry.
+
+    Raises:
+        ResumePointError: ``last_acked_sequence`` is ahead of the queue or entries after it
+            were already removed.
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        last_acked_sequence: int | None = None,
+        manifest_path: str = DEFAULT_MANIFEST_PATH,
+        data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
+        gc_interval: float = 300.0,
+        gc_grace_period: float = 600.0,
+        run_gc: bool = False,
+        store_options: Mapping[str, Any] | None = None,
+        store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        retry: RetryPolicy | None = None,
+        metrics: m.MetricsRegistry | None = None,
+    ) -> None:
+        for option, value in (("manifest_path", manifest_path), ("data_path_prefix", data_path_prefix)):
+            try:
+                validate_key(value)
+            except InvalidObjectKeyError as e:
+                raise InvalidConfigError(option, value, str(e)) from e
+        for option, number in (("gc_interval", gc_interval), ("gc_grace_period", gc_grace_period)):
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
+                raise InvalidConfigError(option, number, "must be a positive number of seconds")
+        if last_acked_sequence is not None and (
+            isinstance(last_acked_sequence, bool) or not isinstance(last_acked_sequence, int) or last_acked_sequence < 0
+        ):
+            raise InvalidConfigError("last_acked_sequence", last_acked_sequence, "use None or a sequence >= 0")
+        if (path is None) == (store is None):
+            raise InvalidConfigError("path", path, "give either a path or a store")
+        self._owns_store = store is None
+        self._store: ObjectStore = store if store is not None else open_store(path or "", store_options)
+        self._clock = clock or SystemClock()
+        self._metrics = metrics or m.REGISTRY
+        self._lock = threading.RLock()
+        self._closed = False
+        self._gc: GarbageCollector | None = None
+        self._queue = QueueConsumer(
+            self._store, manifest_path, clock=self._clock, rng=rng, retry=retry, metrics=self._metrics
+        )
+        self._fetcher = FetchHandle(self._store, manifest_path, self._metrics)
+        try:
+            manifest = self._queue.initialize(last_acked_sequence)
+        except BaseException:
+            if self._owns_store:
+                self._store.close()
+            raise
+        self._last_acked = last_acked_sequence
+        self._last_dequeued = last_acked_sequence
+        self._last_handed_out = last_acked_sequence
+        self._next_ack = last_acked_sequence + 1 if last_acked_sequence is not None else manifest.first_sequence
+        self._acks_since_dequeue = 0
+        self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+        if run_gc:
+            self._gc = GarbageCollector(
+                self._store,
+                manifest_path,
+                data_path_prefix,
+                grace_period=gc_grace_period,
+                clock=self._clock,
+                metrics=self._metrics,
+            )
+            self._gc.start(gc_interval)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch this consumer owns the queue with."""
+        epoch = self._queue.epoch
+        assert epoch is not None
+        return epoch
+
+    @property
+    def last_acked_sequence(self) -> int | None:
+        """The ack frontier (None before the first ack of a fresh start)."""
+        return self._last_acked
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def garbage_collector(self) -> GarbageCollector | None:
+        """The background GC, when ``run_gc``."""
+        return self._gc
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise IllegalQueueStateError("this Consumer is closed")
+        fenced = self._queue.fenced
+        if fenced is not None:
+            raise FencedError(fenced.own_epoch, fenced.current_epoch)
+
+    def _check_contiguous(self, first: int) -> None:
+        expected = self._last_handed_out + 1 if self._last_handed_out is not None else self._next_ack
+        if first != expected:
+            raise ResumePointError(
+                f"the next entry of the queue is sequence {first}, but this consumer expected {expected}: "
+                "entries were removed behind its back"
+            )
+
+    # -- serial path ----------------------------------------------------------------------------
+
+    def next_batch(self) -> ConsumedBatch | None:
+        """Reads the manifest and fetches the entry after the last one handed out.
+
+        The read cursor moves only when the fetch succeeds, so a failed call can be retried.
+
+        Returns:
+            The batch, or None when the queue holds nothing new.
+
+        Raises:
+            FencedError: Another consumer initialized the queue.
+            BatchNotFoundError: The entry's batch object is missing.
+            CorruptBatchError: The entry's batch does not decode.
+        """
+        with self._lock:
+            self._check_usable()
+            descriptors, manifest = self._queue.descriptors_after(self._last_handed_out, 1)
+            self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+            if not descriptors:
+                return None
+            d = descriptors[0]
+            self._check_contiguous(d.sequence)
+            batch = self._fetch(d)
+            self._last_handed_out = d.sequence
+            return batch
+
+    def ack(self, sequence: int) -> None:
+        """Acknowledges ``sequence``, which must follow the last ack and have been handed out.
+
+        Every 100th ack dequeues the acknowledged entries (one manifest write).
+
+        Raises:
+            IllegalQueueStateError: Out of order, or not handed out yet.
+            FencedError: The consumer was fenced (known, or found by the dequeue).
+        """
+        with self._lock:
+            self._check_usable()
+            if sequence != self._next_ack:
+                raise IllegalQueueStateError(f"out-of-order ack: expected sequence {self._next_ack}, got {sequence}")
+            if self._last_handed_out is None or sequence > self._last_handed_out:
+                raise IllegalQueueStateError(f"cannot ack sequence {sequence}: it was not handed out yet")
+            self._last_acked = sequence
+            self._next_ack = sequence + 1
+            self._acks_since_dequeue += 1
+            self._metrics.counter(m.ACKS).inc()
+            if self._acks_since_dequeue >= ACK_DEQUEUE_INTERVAL:
+                self._dequeue_acked()
+
+    def _dequeue_acked(self) -> None:
+        assert self._last_acked is not None
+        self._queue.dequeue_through(self._last_acked)
+        self._last_dequeued = self._last_acked
+        self._acks_since_dequeue = 0
+
+    def flush(self) -> None:
+        """Dequeues everything acknowledged now (checking the epoch even when there is
+        nothing to remove; writes nothing then).
+
+        Raises:
+            FencedError: Another consumer initialized the queue.
+        """
+        with self._lock:
+            self._check_usable()
+            if self._last_acked is None:
+                self._queue.read()
+                return
+            self._dequeue_acked()
+
+    # -- read-ahead path ------------------------------------------------------------------------
+
+    def next_descriptors(self, max_count: int) -> list[BatchDescriptor]:
+        """Hands out up to ``max_count`` entries after the last one handed out (one manifest
+        read, no fetch). The cursor moves at handout: a descriptor is never handed out twice.
+
+        Raises:
+            FencedError: Another consumer initialized the queue.
+        """
+        if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 0:
+            raise InvalidConfigError("max_count", max_count, "use a count >= 0")
+        with self._lock:
+            self._check_usable()
+            if max_count == 0:
+                return []
+            descriptors, manifest = self._queue.descriptors_after(self._last_handed_out, max_count)
+            self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+            if descriptors:
+                self._check_contiguous(descriptors[0].sequence)
+                self._last_handed_out = descriptors[-1].sequence
+                self._metrics.counter(m.DESCRIPTORS_HANDED_OUT).inc(len(descriptors))
+            return descriptors
+
+    def fetch_handle(self) -> FetchHandle:
+        """A thread-safe fetcher for descriptors (no epoch check, no cursor)."""
+        return self._fetcher
+
+    def fetch(self, descriptor: BatchDescriptor) -> ConsumedBatch:
+        """Fetches a descriptor's batch and updates the consumer's metrics."""
+        return self._fetch(descriptor)
+
+    def _fetch(self, d: BatchDescriptor) -> ConsumedBatch:
+        batch = self._fetcher.fetch(d)
+        self._metrics.counter(m.BATCHES_COLLECTED).inc()
+        self._metrics.counter(m.ENTRIES_COLLECTED).inc(len(batch.entries))
+        self._metrics.counter(m.BYTES_COLLECTED).inc(sum(len(e) for e in batch.entries))
+        if batch.metadata:
+            newest = max(item.ingestion_time_ms for item in batch.metadata)
+            self._metrics.gauge(m.CONSUMER_LAG).set(max(0.0, (self._clock.now_ms() - newest) / 1000.0))
+        return batch
+
+    def ack_through(self, sequence: int) -> None:
+        """Moves the ack frontier to ``sequence`` with one dequeue write.
+
+        The caller must have processed every sequence up to it. The dequeue runs first; the
+        consumer's state changes only when it succeeds, so the call is safe to retry.
+
+        Raises:
+            IllegalQueueStateError: ``sequence`` does not move the frontier forward, or is past
+                the end of the queue.
+            FencedError: Another consumer initialized the queue.
+        """
+        with self._lock:
+            self._check_usable()
+            if sequence < self._next_ack:
+                raise IllegalQueueStateError(
+                    f"non-monotonic ack_through({sequence}): the frontier is already at {self._next_ack - 1}"
+                )
+            self._queue.dequeue_through(sequence)
+            acked = sequence - self._next_ack + 1
+            self._last_acked = sequence
+            self._last_dequeued = sequence
+            self._next_ack = sequence + 1
+            self._acks_since_dequeue = 0
+            if self._last_handed_out is None or self._last_handed_out < sequence:
+                self._last_handed_out = sequence
+            self._metrics.counter(m.ACKS).inc(acked)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[ConsumedBatch]:
+        """Yields :meth:`next_batch` results until the queue holds nothing new."""
+        while True:
+            batch = self.next_batch()
+            if batch is None:
+                return
+            yield batch
+
+    def close(self) -> None:
+        """Dequeues what was acknowledged, stops GC and releases the store. Idempotent.
+
+        Raises:
+            FencedError: The final dequeue found the consumer fenced (everything is still
+                released).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._queue.fenced is None and self._last_acked is not None and self._last_acked != self._last_dequeued:
+                    self._dequeue_acked()
+            finally:
+                self._closed = True
+                if self._gc is not None:
+                    self._gc.stop()
+                if self._owns_store:
+                    self._store.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self.close()
+        except Exception:
+            if exc is None:
+                raise

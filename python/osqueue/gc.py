@@ -1,0 +1,165 @@
+"""Garbage collection of batch files (docs/format.md §6).
+
+A cycle takes a manifest snapshot at time ``t0`` (no epoch check: GC never writes the
+manifest), lists ``<data_path_prefix>/`` and deletes a key only if all of these hold:
+
+1. its last segment is ``<ULID>.batch`` and it sits directly under ``data_path_prefix``;
+2. the snapshot does not reference it;
+3. its ULID time is older than the oldest referenced batch's (skipped when the manifest is
+   empty);
+4. ``t0 - ulid_time >= grace_period``, measured from the snapshot, not the delete.
+
+Producers complete the rule by never starting a manifest write with a location older than
+``grace_period / 2`` (they re-upload it under a fresh name), so a file GC may delete can never
+be enqueued. Failed deletes are counted and retried next cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from osqueue import metrics as m
+from osqueue.errors import InvalidConfigError, OsqueueError
+from osqueue.format import parse_batch_ulid_ms
+from osqueue.queue import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, Clock, ManifestStore, SystemClock
+from osqueue.store import ObjectStore, validate_key
+
+__all__ = ["GarbageCollector", "GcResult"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """What one GC cycle did.
+
+    Attributes:
+        deleted: Keys deleted (with ``dry_run``: keys that would have been).
+        failed: Keys whose delete failed (retried next cycle).
+        kept_referenced: Batch files the manifest references.
+        kept_newer_than_oldest: Unreferenced batch files not older than the oldest referenced one.
+        kept_in_grace: Unreferenced batch files younger than the grace period at snapshot time.
+        kept_not_batch: Listed keys that are not ``<ULID>.batch`` directly under the prefix.
+        snapshot_time_ms: ``t0``, when the manifest snapshot was taken.
+        dry_run: Nothing was deleted.
+    """
+
+    deleted: tuple[str, ...]
+    failed: tuple[str, ...]
+    kept_referenced: int
+    kept_newer_than_oldest: int
+    kept_in_grace: int
+    kept_not_batch: int
+    snapshot_time_ms: int
+    dry_run: bool = False
+
+
+class GarbageCollector:
+    """Deletes batch files that no manifest entry references and no producer can still enqueue.
+
+    Args:
+        store: The object store.
+        manifest_path: The manifest's key.
+        data_path_prefix: Where batches live.
+        grace_period: Minimum age in seconds (at snapshot time) before a file may be deleted.
+        clock: Time seam.
+        metrics: Metrics registry.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        manifest_path: str = DEFAULT_MANIFEST_PATH,
+        data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
+        grace_period: float = 600.0,
+        clock: Clock | None = None,
+        metrics: m.MetricsRegistry | None = None,
+    ) -> None:
+        if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)) or grace_period < 0:
+            raise InvalidConfigError("gc_grace_period", grace_period, "must be a number of seconds >= 0")
+        validate_key(data_path_prefix)
+        self._manifest = ManifestStore(store, manifest_path)
+        self._store = store
+        self._prefix = data_path_prefix.rstrip("/") + "/"
+        self._grace_ms = int(grace_period * 1000)
+        self._clock = clock or SystemClock()
+        self._metrics = metrics or m.REGISTRY
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self, dry_run: bool = False) -> GcResult:
+        """Runs one cycle.
+
+        Raises:
+            StoreError: Reading the manifest or listing failed (nothing was deleted).
+            CorruptManifestError: The manifest does not decode (nothing was deleted).
+        """
+        started = time.monotonic()
+        t0 = self._clock.now_ms()
+        manifest, _ = self._manifest.read()
+        referenced = {e.location for e in manifest.entries}
+        referenced_times = [t for t in (parse_batch_ulid_ms(loc) for loc in referenced) if t is not None]
+        oldest = min(referenced_times) if referenced_times else None
+        candidates: list[str] = []
+        kept_referenced = kept_newer = kept_grace = kept_other = 0
+        for info in self._store.list(self._prefix):
+            rest = info.key[len(self._prefix) :]
+            created = None if "/" in rest else parse_batch_ulid_ms(rest)
+            if created is None:
+                kept_other += 1
+            elif info.key in referenced:
+                kept_referenced += 1
+            elif manifest.entries and (oldest is None or created >= oldest):
+                # With entries but no ULID-named one there is no "oldest": keep everything.
+                kept_newer += 1
+            elif t0 - created < self._grace_ms:
+                kept_grace += 1
+            else:
+                candidates.append(info.key)
+        deleted: list[str] = []
+        failed: list[str] = []
+        for key in candidates:
+            if dry_run:
+                deleted.append(key)
+                continue
+            try:
+                self._store.delete(key)
+                deleted.append(key)
+            except (OsqueueError, OSError) as e:
+                _log.warning("GC could not delete %s: %s (retried next cycle)", key, e)
+                failed.append(key)
+        if not dry_run:
+            self._metrics.counter(m.GC_FILES_DELETED).inc(len(deleted))
+            self._metrics.counter(m.GC_FILES_FAILED).inc(len(failed))
+        self._metrics.histogram(m.GC_DURATION).observe(time.monotonic() - started)
+        return GcResult(
+            tuple(deleted), tuple(failed), kept_referenced, kept_newer, kept_grace, kept_other, t0, dry_run
+        )
+
+    def start(self, interval: float) -> None:
+        """Runs a cycle every ``interval`` seconds in a daemon thread ``osqueue-gc``."""
+        if not interval > 0:
+            raise InvalidConfigError("gc_interval", interval, "must be a positive number of seconds")
+        if self._thread is not None:
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.run_once()
+                except Exception as e:  # a failed cycle is retried next interval
+                    _log.warning("GC cycle failed: %s", e)
+
+        self._thread = threading.Thread(target=loop, name="osqueue-gc", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Stops the background thread (waits for a running cycle)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None

@@ -1,0 +1,692 @@
+"""The queue protocol on the manifest (docs/format.md §5).
+
+* :class:`ManifestStore` reads and compare-and-swaps the manifest object.
+* :class:`QueueProducer` appends batch locations through a *group committer*: one background
+  thread per (store, manifest key) in the process, which puts every location that became ready
+  while a manifest write was in flight into the next write. Writes that fail with an unknown
+  outcome are resolved by re-reading the manifest, so a producer never leaves a duplicate entry.
+* :class:`QueueConsumer` owns the consumer side: the epoch bump that fences older consumers,
+  the resume point, epoch-checked reads and dequeues.
+
+Time and randomness come from an injectable :class:`Clock` and ``random.Random``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol
+from collections.abc import Callable, Sequence
+
+from osqueue import metrics as m
+from osqueue.errors import (
+    AmbiguousCommitError,
+    ConflictRetriesExhaustedError,
+    FencedError,
+    IllegalQueueStateError,
+    InvalidConfigError,
+    ResumePointError,
+    StoreError,
+)
+from osqueue.format import (
+    Manifest,
+    MetadataItem,
+    append_entries,
+    decode_manifest,
+    dequeue_through,
+    encode_entry,
+    iter_entry_locations,
+    next_epoch,
+    parse_batch_ulid_ms,
+    read_manifest_footer,
+    with_epoch,
+)
+from osqueue.store import CasOutcome, ObjectStore, ObjectVersion, Written, validate_key
+
+__all__ = [
+    "DEFAULT_MANIFEST_PATH",
+    "DEFAULT_DATA_PATH_PREFIX",
+    "Clock",
+    "SystemClock",
+    "RetryPolicy",
+    "ManifestStore",
+    "EnqueueResult",
+    "QueueProducer",
+    "BatchDescriptor",
+    "QueueConsumer",
+]
+
+DEFAULT_MANIFEST_PATH = "ingest/manifest"
+DEFAULT_DATA_PATH_PREFIX = "ingest"
+
+
+class Clock(Protocol):
+    """The time seam: wall clock for ULIDs and ages, monotonic clock and sleep for waits."""
+
+    def now_ms(self) -> int:
+        """Wall-clock milliseconds since the Unix epoch."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a monotonic clock."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Waits ``seconds``."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff and budget of manifest compare-and-swap retries.
+
+    The n-th retry waits a uniformly random time in ``[0, min(max_delay, base_delay * 2^(n-1))]``
+    (full jitter). Retrying stops after ``max_attempts`` attempts or ``max_elapsed`` seconds.
+    """
+
+    base_delay: float = 0.010
+    max_delay: float = 1.0
+    max_elapsed: float = 30.0
+    max_attempts: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise InvalidConfigError("base_delay/max_delay", f"{self.base_delay}/{self.max_delay}", "must be >= 0")
+        if self.max_attempts < 1:
+            raise InvalidConfigError("max_attempts", self.max_attempts, "must be at least 1")
+        if self.max_elapsed <= 0:
+            raise InvalidConfigError("max_elapsed", self.max_elapsed, "must be > 0")
+
+    def delay(self, retry: int, rng: random.Random) -> float:
+        """The wait before retry number ``retry`` (1-based)."""
+        cap = min(self.max_delay, self.base_delay * (2 ** min(retry - 1, 62)))
+        return rng.uniform(0.0, cap)
+
+
+class _Budget:
+    """Counts attempts and sleeps between them."""
+
+    def __init__(self, policy: RetryPolicy, clock: Clock, rng: random.Random) -> None:
+        self.policy = policy
+        self.clock = clock
+        self.rng = rng
+        self.start = clock.monotonic()
+        self.attempts = 0
+
+    def elapsed_ms(self) -> int:
+        return int((self.clock.monotonic() - self.start) * 1000)
+
+    def retry(self) -> bool:
+        """Records a failed attempt; sleeps and returns True if another one is allowed."""
+        self.attempts += 1
+        if self.attempts >= self.policy.max_attempts:
+            return False
+        if self.clock.monotonic() - self.start >= self.policy.max_elapsed:
+            return False
+        self.clock.sleep(self.policy.delay(self.attempts, self.rng))
+        return True
+
+
+class ManifestStore:
+    """Reads and compare-and-swaps one manifest object.
+
+    Args:
+        store: The object store.
+        key: The manifest's key (default ``ingest/manifest``).
+    """
+
+    def __init__(self, store: ObjectStore, key: str = DEFAULT_MANIFEST_PATH) -> None:
+        self.store = store
+        self.key = validate_key(key)
+
+    def read_raw(self) -> tuple[bytes | None, ObjectVersion | None]:
+        """The manifest's bytes and version; ``(None, None)`` when it does not exist."""
+        obj = self.store.get(self.key)
+        return (None, None) if obj is None else (obj.data, obj.version)
+
+    def decode(self, raw: bytes | None) -> Manifest:
+        """Decodes raw bytes; None is the empty manifest."""
+        return Manifest([], 0, 0) if raw is None else decode_manifest(raw, self.key)
+
+    def read(self) -> tuple[Manifest, ObjectVersion | None]:
+        """The decoded manifest (empty when missing) and its version."""
+        raw, version = self.read_raw()
+        return self.decode(raw), version
+
+    def write(self, data: bytes, expected: ObjectVersion | None) -> CasOutcome:
+        """Create-if-absent when ``expected`` is None, else put-if-version-matches."""
+        if expected is None:
+            return self.store.put_if_absent(self.key, data)
+        return self.store.put_if_version_matches(self.key, data, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Producer side: group commit
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """Where an enqueued batch ended up.
+
+    Attributes:
+        sequence: The manifest entry's sequence.
+        location: The batch key in the entry (differs from the submitted one when the batch
+            had to be re-uploaded under a fresh ULID, see docs/format.md §6).
+    """
+
+    sequence: int
+    location: str
+
+
+@dataclass(eq=False)
+class _Pending:
+    location: str
+    metadata: list[MetadataItem]
+    future: Future[EnqueueResult]
+    reupload: Callable[[], str] | None = None
+    max_age_ms: int | None = None
+
+
+class _GroupCommitter:
+    """One background thread appending everything submitted for one (store, manifest key)."""
+
+    def __init__(
+        self,
+        manifest: ManifestStore,
+        clock: Clock,
+        rng: random.Random,
+        policy: RetryPolicy,
+        metrics: m.MetricsRegistry,
+    ) -> None:
+        self.manifest = manifest
+        self.clock = clock
+        self.rng = rng
+        self.policy = policy
+        self.metrics = metrics
+        self.refs = 0
+        self._cond = threading.Condition()
+        self._queue: list[_Pending] = []
+        self._thread: threading.Thread | None = None
+
+    def submit(self, pending: _Pending) -> None:
+        with self._cond:
+            self._queue.append(pending)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"osqueue-manifest-committer[{self.manifest.key}]", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue:
+                    self._thread = None
+                    return
+                group, self._queue = self._queue, []
+            try:
+                results = self._commit(group)
+            except BaseException as e:  # every future of the group gets the same error
+                for p in group:
+                    if not p.future.done():
+                        p.future.set_exception(e)
+                continue
+            for p, r in zip(group, results):
+                p.future.set_result(r)
+
+    # -- one group ------------------------------------------------------------------------
+
+    def _refresh_stale(self, group: Sequence[_Pending]) -> None:
+        now = self.clock.now_ms()
+        for p in group:
+            if p.max_age_ms is None or p.reupload is None:
+                continue
+            created = parse_batch_ulid_ms(p.location)
+            if created is not None and now - created >= p.max_age_ms:
+                p.location = p.reupload()
+
+    def _find_landed(
+        self, raw: bytes | None, tried: list[tuple[str, ...]], min_base: int
+    ) -> list[EnqueueResult] | None:
+        if raw is None:
+            return None
+        wanted = {loc for attempt in tried for loc in attempt}
+        found: dict[str, int] = {}
+        for sequence, location in iter_entry_locations(raw, self.manifest.key, min_base):
+            if location in wanted:
+                found[location] = sequence
+        if not found:
+            return None
+        for attempt in reversed(tried):
+            if all(loc in found for loc in attempt):
+                return [EnqueueResult(found[loc], loc) for loc in attempt]
+        raise AmbiguousCommitError(
+            f"manifest '{self.manifest.key}' holds only some of the locations of one write "
+            f"({sorted(found)}); refusing to append them again"
+        )
+
+    def _judge_unknown(self, raw: bytes | None, base: int) -> str:
+        """For a write at sequence ``base`` whose outcome is unknown and whose locations are
+        absent: ``"pending"`` (not landed, may still), ``"lost"`` (can never land) or
+        ``"undecidable"`` (landed-and-dequeued cannot be told from not landed)."""
+        if raw is None:
+            return "pending" if base == 0 else "undecidable"
+        footer = read_manifest_footer(raw, self.manifest.key)
+        if footer.next_sequence == base:
+            return "pending"
+        if footer.next_sequence < base:
+            return "undecidable"
+        first = footer.next_sequence
+        for sequence, _ in iter_entry_locations(raw, self.manifest.key):
+            first = sequence
+            break
+        return "lost" if first <= base else "undecidable"
+
+    def _last_look(self, tried: list[tuple[str, ...]], min_base: int) -> list[EnqueueResult] | None:
+        """Before giving up with a write of unknown outcome: did one of them land after all?"""
+        try:
+            raw, _ = self.manifest.read_raw()
+            return self._find_landed(raw, tried, min_base)
+        except Exception:
+            return None
+
+    def _commit(self, group: list[_Pending]) -> list[EnqueueResult]:
+        budget = _Budget(self.policy, self.clock, self.rng)
+        key = self.manifest.key
+        tried: list[tuple[str, ...]] = []
+        min_base: int | None = None
+        unknown_base: int | None = None  # base of an attempt whose outcome is still unknown
+        last_error: BaseException | None = None
+        role = "producer"
+        while True:
+            try:
+                raw, version = self.manifest.read_raw()
+            except StoreError as e:
+                last_error = e
+                if budget.retry():
+                    continue
+                if unknown_base is not None:
+                    raise AmbiguousCommitError(
+                        f"could not re-read manifest '{key}' to learn whether a write landed: {e}"
+                    ) from e
+                raise
+            if tried:
+                assert min_base is not None
+                landed = self._find_landed(raw, tried, min_base)
+                if landed is not None:
+                    return landed
+                if unknown_base is not None:
+                    verdict = self._judge_unknown(raw, unknown_base)
+                    if verdict == "undecidable":
+                        raise AmbiguousCommitError(
+                            f"a write to manifest '{key}' at sequence {unknown_base} had an unknown outcome "
+                            "and the entries from that sequence on were already dequeued; it cannot be told "
+                            "whether it landed, so it is not appended again"
+                        ) from last_error
+                    if verdict == "lost":
+                        unknown_base = None
+            self._refresh_stale(group)
+            locations = tuple(p.location for p in group)
+            new_raw, base = append_entries(raw, [(p.location, p.metadata) for p in group], key)
+            tried.append(locations)
+            min_base = base if min_base is None else min(min_base, base)
+            try:
+                outcome = self.manifest.write(new_raw, version)
+            except StoreError as e:
+                if e.outcome_known:
+                    if unknown_base is not None:
+                        raise AmbiguousCommitError(
+                            f"gave up on manifest '{key}' with a write of unknown outcome at sequence {unknown_base}: {e}"
+                        ) from e
+                    raise
+                last_error = e
+                if unknown_base is None:
+                    unknown_base = base
+                if not budget.retry():
+                    landed = self._last_look(tried, min_base)
+                    if landed is not None:
+                        return landed
+                    raise AmbiguousCommitError(
+                        f"writes to manifest '{key}' kept failing with unknown outcomes "
+                        f"({budget.attempts} attempts): {e}"
+                    ) from e
+                continue
+            if isinstance(outcome, Written):
+                self.metrics.counter(m.MANIFEST_WRITES, role=role).inc()
+                return [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)]
+            self.metrics.counter(m.MANIFEST_CONFLICTS, role=role).inc()
+            if not budget.retry():
+                if unknown_base is not None:
+                    landed = self._last_look(tried, min_base)
+                    if landed is not None:
+                        return landed
+                    raise AmbiguousCommitError(
+                        f"gave up on manifest '{key}' with a write of unknown outcome at sequence {unknown_base}"
+                    ) from last_error
+                raise ConflictRetriesExhaustedError(key, budget.attempts, budget.elapsed_ms())
+
+
+_committers: dict[tuple[int, str], tuple[ObjectStore, _GroupCommitter]] = {}
+_committers_lock = threading.Lock()
+
+
+def _acquire_committer(
+    store: ObjectStore, key: str, clock: Clock, rng: random.Random, policy: RetryPolicy, metrics: m.MetricsRegistry
+) -> _GroupCommitter:
+    with _committers_lock:
+        found = _committers.get((id(store), key))
+        if found is None or found[0] is not store:
+            committer = _GroupCommitter(ManifestStore(store, key), clock, rng, policy, metrics)
+            _committers[(id(store), key)] = (store, committer)
+        else:
+            committer = found[1]
+        committer.refs += 1
+        return committer
+
+
+def _release_committer(store: ObjectStore, key: str, committer: _GroupCommitter) -> None:
+    with _committers_lock:
+        committer.refs -= 1
+        found = _committers.get((id(store), key))
+        if committer.refs <= 0 and found is not None and found[1] is committer:
+            del _committers[(id(store), key)]
+
+
+class QueueProducer:
+    """Appends batch locations to a queue manifest.
+
+    All ``QueueProducer`` instances of a process that share a store object and a manifest key
+    share one group committer (the settings of the first one apply): locations submitted while
+    a manifest write is in flight go into the next write, in submission order, as consecutive
+    entries.
+
+    Args:
+        store: The object store.
+        manifest_key: The manifest's key.
+        clock: Time seam (default: the system clock).
+        rng: Jitter source (default: an OS-seeded ``random.Random``).
+        retry: Backoff and budget of conflicting writes.
+        metrics: Where ``buffer.manifest_writes``/``_conflicts{role=producer}`` are counted.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        manifest_key: str = DEFAULT_MANIFEST_PATH,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        retry: RetryPolicy | None = None,
+        metrics: m.MetricsRegistry | None = None,
+    ) -> None:
+        validate_key(manifest_key)
+        self._store = store
+        self._key = manifest_key
+        self._committer = _acquire_committer(
+            store,
+            manifest_key,
+            clock or SystemClock(),
+            rng or random.Random(),
+            retry or RetryPolicy(),
+            metrics or m.REGISTRY,
+        )
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def manifest_key(self) -> str:
+        return self._key
+
+    def enqueue_async(
+        self,
+        location: str,
+        metadata: Sequence[MetadataItem] = (),
+        *,
+        reupload: Callable[[], str] | None = None,
+        max_age_ms: int | None = None,
+    ) -> Future[EnqueueResult]:
+        """Submits a location for the next manifest write.
+
+        Args:
+            location: The batch key.
+            metadata: The entry's metadata items.
+            reupload: Uploads the batch again under a fresh ULID and returns the new key; called
+                when the location's ULID is ``max_age_ms`` old before a write starts.
+            max_age_ms: See ``reupload`` (``gc_grace_period / 2``).
+
+        Returns:
+            A future of the entry's sequence and final location.
+        """
+        validate_key(location)
+        metadata = list(metadata)
+        encode_entry(0, location, metadata)  # fails here, not in a shared group write
+        with self._lock:
+            if self._closed:
+                raise IllegalQueueStateError("this QueueProducer is closed")
+            future: Future[EnqueueResult] = Future()
+            self._committer.submit(_Pending(location, metadata, future, reupload, max_age_ms))
+            return future
+
+    def enqueue(self, location: str, metadata: Sequence[MetadataItem] = (), timeout: float | None = None) -> EnqueueResult:
+        """Like :meth:`enqueue_async`, but waits for the manifest write."""
+        return self.enqueue_async(location, metadata).result(timeout)
+
+    def close(self) -> None:
+        """Stops accepting locations; those already submitted are still written."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        _release_committer(self._store, self._key, self._committer)
+
+    def __enter__(self) -> QueueProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Consumer side
+
+
+@dataclass(frozen=True)
+class BatchDescriptor:
+    """A manifest entry handed to a consumer, before its batch is fetched.
+
+    Attributes:
+        sequence: The entry's sequence.
+        location: The batch key.
+        metadata: The entry's metadata items.
+    """
+
+    sequence: int
+    location: str
+    metadata: list[MetadataItem] = field(default_factory=list)
+
+
+class QueueConsumer:
+    """The single consumer's view of the manifest: epoch fencing, resume point, dequeues.
+
+    Args:
+        store: The object store.
+        manifest_key: The manifest's key.
+        clock: Time seam.
+        rng: Jitter source.
+        retry: Backoff and budget of conflicting writes.
+        metrics: Where ``buffer.manifest_writes``/``_conflicts{role=consumer}`` are counted.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        manifest_key: str = DEFAULT_MANIFEST_PATH,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        retry: RetryPolicy | None = None,
+        metrics: m.MetricsRegistry | None = None,
+    ) -> None:
+        self.manifest = ManifestStore(store, manifest_key)
+        self._clock = clock or SystemClock()
+        self._rng = rng or random.Random()
+        self._policy = retry or RetryPolicy()
+        self._metrics = metrics or m.REGISTRY
+        self._epoch: int | None = None
+        self._fenced: FencedError | None = None
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch this consumer wrote at :meth:`initialize` (None before)."""
+        return self._epoch
+
+    @property
+    def fenced(self) -> FencedError | None:
+        """The fence this consumer ran into, if any."""
+        return self._fenced
+
+    def _conflict(self, budget: _Budget) -> None:
+        self._metrics.counter(m.MANIFEST_CONFLICTS, role="consumer").inc()
+        if not budget.retry():
+            raise ConflictRetriesExhaustedError(self.manifest.key, budget.attempts, budget.elapsed_ms())
+
+    def _unknown(self, budget: _Budget, error: StoreError) -> None:
+        if error.outcome_known or not budget.retry():
+            raise error
+
+    def initialize(self, last_acked: int | None = None) -> Manifest:
+        """Bumps the epoch (fencing every older consumer) and applies the resume point.
+
+        With ``first`` the first entry's sequence (or ``next_sequence`` when empty):
+        ``last_acked >= next_sequence`` or ``last_acked + 1 < first`` raise
+        :class:`ResumePointError`; otherwise entries ``<= last_acked`` are dequeued in the same
+        write as the epoch bump.
+
+        Returns:
+            The manifest as written.
+        """
+        if last_acked is not None and last_acked < 0:
+            raise InvalidConfigError("last_acked_sequence", last_acked, "sequences are >= 0")
+        budget = _Budget(self._policy, self._clock, self._rng)
+        key = self.manifest.key
+        while True:
+            raw, version = self.manifest.read_raw()
+            current = self.manifest.decode(raw)
+            if last_acked is not None:
+                first = current.first_sequence
+                if last_acked >= current.next_sequence:
+                    raise ResumePointError(
+                        f"resume point {last_acked} is ahead of the queue in '{key}' (next sequence "
+                        f"{current.next_sequence}): wrong queue, or the queue was recreated"
+                    )
+                if last_acked + 1 < first:
+                    raise ResumePointError(
+                        f"resume point {last_acked} is behind the queue in '{key}': entries "
+                        f"{last_acked + 1}..{first - 1} were removed without being acknowledged by this "
+                        "resume point (data loss)"
+                    )
+            new_epoch = next_epoch(current.epoch)
+            new_raw = raw
+            if raw is not None and last_acked is not None:
+                new_raw, _ = dequeue_through(raw, last_acked, key)
+            new_raw = with_epoch(new_raw, new_epoch, key)
+            try:
+                outcome = self.manifest.write(new_raw, version)
+            except StoreError as e:
+                # Bumping again after a write that did land is harmless: the epoch only grows.
+                self._unknown(budget, e)
+                continue
+            if isinstance(outcome, Written):
+                self._metrics.counter(m.MANIFEST_WRITES, role="consumer").inc()
+                self._epoch = new_epoch
+                self._fenced = None
+                return decode_manifest(new_raw, key)
+            self._conflict(budget)
+
+    def _check(self, current_epoch: int) -> None:
+        if self._epoch is None:
+            raise IllegalQueueStateError("the consumer is not initialized: call initialize() first")
+        if current_epoch != self._epoch:
+            self._fenced = FencedError(self._epoch, current_epoch)
+            raise self._fenced
+
+    def read(self) -> Manifest:
+        """The manifest, after checking that this consumer still owns the queue.
+
+        Raises:
+            FencedError: Another consumer initialized the queue since.
+        """
+        raw, _ = self.manifest.read_raw()
+        current = self.manifest.decode(raw)
+        self._check(current.epoch)
+        return current
+
+    def descriptors_after(self, after: int | None, max_count: int) -> tuple[list[BatchDescriptor], Manifest]:
+        """Up to ``max_count`` entries with ``sequence > after`` (all from the first when None)."""
+        current = self.read()
+        out: list[BatchDescriptor] = []
+        for e in current.entries:
+            if len(out) >= max_count:
+                break
+            if after is None or e.sequence > after:
+                out.append(BatchDescriptor(e.sequence, e.location, list(e.metadata)))
+        return out, current
+
+    def dequeue_through(self, sequence: int) -> int:
+        """Removes the entries ``<= sequence``, checking the epoch on every try.
+
+        A dequeue that would remove nothing writes nothing.
+
+        Returns:
+            The number of entries this call removed (0 when a write's outcome was unknown and
+            a re-read found the entries already gone).
+
+        Raises:
+            FencedError: Another consumer initialized the queue.
+            IllegalQueueStateError: ``sequence`` is at or past ``next_sequence`` (it was never
+                appended).
+        """
+        budget = _Budget(self._policy, self._clock, self._rng)
+        key = self.manifest.key
+        while True:
+            raw, version = self.manifest.read_raw()
+            if raw is None:
+                self._check(0)
+                raise IllegalQueueStateError(f"cannot dequeue through sequence {sequence}: queue '{key}' is empty")
+            footer = read_manifest_footer(raw, key)
+            self._check(footer.epoch)
+            if sequence >= footer.next_sequence:
+                raise IllegalQueueStateError(
+                    f"cannot dequeue through sequence {sequence}: queue '{key}' has only reached "
+                    f"sequence {footer.next_sequence - 1}"
+                )
+            new_raw, removed = dequeue_through(raw, sequence, key)
+            if removed == 0:
+                return 0
+            try:
+                outcome = self.manifest.write(new_raw, version)
+            except StoreError as e:
+                self._unknown(budget, e)
+                continue
+            if isinstance(outcome, Written):
+                self._metrics.counter(m.MANIFEST_WRITES, role="consumer").inc()
+                return removed
+            self._conflict(budget)

@@ -1,0 +1,745 @@
+"""Object stores: the few operations the queue needs, on a local disk, S3 or memory.
+
+Keys are relative to the store root, ``/``-separated and validated by :func:`validate_key`
+before any I/O, so a manifest can never make a store touch anything outside its root.
+
+Failures raise :class:`~osqueue.errors.StoreError`. After a *conditional* write raises, the
+write may or may not have been applied: callers resolve that by reading the object back
+(see :mod:`osqueue.queue`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import fcntl
+import hashlib
+import itertools
+import os
+import random
+import secrets
+import threading
+import time
+import urllib.parse
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, Union, runtime_checkable
+from collections.abc import Iterator, Mapping
+
+from osqueue.errors import InvalidConfigError, InvalidObjectKeyError, StoreError
+
+__all__ = [
+    "ObjectVersion",
+    "VersionedObject",
+    "ObjectInfo",
+    "Written",
+    "PreconditionFailed",
+    "PRECONDITION_FAILED",
+    "CasOutcome",
+    "ObjectStore",
+    "validate_key",
+    "join_key",
+    "InMemoryStore",
+    "LocalFileSystemStore",
+    "S3Store",
+    "open_store",
+]
+
+
+@dataclass(frozen=True)
+class ObjectVersion:
+    """An opaque object version: S3's ETag, a content hash on disk, a counter in memory."""
+
+    token: str
+
+
+@dataclass(frozen=True)
+class VersionedObject:
+    """An object's bytes and the version they were read at."""
+
+    data: bytes
+    version: ObjectVersion
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """A listed object."""
+
+    key: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Written:
+    """A conditional write was applied; ``version`` is the object's new version."""
+
+    version: ObjectVersion
+
+
+@dataclass(frozen=True)
+class PreconditionFailed:
+    """The condition did not hold (HTTP 412/409): the object changed, or already existed.
+
+    A store returns this only when the write was certainly *not* applied.
+    """
+
+
+PRECONDITION_FAILED = PreconditionFailed()
+
+CasOutcome = Union[Written, PreconditionFailed]
+"""The outcome of a conditional write. A raised ``StoreError`` means the outcome is unknown."""
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """The object-store operations the queue needs.
+
+    Implementations are thread-safe.
+    """
+
+    @property
+    def uri(self) -> str:
+        """Where this store points, for messages: ``s3://bucket/prefix``, ``file:/dir``, ..."""
+        ...
+
+    def get(self, key: str) -> VersionedObject | None:
+        """The object and its version, or None if it does not exist."""
+        ...
+
+    def put(self, key: str, data: bytes) -> None:
+        """Unconditional write (batch files: ULID names are never reused)."""
+        ...
+
+    def put_if_absent(self, key: str, data: bytes) -> CasOutcome:
+        """Create only if the key does not exist."""
+        ...
+
+    def put_if_version_matches(self, key: str, data: bytes, expected_version: ObjectVersion) -> CasOutcome:
+        """Overwrite only if the current version is ``expected_version``."""
+        ...
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """All objects whose key starts with ``prefix`` (recursively), in no particular order."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Delete; deleting a missing key succeeds."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (connections)."""
+        ...
+
+
+def validate_key(key: str) -> str:
+    """Rejects keys that are empty or absolute, or contain ``.``/``..``/empty segments,
+    backslashes, NULs or ``://``; returns the key unchanged otherwise.
+
+    Raises:
+        InvalidObjectKeyError: The key is not a plain relative key.
+    """
+    if not isinstance(key, str) or key == "":
+        raise InvalidObjectKeyError(str(key) if key is not None else "", "empty key")
+    if key.startswith("/"):
+        raise InvalidObjectKeyError(key, "absolute keys are not allowed")
+    if "\\" in key:
+        raise InvalidObjectKeyError(key, "backslashes are not allowed")
+    if "\x00" in key:
+        raise InvalidObjectKeyError(key, "NUL characters are not allowed")
+    if "://" in key:
+        raise InvalidObjectKeyError(key, "keys are relative to the store root, not URIs")
+    segments = key.split("/")
+    if any(s == "" for s in segments):
+        raise InvalidObjectKeyError(key, "empty path segment")
+    if any(s in (".", "..") for s in segments):
+        raise InvalidObjectKeyError(key, "'.' and '..' segments are not allowed")
+    return key
+
+
+def _validate_prefix(prefix: str) -> str:
+    """A list prefix: empty, or a key optionally followed by ``/``."""
+    if prefix == "":
+        return prefix
+    validate_key(prefix[:-1] if prefix.endswith("/") else prefix)
+    return prefix
+
+
+def join_key(prefix: str, name: str) -> str:
+    """Joins a prefix and a name with exactly one ``/``. An empty prefix yields the name."""
+    return name if prefix == "" else prefix.rstrip("/") + "/" + name
+
+
+# ---------------------------------------------------------------------------------------------
+# In memory
+
+
+class InMemoryStore:
+    """A thread-safe in-process store (unit tests). Versions come from a store-wide counter.
+
+    ``InMemoryStore.named(name)`` returns the process-wide store behind ``memory://name``.
+    """
+
+    _registry: dict[str, InMemoryStore] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, name: str = "test") -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._objects: dict[str, tuple[bytes, ObjectVersion]] = {}
+        self._counter = itertools.count(1)
+
+    @classmethod
+    def named(cls, name: str) -> InMemoryStore:
+        """The shared store for ``memory://name`` (created on first use)."""
+        with cls._registry_lock:
+            store = cls._registry.get(name)
+            if store is None:
+                store = cls._registry[name] = cls(name)
+            return store
+
+    @classmethod
+    def forget(cls, name: str) -> None:
+        """Drops the shared store ``memory://name``."""
+        with cls._registry_lock:
+            cls._registry.pop(name, None)
+
+    @property
+    def uri(self) -> str:
+        return f"memory://{self._name}"
+
+    def _new_version(self) -> ObjectVersion:
+        return ObjectVersion(f"mem:{next(self._counter)}")
+
+    def get(self, key: str) -> VersionedObject | None:
+        validate_key(key)
+        with self._lock:
+            found = self._objects.get(key)
+        return None if found is None else VersionedObject(found[0], found[1])
+
+    def put(self, key: str, data: bytes) -> None:
+        validate_key(key)
+        with self._lock:
+            self._objects[key] = (bytes(data), self._new_version())
+
+    def put_if_absent(self, key: str, data: bytes) -> CasOutcome:
+        validate_key(key)
+        with self._lock:
+            if key in self._objects:
+                return PRECONDITION_FAILED
+            version = self._new_version()
+            self._objects[key] = (bytes(data), version)
+            return Written(version)
+
+    def put_if_version_matches(self, key: str, data: bytes, expected_version: ObjectVersion) -> CasOutcome:
+        validate_key(key)
+        with self._lock:
+            found = self._objects.get(key)
+            if found is None or found[1] != expected_version:
+                return PRECONDITION_FAILED
+            version = self._new_version()
+            self._objects[key] = (bytes(data), version)
+            return Written(version)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        _validate_prefix(prefix)
+        with self._lock:
+            return [ObjectInfo(k, len(v[0])) for k, v in self._objects.items() if k.startswith(prefix)]
+
+    def delete(self, key: str) -> None:
+        validate_key(key)
+        with self._lock:
+            self._objects.pop(key, None)
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Local filesystem (docs/format.md §7)
+
+_process_locks: dict[str, threading.Lock] = {}
+_process_locks_guard = threading.Lock()
+
+
+def _process_lock(path: str) -> threading.Lock:
+    with _process_locks_guard:
+        lock = _process_locks.get(path)
+        if lock is None:
+            lock = _process_locks[path] = threading.Lock()
+        return lock
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _content_version(data: bytes) -> ObjectVersion:
+    return ObjectVersion("sha256:" + hashlib.sha256(data).hexdigest())
+
+
+class LocalFileSystemStore:
+    """A store in a local directory with a cross-process compare-and-swap.
+
+    Key ``K`` is the file ``<root>/K``; files whose name starts with ``.`` are internal and
+    never listed. The version of an object is ``sha256:<hex>`` of its bytes. A conditional
+    write holds an exclusive POSIX record lock (``fcntl.lockf``, the same lock as Java's
+    ``FileChannel.lock``) on ``<dir>/.<name>.lock`` plus an in-process mutex per lock file,
+    re-reads the file, compares, and replaces it with an fsync'd temporary file and a rename.
+    Readers take no lock.
+
+    Args:
+        root: The directory (created if missing).
+        lock_timeout: Seconds to wait for a lock before raising ``StoreError``.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, lock_timeout: float = 30.0) -> None:
+        root_str = os.fspath(root)
+        if not os.path.isabs(root_str):
+            raise InvalidConfigError("path", root_str, "a local store root must be an absolute directory")
+        self._root = os.path.normpath(root_str)
+        self._lock_timeout = lock_timeout
+        try:
+            os.makedirs(self._root, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create store root '{self._root}': {e}") from e
+
+    @property
+    def uri(self) -> str:
+        return "file:" + self._root
+
+    @property
+    def root(self) -> str:
+        """The root directory."""
+        return self._root
+
+    def _path(self, key: str) -> str:
+        validate_key(key)
+        return os.path.join(self._root, *key.split("/"))
+
+    def get(self, key: str) -> VersionedObject | None:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None  # a directory is not an object (as on S3)
+        except OSError as e:
+            raise StoreError(f"cannot read '{key}' in {self.uri}: {e}") from e
+        return VersionedObject(data, _content_version(data))
+
+    def _ensure_directory(self, directory: str) -> None:
+        """Creates missing directories one by one, fsyncing each parent so the entry is durable."""
+        if os.path.isdir(directory):
+            return
+        parent = os.path.dirname(directory)
+        if parent and parent != directory:
+            self._ensure_directory(parent)
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+        if parent and parent != directory:
+            _fsync_directory(parent)
+
+    def _write_replace(self, path: str, data: bytes) -> None:
+        directory, name = os.path.split(path)
+        self._ensure_directory(directory)
+        tmp = os.path.join(directory, f".{name}.tmp-{secrets.token_hex(8)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        _fsync_directory(directory)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        try:
+            self._write_replace(path, bytes(data))
+        except OSError as e:
+            raise StoreError(f"cannot write '{key}' in {self.uri}: {e}") from e
+
+    @contextmanager
+    def _locked(self, key: str, path: str) -> Iterator[None]:
+        directory, name = os.path.split(path)
+        try:
+            self._ensure_directory(directory)
+            lock_path = os.path.join(os.path.realpath(directory), f".{name}.lock")
+        except OSError as e:
+            raise StoreError(f"cannot prepare the lock for '{key}' in {self.uri}: {e}") from e
+        deadline = time.monotonic() + self._lock_timeout
+        mutex = _process_lock(lock_path)
+        if not mutex.acquire(timeout=self._lock_timeout):
+            raise StoreError(
+                f"timed out after {self._lock_timeout} s waiting for the lock on '{key}' in {self.uri}",
+                outcome_known=True,
+            )
+        try:
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise StoreError(f"cannot open lock file '{lock_path}': {e}") from e
+            try:
+                while True:
+                    try:
+                        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except OSError as e:
+                        if e.errno not in (errno.EACCES, errno.EAGAIN):
+                            raise StoreError(f"cannot lock '{lock_path}': {e}") from e
+                    if time.monotonic() >= deadline:
+                        raise StoreError(
+                            f"timed out after {self._lock_timeout} s waiting for the lock on '{key}' in {self.uri} "
+                            f"(held by another process: {lock_path})",
+                            outcome_known=True,
+                        )
+                    time.sleep(random.uniform(0.001, 0.005))
+                yield
+            finally:
+                os.close(fd)  # closing the descriptor releases the record lock
+        finally:
+            mutex.release()
+
+    def _conditional_put(self, key: str, data: bytes, expected: ObjectVersion | None) -> CasOutcome:
+        path = self._path(key)
+        data = bytes(data)
+        with self._locked(key, path):
+            try:
+                try:
+                    with open(path, "rb") as f:
+                        current: bytes | None = f.read()
+                except FileNotFoundError:
+                    current = None
+                if expected is None:
+                    if current is not None:
+                        return PRECONDITION_FAILED
+                elif current is None or _content_version(current) != expected:
+                    return PRECONDITION_FAILED
+                self._write_replace(path, data)
+            except OSError as e:
+                raise StoreError(f"conditional write of '{key}' in {self.uri} failed (outcome unknown): {e}") from e
+        return Written(_content_version(data))
+
+    def put_if_absent(self, key: str, data: bytes) -> CasOutcome:
+        return self._conditional_put(key, data, None)
+
+    def put_if_version_matches(self, key: str, data: bytes, expected_version: ObjectVersion) -> CasOutcome:
+        return self._conditional_put(key, data, expected_version)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        _validate_prefix(prefix)
+        # Walk only the directory holding the prefix's last (possibly partial) segment.
+        slash = prefix.rfind("/")
+        dir_key, name_prefix = (prefix[:slash], prefix[slash + 1 :]) if slash >= 0 else ("", prefix)
+        base = os.path.join(self._root, *dir_key.split("/")) if dir_key else self._root
+        out: list[ObjectInfo] = []
+        try:
+            self._walk(base, dir_key, name_prefix, out)
+        except OSError as e:
+            raise StoreError(f"cannot list '{prefix}' in {self.uri}: {e}") from e
+        return out
+
+    def _walk(self, directory: str, dir_key: str, name_prefix: str, out: builtins.list[ObjectInfo]) -> None:
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            name = entry.name
+            if name.startswith(".") or not name.startswith(name_prefix):
+                continue  # hidden files and directories are internal
+            key = join_key(dir_key, name)
+            try:
+                # Not following links: a symlinked file or directory is not part of the store.
+                if entry.is_dir(follow_symlinks=False):
+                    self._walk(entry.path, key, "", out)
+                elif entry.is_file(follow_symlinks=False):
+                    out.append(ObjectInfo(key, entry.stat(follow_symlinks=False).st_size))
+            except FileNotFoundError:
+                continue
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except OSError as e:
+            raise StoreError(f"cannot delete '{key}' in {self.uri}: {e}") from e
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# S3
+
+S3_ENDPOINT = "fs.s3a.endpoint"
+S3_ACCESS_KEY = "fs.s3a.access.key"
+S3_SECRET_KEY = "fs.s3a.secret.key"
+S3_SESSION_TOKEN = "fs.s3a.session.token"
+S3_PATH_STYLE = "fs.s3a.path.style.access"
+S3_REGION = "fs.s3a.endpoint.region"
+
+
+def _parse_bool(option: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise InvalidConfigError(option, value, "use true or false")
+
+
+def _make_s3_client(options: Mapping[str, Any] | None) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    opts = {str(k).lower(): v for k, v in (options or {}).items()}
+    endpoint = opts.get(S3_ENDPOINT)
+    if endpoint is not None:
+        endpoint = str(endpoint).strip()
+        if endpoint and "://" not in endpoint:
+            endpoint = "https://" + endpoint
+        if not endpoint:
+            endpoint = None
+    path_style = _parse_bool(S3_PATH_STYLE, opts.get(S3_PATH_STYLE, False))
+    access_key = opts.get(S3_ACCESS_KEY)
+    secret_key = opts.get(S3_SECRET_KEY)
+    if (access_key is None) != (secret_key is None):
+        missing = S3_SECRET_KEY if secret_key is None else S3_ACCESS_KEY
+        raise InvalidConfigError(missing, "", f"set both {S3_ACCESS_KEY} and {S3_SECRET_KEY}, or neither")
+    session = boto3.session.Session()
+    region = opts.get(S3_REGION) or session.region_name or "us-east-1"
+    config_args: dict[str, Any] = {
+        "s3": {"addressing_style": "path" if path_style else "auto"},
+        "retries": {"mode": "standard", "max_attempts": 3},
+        "connect_timeout": 10,
+        "read_timeout": 60,
+    }
+    try:
+        config = Config(request_checksum_calculation="when_required", **config_args)
+    except TypeError:  # older botocore
+        config = Config(**config_args)
+    kwargs: dict[str, Any] = {"region_name": str(region), "config": config}
+    if endpoint:
+        kwargs["endpoint_url"] = endpoint
+    if access_key is not None:
+        kwargs["aws_access_key_id"] = str(access_key)
+        kwargs["aws_secret_access_key"] = str(secret_key)
+        token = opts.get(S3_SESSION_TOKEN)
+        if token:
+            kwargs["aws_session_token"] = str(token)
+    return session.client("s3", **kwargs)
+
+
+class S3Store:
+    """A store in an S3 bucket (or an S3-compatible server), under an optional key prefix.
+
+    Conditional writes use ``If-None-Match: *`` and ``If-Match: <ETag>``. A 412 or 409 reply
+    is a failed precondition, unless the client had retried the request (the first try may
+    have landed): then the outcome is unknown and ``StoreError`` is raised. Every other
+    failure is a ``StoreError``.
+
+    Args:
+        bucket: The bucket.
+        prefix: Keys live under ``prefix/`` (may be empty).
+        options: Spark-style settings: ``fs.s3a.endpoint``, ``fs.s3a.access.key``,
+            ``fs.s3a.secret.key``, ``fs.s3a.session.token``, ``fs.s3a.path.style.access``,
+            ``fs.s3a.endpoint.region``. Missing credentials and region come from boto3's
+            default chain.
+        client: A ready boto3 S3 client (``options`` is then ignored).
+    """
+
+    def __init__(
+        self, bucket: str, prefix: str = "", options: Mapping[str, Any] | None = None, *, client: Any = None
+    ) -> None:
+        if not bucket or "/" in bucket:
+            raise InvalidConfigError("path", f"s3://{bucket}", "name a bucket: s3://bucket[/prefix]")
+        self._bucket = bucket
+        self._prefix = prefix.strip("/")
+        if self._prefix:
+            try:
+                validate_key(self._prefix)
+            except InvalidObjectKeyError as e:
+                raise InvalidConfigError("path", f"s3://{bucket}/{prefix}", f"bad key prefix: {e}") from e
+        self._client = client if client is not None else _make_s3_client(options)
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self._bucket}/{self._prefix}" if self._prefix else f"s3://{self._bucket}"
+
+    @property
+    def client(self) -> Any:
+        """The boto3 client."""
+        return self._client
+
+    def _full(self, key: str) -> str:
+        validate_key(key)
+        return f"{self._prefix}/{key}" if self._prefix else key
+
+    def _fail(self, what: str, key: str, e: Exception) -> StoreError:
+        return StoreError(f"S3 {what} of '{key}' in {self.uri} failed: {e}")
+
+    def get(self, key: str) -> VersionedObject | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = self._full(key)
+        try:
+            r = self._client.get_object(Bucket=self._bucket, Key=full)
+            data = r["Body"].read()
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise self._fail("GET", key, e) from e
+        except BotoCoreError as e:
+            raise self._fail("GET", key, e) from e
+        return VersionedObject(data, ObjectVersion(r["ETag"]))
+
+    def put(self, key: str, data: bytes) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = self._full(key)
+        try:
+            self._client.put_object(Bucket=self._bucket, Key=full, Body=bytes(data))
+        except (ClientError, BotoCoreError) as e:
+            raise self._fail("PUT", key, e) from e
+
+    def _conditional(self, key: str, data: bytes, **condition: str) -> CasOutcome:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = self._full(key)
+        try:
+            r = self._client.put_object(Bucket=self._bucket, Key=full, Body=bytes(data), **condition)
+        except ClientError as e:
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = e.response.get("Error", {}).get("Code")
+            retries = e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0
+            failed_condition = status in (412, 409) or code in ("PreconditionFailed", "ConditionalRequestConflict")
+            if "IfMatch" in condition and (status == 404 or code == "NoSuchKey"):
+                failed_condition = True  # If-Match on a missing object
+            if failed_condition:
+                if retries > 0:
+                    raise StoreError(
+                        f"S3 conditional PUT of '{key}' in {self.uri}: precondition failed after {retries} "
+                        "client-side retries, so an earlier try may have landed (outcome unknown)"
+                    ) from e
+                return PRECONDITION_FAILED
+            if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429) and retries == 0:
+                # The request was rejected outright (403, 400, ...): certainly not applied.
+                raise StoreError(
+                    f"S3 conditional PUT of '{key}' in {self.uri} was rejected: {e}", outcome_known=True
+                ) from e
+            raise StoreError(f"S3 conditional PUT of '{key}' in {self.uri} failed (outcome unknown): {e}") from e
+        except BotoCoreError as e:
+            raise StoreError(f"S3 conditional PUT of '{key}' in {self.uri} failed (outcome unknown): {e}") from e
+        return Written(ObjectVersion(r["ETag"]))
+
+    def put_if_absent(self, key: str, data: bytes) -> CasOutcome:
+        return self._conditional(key, data, IfNoneMatch="*")
+
+    def put_if_version_matches(self, key: str, data: bytes, expected_version: ObjectVersion) -> CasOutcome:
+        return self._conditional(key, data, IfMatch=expected_version.token)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        _validate_prefix(prefix)
+        full = f"{self._prefix}/{prefix}" if self._prefix else prefix
+        strip = len(self._prefix) + 1 if self._prefix else 0
+        out: list[ObjectInfo] = []
+        try:
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self._bucket, Prefix=full):
+                for obj in page.get("Contents", []):
+                    key = obj["Key"][strip:]
+                    try:
+                        validate_key(key)
+                    except InvalidObjectKeyError:
+                        continue  # not addressable through this store
+                    out.append(ObjectInfo(key, int(obj.get("Size", 0))))
+        except (ClientError, BotoCoreError) as e:
+            raise self._fail("LIST", prefix, e) from e
+        return out
+
+    def delete(self, key: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = self._full(key)
+        try:
+            self._client.delete_object(Bucket=self._bucket, Key=full)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "NoSuchKey":
+                return
+            raise self._fail("DELETE", key, e) from e
+        except BotoCoreError as e:
+            raise self._fail("DELETE", key, e) from e
+
+    def close(self) -> None:
+        close = getattr(self._client, "close", None)
+        if close is not None:
+            close()
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def open_store(uri: str, options: Mapping[str, Any] | None = None) -> ObjectStore:
+    """Opens the store for a queue root URI (docs/format.md §1).
+
+    Args:
+        uri: ``/abs/dir``, ``file:/abs/dir``, ``file:///abs/dir``, ``s3://bucket[/prefix]``,
+            ``s3a://bucket[/prefix]`` or ``memory://name``.
+        options: Store settings (S3: the ``fs.s3a.*`` keys of :class:`S3Store`).
+
+    Raises:
+        InvalidConfigError: The URI is not one of the above.
+    """
+    if not isinstance(uri, str) or not uri:
+        raise InvalidConfigError("path", uri, "give the queue's root: /abs/dir, file:/abs/dir, s3://bucket/prefix")
+    hint = "use an absolute directory, file:/abs/dir, file:///abs/dir, s3://bucket[/prefix], s3a://bucket[/prefix] or memory://name"
+    lower = uri.lower()
+    if lower.startswith("memory://"):
+        name = uri[len("memory://") :]
+        if not name:
+            raise InvalidConfigError("path", uri, "name the in-memory store: memory://name")
+        return InMemoryStore.named(name)
+    if lower.startswith("s3://") or lower.startswith("s3a://"):
+        rest = uri.split("://", 1)[1]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise InvalidConfigError("path", uri, "name a bucket: s3://bucket[/prefix]")
+        return S3Store(bucket, prefix, options)
+    if lower.startswith("file:"):
+        rest = uri[len("file:") :]
+        if rest.startswith("//"):
+            host, sep, path = rest[2:].partition("/")
+            if host not in ("", "localhost"):
+                raise InvalidConfigError("path", uri, "file URIs name a local directory: file:///abs/dir")
+            rest = "/" + path
+        rest = urllib.parse.unquote(rest)
+        if not rest.startswith("/"):
+            raise InvalidConfigError("path", uri, hint)
+        return LocalFileSystemStore(rest)
+    if uri.startswith("/"):
+        return LocalFileSystemStore(uri)
+    raise InvalidConfigError("path", uri, hint)

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Builds the golden vectors of docs/format.md: tests/golden/*.bin and vectors.json.
+
+The bytes are assembled here by hand with ``struct`` (not with osqueue's codecs), so the
+vectors are an independent check of both implementations. Only the zstd vectors use a
+library (``zstandard``, level 3).
+
+Usage: python3 tests/golden/make_vectors.py [OUTPUT_DIR]   (default: this file's directory)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import struct
+import sys
+
+import zstandard
+
+VERSION = 1
+
+# Three realistic batch locations (valid ULIDs, see docs/format.md §4).
+LOC_A = "ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch"
+LOC_B = "ingest/01J5T4R7NP39QWA8B2C3D4E5F6.batch"
+LOC_C = "ingest/01J5T4RBYW52MK0G1H2J3K4M5N.batch"
+T0 = 1767225600000  # 2026-01-01T00:00:00Z in ms
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+# -- manifest pieces ----------------------------------------------------------------------------
+
+
+def footer(entry_count: int, next_sequence: int, epoch: int, version: int = VERSION) -> bytes:
+    return struct.pack("<IQQH", entry_count, next_sequence, epoch, version)
+
+
+def meta(start_index: int, time_ms: int, payload: bytes) -> bytes:
+    return struct.pack("<IqI", start_index, time_ms, len(payload)) + payload
+
+
+def entry(sequence: int, location: bytes | str, metas: list[bytes], extension: bytes = b"", entry_len: int | None = None) -> bytes:
+    loc = location.encode("utf-8") if isinstance(location, str) else location
+    body = struct.pack("<QH", sequence, len(loc)) + loc + struct.pack("<I", len(metas)) + b"".join(metas) + extension
+    return struct.pack("<I", len(body) if entry_len is None else entry_len) + body
+
+
+def meta_json(start_index: int, time_ms: int, payload: bytes) -> dict:
+    return {"start_index": start_index, "ingestion_time_ms": time_ms, "payload_b64": b64(payload)}
+
+
+def entry_json(sequence: int, location: str, metas: list[dict], extension: bytes = b"") -> dict:
+    return {"sequence": sequence, "location": location, "metadata": metas, "extension_b64": b64(extension)}
+
+
+# -- batch pieces -------------------------------------------------------------------------------
+
+
+def records_block(records: list[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(r)) + r for r in records)
+
+
+def batch_footer(compression: int, count: int, version: int = VERSION) -> bytes:
+    return struct.pack("<BIH", compression, count, version)
+
+
+def build() -> tuple[list[dict], dict[str, bytes]]:
+    vectors: list[dict] = []
+    files: dict[str, bytes] = {}
+
+    def valid_manifest(name: str, data: bytes, next_sequence: int, epoch: int, entries: list[dict]) -> None:
+        files[name + ".bin"] = data
+        vectors.append(
+            {
+                "name": name,
+                "file": name + ".bin",
+                "kind": "manifest",
+                "manifest": {"next_sequence": next_sequence, "epoch": epoch, "entries": entries},
+                "reencode_identical": True,
+            }
+        )
+
+    def valid_batch(name: str, data: bytes, compression: str, records: list[bytes], identical: bool) -> None:
+        files[name + ".bin"] = data
+        vectors.append(
+            {
+                "name": name,
+                "file": name + ".bin",
+                "kind": "batch",
+                "batch": {"compression": compression, "records_b64": [b64(r) for r in records]},
+                "reencode_identical": identical,
+            }
+        )
+
+    def rejected(name: str, kind: str, data: bytes, error: str) -> None:
+        files[name + ".bin"] = data
+        vectors.append({"name": name, "file": name + ".bin", "kind": kind, "error": error})
+
+    # ---- valid manifests ----
+    valid_manifest("manifest_empty", footer(0, 0, 0), 0, 0, [])
+
+    m0 = [meta(0, T0, b"\x01\x02\x00\x00"), meta(2, T0 + 5, b""), meta(3, T0 + 17, b"tenant=a")]
+    m1 = [meta(0, T0 + 100, b"x")]
+    valid_manifest(
+        "manifest_two_entries",
+        entry(0, LOC_A, m0) + entry(1, LOC_B, m1) + footer(2, 2, 1),
+        2,
+        1,
+        [
+            entry_json(0, LOC_A, [meta_json(0, T0, b"\x01\x02\x00\x00"), meta_json(2, T0 + 5, b""), meta_json(3, T0 + 17, b"tenant=a")]),
+            entry_json(1, LOC_B, [meta_json(0, T0 + 100, b"x")]),
+        ],
+    )
+
+    valid_manifest(
+        "manifest_after_dequeue",
+        entry(5, LOC_A, [meta(0, -1, b"neg-time")]) + entry(6, LOC_B, [meta(0, T0, b"")]) + entry(7, LOC_C, [meta(0, T0, b"")])
+        + footer(3, 8, 3),
+        8,
+        3,
+        [
+            entry_json(5, LOC_A, [meta_json(0, -1, b"neg-time")]),
+            entry_json(6, LOC_B, [meta_json(0, T0, b"")]),
+            entry_json(7, LOC_C, [meta_json(0, T0, b"")]),
+        ],
+    )
+
+    ext = b"\x07future\x00\xff"
+    valid_manifest(
+        "manifest_extension",
+        entry(0, LOC_A, [meta(0, T0, b"p")], extension=ext) + entry(1, LOC_B, [meta(0, T0, b"q")]) + footer(2, 2, 0),
+        2,
+        0,
+        [entry_json(0, LOC_A, [meta_json(0, T0, b"p")], ext), entry_json(1, LOC_B, [meta_json(0, T0, b"q")])],
+    )
+
+    valid_manifest(
+        "manifest_no_metadata",
+        entry(41, LOC_C, []) + footer(1, 42, 7),
+        42,
+        7,
+        [entry_json(41, LOC_C, [])],
+    )
+
+    utf8_loc = "ingest/données-é☃.batch"
+    valid_manifest(
+        "manifest_utf8_location",
+        entry(0, utf8_loc, [meta(0, T0, b"")]) + footer(1, 1, 2),
+        1,
+        2,
+        [entry_json(0, utf8_loc, [meta_json(0, T0, b"")])],
+    )
+
+    # ---- rejected manifests ----
+    good = entry(0, LOC_A, [meta(0, T0, b"abc")])
+    rejected("manifest_zero_bytes", "manifest", b"", "CorruptManifest")
+    rejected("manifest_short", "manifest", footer(0, 0, 0)[1:], "CorruptManifest")
+    rejected("manifest_bad_version", "manifest", footer(0, 0, 0, version=2), "UnsupportedFormatVersion")
+    rejected("manifest_entries_past_end", "manifest", good + footer(2, 2, 0), "CorruptManifest")
+    rejected("manifest_huge_entry_count", "manifest", footer(0xFFFFFFFF, 5, 0), "CorruptManifest")
+    rejected(
+        "manifest_entry_len_past_end",
+        "manifest",
+        entry(0, LOC_A, [meta(0, T0, b"abc")], entry_len=len(good) - 4 + 10) + footer(1, 1, 0),
+        "CorruptManifest",
+    )
+    loc_bytes = LOC_A.encode()
+    rejected(
+        "manifest_entry_len_too_small",
+        "manifest",
+        # entry_len = 14 + location_len - 1: the location (and metadata_count) overrun the entry.
+        entry(0, LOC_A, [], entry_len=14 + len(loc_bytes) - 1)[:-1] + footer(1, 1, 0),
+        "CorruptManifest",
+    )
+    # Entry 0's metadata payload claims 40 bytes: it would run into entry 1 (still inside the
+    # entries region), but an item must end inside its own entry.
+    over = struct.pack("<QH", 0, len(loc_bytes)) + loc_bytes + struct.pack("<I", 1) + struct.pack("<IqI", 0, T0, 40) + b"abc"
+    rejected(
+        "manifest_metadata_past_entry_end",
+        "manifest",
+        struct.pack("<I", len(over)) + over + entry(1, LOC_B, [meta(0, T0, b"x" * 40)]) + footer(2, 2, 0),
+        "CorruptManifest",
+    )
+    rejected(
+        "manifest_invalid_utf8_location",
+        "manifest",
+        entry(0, b"ingest/\xff\xfe.batch", []) + footer(1, 1, 0),
+        "CorruptManifest",
+    )
+    rejected("manifest_trailing_bytes", "manifest", good + b"\x00\x00\x00" + footer(1, 1, 0), "CorruptManifest")
+    rejected(
+        "manifest_non_contiguous",
+        "manifest",
+        entry(0, LOC_A, []) + entry(2, LOC_B, []) + footer(2, 3, 0),
+        "CorruptManifest",
+    )
+    rejected(
+        "manifest_last_seq_not_below_next",
+        "manifest",
+        entry(0, LOC_A, []) + entry(1, LOC_B, []) + footer(2, 1, 0),
+        "CorruptManifest",
+    )
+    rejected(
+        "manifest_sequence_2pow63",
+        "manifest",
+        entry(1 << 63, LOC_A, []) + footer(1, (1 << 63) + 1, 0),
+        "CorruptManifest",
+    )
+
+    # ---- valid batches ----
+    recs = [b"hello", b"", b"world!", b"\x00\xff\x00"]
+    valid_batch("batch_none", records_block(recs) + batch_footer(0, len(recs)), "none", recs, True)
+    zrecs = [b"abcabcabcabcabcabcabcabcabc" * 4, b"", b"zstd"]
+    zblock = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(records_block(zrecs))
+    valid_batch("batch_zstd", zblock + batch_footer(1, len(zrecs)), "zstd", zrecs, False)
+    valid_batch("batch_single_empty_record", records_block([b""]) + batch_footer(0, 1), "none", [b""], True)
+    # Readers accept several concatenated frames, and frames without a content size.
+    part1, part2 = records_block(zrecs[:1]), records_block(zrecs[1:])
+    c = zstandard.ZstdCompressor(level=3, write_content_size=True)
+    valid_batch(
+        "batch_zstd_two_frames", c.compress(part1) + c.compress(part2) + batch_footer(1, len(zrecs)), "zstd", zrecs, False
+    )
+    nosize = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(records_block(zrecs))
+    valid_batch("batch_zstd_no_content_size", nosize + batch_footer(1, len(zrecs)), "zstd", zrecs, False)
+
+    # ---- rejected batches ----
+    two = records_block([b"ab", b"c"])
+    rejected("batch_short", "batch", batch_footer(0, 0)[:6], "CorruptBatch")
+    rejected("batch_bad_version", "batch", two + batch_footer(0, 2, version=2), "UnsupportedFormatVersion")
+    rejected("batch_unknown_compression_02", "batch", two + batch_footer(2, 2), "CorruptBatch")
+    rejected("batch_unknown_compression_ff", "batch", two + batch_footer(0xFF, 2), "CorruptBatch")
+    rejected("batch_record_past_end", "batch", struct.pack("<I", 10) + b"abc" + batch_footer(0, 1), "CorruptBatch")
+    rejected("batch_fewer_records", "batch", two + batch_footer(0, 3), "CorruptBatch")
+    rejected("batch_huge_count", "batch", batch_footer(0, 0xFFFFFFFF), "CorruptBatch")
+    rejected("batch_trailing_bytes", "batch", two + b"\x01" + batch_footer(0, 2), "CorruptBatch")
+    rejected("batch_corrupt_zstd", "batch", b"\x28\xb5\x2f\xfd garbage, not zstd" + batch_footer(1, 1), "CorruptBatch")
+    rejected("batch_zstd_truncated", "batch", zblock[:-3] + batch_footer(1, len(zrecs)), "CorruptBatch")
+    return vectors, files
+
+
+def main(argv: list[str]) -> None:
+    out = pathlib.Path(argv[1]) if len(argv) > 1 else pathlib.Path(__file__).resolve().parent
+    out.mkdir(parents=True, exist_ok=True)
+    vectors, files = build()
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+    (out / "vectors.json").write_text(json.dumps({"vectors": vectors}, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {len(files)} vectors to {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

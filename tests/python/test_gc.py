@@ -1,0 +1,180 @@
+"""Garbage collection rules, and the stalled-producer case end to end."""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+from helpers import ManualClock, WrappedStore
+
+from osqueue.consumer import Consumer
+from osqueue.errors import StoreError
+from osqueue.format import Manifest, ManifestEntry, encode_batch, encode_manifest, encode_ulid
+from osqueue.gc import GarbageCollector
+from osqueue.metrics import MetricsRegistry
+from osqueue.producer import Producer
+from osqueue.queue import RetryPolicy
+from osqueue.store import InMemoryStore
+
+KEY = "ingest/manifest"
+MIN = 60_000
+
+
+def _name(clock: ManualClock, age_ms: int, rnd: int = 0) -> str:
+    return f"ingest/{encode_ulid(clock.now_ms() - age_ms, rnd)}.batch"
+
+
+def _manifest(store: Any, locations: list[str]) -> None:
+    store.put(KEY, encode_manifest(Manifest([ManifestEntry(i, loc, []) for i, loc in enumerate(locations)], len(locations), 1)))
+
+
+def test_gc_rules(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    oldest_ref = _name(clock, 30 * MIN, 2)
+    referenced_new = _name(clock, 1 * MIN, 3)
+    was_referenced = _name(clock, 60 * MIN, 1)  # referenced at first, dequeued later
+    orphan = _name(clock, 40 * MIN, 4)
+    orphan2 = _name(clock, 31 * MIN, 5)
+    young_orphan = _name(clock, 5 * MIN, 6)
+    newer_than_oldest = _name(clock, 20 * MIN, 7)  # past grace, but newer than the oldest referenced
+    others = [
+        "ingest/not-a-ulid.batch",
+        f"ingest/nested/{encode_ulid(clock.now_ms() - 90 * MIN, 8)}.batch",  # not directly under the prefix
+        f"ingest/{encode_ulid(clock.now_ms() - 90 * MIN, 9).lower()}.batch",
+        f"ingest/{encode_ulid(clock.now_ms() - 90 * MIN, 10)}.batchx",
+    ]
+    for k in [was_referenced, oldest_ref, referenced_new, orphan, orphan2, young_orphan, newer_than_oldest, *others]:
+        mem_store.put(k, b"x")
+    outside = "elsewhere/" + orphan.split("/")[1]
+    mem_store.put(outside, b"x")  # outside the prefix: never listed
+    metrics = MetricsRegistry()
+    gc = GarbageCollector(mem_store, KEY, "ingest", grace_period=600, clock=clock, metrics=metrics)
+
+    # The oldest referenced batch is 60 min old: every orphan is newer, nothing may go.
+    _manifest(mem_store, [was_referenced, oldest_ref, referenced_new])
+    first = gc.run_once()
+    assert first.deleted == () and first.kept_referenced == 3 and first.kept_newer_than_oldest == 4
+
+    # After a dequeue the oldest referenced batch is 30 min old.
+    _manifest(mem_store, [oldest_ref, referenced_new])
+    dry = gc.run_once(dry_run=True)
+    assert mem_store.get(orphan) is not None  # a dry run deletes nothing
+    result = gc.run_once()
+    assert set(result.deleted) == set(dry.deleted) == {orphan, orphan2, was_referenced}
+    assert result.kept_referenced == 2
+    assert result.kept_newer_than_oldest == 2  # young_orphan and newer_than_oldest
+    assert result.kept_not_batch == len(others) + 1  # + the manifest itself
+    assert result.failed == ()
+    for k in [oldest_ref, referenced_new, young_orphan, newer_than_oldest, *others, outside, KEY]:
+        assert mem_store.get(k) is not None, k
+    assert metrics.counter("buffer.gc_files_deleted").value == 3
+    assert metrics.histogram("buffer.gc_duration_seconds").count == 3
+
+
+def test_grace_period_applies_when_older_than_oldest(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    ref = _name(clock, 1 * MIN, 1)
+    young_orphan = _name(clock, 9 * MIN, 2)  # older than ref but inside the 10 min grace
+    old_orphan = _name(clock, 10 * MIN, 3)  # exactly the grace period: deleted
+    _manifest(mem_store, [ref])
+    for k in (ref, young_orphan, old_orphan):
+        mem_store.put(k, b"x")
+    result = GarbageCollector(mem_store, grace_period=600, clock=clock).run_once()
+    assert result.deleted == (old_orphan,)
+    assert result.kept_in_grace == 1
+
+
+def test_empty_manifest_skips_the_oldest_rule(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    old, young, future = _name(clock, 11 * MIN, 1), _name(clock, 2 * MIN, 2), _name(clock, -5 * MIN, 3)
+    for k in (old, young, future):
+        mem_store.put(k, b"x")
+    result = GarbageCollector(mem_store, grace_period=600, clock=clock).run_once()  # no manifest at all
+    assert result.deleted == (old,)
+    assert result.kept_in_grace == 2  # future-dated files count as young
+    _manifest(mem_store, [])
+    assert GarbageCollector(mem_store, grace_period=60, clock=clock).run_once().deleted == (young,)
+
+
+def test_grace_is_measured_from_the_snapshot_not_the_delete(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    almost = _name(clock, 10 * MIN - 1000, 1)  # 1 s short of the grace period at snapshot time
+    mem_store.put(almost, b"x")
+    store = WrappedStore(mem_store)
+    store.on_list = lambda prefix: clock.advance(3600)  # a very slow listing
+    result = GarbageCollector(store, grace_period=600, clock=clock).run_once()
+    assert result.deleted == () and result.kept_in_grace == 1
+    assert result.snapshot_time_ms == clock.now_ms() - 3600 * 1000
+
+
+def test_failed_deletes_are_counted_and_retried_next_cycle(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    a, b = _name(clock, 20 * MIN, 1), _name(clock, 20 * MIN, 2)
+    for k in (a, b):
+        mem_store.put(k, b"x")
+    store = WrappedStore(mem_store)
+    fail = {a}
+
+    def on_delete(key: str) -> None:
+        if key in fail:
+            raise StoreError("503 (test)")
+
+    store.on_delete = on_delete
+    metrics = MetricsRegistry()
+    gc = GarbageCollector(store, grace_period=600, clock=clock, metrics=metrics)
+    first = gc.run_once()
+    assert first.deleted == (b,) and first.failed == (a,)
+    assert metrics.counter("buffer.gc_files_failed").value == 1
+    fail.clear()
+    assert gc.run_once().deleted == (a,)
+
+
+def test_consumer_runs_gc_in_the_background(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    orphan = _name(clock, 20 * MIN, 1)
+    mem_store.put(orphan, b"x")
+    c = Consumer(store=mem_store, run_gc=True, gc_interval=0.02, clock=clock)
+    assert c.garbage_collector is not None
+    deadline = threading.Event()
+    for _ in range(250):
+        if mem_store.get(orphan) is None:
+            break
+        deadline.wait(0.02)
+    assert mem_store.get(orphan) is None
+    assert "osqueue-gc" in {t.name for t in threading.enumerate()}
+    c.close()
+    assert "osqueue-gc" not in {t.name for t in threading.enumerate()}
+
+
+def test_stalled_producer_reuploads_gc_deletes_the_stale_file_and_consumer_reads_everything(
+    mem_store: InMemoryStore, clock: ManualClock
+) -> None:
+    """A producer whose manifest write stalls past grace/2 enqueues a fresh copy of its batch;
+    GC deletes the stale file (never referenced); the consumer reads every entry."""
+    store = WrappedStore(mem_store)
+    producer = Producer(
+        store=store, flush_interval=3600, gc_grace_period=600, clock=clock, rng=random.Random(5),
+        retry=RetryPolicy(base_delay=0.001, max_delay=0.001),
+    )  # fmt: skip
+    first_uploads: list[str] = []
+
+    def on_put(key: str, data: bytes) -> None:
+        first_uploads.append(key)
+        if len(first_uploads) == 1:
+            clock.advance(400)  # the producer stalls for 400 s (grace 600 s) after naming the batch
+
+    store.on_put = on_put
+    handle = producer.produce([b"r1", b"r2"], b"meta")
+    producer.flush()
+    durable = handle.wait_durable(0)
+    assert len(first_uploads) == 2  # the original and the re-upload
+    stale, fresh = first_uploads
+    assert durable.location == fresh != stale
+    assert mem_store.get(stale) is not None
+    h2 = producer.produce([b"r3"])
+    producer.close()
+
+    clock.advance(600)
+    result = GarbageCollector(mem_store, grace_period=600, clock=clock).run_once()
+    assert result.deleted == (stale,)
+    with Consumer(store=mem_store) as consumer:
+        batches = list(consumer)
+        assert [b.location for b in batches] == [fresh, h2.wait_durable(0).location]
+        assert [r for b in batches for r in b.entries] == [b"r1", b"r2", b"r3"]
+        consumer.ack_through(batches[-1].sequence)
+    assert encode_batch([b"r1", b"r2"]) == mem_store.get(fresh).data

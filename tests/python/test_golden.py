@@ -1,0 +1,129 @@
+"""The golden vectors of tests/golden: decode, re-encode, reject."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+from osqueue.errors import CorruptBatchError, CorruptManifestError, UnsupportedFormatVersionError
+from osqueue.format import (
+    Compression,
+    Manifest,
+    ManifestEntry,
+    MetadataItem,
+    decode_batch,
+    decode_manifest,
+    encode_batch,
+    encode_manifest,
+)
+
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
+VECTORS = json.loads((GOLDEN / "vectors.json").read_text(encoding="utf-8"))["vectors"]
+ERRORS = {
+    "CorruptManifest": CorruptManifestError,
+    "CorruptBatch": CorruptBatchError,
+    "UnsupportedFormatVersion": UnsupportedFormatVersionError,
+}
+
+
+def _b(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def _expected_manifest(j: dict) -> Manifest:
+    return Manifest(
+        [
+            ManifestEntry(
+                e["sequence"],
+                e["location"],
+                [MetadataItem(m["start_index"], m["ingestion_time_ms"], _b(m["payload_b64"])) for m in e["metadata"]],
+                _b(e["extension_b64"]),
+            )
+            for e in j["entries"]
+        ],
+        j["next_sequence"],
+        j["epoch"],
+    )
+
+
+def _ids(vectors: list[dict]) -> list[str]:
+    return [v["name"] for v in vectors]
+
+
+VALID = [v for v in VECTORS if "error" not in v]
+REJECTED = [v for v in VECTORS if "error" in v]
+
+
+@pytest.mark.parametrize("vector", VALID, ids=_ids(VALID))
+def test_valid_vector_decodes_and_reencodes(vector: dict) -> None:
+    data = (GOLDEN / vector["file"]).read_bytes()
+    if vector["kind"] == "manifest":
+        decoded = decode_manifest(data, vector["name"])
+        assert decoded == _expected_manifest(vector["manifest"])
+        assert vector["reencode_identical"] is True
+        assert encode_manifest(decoded) == data
+    else:
+        records = decode_batch(data, vector["name"])
+        assert records == [_b(r) for r in vector["batch"]["records_b64"]]
+        compression = Compression.ZSTD if vector["batch"]["compression"] == "zstd" else Compression.NONE
+        reencoded = encode_batch(records, compression)
+        if vector["reencode_identical"]:
+            assert reencoded == data
+        assert decode_batch(reencoded, "reencoded") == records
+        assert reencoded[-7] == data[-7] == int(compression)
+
+
+@pytest.mark.parametrize("vector", REJECTED, ids=_ids(REJECTED))
+def test_rejected_vector_raises_typed_error_naming_the_object(vector: dict) -> None:
+    data = (GOLDEN / vector["file"]).read_bytes()
+    expected = ERRORS[vector["error"]]
+    decode = decode_manifest if vector["kind"] == "manifest" else decode_batch
+    with pytest.raises(expected) as info:
+        decode(data, f"some/key/{vector['name']}")
+    assert type(info.value) is expected  # not a subclass or another corrupt-kind error
+    assert f"some/key/{vector['name']}" in str(info.value)
+    assert info.value.kind.value == "PersistentState"
+
+
+def test_every_rejection_case_of_the_spec_has_a_vector() -> None:
+    names = set(_ids(REJECTED))
+    required = {
+        "manifest_zero_bytes", "manifest_short", "manifest_bad_version", "manifest_entries_past_end",
+        "manifest_entry_len_too_small", "manifest_metadata_past_entry_end", "manifest_invalid_utf8_location",
+        "manifest_trailing_bytes", "manifest_non_contiguous", "manifest_last_seq_not_below_next",
+        "batch_short", "batch_bad_version", "batch_unknown_compression_02", "batch_unknown_compression_ff",
+        "batch_record_past_end", "batch_fewer_records", "batch_trailing_bytes", "batch_corrupt_zstd",
+    }  # fmt: skip
+    assert required <= names
+    assert (GOLDEN / "manifest_empty.bin").stat().st_size == 22
+
+
+def test_vectors_json_schema() -> None:
+    for v in VECTORS:
+        assert v["kind"] in ("manifest", "batch")
+        assert (GOLDEN / v["file"]).is_file()
+        if "error" in v:
+            assert set(v) == {"name", "file", "kind", "error"}
+            assert v["error"] in ERRORS
+        else:
+            assert set(v) == {"name", "file", "kind", v["kind"], "reencode_identical"}
+            if v["kind"] == "batch":
+                assert v["batch"]["compression"] in ("none", "zstd")
+
+
+def test_vectors_are_reproducible_from_make_vectors(tmp_path: pathlib.Path) -> None:
+    spec = importlib.util.spec_from_file_location("make_vectors", GOLDEN / "make_vectors.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["make_vectors.py", str(tmp_path)])
+    fresh = json.loads((tmp_path / "vectors.json").read_text(encoding="utf-8"))["vectors"]
+    assert fresh == VECTORS
+    for v in VECTORS:
+        zstd = v["kind"] == "batch" and "zstd" in v["name"]
+        if not zstd:  # zstd bytes depend on the compressor build
+            assert (tmp_path / v["file"]).read_bytes() == (GOLDEN / v["file"]).read_bytes(), v["name"]

@@ -1,0 +1,191 @@
+"""S3: error mapping of conditional writes, client-side retries of landed writes, end to end.
+
+The contract and concurrency tests parametrized over ``any_store`` (test_store.py,
+test_queue.py) also run against S3.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from helpers import WrappedStore, assert_well_formed, lost_reply_hook, lying_precondition_hook
+
+from osqueue.consumer import Consumer
+from osqueue.errors import StoreError
+from osqueue.producer import Producer
+from osqueue.queue import QueueProducer, RetryPolicy
+from osqueue.store import PRECONDITION_FAILED, ObjectVersion, S3Store, Written, open_store
+
+KEY = "ingest/manifest"
+
+
+class _FakeClient:
+    """Raises a prepared error from put_object/get_object."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.calls: list[dict[str, Any]] = []
+
+    def put_object(self, **kw: Any) -> Any:
+        self.calls.append(kw)
+        raise self.error
+
+    def get_object(self, **kw: Any) -> Any:
+        raise self.error
+
+
+def _client_error(status: int, code: str, retries: int = 0) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": "test"}, "ResponseMetadata": {"HTTPStatusCode": status, "RetryAttempts": retries}},
+        "PutObject",
+    )
+
+
+@pytest.mark.parametrize(
+    "status,code,retries,expected",
+    [
+        (412, "PreconditionFailed", 0, "precondition"),
+        (409, "ConditionalRequestConflict", 0, "precondition"),
+        (404, "NoSuchKey", 0, "precondition"),  # If-Match on a missing object
+        (412, "PreconditionFailed", 1, "unknown"),  # a retry of a write that may have landed
+        (500, "InternalError", 2, "unknown"),
+        (503, "SlowDown", 0, "unknown"),
+        (403, "AccessDenied", 0, "rejected"),
+        (400, "InvalidRequest", 0, "rejected"),
+    ],
+)
+def test_conditional_put_error_mapping(status: int, code: str, retries: int, expected: str) -> None:
+    client = _FakeClient(_client_error(status, code, retries))
+    store = S3Store("bucket", "pre", client=client)
+    if expected == "precondition":
+        assert store.put_if_version_matches("ingest/manifest", b"x", ObjectVersion('"etag"')) is PRECONDITION_FAILED
+        assert client.calls[0]["IfMatch"] == '"etag"' and client.calls[0]["Key"] == "pre/ingest/manifest"
+    else:
+        with pytest.raises(StoreError) as info:
+            store.put_if_version_matches("ingest/manifest", b"x", ObjectVersion('"etag"'))
+        assert info.value.outcome_known is (expected == "rejected")
+
+
+def test_put_if_absent_uses_if_none_match_and_network_errors_are_unknown() -> None:
+    client = _FakeClient(_client_error(412, "PreconditionFailed"))
+    assert S3Store("bucket", client=client).put_if_absent("k", b"x") is PRECONDITION_FAILED
+    assert client.calls[0]["IfNoneMatch"] == "*"
+    network = S3Store("bucket", client=_FakeClient(EndpointConnectionError(endpoint_url="http://x")))
+    with pytest.raises(StoreError) as info:
+        network.put_if_absent("k", b"x")
+    assert not info.value.outcome_known
+    with pytest.raises(StoreError):
+        network.get("k")
+
+
+def test_get_missing_key_is_none_but_missing_bucket_is_an_error(s3_store: S3Store, s3_options: dict[str, str]) -> None:
+    assert s3_store.get("nothing/here") is None
+    with pytest.raises(StoreError):
+        S3Store("osq-no-such-bucket-here", "", s3_options).get("k")
+
+
+def test_keys_live_under_the_prefix(s3_store: S3Store, s3_bucket: str) -> None:
+    s3_store.put("ingest/a.batch", b"a")
+    raw = s3_store.client.list_objects_v2(Bucket=s3_bucket)
+    assert [o["Key"] for o in raw["Contents"]] == ["queues/q1/ingest/a.batch"]
+    assert [i.key for i in s3_store.list("ingest/")] == ["ingest/a.batch"]
+
+
+def test_client_side_retry_of_a_landed_conditional_write_is_resolved(s3_store: S3Store) -> None:
+    """botocore retries a conditional PUT that had landed; the retry gets 412. The store reports
+    an unknown outcome (not a plain conflict), and the producer finds its entry instead of
+    appending it again."""
+    forced = {"n": 0}
+
+    def force_retry(response: Any, attempts: int, request_dict: dict[str, Any], **kwargs: Any) -> Any:
+        headers = request_dict.get("headers", {})
+        conditional = "If-Match" in headers or "If-None-Match" in headers
+        if conditional and attempts == 1 and response is not None and response[0].status_code == 200 and forced["n"] < 2:
+            forced["n"] += 1
+            return 0  # "the reply was lost": retry at once
+        return None
+
+    s3_store.client.meta.events.register_first("needs-retry.s3.PutObject", force_retry)
+    # Directly: the retried create-if-absent reports an unknown outcome.
+    with pytest.raises(StoreError, match="outcome unknown"):
+        s3_store.put_if_absent("probe", b"1")
+    assert s3_store.get("probe").data == b"1"
+    # Through the queue: one entry, found by re-reading.
+    qp = QueueProducer(s3_store, KEY, retry=RetryPolicy(base_delay=0.001, max_delay=0.01))
+    assert qp.enqueue("ingest/a.batch", timeout=30).sequence == 0
+    assert qp.enqueue("ingest/b.batch", timeout=30).sequence == 1
+    qp.close()
+    assert forced["n"] == 2
+    assert assert_well_formed(s3_store) == ["ingest/a.batch", "ingest/b.batch"]
+
+
+@pytest.mark.parametrize("fault", ["lost_reply", "lying_precondition"])
+def test_concurrent_ambiguous_writes_on_s3_leave_no_duplicates(s3_store: S3Store, fault: str) -> None:
+    rng = random.Random(11)
+    lock = threading.Lock()
+
+    def flaky() -> bool:
+        with lock:
+            return rng.random() < 0.3
+
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        store = WrappedStore(S3Store(s3_store._bucket, s3_store._prefix, client=s3_store.client))
+        store.on_conditional = lost_reply_hook(flaky) if fault == "lost_reply" else lying_precondition_hook(flaky)
+        qp = QueueProducer(store, KEY, retry=RetryPolicy(base_delay=0.001, max_delay=0.02))
+        try:
+            for i in range(5):
+                qp.enqueue(f"ingest/t{t}-{i}.batch", timeout=60)
+        except BaseException as e:  # pragma: no cover
+            errors.append(e)
+        finally:
+            qp.close()
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    assert sorted(assert_well_formed(s3_store)) == sorted(f"ingest/t{t}-{i}.batch" for t in range(4) for i in range(5))
+
+
+def test_producers_and_consumer_end_to_end_through_an_s3_uri(s3_bucket: str, s3_options: dict[str, str]) -> None:
+    uri = f"s3a://{s3_bucket}/team/queue"
+    producers = [Producer(uri, store_options=s3_options, flush_interval=0.01, compression="zstd") for _ in range(2)]
+    sent: list[bytes] = []
+    lock = threading.Lock()
+
+    def work(t: int) -> None:
+        p = producers[t % 2]
+        handles = []
+        for i in range(10):
+            rec = f"t{t}-{i}".encode()
+            with lock:
+                sent.append(rec)
+            handles.append(p.produce([rec], b"meta"))
+        for h in handles:
+            h.wait_durable(60)
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for p in producers:
+        p.close()
+    store = open_store(uri, s3_options)
+    assert isinstance(store.put_if_absent("marker", b"x"), Written)
+    got: list[bytes] = []
+    with Consumer(uri, store_options=s3_options) as c:
+        for batch in c:
+            got.extend(batch.entries)
+            c.ack(batch.sequence)
+    assert sorted(got) == sorted(sent)
+    assert assert_well_formed(store) == []  # everything acked and dequeued on close

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Run ONE S3-compatible server (moto or LocalStack) on 127.0.0.1 for tests.
+
+    python tests/s3/s3server.py --kind moto|localstack [--port 0]
+
+When S3 answers a signed ListBuckets, ONE JSON line goes to stdout:
+    {"endpoint": "http://127.0.0.1:PORT", "region": "us-east-1",
+     "access_key": "test", "secret_key": "test", "kind": "moto"}
+Everything else goes to stderr; the server's own output goes to a log file in a
+fresh directory under the system temp dir (kept only when something failed).
+The server runs until stdin reaches EOF (so a dying parent takes it down) or
+SIGTERM/SIGINT arrives; then its whole process tree is stopped and we exit 0.
+
+Stdlib only, and nothing from the project: the JVM tests run this file too.
+"""
+import argparse
+import datetime
+import errno
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HOST, REGION, ACCESS_KEY, SECRET_KEY = "127.0.0.1", "us-east-1", "test", "test"
+START_TIMEOUT = {"moto": 30.0, "localstack": 180.0}
+# Seconds between SIGTERM and SIGKILL. LocalStack's hypercorn shutdown hangs now and then (~1 in 7
+# stops: loop.stop() from another thread never wakes the loop); its state is throwaway, so don't wait long.
+STOP_GRACE = {"moto": 10.0, "localstack": 5.0}
+try:  # resolved here, not in the forked child
+    import ctypes
+
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (ImportError, OSError, AttributeError):  # not Linux
+    _PRCTL = None
+# urllib honours *_proxy env vars; loopback probes must never go through a proxy.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def log(msg):
+    print(f"s3server: {msg}", file=sys.stderr, flush=True)
+
+
+def interpreter(kind):
+    """The Python that runs the server (moto: ours; localstack: its own >= 3.12 venv)."""
+    if kind == "moto":
+        return os.environ.get("OSQUEUE_MOTO_PYTHON") or sys.executable
+    return os.environ.get("OSQUEUE_LOCALSTACK_PYTHON") or str(REPO / ".venv-localstack" / "bin" / "python")
+
+
+def server_command(kind, port, workdir):
+    """argv and extra env for the server process."""
+    if kind == "moto":
+        return [interpreter(kind), "-m", "moto.server", "-H", HOST, "-p", str(port)], {}
+    env = {
+        "GATEWAY_LISTEN": f"{HOST}:{port}",
+        "GATEWAY_SERVER": "hypercorn",  # the default (twisted) ignores the host and binds 0.0.0.0
+        "LOCALSTACK_HOST": f"{HOST}:{port}",  # host:port in the URLs it generates (e.g. Location)
+        "SERVICES": "s3",
+        "EAGER_SERVICE_LOADING": "1",  # load S3 before reporting ready, not on first request
+        "PERSISTENCE": "0",
+        "DNS_ADDRESS": "0",  # else it starts a DNS server on 0.0.0.0:53 and probes upstream DNS
+        "DISABLE_EVENTS": "1",  # no analytics
+        "SKIP_SSL_CERT_DOWNLOAD": "1",  # self-signed cert instead of a download
+        # Keep every file it writes inside our fresh dir (host mode defaults to site-packages).
+        "LOCALSTACK_VOLUME_DIR": str(workdir / "volume"),
+        "FILESYSTEM_ROOT": str(workdir / "fs"),
+        "TMPDIR": str(workdir / "tmp"),  # also where S3 spills object bodies
+    }
+    (workdir / "tmp").mkdir(exist_ok=True)
+    return [interpreter(kind), "-m", "localstack.runtime.main"], env
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_taken(port):
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+            return False
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+
+
+def port_open(port):
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((HOST, port)) == 0
+
+
+def http_get(url, headers=None):
+    """(status, body) or (None, b"") when nothing usable answers."""
+    try:
+        with _OPENER.open(urllib.request.Request(url, headers=headers or {}), timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (OSError, ValueError):
+        return None, b""
+
+
+def list_buckets(endpoint):
+    """A real S3 ListBuckets, SigV4-signed with the dummy keys (LocalStack routes unsigned GET / elsewhere)."""
+    host = endpoint.split("://", 1)[1]
+    amz_date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    payload = hashlib.sha256(b"").hexdigest()
+    headers = {"host": host, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+    signed = ";".join(sorted(headers))
+    canonical = "\n".join(["GET", "/", "", *(f"{k}:{headers[k]}" for k in sorted(headers)), "", signed, payload])
+    scope = f"{amz_date[:8]}/{REGION}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = f"AWS4{SECRET_KEY}".encode()
+    for part in (amz_date[:8], REGION, "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    sig = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/{scope}, SignedHeaders={signed}, Signature={sig}"
+    )
+    status, body = http_get(endpoint + "/", headers)
+    return status == 200 and b"ListAllMyBucketsResult" in body
+
+
+def s3_ready(kind, endpoint):
+    if kind == "localstack":
+        status, body = http_get(endpoint + "/_localstack/health")
+        try:
+            if status != 200 or json.loads(body)["services"]["s3"] not in ("available", "running"):
+                return False
+        except (ValueError, KeyError, TypeError):
+            return False
+    return list_buckets(endpoint)
+
+
+def descendants(pid):
+    """All live descendants of pid, from /proc (Linux)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])  # comm may contain spaces/parens
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def kill_quietly(pid, sig, group=False):
+    try:
+        (os.killpg if group else os.kill)(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def owns_port(pid, port):
+    """Whether pid or a descendant holds the LISTEN socket on port, so a probe that succeeds is
+    answered by OUR server and not by someone else's on a reused port."""
+    if not Path("/proc/net/tcp").exists():
+        return True  # not Linux: cannot tell, trust the probe
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for f in map(str.split, rows):
+            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
+                sockets.add(f"socket:[{f[9]}]")
+    for p in (pid, *descendants(pid)):
+        try:
+            fds = os.listdir(f"/proc/{p}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{p}/fd/{fd}") in sockets:
+                    return True
+            except OSError:
+                pass
+    return False
+
+
+def alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_tree(proc, grace):
+    """SIGTERM the server's process group and every descendant; SIGKILL whatever outlives the grace period."""
+    tree = descendants(proc.pid)  # snapshot first: once the server dies its orphans are reparented away
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        kill_quietly(proc.pid, sig, group=True)  # own session, so pgid == pid
+        for pid in tree:
+            kill_quietly(pid, sig)
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            if proc.poll() is not None and not any(alive(p) for p in tree):
+                return
+            time.sleep(0.1)
+
+
+def _die_with_parent():
+    """preexec_fn (runs in the child): the kernel SIGKILLs the server if this script dies uncleanly."""
+    if _PRCTL:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def log_tail(path, lines=15):
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()[-lines:]
+    except OSError:
+        return "(no log)"
+    return " | ".join(line.strip() for line in text if line.strip()) or "(empty log)"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kind", choices=sorted(START_TIMEOUT), required=True)
+    ap.add_argument("--port", type=int, default=0, help="0 (default): pick a free port")
+    ap.add_argument("--ignore-stdin", action="store_true", help="don't stop at stdin EOF (manual runs under nohup &)")
+    args = ap.parse_args()
+    kind = args.kind
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if not args.ignore_stdin:
+        def watch_stdin():
+            try:  # raw fd: a daemon thread blocked in sys.stdin would hold its lock at interpreter exit
+                while os.read(0, 65536):
+                    pass
+            except OSError:
+                pass
+            stop.set()
+
+        threading.Thread(target=watch_stdin, daemon=True).start()
+
+    python = interpreter(kind)
+    if not Path(python).exists() and not shutil.which(python):
+        hint = " (run .ci/setup-localstack.sh)" if kind == "localstack" else ""
+        log(f"error: {kind} interpreter not found: {python}{hint}")
+        return 2
+
+    workdir = Path(tempfile.mkdtemp(prefix=f"osqueue-s3-{kind}-"))
+    logfile = workdir / "server.log"
+    deadline = time.monotonic() + START_TIMEOUT[kind]
+    started = time.monotonic()
+    for _ in range(3):  # a picked free port can be grabbed by someone else before the server binds it
+        port = args.port or free_port()
+        argv, extra_env = server_command(kind, port, workdir)
+        env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
+        env["NO_PROXY"] = env["no_proxy"] = ",".join(filter(None, [env.get("NO_PROXY"), "127.0.0.1,localhost"]))
+        with open(logfile, "ab") as out:
+            proc = subprocess.Popen(
+                argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        endpoint = f"http://{HOST}:{port}"
+        while proc.poll() is None and not stop.is_set() and time.monotonic() < deadline:
+            if s3_ready(kind, endpoint) and owns_port(proc.pid, port):
+                break
+            time.sleep(0.2)
+        else:
+            code = proc.poll()
+            stop_tree(proc, STOP_GRACE[kind])
+            if stop.is_set():
+                log(f"stopped before {kind} was ready")
+                shutil.rmtree(workdir, ignore_errors=True)
+                return 0
+            if code is not None and not args.port and port_taken(port):
+                log(f"port {port} was taken before {kind} bound it; retrying")
+                continue
+            why = f"exited with code {code}" if code is not None else f"not ready after {START_TIMEOUT[kind]:.0f}s"
+            log(f"error: {kind} S3 server on {endpoint} {why}; log {logfile}; tail: {log_tail(logfile)}")
+            return 1
+        break
+    else:
+        log(f"error: no free port for {kind} after 3 tries; log {logfile}")
+        return 1
+
+    log(f"{kind} ready on {endpoint} in {time.monotonic() - started:.1f}s (pid {proc.pid}, log {logfile})")
+    info = {"endpoint": endpoint, "region": REGION, "access_key": ACCESS_KEY, "secret_key": SECRET_KEY, "kind": kind}
+    rc = 0
+    try:
+        print(json.dumps(info), flush=True)
+        while not stop.wait(0.5):
+            if proc.poll() is not None:
+                log(f"error: {kind} server exited unexpectedly with code {proc.returncode}; "
+                    f"log {logfile}; tail: {log_tail(logfile)}")
+                rc = 1
+                break
+    except BrokenPipeError:  # the reader went away: same as stdin EOF
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit-time flush can't fail
+    stop_tree(proc, STOP_GRACE[kind])
+    if rc == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The S3 test servers do real conditional writes, and stop without leaving anything behind."""
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.s3 import s3server
+from tests.s3.fixtures import KINDS, SCRIPT, new_bucket, run_s3_server, s3_bucket, s3_server  # noqa: F401
+
+
+def http_status(call):
+    try:
+        call()
+    except ClientError as e:
+        return e.response["ResponseMetadata"]["HTTPStatusCode"]
+    return 200
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_conditional_writes_then_clean_stop(kind):
+    with run_s3_server(kind) as server:
+        port = int(server.endpoint.rsplit(":", 1)[1])
+        tree = s3server.descendants(server.proc.pid)
+        assert tree, "the S3 server runs as a child of s3server.py"
+        assert s3server.port_open(port)
+        c = server.client()
+        b = new_bucket(server, c)
+
+        etag = c.put_object(Bucket=b, Key="k", Body=b"v1", IfNoneMatch="*")["ETag"]
+        assert http_status(lambda: c.put_object(Bucket=b, Key="k", Body=b"x", IfNoneMatch="*")) == 412
+        assert c.get_object(Bucket=b, Key="k")["Body"].read() == b"v1"
+
+        etag2 = c.put_object(Bucket=b, Key="k", Body=b"v2", IfMatch=etag)["ETag"]
+        assert etag2 != etag
+        assert http_status(lambda: c.put_object(Bucket=b, Key="k", Body=b"x", IfMatch=etag)) == 412
+        assert c.get_object(Bucket=b, Key="k")["Body"].read() == b"v2"
+
+    assert server.proc.returncode == 0
+    assert not s3server.port_open(port)
+    assert not [p for p in tree if s3server.alive(p)], "child processes outlived s3server.py"
+
+
+def test_sigterm_stops_cleanly():
+    with subprocess.Popen([sys.executable, str(SCRIPT), "--kind", "moto"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        info = json.loads(proc.stdout.readline())
+        assert info.keys() == {"endpoint", "region", "access_key", "secret_key", "kind"}
+        tree = s3server.descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    assert not s3server.port_open(int(info["endpoint"].rsplit(":", 1)[1]))
+    assert not [p for p in tree if s3server.alive(p)]
+
+
+def test_failed_start_is_reported(tmp_path, monkeypatch):
+    fake = tmp_path / "fakepython"
+    fake.write_text("#!/bin/sh\necho 'no moto here' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("OSQUEUE_MOTO_PYTHON", str(fake))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the failed server's log dir is kept: keep it in here
+    # stdin stays open: EOF would mean "stop" and could win the race against the failure.
+    with subprocess.Popen([sys.executable, str(SCRIPT), "--kind", "moto"], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        out, err = proc.stdout.read(), proc.stderr.read()
+        assert proc.wait(60) == 1 and out == ""
+    assert "exited with code 3" in err and "no moto here" in err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fixture_gives_fresh_buckets(kind, s3_bucket, s3_server):  # noqa: F811
+    a, b = s3_bucket(kind), s3_bucket(kind)
+    assert a.name != b.name and a.server is b.server is s3_server(kind)
+    a.client.put_object(Bucket=a.name, Key="k", Body=b"1")
+    assert b.client.list_objects_v2(Bucket=b.name)["KeyCount"] == 0
