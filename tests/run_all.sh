@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# README's test command: sets up what is missing (idempotent), then runs every suite —
+# the JVM tests (sbt, against real files and a real S3 server), the connector jar build,
+# and the Python tests (pytest, incl. Spark and S3 servers) — and prints one closing line.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+bash .ci/setup.sh || exit 1
+export OSQUEUE_PYTHON="$root/.venv/bin/python"
+reports="$root/target/test-reports"
+rm -rf "$reports" jvm/*/target/test-reports
+mkdir -p "$reports"
+
+status=0
+echo "== JVM tests and connector jar (sbt)"
+bash .ci/sbt test spark/assembly || status=1
+
+echo "== Installing the osqueue wheel (bundles the jar) into .venv"
+.venv/bin/python -m pip install -q --no-deps --force-reinstall . || status=1
+
+echo "== Python tests (pytest)"
+.venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/python tests/s3 integration "$@"
+rc=$?
+case $rc in
+  0) ;;
+  5) echo "pytest collected no tests" ;;  # only possible with a filter passed in "$@"
+  *) status=1 ;;
+esac
+
+# One closing line over both runners (JUnit XML from sbt and pytest).
+.venv/bin/python - "$reports" jvm/core/target/test-reports jvm/spark/target/test-reports <<'PY'
+import pathlib, sys, xml.etree.ElementTree as ET
+passed = failed = skipped = 0
+for d in sys.argv[1:]:
+    for f in pathlib.Path(d).glob("*.xml"):
+        root = ET.parse(f).getroot()
+        for s in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+            t, fl, er, sk = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+            passed += t - fl - er - sk; failed += fl + er; skipped += sk
+print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
+PY
+exit $status
