@@ -45,6 +45,5 @@ fi
 # LocalStack (S3, in-process) needs Python >= 3.12 and pins of its own: a separate venv.
 bash .ci/setup-localstack.sh
 
-# The sbt launcher (through Maven) and sbt's own boot: fetched once.
-bash .ci/sbt --version >/dev/null 2>&1 || bash .ci/sbt --version
+# sbt itself needs no step here: .ci/sbt fetches its launcher through Maven on first use.
 log "environment ready"

@@ -1,0 +1,216 @@
+package osqueue.spark
+
+import java.util.Locale
+
+import scala.concurrent.duration._
+
+import osqueue.format.Compression
+import osqueue.store.ObjectKeys
+
+/** Where a queue lives and how to reach its store; serializable so executors can open the store. */
+private[spark] final case class QueueLocation(
+    uri: String,
+    manifestPath: String,
+    dataPathPrefix: String,
+    storeOptions: Map[String, String]) {
+  /** Names the queue in offsets and messages: the store URI and the manifest key. */
+  def identity: String = s"${uri.stripSuffix("/")}/$manifestPath"
+}
+
+/**
+ * Every option of `format("osqueue")`, parsed and validated in one place. Keys are
+ * case-insensitive; messages name the option, echo the value and say what is expected.
+ */
+private[spark] object OsqueueOptions {
+  val Path = "path"
+  val ManifestPath = "manifestpath"
+  val DataPathPrefix = "datapathprefix"
+  val MaxBatchesPerTrigger = "maxbatchespertrigger"
+  val MinBatchesPerTrigger = "minbatchespertrigger"
+  val MaxTriggerDelay = "maxtriggerdelay"
+  val FailOnDataLoss = "failondataloss"
+  val Gc = "gc"
+  val GcInterval = "gcinterval"
+  val GcGracePeriod = "gcgraceperiod"
+  val StartingSequence = "startingsequence"
+  val EndingSequence = "endingsequence"
+  val Compression_ = "compression"
+  val FlushSizeBytes = "flushsizebytes"
+  val WriterId = "writerid"
+
+  private val sourceKeys = Set(Path, ManifestPath, DataPathPrefix, MaxBatchesPerTrigger, MinBatchesPerTrigger,
+    MaxTriggerDelay, FailOnDataLoss, Gc, GcInterval, GcGracePeriod)
+  private val batchReadKeys = Set(Path, ManifestPath, DataPathPrefix, StartingSequence, EndingSequence, FailOnDataLoss)
+  private val sinkKeys = Set(Path, ManifestPath, DataPathPrefix, Compression_, FlushSizeBytes, WriterId, GcGracePeriod)
+  /** Keys Spark itself may pass along with user options. */
+  private val sparkKeys = Set("paths", "checkpointlocation", "queryname")
+
+  /** Lower-cased keys; Spark's CaseInsensitiveStringMap already lower-cases, plain maps may not. */
+  def normalize(options: collection.Map[String, String]): Map[String, String] =
+    options.iterator.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }.toMap
+
+  def location(options: Map[String, String], sessionStoreOptions: Map[String, String]): QueueLocation = {
+    val uri = options.get(Path).map(_.trim).filter(_.nonEmpty).getOrElse(throw new IllegalArgumentException(
+      "option 'path' is required: the queue's store root, e.g. s3a://bucket/prefix or /data/queue " +
+        "(spark.readStream.format(\"osqueue\").load(path) sets it)"))
+    val manifest = key(options, ManifestPath, "ingest/manifest")
+    val prefix = options.getOrElse(DataPathPrefix, "ingest").trim.stripSuffix("/")
+    if (prefix.nonEmpty) validKey(DataPathPrefix, prefix)
+    // Store settings: the session's fs.s3a.* first, then options given on this read/write.
+    val fromOptions = options.collect {
+      case (k, v) if k.startsWith("fs.s3a.") => k -> v
+      case (k, v) if k.startsWith("spark.hadoop.fs.s3a.") => k.stripPrefix("spark.hadoop.") -> v
+    }
+    QueueLocation(uri, manifest, prefix, sessionStoreOptions ++ fromOptions)
+  }
+
+  /**
+   * Checks what every mode shares, at `load()`/`save()` time (Spark does not say yet whether it
+   * will stream or batch): the path, known keys, and the form of every value given.
+   */
+  def validateGeneral(options: Map[String, String]): Unit = {
+    checkKnown(options, "any")
+    location(options, Map.empty)
+    Seq(MaxBatchesPerTrigger, MinBatchesPerTrigger).foreach(positiveInt(options, _))
+    positiveLong(options, FlushSizeBytes)
+    Seq(StartingSequence, EndingSequence).foreach(nonNegativeLong(options, _))
+    Seq(MaxTriggerDelay, GcInterval, GcGracePeriod).foreach(duration(options, _, 1.second))
+    Seq(FailOnDataLoss, Gc).foreach(boolean(options, _, default = true))
+    compression(options)
+    ObjectStoresCheck.uri(options(Path))
+  }
+
+  def checkKnown(options: Map[String, String], mode: String): Unit = {
+    val known = (mode match {
+      case "source" => sourceKeys
+      case "batch read" => batchReadKeys
+      case "sink" => sinkKeys
+      case _ => sourceKeys ++ batchReadKeys ++ sinkKeys
+    }) ++ sparkKeys
+    options.keys.filterNot(k => known(k) || k.startsWith("fs.s3a.") || k.startsWith("spark.hadoop.fs.s3a.")).toSeq.sorted
+      .headOption.foreach { k =>
+        throw new IllegalArgumentException(
+          s"unknown option '$k' for the osqueue $mode; known options: ${known.diff(sparkKeys).toSeq.sorted.mkString(", ")} " +
+            "and fs.s3a.* store settings")
+      }
+  }
+
+  def positiveInt(options: Map[String, String], key: String): Option[Int] = options.get(key).map { v =>
+    v.trim.toIntOption.filter(_ > 0).getOrElse(
+      throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; expected a positive integer"))
+  }
+
+  def positiveLong(options: Map[String, String], key: String): Option[Long] = options.get(key).map { v =>
+    v.trim.toLongOption.filter(_ > 0).getOrElse(
+      throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; expected a positive integer"))
+  }
+
+  def nonNegativeLong(options: Map[String, String], key: String): Option[Long] = options.get(key).map { v =>
+    v.trim.toLongOption.filter(_ >= 0).getOrElse(
+      throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; expected an integer >= 0"))
+  }
+
+  def boolean(options: Map[String, String], key: String, default: Boolean): Boolean =
+    options.get(key).map(_.trim.toLowerCase(Locale.ROOT)) match {
+      case None => default
+      case Some("true") => true
+      case Some("false") => false
+      case Some(v) => throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; expected true or false")
+    }
+
+  /** Durations like `500ms`, `30s`, `5m`, `1h` (a bare number is milliseconds). */
+  def duration(options: Map[String, String], key: String, default: FiniteDuration): FiniteDuration =
+    options.get(key).map { v =>
+      val m = """(?i)^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$""".r.findFirstMatchIn(v).getOrElse(
+        throw new IllegalArgumentException(
+          s"invalid value for option '$key': '$v'; expected a duration like 500ms, 30s, 5m or 1h"))
+      val n = m.group(1).toLong
+      val d = Option(m.group(2)).map(_.toLowerCase(Locale.ROOT)) match {
+        case None | Some("ms") => n.millis
+        case Some("s") => n.seconds
+        case Some("m") | Some("min") => n.minutes
+        case Some("h") => n.hours
+        case Some(_) => n.days
+      }
+      if (d <= Duration.Zero) throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; must be > 0")
+      d
+    }.getOrElse(default)
+
+  def compression(options: Map[String, String]): Compression =
+    options.get(Compression_).map(v => try Compression.parse(Compression_, v) catch {
+      case e: osqueue.InvalidConfigException => throw new IllegalArgumentException(e.getMessage)
+    }).getOrElse(Compression.None)
+
+  private def key(options: Map[String, String], name: String, default: String): String =
+    validKey(name, options.getOrElse(name, default).trim)
+
+  private def validKey(name: String, value: String): String =
+    try ObjectKeys.validate(value)
+    catch {
+      case e: osqueue.InvalidObjectKeyException =>
+        throw new IllegalArgumentException(s"invalid value for option '$name': '$value'; ${e.getMessage}")
+    }
+}
+
+/** Rejects a path no store understands, without opening anything. */
+private[spark] object ObjectStoresCheck {
+  def uri(path: String): Unit = {
+    val scheme = """^([a-zA-Z][a-zA-Z0-9+.-]*):""".r.findFirstMatchIn(path).map(_.group(1).toLowerCase(Locale.ROOT))
+    if (!scheme.forall(Set("file", "s3", "s3a", "memory")))
+      throw new IllegalArgumentException(
+        s"invalid value for option 'path': '$path'; expected an absolute local path, file:/..., s3://bucket/prefix or " +
+          "s3a://bucket/prefix")
+  }
+}
+
+/** Source options after validation. */
+private[spark] final case class SourceOptions(
+    location: QueueLocation,
+    maxBatchesPerTrigger: Option[Int],
+    minBatchesPerTrigger: Option[Int],
+    maxTriggerDelay: FiniteDuration,
+    failOnDataLoss: Boolean,
+    gcEnabled: Boolean,
+    gcInterval: FiniteDuration,
+    gcGracePeriod: FiniteDuration)
+
+private[spark] object SourceOptions {
+  import OsqueueOptions._
+
+  def apply(options: Map[String, String], session: Map[String, String]): SourceOptions = {
+    checkKnown(options, "source")
+    val max = positiveInt(options, MaxBatchesPerTrigger)
+    val min = positiveInt(options, MinBatchesPerTrigger)
+    (min, max) match {
+      case (Some(lo), Some(hi)) if lo > hi => throw new IllegalArgumentException(
+        s"option '$MinBatchesPerTrigger' ($lo) must not exceed '$MaxBatchesPerTrigger' ($hi)")
+      case _ =>
+    }
+    if (options.contains(MaxTriggerDelay) && min.isEmpty)
+      throw new IllegalArgumentException(s"option '$MaxTriggerDelay' only applies with '$MinBatchesPerTrigger'")
+    SourceOptions(
+      location(options, session), max, min,
+      duration(options, MaxTriggerDelay, 15.minutes),
+      boolean(options, FailOnDataLoss, default = true),
+      boolean(options, Gc, default = true),
+      duration(options, GcInterval, 5.minutes),
+      duration(options, GcGracePeriod, 10.minutes))
+  }
+}
+
+/** Batch-read options after validation: an optional [startingSequence, endingSequence) window. */
+private[spark] final case class BatchReadOptions(location: QueueLocation, startingSequence: Option[Long],
+    endingSequence: Option[Long], failOnDataLoss: Boolean)
+
+private[spark] object BatchReadOptions {
+  import OsqueueOptions._
+
+  def apply(options: Map[String, String], session: Map[String, String]): BatchReadOptions = {
+    checkKnown(options, "batch read")
+    val start = nonNegativeLong(options, StartingSequence)
+    val end = nonNegativeLong(options, EndingSequence)
+    for (s <- start; e <- end if e < s) throw new IllegalArgumentException(
+      s"option '$EndingSequence' ($e) must not be below '$StartingSequence' ($s); the window is [start, end)")
+    BatchReadOptions(location(options, session), start, end, boolean(options, FailOnDataLoss, default = true))
+  }
+}

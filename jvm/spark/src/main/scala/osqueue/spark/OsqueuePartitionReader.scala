@@ -1,0 +1,86 @@
+package osqueue.spark
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.connector.metric.{CustomSumMetric, CustomTaskMetric}
+import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
+
+import osqueue.{BatchNotFoundException, SystemClock}
+import osqueue.consumer.{BatchDescriptor, BatchFetcher}
+import osqueue.metrics.MetricsRegistry
+
+/** One batch file to read on an executor: everything needed to fetch it without the manifest. */
+private[spark] final case class OsqueueInputPartition(
+    location: QueueLocation,
+    descriptor: BatchDescriptor,
+    failOnDataLoss: Boolean) extends InputPartition
+
+private[spark] object OsqueueReaderFactory extends PartitionReaderFactory {
+  override def createReader(partition: InputPartition): PartitionReader[InternalRow] =
+    new OsqueuePartitionReader(partition.asInstanceOf[OsqueueInputPartition])
+}
+
+/**
+ * Fetches and decodes one batch on an executor. A corrupt batch fails the task naming the object;
+ * a missing one is data loss (fails unless `failOnDataLoss=false`, then it is skipped and counted).
+ */
+private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition) extends PartitionReader[InternalRow] with Logging {
+  private var bytesFetched = 0L
+  private var fetchTimeMs = 0L
+  private var missing = 0L
+
+  private lazy val rows: Iterator[InternalRow] = {
+    val store = OsqueueStores.open(p.location)
+    val started = System.nanoTime()
+    try {
+      val batch = new BatchFetcher(store, SystemClock, new MetricsRegistry).fetch(p.descriptor)
+      bytesFetched = batch.entries.foldLeft(0L)(_ + _.length)
+      OsqueueSchema.rows(batch)
+    } catch {
+      case e: BatchNotFoundException if !p.failOnDataLoss =>
+        logWarning(s"skipping missing batch '${p.descriptor.location}' (sequence ${p.descriptor.sequence}): " +
+          "failOnDataLoss=false")
+        missing = 1
+        Iterator.empty
+      case e: BatchNotFoundException => throw OsqueueExceptions.dataLoss(e.getMessage)
+    } finally fetchTimeMs = (System.nanoTime() - started) / 1000000
+  }
+
+  private var current: InternalRow = _
+  override def next(): Boolean = if (rows.hasNext) { current = rows.next(); true } else false
+  override def get(): InternalRow = current
+  override def close(): Unit = ()
+
+  override def currentMetricsValues(): Array[CustomTaskMetric] = Array(
+    OsqueueTaskMetrics.task(OsqueueTaskMetrics.BytesFetched, bytesFetched),
+    OsqueueTaskMetrics.task(OsqueueTaskMetrics.FetchTimeMs, fetchTimeMs),
+    OsqueueTaskMetrics.task(OsqueueTaskMetrics.MissingBatches, missing))
+}
+
+/** Task-level metrics shown in the Spark UI's SQL tab. */
+private[spark] object OsqueueTaskMetrics {
+  val BytesFetched = "bytesFetched"
+  val FetchTimeMs = "fetchTimeMs"
+  val MissingBatches = "missingBatches"
+
+  def task(metric: String, v: Long): CustomTaskMetric = new CustomTaskMetric {
+    override def name(): String = metric
+    override def value(): Long = v
+  }
+
+  def supported: Array[org.apache.spark.sql.connector.metric.CustomMetric] =
+    Array(new BytesFetchedMetric, new FetchTimeMetric, new MissingBatchesMetric)
+}
+
+private[spark] class BytesFetchedMetric extends CustomSumMetric {
+  override def name(): String = OsqueueTaskMetrics.BytesFetched
+  override def description(): String = "osqueue: record bytes fetched"
+}
+private[spark] class FetchTimeMetric extends CustomSumMetric {
+  override def name(): String = OsqueueTaskMetrics.FetchTimeMs
+  override def description(): String = "osqueue: batch fetch and decode time (ms)"
+}
+private[spark] class MissingBatchesMetric extends CustomSumMetric {
+  override def name(): String = OsqueueTaskMetrics.MissingBatches
+  override def description(): String = "osqueue: missing batches skipped (failOnDataLoss=false)"
+}

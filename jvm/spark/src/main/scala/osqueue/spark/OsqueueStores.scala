@@ -1,0 +1,45 @@
+package osqueue.spark
+
+import java.nio.charset.StandardCharsets.UTF_8
+import java.util.UUID
+import java.util.concurrent.ConcurrentHashMap
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.SparkSession
+
+import osqueue.store.{CasOutcome, ObjectStore, ObjectStores}
+
+/** Opens stores once per JVM (driver or executor) and per location, since S3 clients are costly. */
+private[spark] object OsqueueStores {
+  private val cache = new ConcurrentHashMap[(String, Map[String, String]), ObjectStore]()
+
+  def open(location: QueueLocation): ObjectStore =
+    cache.computeIfAbsent((location.uri, location.storeOptions), _ => ObjectStores.open(location.uri, location.storeOptions))
+
+  /** The session's S3A settings (`spark.hadoop.fs.s3a.*` and the Hadoop configuration's `fs.s3a.*`). */
+  def sessionStoreOptions(): Map[String, String] = SparkSession.getActiveSession.map { spark =>
+    val hadoop = spark.sparkContext.hadoopConfiguration.iterator().asScala
+      .map(e => e.getKey -> e.getValue).filter(_._1.startsWith("fs.s3a.")).toMap
+    val runtime = spark.conf.getAll.collect {
+      case (k, v) if k.startsWith("spark.hadoop.fs.s3a.") => k.stripPrefix("spark.hadoop.") -> v
+    }
+    hadoop ++ runtime
+  }.getOrElse(Map.empty)
+
+  /**
+   * The queue's id: a UUID in `<manifestPath>.queue-id`, created once (put-if-absent) by the first
+   * stream that reads the queue. A queue recreated from scratch gets a new id, so an old checkpoint
+   * is refused instead of being applied to the wrong entries.
+   */
+  def queueId(store: ObjectStore, location: QueueLocation, create: Boolean): Option[String] = {
+    val key = location.manifestPath + ".queue-id"
+    store.get(key).map(o => new String(o.bytes, UTF_8).trim).orElse {
+      if (!create) None
+      else store.putIfAbsent(key, UUID.randomUUID().toString.getBytes(UTF_8)) match {
+        case CasOutcome.Written(_) | CasOutcome.PreconditionFailed =>
+          store.get(key).map(o => new String(o.bytes, UTF_8).trim)
+      }
+    }
+  }
+}

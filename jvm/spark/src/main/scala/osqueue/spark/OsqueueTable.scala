@@ -1,0 +1,36 @@
+package osqueue.spark
+
+import java.util
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.connector.catalog.{SupportsRead, Table, TableCapability}
+import org.apache.spark.sql.connector.metric.CustomMetric
+import org.apache.spark.sql.connector.read.{Batch, Scan, ScanBuilder}
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream
+import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
+
+/** A queue as a Spark table: readable as a stream and as a batch. */
+private[spark] class OsqueueTable(tableOptions: Map[String, String]) extends Table with SupportsRead {
+  override def name(): String = s"osqueue[${tableOptions.getOrElse(OsqueueOptions.Path, "?")}]"
+  override def schema(): StructType = OsqueueSchema.schema
+  override def capabilities(): util.Set[TableCapability] =
+    Set(TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_READ).asJava
+
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = () => new OsqueueScan(
+    OsqueueOptions.normalize(tableOptions ++ options.asCaseSensitiveMap().asScala))
+}
+
+/** Validates options for the mode Spark asks for, then builds the stream or the batch. */
+private[spark] final class OsqueueScan(options: Map[String, String]) extends Scan {
+  override def readSchema(): StructType = OsqueueSchema.schema
+  override def description(): String = s"osqueue ${options.getOrElse(OsqueueOptions.Path, "")}"
+
+  override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream =
+    new OsqueueMicroBatchStream(SourceOptions(options, OsqueueStores.sessionStoreOptions()))
+
+  override def toBatch: Batch = new OsqueueBatch(BatchReadOptions(options, OsqueueStores.sessionStoreOptions()))
+
+  override def supportedCustomMetrics(): Array[CustomMetric] = OsqueueTaskMetrics.supported
+}

@@ -1,0 +1,67 @@
+"""A streaming query from an osqueue queue into per-batch JSON files, run as its own process.
+
+`python stream_job.py QUEUE CHECKPOINT OUT [--available-now] [--max-batches N] [--option k=v ...]`
+
+Each micro-batch's rows go to OUT/batch-<id>.json, written atomically (temp + rename), so a
+replayed batch id overwrites the same file: the sink is idempotent per batch id, as Spark's
+exactly-once contract requires of sinks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from support import spark_builder  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("queue")
+    ap.add_argument("checkpoint")
+    ap.add_argument("out")
+    ap.add_argument("--available-now", action="store_true")
+    ap.add_argument("--max-batches", type=int)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--option", action="append", default=[])
+    args = ap.parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    spark = spark_builder("osqueue-stream-job", args.master).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    reader = spark.readStream.format("osqueue").option("gc", "false")
+    if args.max_batches:
+        reader = reader.option("maxBatchesPerTrigger", str(args.max_batches))
+    for kv in args.option:
+        k, v = kv.split("=", 1)
+        reader = reader.option(k, v)
+    df = reader.load(args.queue)
+
+    def write_batch(batch_df, batch_id: int) -> None:
+        rows = [
+            {
+                "sequence": r.sequence,
+                "index": r["index"],
+                "value": bytes(r.value).decode(),
+                "metadata": bytes(r.metadata).decode() if r.metadata is not None else None,
+                "ingestion_ms": int(r.ingestionTime.timestamp() * 1000) if r.ingestionTime else None,
+            }
+            for r in batch_df.collect()
+        ]
+        tmp = out / f".batch-{batch_id}.tmp"
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, out / f"batch-{batch_id}.json")
+        print(f"batch {batch_id}: {len(rows)} rows", flush=True)
+
+    writer = df.writeStream.foreachBatch(write_batch).option("checkpointLocation", args.checkpoint)
+    writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")
+    query = writer.start()
+    query.awaitTermination()
+
+
+if __name__ == "__main__":
+    main()

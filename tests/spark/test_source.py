@@ -1,0 +1,321 @@
+"""The osqueue Spark source end to end: real Spark, real files, a real S3 server."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import osqueue
+from osqueue.format import decode_manifest
+
+from .support import produce_entries
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def run_query(spark, path, checkpoint, *, available_now=True, options=None, timeout=120):
+    """Runs a stream into an in-memory per-batch-id dict (replays overwrite: idempotent). Returns it."""
+    batches: dict[int, list] = {}
+
+    def collect(df, batch_id):
+        batches[batch_id] = [
+            (r.sequence, r["index"], bytes(r.value).decode(), None if r.metadata is None else bytes(r.metadata).decode(),
+             r.ingestionTime, r.location)
+            for r in df.collect()
+        ]
+
+    reader = spark.readStream.format("osqueue").option("gc", "false")
+    for k, v in (options or {}).items():
+        reader = reader.option(k, v)
+    writer = reader.load(path).writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
+    query = (writer.trigger(availableNow=True) if available_now else writer).start()
+    if available_now:
+        assert query.awaitTermination(timeout), "AvailableNow query did not finish"
+    return batches, query
+
+
+def flatten(batches):
+    return [row for bid in sorted(batches) for row in sorted(batches[bid])]
+
+
+def manifest_of(path: pathlib.Path):
+    return decode_manifest((path / "ingest" / "manifest").read_bytes(), "manifest")
+
+
+def assert_exactly_once(rows, expected_values):
+    values = [r[2] for r in rows]
+    assert values == expected_values, "entries lost, duplicated or out of order"
+    assert [(r[0], r[1]) for r in rows] == sorted({(r[0], r[1]) for r in rows})
+
+
+def test_stream_delivers_every_entry_once_in_order_with_metadata(spark, queue_dir, tmp_path):
+    before = time.time()
+    expected = produce_entries(str(queue_dir), batches=6, per_batch=5)
+    batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    rows = flatten(batches)
+    assert_exactly_once(rows, expected)
+    for seq, index, value, meta, ingestion, location in rows:
+        assert meta == "meta-e" + value[1:].split("-")[0]
+        assert before - 1 <= ingestion.timestamp() <= time.time() + 1
+        assert location.startswith("ingest/") and location.endswith(".batch")
+    # Spark commits a batch's offsets to the source when it builds the next one: everything
+    # except the last batch is dequeued, and nothing beyond what Spark committed.
+    assert manifest_of(queue_dir).entries[0].sequence <= rows[-1][0]
+
+
+def test_stream_on_localstack_s3_via_s3a(spark, s3_queue, tmp_path):
+    uri, options = s3_queue
+    expected = produce_entries(uri, batches=4, per_batch=3, store_options=options)
+    batches, _ = run_query(spark, uri, tmp_path / "ckpt", options=options)
+    assert_exactly_once(flatten(batches), expected)
+
+
+def test_restart_resumes_from_checkpoint_and_dequeues_leftovers(spark, queue_dir, tmp_path):
+    first = produce_entries(str(queue_dir), batches=3, per_batch=2, tag="a")
+    b1, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    second = produce_entries(str(queue_dir), batches=2, per_batch=2, tag="b")
+    b2, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    assert [r[2] for r in flatten(b1)] == first
+    assert [r[2] for r in flatten(b2)] == second, "restart must resume from the checkpoint, not the head"
+    # The first run's entries were committed by Spark before the second run read more: gone now.
+    assert manifest_of(queue_dir).entries[0].sequence >= 3
+
+
+def test_max_batches_per_trigger_bounds_each_micro_batch(spark, queue_dir, tmp_path):
+    expected = produce_entries(str(queue_dir), batches=7, per_batch=2)
+    batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "2"})
+    assert_exactly_once(flatten(batches), expected)
+    sizes = [len({r[0] for r in batches[b]}) for b in sorted(batches) if batches[b]]
+    assert max(sizes) <= 2 and len(sizes) >= 4, sizes
+
+
+def test_available_now_drains_what_was_there_and_stops_while_producers_write(spark, queue_dir, tmp_path):
+    expected = produce_entries(str(queue_dir), batches=5, per_batch=2)
+    stop = threading.Event()
+
+    def keep_producing():
+        with osqueue.Producer(str(queue_dir), flush_interval=0.01) as p:
+            i = 0
+            while not stop.is_set():
+                p.produce([f"late{i}".encode()]).wait_durable(10)
+                i += 1
+
+    t = threading.Thread(target=keep_producing, daemon=True)
+    t.start()
+    time.sleep(0.3)
+    try:
+        batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "2"})
+    finally:
+        stop.set()
+        t.join(10)
+    values = [r[2] for r in flatten(batches)]
+    assert values[: len(expected)] == expected
+    late = values[len(expected):]
+    assert len(late) == len(set(late)) and all(v.startswith("late") for v in late)
+    # It stopped at the target taken when it started, not at whatever producers added later.
+    assert manifest_of(queue_dir).next_sequence > len(expected) + len({r[0] for r in flatten(batches)}) - 5
+
+
+def test_progress_reports_queue_metrics(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=4, per_batch=1)
+    _, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "1"})
+    progress = query.recentProgress
+    metrics = [p["sources"][0]["metrics"] for p in progress if p["sources"][0].get("metrics")]
+    assert metrics, "no source metrics in progress"
+    first = metrics[0]
+    assert {"queueLength", "batchesBehindLatest", "numFilesOutstanding", "lagSeconds", "dataLossEvents"} <= set(first)
+    assert int(first["batchesBehindLatest"]) >= 1
+    assert float(first["lagSeconds"]) >= 0
+    assert int(metrics[-1]["batchesBehindLatest"]) == 0
+
+
+def test_second_query_fences_the_first(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=2, per_batch=1)
+    seen = []
+    q1 = (spark.readStream.format("osqueue").option("gc", "false").load(str(queue_dir)).writeStream
+          .foreachBatch(lambda df, bid: seen.append(df.count()))
+          .option("checkpointLocation", str(tmp_path / "c1")).trigger(processingTime="100 milliseconds").start())
+    q1.processAllAvailable()
+    first_after_q1 = manifest_of(queue_dir).entries[0].sequence
+    epoch_q1 = manifest_of(queue_dir).epoch
+    b2, q2 = run_query(spark, str(queue_dir), tmp_path / "c2")  # a second reader takes over
+    assert manifest_of(queue_dir).epoch == epoch_q1 + 1
+    produce_entries(str(queue_dir), batches=1, per_batch=1, tag="x")
+    with pytest.raises(Exception) as err:
+        q1.awaitTermination(60)
+    assert "fenced" in str(err.value)
+    assert f"epoch {epoch_q1}" in str(err.value)
+    assert not q1.isActive
+    # The fenced query acked nothing after the takeover: only the new reader's commits moved the head.
+    assert manifest_of(queue_dir).entries[0].sequence >= first_after_q1
+
+
+def test_corrupt_batch_fails_the_query_naming_the_object(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=2, per_batch=1)
+    location = manifest_of(queue_dir).entries[1].location
+    (queue_dir / location).write_bytes(b"\x00\x01garbage\x00\x00\x00\x00\x01\x00")
+    with pytest.raises(Exception) as err:
+        run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    assert location in str(err.value)
+    assert "corrupt data batch" in str(err.value)
+
+
+def test_missing_batch_is_data_loss_unless_allowed(spark, queue_dir, tmp_path):
+    expected = produce_entries(str(queue_dir), batches=3, per_batch=1)
+    location = manifest_of(queue_dir).entries[1].location
+    (queue_dir / location).unlink()
+    with pytest.raises(Exception) as err:
+        run_query(spark, str(queue_dir), tmp_path / "c1")
+    assert "OSQUEUE_DATA_LOSS" in str(err.value) and location in str(err.value)
+    batches, _ = run_query(spark, str(queue_dir), tmp_path / "c2", options={"failOnDataLoss": "false"})
+    assert [r[2] for r in flatten(batches)] == [expected[0], expected[2]]
+
+
+def test_entries_removed_behind_the_checkpoint_are_data_loss(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=2, per_batch=1, tag="a")
+    run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    produce_entries(str(queue_dir), batches=3, per_batch=1, tag="b")
+    c = osqueue.Consumer(str(queue_dir))  # someone else consumes behind the query's back
+    while (b := c.next_batch()) is not None:
+        c.ack(b.sequence)
+    c.close()
+    with pytest.raises(Exception) as err:
+        run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    assert "OSQUEUE_DATA_LOSS" in str(err.value) and "were removed" in str(err.value)
+
+
+def test_checkpoint_of_another_queue_is_refused(spark, tmp_path):
+    qa, qb = tmp_path / "qa", tmp_path / "qb"
+    produce_entries(str(qa), batches=1, per_batch=1)
+    produce_entries(str(qb), batches=1, per_batch=1)
+    run_query(spark, str(qa), tmp_path / "ckpt")
+    produce_entries(str(qa), batches=1, per_batch=1, tag="more")  # forces a second batch to be logged
+    run_query(spark, str(qa), tmp_path / "ckpt")
+    with pytest.raises(Exception) as err:
+        run_query(spark, str(qb), tmp_path / "ckpt")
+    assert "OSQUEUE_FOREIGN_CHECKPOINT" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({}, "option 'path' is required"),
+        ({"path": "/tmp/x", "maxBatchesPerTrigger": "0"}, "'maxbatchespertrigger': '0'"),
+        ({"path": "/tmp/x", "maxBatchesPerTrigger": "ten"}, "expected a positive integer"),
+        ({"path": "/tmp/x", "minBatchesPerTrigger": "5", "maxBatchesPerTrigger": "2"}, "must not exceed"),
+        ({"path": "/tmp/x", "maxTriggerDelay": "soon", "minBatchesPerTrigger": "2"}, "expected a duration"),
+        ({"path": "/tmp/x", "failOnDataLoss": "maybe"}, "expected true or false"),
+        ({"path": "/tmp/x", "maxBatchPerTrigger": "2"}, "unknown option 'maxbatchpertrigger'"),
+        ({"path": "/tmp/x", "manifestPath": "../escape"}, "invalid value for option 'manifestpath'"),
+        ({"path": "ftp://host/q"}, "ftp://host/q"),
+    ],
+)
+def test_bad_options_fail_before_reading_with_the_option_named(spark, options, message, tmp_path):
+    reader = spark.readStream.format("osqueue")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    with pytest.raises(Exception) as err:
+        q = reader.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()
+        q.awaitTermination(60)
+    assert message in str(err.value)
+
+
+def test_user_schema_is_refused(spark, queue_dir):
+    with pytest.raises(Exception) as err:
+        spark.readStream.format("osqueue").schema("value string").load(str(queue_dir))
+    assert "fixed schema" in str(err.value)
+
+
+def test_option_keys_are_case_insensitive(spark, queue_dir, tmp_path):
+    expected = produce_entries(str(queue_dir), batches=3, per_batch=1)
+    batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"MAXBATCHESPERTRIGGER": "1"})
+    assert [r[2] for r in flatten(batches)] == expected
+    assert all(len({r[0] for r in rows}) <= 1 for rows in batches.values())
+
+
+def test_batch_read_returns_current_entries_without_fencing_or_acking(spark, queue_dir):
+    expected = produce_entries(str(queue_dir), batches=4, per_batch=2)
+    before = (queue_dir / "ingest" / "manifest").read_bytes()
+    rows = spark.read.format("osqueue").load(str(queue_dir)).orderBy("sequence", "index").collect()
+    assert [bytes(r.value).decode() for r in rows] == expected
+    window = spark.read.format("osqueue").option("startingSequence", "1").option("endingSequence", "3").load(str(queue_dir))
+    assert sorted({r.sequence for r in window.collect()}) == [1, 2]
+    assert (queue_dir / "ingest" / "manifest").read_bytes() == before, "a batch read changed the manifest"
+
+
+def _run_job(queue, ckpt, out, *extra):
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "stream_job.py"), str(queue), str(ckpt), str(out), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+
+
+def _output_rows(out: pathlib.Path):
+    rows = []
+    for f in sorted(out.glob("batch-*.json"), key=lambda p: int(p.stem.split("-")[1])):
+        rows += json.loads(f.read_text())
+    return sorted(rows, key=lambda r: (r["sequence"], r["index"]))
+
+
+def test_kill_dash_nine_mid_stream_and_restart_delivers_each_entry_exactly_once(queue_dir, tmp_path):
+    expected = produce_entries(str(queue_dir), batches=30, per_batch=3)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    for kill_after in (3, 9):  # different moments
+        job = _run_job(queue_dir, ckpt, out, "--max-batches", "2")
+        deadline = time.time() + 180
+        while len(list(out.glob("batch-*.json"))) < kill_after and time.time() < deadline:
+            if job.poll() is not None:
+                pytest.fail("stream job exited early:\n" + job.stdout.read())
+            time.sleep(0.05)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+    job = _run_job(queue_dir, ckpt, out, "--max-batches", "2", "--available-now")
+    assert job.wait(300) == 0, job.stdout.read()
+    rows = _output_rows(out)
+    assert [r["value"] for r in rows] == expected
+    assert len({(r["sequence"], r["index"]) for r in rows}) == len(rows)
+    # Nothing past Spark's committed offsets was dequeued; everything before the last batch was.
+    offsets_dir = ckpt / "offsets"
+    last = max(int(p.name) for p in offsets_dir.iterdir() if p.name.isdigit())
+    prev_end = json.loads((offsets_dir / str(last - 1)).read_text().splitlines()[-1])["nextSequence"]
+    assert manifest_of(queue_dir).entries[0].sequence == prev_end
+
+
+def test_standalone_cluster_executors_in_another_jvm(queue_dir, tmp_path):
+    import pyspark
+
+    spark_home = pathlib.Path(pyspark.__file__).parent
+    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(tmp_path))
+    spark_class = str(spark_home / "bin" / "spark-class")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    master = subprocess.Popen(
+        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", "0"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    worker = subprocess.Popen(
+        [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
+         "--cores", "2", "--memory", "2g", "--webui-port", "0", "--work-dir", str(tmp_path / "work")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        expected = produce_entries(str(queue_dir), batches=6, per_batch=4)
+        out = tmp_path / "out"
+        job = _run_job(queue_dir, tmp_path / "ckpt", out, "--available-now", "--master", f"spark://127.0.0.1:{port}")
+        output = job.communicate(timeout=300)[0]
+        assert job.returncode == 0, output
+        assert [r["value"] for r in _output_rows(out)] == expected
+        # The executor ran in the worker's JVM: its stderr lives under the work dir.
+        assert list((tmp_path / "work").glob("app-*/*/stderr"))
+    finally:
+        for p in (worker, master):
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(30)
