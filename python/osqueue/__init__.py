@@ -5,6 +5,7 @@ manifest object with compare-and-swap; a single consumer reads them in order, fe
 epoch. See ``docs/format.md`` for the formats and the protocol.
 """
 
+from osqueue._jar import jar_path
 from osqueue._version import __version__
 from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
 from osqueue.errors import (
@@ -56,6 +57,7 @@ from osqueue.store import (
 
 __all__ = [
     "__version__",
+    "jar_path",
     # producer / consumer
     "Producer",
     "WriteHandle",

@@ -266,21 +266,36 @@ class _GroupCommitter:
     def _find_landed(
         self, raw: bytes | None, tried: list[tuple[str, ...]], min_base: int
     ) -> list[EnqueueResult] | None:
+        """The sequences of an earlier attempt if it is found to have landed.
+
+        One CAS write is atomic, so an attempt with *any* location present landed as a whole
+        (the consumer may already have dequeued a prefix of it): its entries are consecutive,
+        so a location at index ``i`` found at sequence ``s`` puts the attempt at ``s - i``.
+        Retries may carry some of the same locations at other sequences, so the attempt whose
+        every still-present slot holds its own location is the one that landed.
+        """
         if raw is None:
             return None
         wanted = {loc for attempt in tried for loc in attempt}
+        at: dict[int, str] = {}
         found: dict[str, int] = {}
         for sequence, location in iter_entry_locations(raw, self.manifest.key, min_base):
+            at[sequence] = location
             if location in wanted:
                 found[location] = sequence
         if not found:
             return None
+        first_present = min(at)
         for attempt in reversed(tried):
-            if all(loc in found for loc in attempt):
-                return [EnqueueResult(found[loc], loc) for loc in attempt]
+            present = [(i, loc) for i, loc in enumerate(attempt) if loc in found]
+            if not present:
+                continue
+            base = found[present[0][1]] - present[0][0]
+            if all(at.get(base + i) == loc if base + i >= first_present else True for i, loc in enumerate(attempt)):
+                return [EnqueueResult(base + i, loc) for i, loc in enumerate(attempt)]
         raise AmbiguousCommitError(
-            f"manifest '{self.manifest.key}' holds only some of the locations of one write "
-            f"({sorted(found)}); refusing to append them again"
+            f"manifest '{self.manifest.key}' holds locations of this producer's writes ({sorted(found)}) "
+            "in an arrangement none of its writes produced; refusing to append them again"
         )
 
     def _judge_unknown(self, raw: bytes | None, base: int) -> str:

@@ -247,6 +247,56 @@ def test_undecidable_outcome_raises_ambiguous_commit_and_never_appends_twice(mem
     qp.close()
 
 
+def test_write_found_partly_dequeued_landed_and_reports_its_sequences(mem_store: InMemoryStore) -> None:
+    """A CAS write is atomic: if some of its locations are present, it landed, even when the
+    consumer already dequeued a prefix of it (format.md §5)."""
+    store = WrappedStore(mem_store)
+    entered, release = threading.Event(), threading.Event()
+    calls = {"n": 0}
+
+    def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        calls["n"] += 1
+        if calls["n"] == 1:  # hold the first write so the next three form one group
+            entered.set()
+            assert release.wait(10)
+            return apply()
+        if calls["n"] == 2:
+            apply()  # the group lands at sequences 1..3 ...
+            current = mem_store.get(KEY)
+            assert current is not None
+            part, removed = dequeue_through(current.data, 1)  # ... the consumer takes sequence 1 ...
+            assert removed == 2
+            mem_store.put(KEY, part)
+            raise StoreError("... and the reply was lost (test)")
+        return apply()
+
+    store.on_conditional = hook
+    qp = _producer(store)
+    first = qp.enqueue_async("ingest/first.batch")
+    assert entered.wait(10)
+    group = [qp.enqueue_async(f"ingest/g{i}.batch") for i in range(3)]
+    release.set()
+    assert first.result(10).sequence == 0
+    results = [f.result(10) for f in group]
+    assert [(r.sequence, r.location) for r in results] == [(1, "ingest/g0.batch"), (2, "ingest/g1.batch"), (3, "ingest/g2.batch")]
+    assert manifest_locations(mem_store) == ["ingest/g1.batch", "ingest/g2.batch"]  # nothing appended twice
+    assert calls["n"] == 2
+    qp.close()
+
+
+def test_retried_locations_resolve_to_the_attempt_that_landed(mem_store: InMemoryStore) -> None:
+    """Two attempts share a location; only the one whose slots match the manifest landed."""
+    mem_store.put(KEY, append_entries(None, [("ingest/a.batch", []), ("ingest/b.batch", [])], KEY)[0])
+    qp = _producer(mem_store)
+    committer = qp._committer
+    raw = mem_store.get(KEY).data
+    # Attempt 1 tried (a, b) at base 0 and landed; attempt 2 tried (a, b2) at base 2.
+    landed = committer._find_landed(raw, [("ingest/a.batch", "ingest/b.batch"), ("ingest/a.batch", "ingest/b2.batch")], 0)
+    assert landed is not None and [(r.sequence, r.location) for r in landed] == [(0, "ingest/a.batch"), (1, "ingest/b.batch")]
+    assert committer._find_landed(raw, [("ingest/x.batch",)], 0) is None
+    qp.close()
+
+
 def test_outcome_known_store_error_fails_without_retry(mem_store: InMemoryStore) -> None:
     store = WrappedStore(mem_store)
 

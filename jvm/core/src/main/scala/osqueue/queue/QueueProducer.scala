@@ -101,10 +101,12 @@ final class QueueProducer(
   private def resolve(snapshot: Snapshot, attempts: Seq[Attempt]): Option[IndexedSeq[Long]] = {
     if (attempts.isEmpty) return None
     val present: Map[String, Long] = RawManifest.locations(snapshot.raw, manifest.key).map(_.swap).toMap
-    attempts.find(_.locations.exists(present.contains)).map { a =>
-      // Landed as one block at its base; entries already dequeued keep their position.
-      a.locations.indices.map(a.base + _)
-    }.orElse {
+    // A write lands as one block, so its base is where any of its locations sits minus that
+    // location's index (retries may carry the same locations at a later base; a dequeued prefix is fine).
+    attempts.iterator.flatMap { a =>
+      a.locations.iterator.zipWithIndex.collectFirst { case (l, i) if present.contains(l) => present(l) - i }
+        .map(base => a.locations.indices.map(base + _))
+    }.nextOption().orElse {
       val footer = ManifestCodec.decodeFooter(snapshot.raw, manifest.key)
       val first = present.values.minOption.getOrElse(footer.nextSequence)
       attempts.filter(a => a.unknownOutcome && !a.resolvedNotLanded).foreach { a =>

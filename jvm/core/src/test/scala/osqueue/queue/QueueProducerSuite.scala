@@ -109,6 +109,23 @@ class QueueProducerSuite extends AnyFunSuite {
     assertExactUnion(inner, ps.map(_.location).toSet)
   }
 
+  test("should report the sequences where a retried write landed, not where the first try would have") {
+    val inner = InMemoryStore.fresh()
+    val other = appender(inner)
+    val faulty = new FaultInjectingStore(inner, (_, n) => n match {
+      case 0 =>
+        other.enqueue(pending(inner)).get() // someone else takes sequence 0 meanwhile
+        Fault.FailBefore
+      case 1 => Fault.ApplyThenError // our retry lands at sequence 1, its reply is lost
+      case _ => Fault.None
+    })
+    val a = appender(faulty)
+    val p = pending(inner)
+    assert(a.enqueue(p).get(30, TimeUnit.SECONDS) == 1L)
+    a.close(); other.close()
+    assert(manifestOf(inner).entries.map(_.location).last == p.location)
+  }
+
   test("should retry a write that failed before being applied") {
     val inner = InMemoryStore.fresh()
     val faulty = new FaultInjectingStore(inner, (_, n) => if (n < 3) Fault.FailBefore else Fault.None)

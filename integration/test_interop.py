@@ -1,0 +1,105 @@
+"""JVM and Python speak one format and one CAS protocol: shared queues, cross reads, on files and S3."""
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+import osqueue
+from osqueue.format import decode_batch, decode_manifest
+from osqueue.store import open_store
+
+from fixtures import new_bucket, run_s3_server
+
+from . import jvm_tool
+
+
+def _python_producer(path, tag, count, store_options=None, compression=None):
+    with osqueue.Producer(path, flush_interval=0.01, compression=compression, store_options=store_options) as p:
+        for i in range(count):  # one durable write at a time: a manifest CAS per entry, maximum contention
+            p.produce([f"{tag}-{i}".encode()], metadata=tag.encode()).wait_durable(120)
+
+
+def _assert_exact_union(path, expected: set[str], store_options=None):
+    store = open_store(path, store_options)
+    m = decode_manifest(store.get("ingest/manifest").data, "ingest/manifest")
+    assert [e.sequence for e in m.entries] == list(range(len(m.entries))), "sequences not contiguous from 0"
+    assert len({e.location for e in m.entries}) == len(m.entries), "duplicate manifest entries"
+    values = [v.decode() for e in m.entries for v in decode_batch(store.get(e.location).data, e.location)]
+    assert len(values) == len(set(values)), "an entry was delivered twice"
+    assert set(values) == expected, f"lost: {sorted(expected - set(values))[:5]}"
+    return m
+
+
+def _contend(path, store_options=None, jvm_count=80, py_count=80):
+    jvms = [jvm_tool.start("produce", path, f"jvm{i}", str(jvm_count), "--flush-ms", "1", "--sync", "true", store_options=store_options)
+            for i in range(2)]
+    threads = [threading.Thread(target=_python_producer, args=(path, f"py{i}", py_count, store_options)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    for j in jvms:
+        out, err = j.communicate(timeout=300)
+        assert j.returncode == 0, err
+    expected = {f"{t}-{i}" for t in ("jvm0", "jvm1") for i in range(jvm_count)} | \
+               {f"{t}-{i}" for t in ("py0", "py1") for i in range(py_count)}
+    return _assert_exact_union(path, expected, store_options)
+
+
+def test_jvm_and_python_producers_share_one_local_queue(tmp_path):
+    m = _contend(str(tmp_path / "q"))
+    assert len(m.entries) == 4 * 80, "each entry should have had its own manifest write"
+
+
+def test_jvm_and_python_producers_share_one_queue_on_localstack():
+    with run_s3_server("localstack") as server:
+        bucket = new_bucket(server)
+        opts = {"fs.s3a.endpoint": server.endpoint, "fs.s3a.access.key": server.access_key,
+                "fs.s3a.secret.key": server.secret_key, "fs.s3a.path.style.access": "true",
+                "fs.s3a.endpoint.region": server.region}
+        m = _contend(f"s3a://{bucket}/shared", opts, jvm_count=40, py_count=40)
+        assert len(m.entries) == 4 * 40
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_jvm_consumer_reads_python_batches(tmp_path, compression):
+    path = str(tmp_path / "q")
+    _python_producer(path, "py", 25, compression=compression)
+    lines = jvm_tool.run("consume", path).splitlines()
+    assert [line.split("\t")[2] for line in lines] == [f"py-{i}" for i in range(25)]
+    m = decode_manifest((tmp_path / "q" / "ingest" / "manifest").read_bytes(), "m")
+    assert m.entries == [] and m.epoch == 1, "the JVM consumer should have taken over and dequeued everything"
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_python_consumer_reads_jvm_batches(tmp_path, compression):
+    path = str(tmp_path / "q")
+    jvm_tool.run("produce", path, "jvm", "40", "--per-call", "4", "--compression", compression)
+    c = osqueue.Consumer(path)
+    values, metas = [], set()
+    while (b := c.next_batch()) is not None:
+        values += [v.decode() for v in b.entries]
+        metas |= {m.payload for m in b.metadata}
+        c.ack(b.sequence)
+    c.close()
+    assert values == [f"jvm-{i}" for i in range(40)] and metas == {b"jvm"}
+
+
+def test_jvm_consumer_fences_a_python_consumer(tmp_path):
+    path = str(tmp_path / "q")
+    _python_producer(path, "py", 3)
+    py = osqueue.Consumer(path)
+    assert py.next_batch() is not None
+    jvm_tool.run("consume", path)
+    with pytest.raises(osqueue.FencedError):
+        py.next_batch()
+
+
+def test_jvm_tool_reports_a_corrupt_manifest_in_one_line(tmp_path):
+    (tmp_path / "q" / "ingest").mkdir(parents=True)
+    (tmp_path / "q" / "ingest" / "manifest").write_bytes(b"\x01" * 30)
+    with pytest.raises(AssertionError) as err:
+        jvm_tool.run("consume", str(tmp_path / "q"))
+    assert "format version 257" in str(err.value) and "ingest/manifest" in str(err.value)

@@ -1,0 +1,78 @@
+package osqueue.tools
+
+import java.nio.charset.StandardCharsets.UTF_8
+
+import scala.concurrent.duration._
+
+import osqueue.{OsqueueException, SystemClock}
+import osqueue.consumer.{Consumer, ConsumerConfig}
+import osqueue.format.Compression
+import osqueue.producer.{Producer, ProducerConfig}
+import osqueue.store.ObjectStores
+
+/**
+ * A command-line driver of the JVM core, used by cross-language tests and benchmarks:
+ *
+ * {{{
+ * QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression zstd] [--sync true] [--opt k=v]...
+ * QueueTool consume <uri> [--opt k=v]...    prints "sequence<TAB>index<TAB>utf8 value" per entry, acks all
+ * }}}
+ *
+ * Produced entries are `<tag>-<i>` with metadata `<tag>`; `--sync true` waits for each call to be
+ * durable before the next (one manifest write each: maximum contention). Errors print one line and exit 2.
+ */
+object QueueTool {
+  def main(args: Array[String]): Unit = {
+    val exit = try { run(args.toList); 0 } catch {
+      case e: OsqueueException => System.err.println(s"osqueue: error: ${e.getMessage}"); 2
+      case e: IllegalArgumentException => System.err.println(s"osqueue: error: ${e.getMessage}"); 2
+    }
+    System.out.flush()
+    sys.exit(exit)
+  }
+
+  private def run(args: List[String]): Unit = args match {
+    case "produce" :: uri :: tag :: count :: rest =>
+      val flags = parseFlags(rest)
+      val config = ProducerConfig(
+        flushInterval = flags.get("flush-ms").map(_.toLong.millis).getOrElse(20.millis),
+        compression = flags.get("compression").map(Compression.parse("compression", _)).getOrElse(Compression.None))
+      val perCall = flags.get("per-call").map(_.toInt).getOrElse(1)
+      val store = ObjectStores.open(uri, storeOptions(rest))
+      val producer = new Producer(store, config, SystemClock)
+      val sync = flags.get("sync").contains("true")
+      val handles = (0 until count.toInt).grouped(perCall).map { is =>
+        val h = producer.produce(is.map(i => s"$tag-$i".getBytes(UTF_8)), tag.getBytes(UTF_8))
+        if (sync) h.awaitDurable(5.minutes)
+        h
+      }.toVector
+      handles.foreach(_.awaitDurable(5.minutes))
+      producer.close()
+      store.close()
+      println(s"produced ${count.toInt} entries")
+    case "consume" :: uri :: rest =>
+      val store = ObjectStores.open(uri, storeOptions(rest))
+      val consumer = new Consumer(store, ConsumerConfig(runGc = false), SystemClock)
+      consumer.initialize()
+      Iterator.continually(consumer.nextBatch()).takeWhile(_.isDefined).flatten.foreach { b =>
+        b.entries.zipWithIndex.foreach { case (v, i) => println(s"${b.sequence}\t$i\t${new String(v, UTF_8)}") }
+        consumer.ack(b.sequence)
+      }
+      consumer.close()
+      store.close()
+    case _ =>
+      throw new IllegalArgumentException(
+        "usage: QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression none|zstd] " +
+          "[--sync true] [--opt k=v]... " +
+          "| QueueTool consume <uri> [--opt k=v]...")
+  }
+
+  private def parseFlags(args: List[String]): Map[String, String] =
+    args.sliding(2, 2).collect { case s"--$k" :: v :: Nil if k != "opt" => k -> v }.toMap
+
+  private def storeOptions(args: List[String]): Map[String, String] =
+    args.sliding(2, 2).collect { case "--opt" :: kv :: Nil =>
+      val (k, v) = kv.span(_ != '=')
+      k -> v.drop(1)
+    }.toMap
+}

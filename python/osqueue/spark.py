@@ -1,0 +1,463 @@
+"""PySpark helpers for the osqueue connector (``format("osqueue")``).
+
+* :func:`configure_spark_with_osqueue` puts the connector jar bundled in this package on a
+  ``SparkSession.Builder`` (like delta's ``configure_spark_with_delta_pip``) and checks that the
+  installed PySpark is one the jar was built for.
+* :func:`read_stream`, :func:`read` and :func:`write_stream` are typed spellings of the
+  connector's options. They emit ordinary DataFrame API calls only
+  (``spark.readStream.format("osqueue").option(...).load(path)``), so they need no py4j access
+  of their own.
+
+Source rows have the schema ``value binary, sequence long, index int, location string,
+ingestionTime timestamp, metadata binary``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pathlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from osqueue._jar import SCALA_BINARY_VERSION, jar_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+__all__ = [
+    "jar_path",
+    "configure_spark_with_osqueue",
+    "read_stream",
+    "read",
+    "write_stream",
+    "SUPPORTED_SPARK_VERSION",
+    "SUPPORTED_SCALA_VERSION",
+    "SOURCE_SCHEMA",
+]
+
+SUPPORTED_SPARK_VERSION = "4.1"
+"""The Spark feature release (``major.minor``) the bundled jar is built against."""
+
+SUPPORTED_SCALA_VERSION = SCALA_BINARY_VERSION
+"""The Scala binary version of the bundled jar."""
+
+SOURCE_SCHEMA = (
+    "value binary, sequence bigint, index int, location string, ingestionTime timestamp, metadata binary"
+)
+"""The fixed schema of rows read from a queue (DDL)."""
+
+FORMAT = "osqueue"
+
+Duration = int | float | str | datetime.timedelta
+"""Seconds as a number, a ``timedelta``, or a string Spark understands (``"500ms"``, ``"30s"``,
+``"5m"``, ``"1h"``)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# What is installed
+
+
+def _pyspark_jars_dir() -> pathlib.Path | None:
+    """The directory of the jars of the installed PySpark (pip's ``pyspark/jars`` or
+    ``$SPARK_HOME/jars``), or None if there is none."""
+    import pyspark
+
+    candidates = [pathlib.Path(pyspark.__file__).resolve().parent / "jars"]
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home:
+        candidates.append(pathlib.Path(spark_home) / "jars")
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _jar_version(prefix: str) -> str | None:
+    """The version in the name of ``<prefix><version>.jar`` among PySpark's jars."""
+    jars = _pyspark_jars_dir()
+    if jars is None:
+        return None
+    pattern = re.compile(re.escape(prefix) + r"(\d+(?:\.\d+)*)\.jar")
+    for jar in sorted(jars.iterdir()):
+        m = pattern.fullmatch(jar.name)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _installed_spark_version() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
+def _installed_scala_version() -> str | None:
+    """The Scala version of PySpark's ``scala-library-*.jar`` (e.g. ``2.13.17``), or None."""
+    return _jar_version("scala-library-")
+
+
+def _installed_hadoop_version() -> str | None:
+    """The Hadoop version of PySpark's ``hadoop-client-api-*.jar`` (e.g. ``3.4.2``), or None."""
+    return _jar_version("hadoop-client-api-")
+
+
+def _check_versions() -> None:
+    spark = _installed_spark_version()
+    scala = _installed_scala_version()
+    supported = (
+        f"this osqueue's connector jar supports Spark {SUPPORTED_SPARK_VERSION}.x with Scala "
+        f"{SUPPORTED_SCALA_VERSION}"
+    )
+    if spark.split(".")[:2] != SUPPORTED_SPARK_VERSION.split("."):
+        raise RuntimeError(
+            f"the installed pyspark is Spark {spark}, but {supported}; install pyspark=={SUPPORTED_SPARK_VERSION}.* "
+            "or an osqueue release built for your Spark"
+        )
+    if scala is not None and scala.split(".")[:2] != SUPPORTED_SCALA_VERSION.split("."):
+        raise RuntimeError(
+            f"the installed pyspark ships Scala {scala}, but {supported}; use a Spark build for Scala "
+            f"{SUPPORTED_SCALA_VERSION}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Session configuration
+
+
+def _append_csv(existing: str | None, additions: Sequence[str]) -> str:
+    items = [item.strip() for item in (existing or "").split(",") if item.strip()]
+    for addition in additions:
+        if addition not in items:
+            items.append(addition)
+    return ",".join(items)
+
+
+def configure_spark_with_osqueue(
+    builder: Any,
+    *,
+    extra_packages: Sequence[str] | None = None,
+    s3: bool = False,
+) -> Any:
+    """Adds the osqueue connector jar to a ``SparkSession.Builder`` and returns the builder.
+
+    The jar shipped inside this package is appended to ``spark.jars`` (values already set on
+    the builder are kept). ``extra_packages`` (Maven coordinates) are appended to
+    ``spark.jars.packages``; with ``s3=True`` so is ``org.apache.hadoop:hadoop-aws`` at the
+    Hadoop version of the installed PySpark, which Spark needs for ``s3a://`` checkpoint
+    locations and other S3 I/O of its own (osqueue reaches S3 with its bundled SDK).
+
+    Example::
+
+        from pyspark.sql import SparkSession
+        from osqueue.spark import configure_spark_with_osqueue
+
+        spark = configure_spark_with_osqueue(SparkSession.builder.master("local[2]")).getOrCreate()
+
+    Only a classic (non-Connect) builder can take jars: on Spark Connect, install the jar on
+    the server instead.
+
+    :param builder: A ``pyspark.sql.SparkSession.Builder``.
+    :param extra_packages: More Maven coordinates for ``spark.jars.packages``.
+    :param s3: Also add ``hadoop-aws`` matching the installed PySpark's Hadoop.
+    :return: The same builder.
+    :raises TypeError: ``builder`` is not a ``SparkSession.Builder``.
+    :raises RuntimeError: The installed PySpark is not Spark 4.1.x on Scala 2.13, or its Hadoop
+        version cannot be found for ``s3=True``.
+    :raises FileNotFoundError: The package was installed without its jar.
+    """
+    from pyspark.sql import SparkSession
+
+    if not isinstance(builder, SparkSession.Builder):
+        raise TypeError(
+            "configure_spark_with_osqueue() must be called with a SparkSession builder, e.g. "
+            "configure_spark_with_osqueue(SparkSession.builder.appName('app')), and returns it; "
+            f"got an object of type {type(builder).__module__}.{type(builder).__qualname__}"
+        )
+    if isinstance(extra_packages, str):
+        raise TypeError("extra_packages must be a list of Maven coordinates, not a single string")
+    _check_versions()
+    jar = jar_path()
+    options: Mapping[str, Any] = getattr(builder, "_options", {})
+    builder.config("spark.jars", _append_csv(options.get("spark.jars"), [jar]))
+    packages = list(extra_packages or [])
+    if s3:
+        hadoop = _installed_hadoop_version()
+        if hadoop is None:
+            raise RuntimeError(
+                "cannot tell the Hadoop version of the installed pyspark (no hadoop-client-api-*.jar in its "
+                "jars directory); leave s3=False and pass "
+                "extra_packages=['org.apache.hadoop:hadoop-aws:<your Hadoop version>']"
+            )
+        packages.append(f"org.apache.hadoop:hadoop-aws:{hadoop}")
+    if packages:
+        builder.config("spark.jars.packages", _append_csv(options.get("spark.jars.packages"), packages))
+    return builder
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+
+
+def _duration(name: str, value: Duration) -> str:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be seconds (int/float), a timedelta or a string like '30s', not a bool")
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, (int, float)):
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+        ms = round(value * 1000)
+        if ms < 1:
+            raise ValueError(f"{name} must be at least 1 ms, got {value} s")
+        return f"{ms}ms"
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"{name} must be seconds (int/float), a timedelta or a string like '30s', not {type(value).__name__}")
+
+
+def _integer(name: str, value: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return str(value)
+
+
+def _boolean(name: str, value: bool) -> str:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
+    return "true" if value else "false"
+
+
+def _common(
+    manifest_path: str | None, data_path_prefix: str | None, store_options: Mapping[str, Any] | None
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if manifest_path is not None:
+        out["manifestPath"] = str(manifest_path)
+    if data_path_prefix is not None:
+        out["dataPathPrefix"] = str(data_path_prefix)
+    for key, value in (store_options or {}).items():
+        if not str(key).lower().startswith("fs.s3a."):
+            raise ValueError(f"store option '{key}' is not an fs.s3a.* setting")
+        out[str(key)] = _boolean(str(key), value) if isinstance(value, bool) else str(value)
+    return out
+
+
+def source_options(
+    *,
+    max_batches_per_trigger: int | None = None,
+    min_batches_per_trigger: int | None = None,
+    max_trigger_delay: Duration | None = None,
+    fail_on_data_loss: bool | None = None,
+    gc: bool | None = None,
+    gc_interval: Duration | None = None,
+    gc_grace_period: Duration | None = None,
+    manifest_path: str | None = None,
+    data_path_prefix: str | None = None,
+    store_options: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """The streaming source's options for the given arguments (those left None are omitted)."""
+    out = _common(manifest_path, data_path_prefix, store_options)
+    if max_batches_per_trigger is not None:
+        out["maxBatchesPerTrigger"] = _integer("max_batches_per_trigger", max_batches_per_trigger)
+    if min_batches_per_trigger is not None:
+        out["minBatchesPerTrigger"] = _integer("min_batches_per_trigger", min_batches_per_trigger)
+    if max_trigger_delay is not None:
+        out["maxTriggerDelay"] = _duration("max_trigger_delay", max_trigger_delay)
+    if fail_on_data_loss is not None:
+        out["failOnDataLoss"] = _boolean("fail_on_data_loss", fail_on_data_loss)
+    if gc is not None:
+        out["gc"] = _boolean("gc", gc)
+    if gc_interval is not None:
+        out["gcInterval"] = _duration("gc_interval", gc_interval)
+    if gc_grace_period is not None:
+        out["gcGracePeriod"] = _duration("gc_grace_period", gc_grace_period)
+    return out
+
+
+def batch_read_options(
+    *,
+    starting_sequence: int | None = None,
+    ending_sequence: int | None = None,
+    fail_on_data_loss: bool | None = None,
+    manifest_path: str | None = None,
+    data_path_prefix: str | None = None,
+    store_options: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """The batch read's options for the given arguments (those left None are omitted)."""
+    out = _common(manifest_path, data_path_prefix, store_options)
+    if starting_sequence is not None:
+        out["startingSequence"] = _integer("starting_sequence", starting_sequence)
+    if ending_sequence is not None:
+        out["endingSequence"] = _integer("ending_sequence", ending_sequence)
+    if fail_on_data_loss is not None:
+        out["failOnDataLoss"] = _boolean("fail_on_data_loss", fail_on_data_loss)
+    return out
+
+
+def sink_options(
+    *,
+    compression: str | None = None,
+    flush_size_bytes: int | None = None,
+    writer_id: str | None = None,
+    gc_grace_period: Duration | None = None,
+    manifest_path: str | None = None,
+    data_path_prefix: str | None = None,
+    store_options: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """The sink's options for the given arguments (those left None are omitted)."""
+    out = _common(manifest_path, data_path_prefix, store_options)
+    if compression is not None:
+        out["compression"] = str(compression)
+    if flush_size_bytes is not None:
+        out["flushSizeBytes"] = _integer("flush_size_bytes", flush_size_bytes)
+    if writer_id is not None:
+        out["writerId"] = str(writer_id)
+    if gc_grace_period is not None:
+        out["gcGracePeriod"] = _duration("gc_grace_period", gc_grace_period)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# DataFrame helpers
+
+
+def read_stream(
+    spark: SparkSession,
+    path: str,
+    *,
+    max_batches_per_trigger: int | None = None,
+    min_batches_per_trigger: int | None = None,
+    max_trigger_delay: Duration | None = None,
+    fail_on_data_loss: bool | None = None,
+    gc: bool | None = None,
+    gc_interval: Duration | None = None,
+    gc_grace_period: Duration | None = None,
+    manifest_path: str | None = None,
+    data_path_prefix: str | None = None,
+    store_options: Mapping[str, Any] | None = None,
+) -> DataFrame:
+    """A streaming DataFrame of a queue: ``spark.readStream.format("osqueue")...load(path)``.
+
+    The query becomes the queue's single consumer: starting it fences any other consumer.
+
+    :param spark: The session (its ``spark.jars`` must hold the connector, see
+        :func:`configure_spark_with_osqueue`).
+    :param path: The queue's store root (``/dir``, ``file:/dir``, ``s3a://bucket/prefix``).
+    :param max_batches_per_trigger: ``maxBatchesPerTrigger``: at most this many queue batches
+        per micro-batch.
+    :param min_batches_per_trigger: ``minBatchesPerTrigger``: wait for this many batches...
+    :param max_trigger_delay: ``maxTriggerDelay``: ...but no longer than this.
+    :param fail_on_data_loss: ``failOnDataLoss``: fail (default) or warn when entries the
+        checkpoint expects are gone.
+    :param gc: ``gc``: run the garbage collector in the driver (default true).
+    :param gc_interval: ``gcInterval``: time between GC cycles.
+    :param gc_grace_period: ``gcGracePeriod``: minimum age of a file GC deletes.
+    :param manifest_path: ``manifestPath`` (default ``ingest/manifest``).
+    :param data_path_prefix: ``dataPathPrefix`` (default ``ingest``).
+    :param store_options: ``fs.s3a.*`` store settings for this query.
+    """
+    options = source_options(
+        max_batches_per_trigger=max_batches_per_trigger,
+        min_batches_per_trigger=min_batches_per_trigger,
+        max_trigger_delay=max_trigger_delay,
+        fail_on_data_loss=fail_on_data_loss,
+        gc=gc,
+        gc_interval=gc_interval,
+        gc_grace_period=gc_grace_period,
+        manifest_path=manifest_path,
+        data_path_prefix=data_path_prefix,
+        store_options=store_options,
+    )
+    reader = spark.readStream.format(FORMAT)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(path)
+
+
+def read(
+    spark: SparkSession,
+    path: str,
+    *,
+    starting_sequence: int | None = None,
+    ending_sequence: int | None = None,
+    fail_on_data_loss: bool | None = None,
+    manifest_path: str | None = None,
+    data_path_prefix: str | None = None,
+    store_options: Mapping[str, Any] | None = None,
+) -> DataFrame:
+    """A batch DataFrame of a queue's entries in ``[starting_sequence, ending_sequence)``
+    (default: all of them); reads only, acknowledges nothing.
+
+    :param starting_sequence: ``startingSequence``: the first sequence to read.
+    :param ending_sequence: ``endingSequence``: the sequence to stop before.
+    :param fail_on_data_loss: ``failOnDataLoss``: fail when entries of the window are gone.
+    :param manifest_path: ``manifestPath`` (default ``ingest/manifest``).
+    :param data_path_prefix: ``dataPathPrefix`` (default ``ingest``).
+    :param store_options: ``fs.s3a.*`` store settings for this read.
+    """
+    options = batch_read_options(
+        starting_sequence=starting_sequence,
+        ending_sequence=ending_sequence,
+        fail_on_data_loss=fail_on_data_loss,
+        manifest_path=manifest_path,
+        data_path_prefix=data_path_prefix,
+        store_options=store_options,
+    )
+    reader = spark.read.format(FORMAT)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(path)
+
+
+def write_stream(
+    df: DataFrame,
+    path: str,
+    *,
+    checkpoint_location: str,
+    compression: str | None = None,
+    flush_size_bytes: int | None = None,
+    writer_id: str | None = None,
+    gc_grace_period: Duration | None = None,
+    manifest_path: str | None = None,
+    data_path_prefix: str | None = None,
+    store_options: Mapping[str, Any] | None = None,
+    trigger: Mapping[str, Any] | None = None,
+) -> DataStreamWriter:
+    """A ``DataStreamWriter`` that appends ``df`` to a queue; call ``.start()`` on it.
+
+    ``df`` must have the columns the connector's sink takes (a binary ``value``; see the
+    connector's documentation).
+
+    :param checkpoint_location: The query's checkpoint directory (required).
+    :param compression: ``compression``: ``"none"`` or ``"zstd"``.
+    :param flush_size_bytes: ``flushSizeBytes``: a task flushes a batch at this size.
+    :param writer_id: ``writerId``: the identity under which the sink records its committed
+        micro-batches for exactly-once appends (default: the query's id).
+    :param gc_grace_period: ``gcGracePeriod``: the consumer's GC grace period (batches older
+        than half of it are re-uploaded before being enqueued).
+    :param manifest_path: ``manifestPath`` (default ``ingest/manifest``).
+    :param data_path_prefix: ``dataPathPrefix`` (default ``ingest``).
+    :param store_options: ``fs.s3a.*`` store settings for this query.
+    :param trigger: Keyword arguments of ``DataStreamWriter.trigger``, e.g.
+        ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``.
+    """
+    if not checkpoint_location:
+        raise ValueError("checkpoint_location is required: the query's progress lives there")
+    options = sink_options(
+        compression=compression,
+        flush_size_bytes=flush_size_bytes,
+        writer_id=writer_id,
+        gc_grace_period=gc_grace_period,
+        manifest_path=manifest_path,
+        data_path_prefix=data_path_prefix,
+        store_options=store_options,
+    )
+    writer = df.writeStream.format(FORMAT).option("path", path).option("checkpointLocation", checkpoint_location)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer

@@ -1,0 +1,368 @@
+"""osqueue.spark: session configuration, version checks, option helpers, and one real Spark read."""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip install osqueue[spark])")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+import osqueue  # noqa: E402
+import osqueue.spark as osp  # noqa: E402
+from osqueue.producer import Producer  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PYSPARK_JARS = pathlib.Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def _builder_options(builder: Any) -> dict[str, str]:
+    # The builder keeps its settings in a dict until getOrCreate(); reading it starts no JVM.
+    return dict(builder._options)
+
+
+@pytest.fixture
+def fake_jar(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    jar = tmp_path / "osqueue-spark_2.13-test.jar"
+    jar.write_bytes(b"")
+    monkeypatch.setattr(osp, "jar_path", lambda: str(jar))
+    return str(jar)
+
+
+# -- configure_spark_with_osqueue -----------------------------------------------------------------
+
+
+def test_jar_path_is_exported() -> None:
+    assert osp.jar_path is osqueue.jar_path
+    assert "jar_path" in osqueue.__all__
+
+
+def test_configure_appends_the_jar_and_keeps_existing_jars(fake_jar: str) -> None:
+    builder = SparkSession.builder.appName("t").config("spark.jars", "/opt/a.jar, /opt/b.jar")
+    assert osp.configure_spark_with_osqueue(builder) is builder
+    options = _builder_options(builder)
+    assert options["spark.jars"] == f"/opt/a.jar,/opt/b.jar,{fake_jar}"
+    assert "spark.jars.packages" not in options
+    osp.configure_spark_with_osqueue(builder)  # twice: no duplicate
+    assert _builder_options(builder)["spark.jars"] == f"/opt/a.jar,/opt/b.jar,{fake_jar}"
+
+
+def test_configure_with_s3_adds_hadoop_aws_of_the_installed_hadoop(fake_jar: str) -> None:
+    (api,) = PYSPARK_JARS.glob("hadoop-client-api-*.jar")
+    hadoop = api.name[len("hadoop-client-api-") : -len(".jar")]
+    builder = SparkSession.builder.config("spark.jars.packages", "org.example:lib:1.0")
+    osp.configure_spark_with_osqueue(builder, s3=True, extra_packages=["io.delta:delta-spark_2.13:4.0.0"])
+    options = _builder_options(builder)
+    assert options["spark.jars"] == fake_jar
+    assert options["spark.jars.packages"] == (
+        f"org.example:lib:1.0,io.delta:delta-spark_2.13:4.0.0,org.apache.hadoop:hadoop-aws:{hadoop}"
+    )
+    assert osp._installed_hadoop_version() == hadoop
+
+
+def test_configure_with_extra_packages_only(fake_jar: str) -> None:
+    builder = SparkSession.builder
+    osp.configure_spark_with_osqueue(builder, extra_packages=["a:b:1", "c:d:2"])
+    assert _builder_options(builder)["spark.jars.packages"] == "a:b:1,c:d:2"
+    with pytest.raises(TypeError, match="list of Maven coordinates"):
+        osp.configure_spark_with_osqueue(SparkSession.builder, extra_packages="a:b:1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("not_a_builder", [None, "builder", {"spark.jars": "x"}, SparkSession])
+def test_configure_rejects_anything_but_a_builder(not_a_builder: Any, fake_jar: str) -> None:
+    with pytest.raises(TypeError, match="must be called with a SparkSession builder") as e:
+        osp.configure_spark_with_osqueue(not_a_builder)
+    assert type(not_a_builder).__qualname__ in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("spark", "scala", "error"),
+    [
+        ("4.1.3", "2.13.17", None),
+        ("4.1.0", "2.13.16", None),
+        ("4.1.3", None, None),  # no jars dir to tell: Spark 4.1 has only Scala 2.13 anyway
+        ("3.5.1", "2.12.18", "installed pyspark is Spark 3.5.1"),
+        ("4.0.1", "2.13.16", "installed pyspark is Spark 4.0.1"),
+        ("4.10.0", "2.13.16", "installed pyspark is Spark 4.10.0"),
+        ("4.1.3", "2.12.18", "ships Scala 2.12.18"),
+    ],
+)
+def test_version_check(
+    spark: str, scala: str | None, error: str | None, fake_jar: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(osp, "_installed_spark_version", lambda: spark)
+    monkeypatch.setattr(osp, "_installed_scala_version", lambda: scala)
+    builder = SparkSession.builder
+    if error is None:
+        osp.configure_spark_with_osqueue(builder)
+        assert _builder_options(builder)["spark.jars"] == fake_jar
+        return
+    with pytest.raises(RuntimeError) as e:
+        osp.configure_spark_with_osqueue(builder)
+    assert error in str(e.value)
+    assert "supports Spark 4.1.x with Scala 2.13" in str(e.value)
+    assert "spark.jars" not in _builder_options(builder)
+
+
+def test_installed_versions_are_read_from_pyspark() -> None:
+    assert osp._installed_spark_version() == pyspark.__version__
+    (scala_jar,) = PYSPARK_JARS.glob("scala-library-*.jar")
+    assert osp._installed_scala_version() == scala_jar.name[len("scala-library-") : -len(".jar")]
+
+
+def test_s3_needs_a_known_hadoop_version(fake_jar: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(osp, "_installed_hadoop_version", lambda: None)
+    with pytest.raises(RuntimeError, match="hadoop-aws"):
+        osp.configure_spark_with_osqueue(SparkSession.builder, s3=True)
+
+
+# -- option helpers (no JVM: a recorder stands in for Spark) -------------------------------------
+
+
+class Recorder:
+    """Records the DataFrame API calls made on it; every call returns the recorder."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("readStream", "read", "writeStream"):
+            self.calls.append((name, (), {}))
+            return self
+
+        def call(*args: Any, **kwargs: Any) -> Recorder:
+            self.calls.append((name, args, kwargs))
+            return self
+
+        return call
+
+    def options_set(self) -> dict[str, str]:
+        return {args[0]: args[1] for name, args, _ in self.calls if name == "option"}
+
+
+def test_read_stream_emits_format_options_and_load() -> None:
+    spark = Recorder()
+    osp.read_stream(
+        spark,  # type: ignore[arg-type]
+        "s3a://bucket/q",
+        max_batches_per_trigger=10,
+        min_batches_per_trigger=2,
+        max_trigger_delay=30,
+        fail_on_data_loss=False,
+        gc=True,
+        gc_interval=datetime.timedelta(minutes=5),
+        gc_grace_period="10m",
+        manifest_path="q/manifest",
+        data_path_prefix="q/data",
+        store_options={"fs.s3a.endpoint": "http://127.0.0.1:9000", "fs.s3a.path.style.access": True},
+    )
+    assert spark.calls[:2] == [("readStream", (), {}), ("format", ("osqueue",), {})]
+    assert spark.calls[-1] == ("load", ("s3a://bucket/q",), {})
+    assert spark.options_set() == {
+        "maxBatchesPerTrigger": "10",
+        "minBatchesPerTrigger": "2",
+        "maxTriggerDelay": "30000ms",
+        "failOnDataLoss": "false",
+        "gc": "true",
+        "gcInterval": "300000ms",
+        "gcGracePeriod": "10m",
+        "manifestPath": "q/manifest",
+        "dataPathPrefix": "q/data",
+        "fs.s3a.endpoint": "http://127.0.0.1:9000",
+        "fs.s3a.path.style.access": "true",
+    }
+
+
+def test_read_stream_with_defaults_sets_no_option() -> None:
+    spark = Recorder()
+    osp.read_stream(spark, "/data/q")  # type: ignore[arg-type]
+    assert spark.calls == [("readStream", (), {}), ("format", ("osqueue",), {}), ("load", ("/data/q",), {})]
+
+
+def test_read_emits_a_batch_read_window() -> None:
+    spark = Recorder()
+    osp.read(spark, "/data/q", starting_sequence=5, ending_sequence=9, fail_on_data_loss=True)  # type: ignore[arg-type]
+    assert spark.calls[:2] == [("read", (), {}), ("format", ("osqueue",), {})]
+    assert spark.calls[-1] == ("load", ("/data/q",), {})
+    assert spark.options_set() == {"startingSequence": "5", "endingSequence": "9", "failOnDataLoss": "true"}
+
+
+def test_write_stream_returns_an_unstarted_writer() -> None:
+    df = Recorder()
+    writer = osp.write_stream(
+        df,  # type: ignore[arg-type]
+        "/data/q",
+        checkpoint_location="/chk",
+        compression="zstd",
+        flush_size_bytes=1 << 20,
+        writer_id="job-1",
+        gc_grace_period=600,
+        trigger={"processingTime": "10 seconds"},
+    )
+    assert writer is df
+    assert df.calls[:2] == [("writeStream", (), {}), ("format", ("osqueue",), {})]
+    assert df.options_set() == {
+        "path": "/data/q",
+        "checkpointLocation": "/chk",
+        "compression": "zstd",
+        "flushSizeBytes": "1048576",
+        "writerId": "job-1",
+        "gcGracePeriod": "600000ms",
+    }
+    assert df.calls[-1] == ("trigger", (), {"processingTime": "10 seconds"})
+    assert not any(name == "start" for name, _, _ in df.calls)
+    with pytest.raises(ValueError, match="checkpoint_location"):
+        osp.write_stream(Recorder(), "/data/q", checkpoint_location="")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(30, "30000ms"), (0.25, "250ms"), (1.5, "1500ms"), (datetime.timedelta(seconds=2), "2000ms"), ("5m", "5m")],
+)
+def test_durations(value: Any, expected: str) -> None:
+    assert osp.source_options(gc_interval=value) == {"gcInterval": expected}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"gc_interval": True}, TypeError),
+        ({"gc_interval": 0}, ValueError),
+        ({"gc_interval": 0.0001}, ValueError),
+        ({"gc_interval": [1]}, TypeError),
+        ({"max_batches_per_trigger": 1.5}, TypeError),
+        ({"max_batches_per_trigger": True}, TypeError),
+        ({"gc": "yes"}, TypeError),
+        ({"store_options": {"spark.executor.memory": "1g"}}, ValueError),
+    ],
+)
+def test_bad_helper_arguments(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        osp.source_options(**kwargs)
+
+
+# -- one real local Spark session reading a queue written by osqueue.Producer ---------------------
+
+
+def _connector_jar() -> str | None:
+    try:
+        return osqueue.jar_path()
+    except FileNotFoundError:
+        built = sorted((ROOT / "jvm" / "spark" / "target" / "scala-2.13").glob("osqueue-spark_2.13-*.jar"))
+        return str(built[-1]) if built else None
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    if shutil.which("java") is None:
+        pytest.skip("no java on PATH: a local Spark session needs a JDK 17")
+    jar = _connector_jar()
+    if jar is None:
+        pytest.skip("the connector jar is not built: run `bash .ci/sbt spark/assembly` (or pip install .)")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(osp, "jar_path", lambda: jar)
+        builder = osp.configure_spark_with_osqueue(
+            SparkSession.builder.master("local[1]")
+            .appName("osqueue-wrapper-test")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "1")
+            .config("spark.sql.session.timeZone", "UTC")
+        )
+    session = builder.getOrCreate()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+class SparkRecorder:
+    """A real session whose readers record the options set on them."""
+
+    def __init__(self, session: SparkSession) -> None:
+        self.session = session
+        self.options: dict[str, str] = {}
+
+    def _wrap(self, reader: Any) -> Any:
+        outer = self
+
+        class Reader:
+            def format(self, name: str) -> Reader:
+                outer.options["<format>"] = name
+                reader.format(name)
+                return self
+
+            def option(self, key: str, value: str) -> Reader:
+                outer.options[key] = value
+                reader.option(key, value)
+                return self
+
+            def load(self, path: str) -> Any:
+                outer.options["<path>"] = path
+                return reader.load(path)
+
+        return Reader()
+
+    @property
+    def read(self) -> Any:
+        return self._wrap(self.session.read)
+
+    @property
+    def readStream(self) -> Any:  # Spark's name
+        return self._wrap(self.session.readStream)
+
+
+def test_real_spark_reads_a_local_queue(spark: SparkSession, tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "q"
+    with Producer(str(root), flush_interval=3600) as producer:
+        h0 = producer.produce([b"a", b"b"], b"m0")
+        h1 = producer.produce([b"c"], b"m1")
+        producer.flush(30)
+        h2 = producer.produce([b"d"], b"m2")
+        producer.flush(30)
+        h3 = producer.produce([b"e"])
+        producer.flush(30)
+    durable = [h.wait_durable(1) for h in (h0, h1, h2, h3)]
+    times = [h.ingestion_time_ms for h in (h0, h1, h2, h3)]
+    assert [d.sequence for d in durable] == [0, 0, 1, 2]
+
+    recorder = SparkRecorder(spark)
+    window = osp.read(recorder, str(root), starting_sequence=1, ending_sequence=3, fail_on_data_loss=True)  # type: ignore[arg-type]
+    assert recorder.options == {
+        "<format>": "osqueue",
+        "startingSequence": "1",
+        "endingSequence": "3",
+        "failOnDataLoss": "true",
+        "<path>": str(root),
+    }
+    assert window.schema.simpleString() == (
+        "struct<value:binary,sequence:bigint,index:int,location:string,ingestionTime:timestamp,metadata:binary>"
+    )
+    rows = sorted(window.collect(), key=lambda r: (r.sequence, r["index"]))
+    assert [(bytes(r.value), r.sequence, r["index"]) for r in rows] == [(b"d", 1, 0), (b"e", 2, 0)]
+    assert bytes(rows[0].metadata) == b"m2" and bytes(rows[1].metadata) == b""
+    assert [r.location for r in rows] == [durable[2].location, durable[3].location]
+
+    everything = sorted(osp.read(spark, f"file:{root}").collect(), key=lambda r: (r.sequence, r["index"]))
+    assert [(bytes(r.value), r.sequence, r["index"], bytes(r.metadata)) for r in everything] == [
+        (b"a", 0, 0, b"m0"),
+        (b"b", 0, 1, b"m0"),
+        (b"c", 0, 2, b"m1"),
+        (b"d", 1, 0, b"m2"),
+        (b"e", 2, 0, b""),
+    ]
+    expected_times = [times[0], times[0], times[1], times[2], times[3]]
+    assert [round(r.ingestionTime.timestamp() * 1000) for r in everything] == expected_times
+
+    # The streaming helper reaches the connector: a good option set loads, a bad one is refused at load().
+    stream_recorder = SparkRecorder(spark)
+    stream = osp.read_stream(stream_recorder, str(root), max_batches_per_trigger=1, gc=False)  # type: ignore[arg-type]
+    assert stream.isStreaming
+    assert stream_recorder.options == {"<format>": "osqueue", "maxBatchesPerTrigger": "1", "gc": "false", "<path>": str(root)}
+    with pytest.raises(Exception, match="maxbatchespertrigger"):
+        osp.read_stream(spark, str(root), max_batches_per_trigger=0)
