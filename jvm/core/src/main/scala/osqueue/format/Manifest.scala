@@ -41,5 +41,5 @@ object Manifest {
   val Empty: Manifest = Manifest(IndexedSeq.empty, 0L, 0L)
 }
 
-/** An entry to append: sequence is assigned by the manifest. */
-final case class NewEntry(location: String, metadata: IndexedSeq[MetadataItem])
+/** An entry to append: sequence is assigned by the manifest; `extension` rides after the metadata. */
+final case class NewEntry(location: String, metadata: IndexedSeq[MetadataItem], extension: Array[Byte] = Array.emptyByteArray)

@@ -19,7 +19,7 @@ object RawManifest {
       throw new CorruptManifestException(key, "entry_count would overflow u32")
     val out = new ByteArrayOutputStream(raw.length + entries.size * 128)
     out.write(raw, 0, raw.length - FooterSize)
-    entries.zipWithIndex.foreach { case (e, i) => encodeEntry(out, footer.nextSequence + i, e.location, e.metadata) }
+    entries.zipWithIndex.foreach { case (e, i) => encodeEntry(out, footer.nextSequence + i, e.location, e.metadata, e.extension) }
     out.write(encodeFooter(footer.copy(
       entryCount = footer.entryCount + entries.size, nextSequence = footer.nextSequence + entries.size)))
     (out.toByteArray, footer.nextSequence)

@@ -21,7 +21,7 @@ private[spark] final class OsqueueBatch(options: BatchReadOptions) extends Batch
     if (options.startingSequence.exists(_ < manifest.firstSequence) && options.failOnDataLoss)
       throw OsqueueExceptions.dataLoss(s"startingSequence $from is before the first entry ${manifest.firstSequence} " +
         s"of '${location.identity}': those entries were already dequeued")
-    manifest.entries.filter(e => e.sequence >= from && e.sequence < to)
+    SinkCopies.select(manifest.entries, from, to, osqueue.format.EntryTag.Delivered.Empty)._1
       .map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss): InputPartition).toArray
   }
 

@@ -40,15 +40,17 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions)
   @volatile private var availableNowTarget: Option[Long] = None
   @volatile private var lastTriggerMs = System.currentTimeMillis()
   private val dataLossEvents = new AtomicLong()
+  private val duplicateCopiesSkipped = new AtomicLong()
   private val gc: Option[ScheduledExecutorService] = if (options.gcEnabled) Some(startGc()) else None
 
   private def offset(next: Long) = OsqueueSourceOffset(location.identity, queueId, next)
 
   /** After a restart Spark hands back offsets read from the checkpoint as `SerializedOffset`s. */
-  private def sequenceOf(o: Offset): Long = o match {
-    case ours: OsqueueSourceOffset => ours.nextSequence
-    case other => deserializeOffset(other.json).asInstanceOf[OsqueueSourceOffset].nextSequence
+  private def ours(o: Offset): OsqueueSourceOffset = o match {
+    case ours: OsqueueSourceOffset => ours
+    case other => deserializeOffset(other.json).asInstanceOf[OsqueueSourceOffset]
   }
+  private def sequenceOf(o: Offset): Long = ours(o).nextSequence
 
   private def readManifest(): Manifest = {
     val m = queue.read() // raises FencedException once another reader took over
@@ -106,7 +108,8 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions)
     if (waitForMore) startOffset
     else {
       if (end > start) lastTriggerMs = now
-      offset(end)
+      val delivered = SinkCopies.select(m.entries, start, end, ours(startOffset).delivered)._2
+      OsqueueSourceOffset(location.identity, queueId, end, delivered)
     }
   }
 
@@ -117,10 +120,11 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions)
     val to = sequenceOf(end)
     val m = readManifest()
     checkNotBehind(from, m)
-    val entries = m.entries.filter(e => e.sequence >= from && e.sequence < to)
-    val firstPresent = entries.headOption.map(_.sequence).getOrElse(to)
+    val firstPresent = m.entries.find(e => e.sequence >= from && e.sequence < to).map(_.sequence).getOrElse(to)
     if (firstPresent > from)
       reportDataLoss(s"entries $from to ${firstPresent - 1} of '${location.identity}' were removed before this query read them")
+    val (entries, _) = SinkCopies.select(m.entries, from, to, ours(start).delivered)
+    duplicateCopiesSkipped.addAndGet(m.entries.count(e => e.sequence >= from && e.sequence < to) - entries.size)
     entries.map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss): InputPartition).toArray
   }
 
@@ -149,7 +153,8 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions)
       "numFilesOutstanding" -> behind.toString,
       "lagSeconds" -> f"$lagSeconds%.3f",
       "epoch" -> java.lang.Long.toUnsignedString(epoch),
-      "dataLossEvents" -> dataLossEvents.get().toString)
+      "dataLossEvents" -> dataLossEvents.get().toString,
+      "duplicateCopiesSkipped" -> duplicateCopiesSkipped.get().toString)
   }
 
   override def toString: String = s"OsqueueMicroBatchStream[${location.identity}]"

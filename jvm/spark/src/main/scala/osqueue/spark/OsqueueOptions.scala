@@ -214,3 +214,25 @@ private[spark] object BatchReadOptions {
     BatchReadOptions(location(options, session), start, end, boolean(options, FailOnDataLoss, default = true))
   }
 }
+
+/** Sink options after validation. */
+private[spark] final case class SinkOptions(
+    location: QueueLocation,
+    compression: Compression,
+    flushSizeBytes: Long,
+    writerId: Option[String],
+    gcGracePeriod: FiniteDuration)
+
+private[spark] object SinkOptions {
+  import OsqueueOptions._
+
+  def apply(options: Map[String, String], session: Map[String, String]): SinkOptions = {
+    checkKnown(options, "sink")
+    val writerId = options.get(WriterId).map(_.trim)
+    if (writerId.exists(_.isEmpty))
+      throw new IllegalArgumentException(s"invalid value for option '$WriterId': ''; expected a non-empty id")
+    SinkOptions(location(options, session), compression(options),
+      positiveLong(options, FlushSizeBytes).getOrElse(64L << 20), writerId,
+      duration(options, GcGracePeriod, 10.minutes))
+  }
+}

@@ -1,19 +1,32 @@
 package osqueue.spark
 
+import scala.jdk.CollectionConverters._
+
 import com.fasterxml.jackson.databind.ObjectMapper
 import com.fasterxml.jackson.databind.node.ObjectNode
 import org.apache.spark.sql.connector.read.streaming.Offset
+
+import osqueue.format.EntryTag
 
 /**
  * A position in a queue: `nextSequence` is the next manifest sequence to read (like Kafka's
  * next offset). The JSON also names the queue and its id, so a checkpoint pointed at another or
  * recreated queue is detected, and carries a format version so newer offsets are refused.
+ * `delivered` records, per sink writer, which copy of its batches was read (docs/adr/0002), so a
+ * second copy appended by a replayed sink epoch is skipped, consistently across restarts.
  */
-private[spark] final case class OsqueueSourceOffset(queue: String, queueId: String, nextSequence: Long) extends Offset {
+private[spark] final case class OsqueueSourceOffset(queue: String, queueId: String, nextSequence: Long,
+    delivered: EntryTag.Delivered = EntryTag.Delivered.Empty) extends Offset {
   override val json: String = {
     val node = OsqueueSourceOffset.mapper.createObjectNode()
     node.put("version", OsqueueSourceOffset.Version).put("queue", queue).put("queueId", queueId)
       .put("nextSequence", nextSequence)
+    if (delivered.writers.nonEmpty) {
+      val writers = node.putObject("writers")
+      delivered.writers.toSeq.sortBy(_._1).foreach { case (w, (batch, attempt)) =>
+        writers.putArray(w).add(batch).add(attempt)
+      }
+    }
     OsqueueSourceOffset.mapper.writeValueAsString(node)
   }
 }
@@ -34,7 +47,13 @@ private[spark] object OsqueueSourceOffset {
         if (version < 1) throw OsqueueExceptions.badOffset(json, s"unknown offset format version $version")
         val next = o.get("nextSequence")
         if (!next.canConvertToLong || next.asLong() < 0) throw OsqueueExceptions.badOffset(json, "nextSequence is not a sequence")
-        OsqueueSourceOffset(o.get("queue").asText, o.get("queueId").asText, next.asLong())
+        val writers = Option(o.get("writers")).map(_.properties().asScala.map { e =>
+          val v = e.getValue
+          if (!v.isArray || v.size != 2 || !v.get(0).canConvertToLong)
+            throw OsqueueExceptions.badOffset(json, s"writer '${e.getKey}' is not [batchId, attemptId]")
+          e.getKey -> (v.get(0).asLong(), v.get(1).asText)
+        }.toMap).getOrElse(Map.empty)
+        OsqueueSourceOffset(o.get("queue").asText, o.get("queueId").asText, next.asLong(), EntryTag.Delivered(writers))
       case _ => throw OsqueueExceptions.badOffset(json, "expected {version, queue, queueId, nextSequence}")
     }
   }

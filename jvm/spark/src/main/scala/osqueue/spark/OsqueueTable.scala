@@ -4,22 +4,34 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
-import org.apache.spark.sql.connector.catalog.{SupportsRead, Table, TableCapability}
+import org.apache.spark.sql.connector.catalog.{SupportsRead, SupportsWrite, Table, TableCapability}
 import org.apache.spark.sql.connector.metric.CustomMetric
 import org.apache.spark.sql.connector.read.{Batch, Scan, ScanBuilder}
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream
+import org.apache.spark.sql.connector.write.{LogicalWriteInfo, WriteBuilder}
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
-/** A queue as a Spark table: readable as a stream and as a batch. */
-private[spark] class OsqueueTable(tableOptions: Map[String, String]) extends Table with SupportsRead {
+/**
+ * A queue as a Spark table: readable as a stream and as a batch, writable by appends. Reads have
+ * a fixed schema (a user schema is refused); writes take `value` and optional `metadata`.
+ */
+private[spark] class OsqueueTable(tableOptions: Map[String, String], givenSchema: Option[StructType])
+    extends Table with SupportsRead with SupportsWrite {
   override def name(): String = s"osqueue[${tableOptions.getOrElse(OsqueueOptions.Path, "?")}]"
   override def schema(): StructType = OsqueueSchema.schema
   override def capabilities(): util.Set[TableCapability] =
-    Set(TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_READ).asJava
+    Set(TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_READ, TableCapability.STREAMING_WRITE,
+      TableCapability.BATCH_WRITE, TableCapability.ACCEPT_ANY_SCHEMA).asJava
 
-  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = () => new OsqueueScan(
-    OsqueueOptions.normalize(tableOptions ++ options.asCaseSensitiveMap().asScala))
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
+    // For writes Spark hands getTable the DataFrame's schema; only a read can carry a user schema.
+    if (givenSchema.exists(_ != OsqueueSchema.schema)) throw OsqueueExceptions.userSchema()
+    () => new OsqueueScan(OsqueueOptions.normalize(tableOptions ++ options.asCaseSensitiveMap().asScala))
+  }
+
+  override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder =
+    new OsqueueWriteBuilder(info, tableOptions ++ OsqueueOptions.normalize(info.options().asCaseSensitiveMap().asScala))
 }
 
 /** Validates options for the mode Spark asks for, then builds the stream or the batch. */

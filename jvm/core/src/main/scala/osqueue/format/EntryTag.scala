@@ -1,0 +1,60 @@
+package osqueue.format
+
+import java.nio.{ByteBuffer, ByteOrder}
+import java.nio.charset.StandardCharsets.UTF_8
+
+/**
+ * The osqueue extension of a manifest entry (docs/format.md §2.1): which sink write appended it.
+ * A replayed Spark epoch that appends a second copy of its batch tags it with the same
+ * (writerId, batchId) and a new attemptId, so osqueue readers deliver only one copy. Readers of
+ * RFC 0001 skip extension bytes; bytes that are not a well-formed tag are ignored here too.
+ */
+final case class EntryTag(writerId: String, batchId: Long, attemptId: String) {
+  def encode: Array[Byte] = {
+    val w = writerId.getBytes(UTF_8)
+    val a = attemptId.getBytes(UTF_8)
+    require(w.length <= 0xFFFF && a.length <= 0xFF, "writer id or attempt id too long")
+    ByteBuffer.allocate(4 + 1 + 2 + w.length + 8 + 1 + a.length).order(ByteOrder.LITTLE_ENDIAN)
+      .put(EntryTag.Magic).put(EntryTag.SinkTag).putShort(w.length.toShort).put(w).putLong(batchId)
+      .put(a.length.toByte).put(a).array()
+  }
+}
+
+object EntryTag {
+  private val Magic = "OSQ1".getBytes(UTF_8)
+  private val SinkTag: Byte = 1
+
+  def decode(extension: Array[Byte]): Option[EntryTag] = {
+    if (extension.length < 4 + 1 + 2 + 8 + 1 || !extension.take(4).sameElements(Magic) || extension(4) != SinkTag) None
+    else {
+      val b = ByteBuffer.wrap(extension).order(ByteOrder.LITTLE_ENDIAN).position(5)
+      val wl = java.lang.Short.toUnsignedInt(b.getShort())
+      if (b.remaining() < wl + 8 + 1) None
+      else {
+        val w = new String(extension, b.position(), wl, UTF_8); b.position(b.position() + wl)
+        val batch = b.getLong()
+        val al = java.lang.Byte.toUnsignedInt(b.get())
+        if (b.remaining() != al) None
+        else Some(EntryTag(w, batch, new String(extension, b.position(), al, UTF_8)))
+      }
+    }
+  }
+
+  /**
+   * Which copy of each writer's batches has been delivered: writerId → (batchId, attemptId).
+   * `admit` says whether an entry is delivered, and returns the updated state. Entries of one
+   * sink commit are appended in one write (contiguous), so a copy is delivered whole or not at all.
+   */
+  final case class Delivered(writers: Map[String, (Long, String)]) {
+    def admit(tag: Option[EntryTag]): (Boolean, Delivered) = tag match {
+      case None => (true, this)
+      case Some(t) =>
+        writers.get(t.writerId) match {
+          case Some((batch, _)) if t.batchId < batch => (false, this)
+          case Some((batch, attempt)) if t.batchId == batch && t.attemptId != attempt => (false, this)
+          case _ => (true, Delivered(writers.updated(t.writerId, (t.batchId, t.attemptId))))
+        }
+    }
+  }
+  object Delivered { val Empty: Delivered = Delivered(Map.empty) }
+}

@@ -1,0 +1,94 @@
+package osqueue.queue
+
+import scala.collection.mutable.ArrayBuffer
+
+import osqueue.{AmbiguousCommitException, Clock}
+import osqueue.format.{BatchNames, ManifestCodec, NewEntry, RawManifest}
+import osqueue.metrics.{MetricNames, MetricsRegistry}
+
+/**
+ * Appends a group of locations to the manifest as consecutive entries in ONE compare-and-swap
+ * write, in the caller's thread. Ambiguous outcomes are resolved by re-reading the manifest and
+ * looking for our own locations (docs/format.md §5), so an entry is never appended twice; stale
+ * uploads are re-uploaded before a write (§6), so GC cannot have deleted anything this appends.
+ */
+final class ManifestAppender(
+    manifest: ManifestStore,
+    policy: RetryPolicy,
+    clock: Clock,
+    metrics: MetricsRegistry,
+    gcGracePeriodMs: Long,
+    role: String = "producer") {
+
+  private val loop = new CasLoop(manifest, policy, clock, metrics, role)
+  private val reuploaded = metrics.counter(MetricNames.BatchesReuploaded)
+
+  import ManifestAppender.Attempt
+
+  def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = {
+    val attempts = ArrayBuffer.empty[Attempt]
+    var lastSent: Option[(Long, IndexedSeq[String])] = None
+    loop.run[IndexedSeq[Long]] { (snapshot, previous) =>
+      (previous, lastSent) match {
+        case (Some(p), Some((base, locs))) =>
+          attempts += new Attempt(base, locs, p.isInstanceOf[PreviousAttempt.Unknown])
+        case _ =>
+      }
+      resolve(snapshot, attempts.toSeq) match {
+        case Some(sequences) => CasStep.Done(sequences)
+        case None =>
+          refreshStaleUploads(group)
+          val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
+          val (bytes, base) = RawManifest.append(snapshot.raw, entries, manifest.key)
+          lastSent = Some((base, entries.map(_.location)))
+          CasStep.Write(bytes, () => base until base + group.size)
+      }
+    }
+  }
+
+  /**
+   * Did one of our earlier writes land? Some(sequences) if so; None if none did (safe to write
+   * again); AmbiguousCommit if a write with an unknown outcome can no longer be checked.
+   */
+  private def resolve(snapshot: Snapshot, attempts: Seq[Attempt]): Option[IndexedSeq[Long]] = {
+    if (attempts.isEmpty) return None
+    val present: Map[String, Long] = RawManifest.locations(snapshot.raw, manifest.key).map(_.swap).toMap
+    // A write lands as one block, so its base is where any of its locations sits minus that
+    // location's index (retries may carry the same locations at a later base; a dequeued prefix is fine).
+    attempts.iterator.flatMap { a =>
+      a.locations.iterator.zipWithIndex.collectFirst { case (l, i) if present.contains(l) => present(l) - i }
+        .map(base => a.locations.indices.map(base + _))
+    }.nextOption().orElse {
+      val footer = ManifestCodec.decodeFooter(snapshot.raw, manifest.key)
+      val first = present.values.minOption.getOrElse(footer.nextSequence)
+      attempts.filter(a => a.unknownOutcome && !a.resolvedNotLanded).foreach { a =>
+        // Not landed if nothing was appended since its base, or the entry at its base is someone else's.
+        if (footer.nextSequence == a.base || first <= a.base) a.resolvedNotLanded = true
+        else throw new AmbiguousCommitException(
+          s"manifest '${manifest.describe}': a write of ${a.locations.size} entries at sequence ${a.base} " +
+            s"had an unknown outcome and the entries from ${a.base} on were already dequeued; " +
+            "not appending again to avoid duplicates")
+      }
+      None
+    }
+  }
+
+  /** A location older than half the GC grace period is uploaded again under a fresh name (§6). */
+  private def refreshStaleUploads(group: IndexedSeq[PendingLocation]): Unit = {
+    val now = clock.nowMillis()
+    group.foreach { p =>
+      val age = BatchNames.ulidTimeMs(p.location).map(now - _).getOrElse(0L)
+      if (age >= gcGracePeriodMs / 2) {
+        p.location = p.reupload()
+        reuploaded.increment()
+      }
+    }
+  }
+}
+
+private object ManifestAppender {
+  /** One sent write: its locations and the sequence it would have started at. */
+  final class Attempt(val base: Long, val locations: IndexedSeq[String], val unknownOutcome: Boolean) {
+    var resolvedNotLanded = false
+  }
+}

@@ -1,0 +1,135 @@
+package osqueue.spark
+
+import scala.collection.mutable.ArrayBuffer
+import scala.util.control.NonFatal
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.connector.metric.CustomTaskMetric
+import org.apache.spark.sql.connector.write.{DataWriter, DataWriterFactory, WriterCommitMessage}
+import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory
+
+import osqueue.format.{BatchCodec, BatchNames, MetadataItem}
+
+/** One batch file a task wrote: enough for the driver to append its manifest entry. */
+private[spark] final case class WrittenBatch(location: String, metadata: IndexedSeq[MetadataItem], records: Int, bytes: Long)
+
+/** A task's files, in the order it wrote them. */
+private[spark] final case class OsqueueCommitMessage(partitionId: Int, batches: IndexedSeq[WrittenBatch])
+    extends WriterCommitMessage
+
+/** Creates task writers for batch and streaming writes alike. */
+private[spark] final case class OsqueueWriterFactory(options: SinkOptions, input: SinkInput)
+    extends DataWriterFactory with StreamingDataWriterFactory {
+  override def createWriter(partitionId: Int, taskId: Long): DataWriter[InternalRow] =
+    new OsqueueDataWriter(options, input, partitionId)
+  override def createWriter(partitionId: Int, taskId: Long, epochId: Long): DataWriter[InternalRow] =
+    new OsqueueDataWriter(options, input, partitionId)
+}
+
+/** Where `value` (binary or string) and the optional `metadata` (binary) sit in the input rows. */
+private[spark] final case class SinkInput(valueIndex: Int, valueIsString: Boolean, metadataIndex: Option[Int])
+
+/**
+ * Writes a task's rows as batch files under ULID names (a new file each `flushSizeBytes`);
+ * consecutive rows with equal metadata share one metadata range. Files are uploaded here and
+ * enqueued by the driver's commit; an aborted task deletes what it uploaded.
+ */
+private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkInput, partitionId: Int)
+    extends DataWriter[InternalRow] with Logging {
+
+  private val store = OsqueueStores.open(options.location)
+  private val written = ArrayBuffer.empty[WrittenBatch]
+  private val records = ArrayBuffer.empty[Array[Byte]]
+  private val metadata = ArrayBuffer.empty[MetadataItem]
+  private var lastMetadata: Array[Byte] = _
+  private var bufferedBytes = 0L
+  private var rowsWritten = 0L
+  private var bytesWritten = 0L
+
+  override def write(row: InternalRow): Unit = {
+    if (row.isNullAt(input.valueIndex))
+      throw new IllegalArgumentException("the osqueue sink got a row whose 'value' is null; queue entries cannot be null")
+    val value = if (input.valueIsString) row.getUTF8String(input.valueIndex).getBytes else row.getBinary(input.valueIndex)
+    val meta = input.metadataIndex.map(i => if (row.isNullAt(i)) Array.emptyByteArray else row.getBinary(i))
+      .getOrElse(Array.emptyByteArray)
+    if (records.isEmpty || !java.util.Arrays.equals(meta, lastMetadata)) {
+      metadata += MetadataItem(records.size, System.currentTimeMillis(), meta)
+      lastMetadata = meta
+      bufferedBytes += meta.length
+    }
+    records += value
+    bufferedBytes += value.length
+    rowsWritten += 1
+    if (bufferedBytes >= options.flushSizeBytes) flush()
+  }
+
+  override def commit(): WriterCommitMessage = {
+    flush()
+    OsqueueCommitMessage(partitionId, written.toIndexedSeq)
+  }
+
+  override def abort(): Unit = {
+    written.foreach { b =>
+      try store.delete(b.location)
+      catch { case NonFatal(e) => logWarning(s"could not delete '${b.location}' of an aborted task; GC will", e) }
+    }
+    written.clear()
+  }
+
+  override def close(): Unit = ()
+
+  override def currentMetricsValues(): Array[CustomTaskMetric] = Array(
+    OsqueueTaskMetrics.task(OsqueueSinkMetrics.RowsWritten, rowsWritten),
+    OsqueueTaskMetrics.task(OsqueueSinkMetrics.BytesWritten, bytesWritten),
+    OsqueueTaskMetrics.task(OsqueueSinkMetrics.BatchesWritten, written.size.toLong))
+
+  private def flush(): Unit = if (records.nonEmpty) {
+    val bytes = BatchCodec.encode(records.toIndexedSeq, options.compression)
+    val key = BatchNames.newKey(options.location.dataPathPrefix, System.currentTimeMillis())
+    store.put(key, bytes)
+    OsqueueSinkFaults.maybeCrash("during-task-write")
+    written += WrittenBatch(key, metadata.toIndexedSeq, records.size, bytes.length)
+    bytesWritten += bytes.length
+    records.clear(); metadata.clear(); bufferedBytes = 0
+  }
+}
+
+/** Sink metrics: task-level counts and the driver's manifest commit. */
+private[spark] object OsqueueSinkMetrics {
+  val RowsWritten = "rowsWritten"
+  val BytesWritten = "bytesWritten"
+  val BatchesWritten = "batchesWritten"
+  val ManifestConflicts = "manifestConflicts"
+  val CommitLatencyMs = "commitLatencyMs"
+  val ReplaysSkipped = "replaysSkipped"
+
+  def supported: Array[org.apache.spark.sql.connector.metric.CustomMetric] = Array(
+    new RowsWrittenMetric, new BytesWrittenMetric, new BatchesWrittenMetric,
+    new ManifestConflictsMetric, new CommitLatencyMetric, new ReplaysSkippedMetric)
+}
+
+private[spark] class RowsWrittenMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
+  override def name(): String = OsqueueSinkMetrics.RowsWritten
+  override def description(): String = "osqueue: rows written"
+}
+private[spark] class BytesWrittenMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
+  override def name(): String = OsqueueSinkMetrics.BytesWritten
+  override def description(): String = "osqueue: batch bytes written"
+}
+private[spark] class BatchesWrittenMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
+  override def name(): String = OsqueueSinkMetrics.BatchesWritten
+  override def description(): String = "osqueue: batch files written"
+}
+private[spark] class ManifestConflictsMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
+  override def name(): String = OsqueueSinkMetrics.ManifestConflicts
+  override def description(): String = "osqueue: manifest write conflicts"
+}
+private[spark] class CommitLatencyMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
+  override def name(): String = OsqueueSinkMetrics.CommitLatencyMs
+  override def description(): String = "osqueue: manifest commit latency (ms)"
+}
+private[spark] class ReplaysSkippedMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
+  override def name(): String = OsqueueSinkMetrics.ReplaysSkipped
+  override def description(): String = "osqueue: replayed epochs skipped"
+}

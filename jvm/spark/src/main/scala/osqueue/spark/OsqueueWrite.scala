@@ -1,0 +1,107 @@
+package osqueue.spark
+
+import java.util.concurrent.atomic.AtomicLong
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.connector.metric.{CustomMetric, CustomTaskMetric}
+import org.apache.spark.sql.connector.write._
+import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
+import org.apache.spark.sql.types.{BinaryType, StringType, StructType}
+
+/**
+ * `writeStream.format("osqueue")` and `df.write.format("osqueue").mode("append")`. The input
+ * must have `value` (binary or string) and may have `metadata` (binary); any other column is an
+ * error naming it, raised before anything is written.
+ */
+private[spark] final class OsqueueWriteBuilder(info: LogicalWriteInfo, tableOptions: Map[String, String])
+    extends WriteBuilder {
+  override def build(): Write = {
+    val options = SinkOptions(OsqueueOptions.normalize(tableOptions), OsqueueStores.sessionStoreOptions())
+    new OsqueueWrite(options, OsqueueWriteBuilder.input(info.schema()), options.writerId.getOrElse(info.queryId()))
+  }
+}
+
+private[spark] object OsqueueWriteBuilder {
+  def input(schema: StructType): SinkInput = {
+    val names = schema.fieldNames.toSeq
+    val valueIndex = names.indexOf("value")
+    if (valueIndex < 0) throw new IllegalArgumentException(
+      s"the osqueue sink needs a 'value' column (binary or string); the input has ${names.mkString("[", ", ", "]")}")
+    val extra = names.filterNot(n => n == "value" || n == "metadata")
+    if (extra.nonEmpty) throw new IllegalArgumentException(
+      s"the osqueue sink takes only 'value' and 'metadata' columns, but got ${extra.map(n => s"'$n'").mkString(", ")}; " +
+        "select(\"value\", \"metadata\") the columns to write")
+    val valueIsString = schema(valueIndex).dataType match {
+      case BinaryType => false
+      case StringType => true
+      case other => throw new IllegalArgumentException(
+        s"the osqueue sink's 'value' column must be binary or string, not ${other.simpleString}")
+    }
+    val metadataIndex = Some(names.indexOf("metadata")).filter(_ >= 0)
+    metadataIndex.foreach { i =>
+      if (schema(i).dataType != BinaryType) throw new IllegalArgumentException(
+        s"the osqueue sink's 'metadata' column must be binary, not ${schema(i).dataType.simpleString} " +
+          "(cast it: col(\"metadata\").cast(\"binary\"))")
+    }
+    SinkInput(valueIndex, valueIsString, metadataIndex)
+  }
+}
+
+private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, writerId: String) extends Write {
+  private val committer = new OsqueueSinkCommitter(options, writerId)
+  private val commitLatencyMs = new AtomicLong()
+  private val replaysSkipped = new AtomicLong()
+
+  override def description(): String = s"osqueue sink ${options.location.identity} (writer $writerId)"
+  override def toStreaming: StreamingWrite = new OsqueueStreamingWrite(this)
+  override def toBatch: BatchWrite = new OsqueueBatchWrite(this)
+  override def supportedCustomMetrics(): Array[CustomMetric] = OsqueueSinkMetrics.supported
+  override def reportDriverMetrics(): Array[CustomTaskMetric] = Array(
+    OsqueueTaskMetrics.task(OsqueueSinkMetrics.ManifestConflicts, committer.conflicts),
+    OsqueueTaskMetrics.task(OsqueueSinkMetrics.CommitLatencyMs, commitLatencyMs.get()),
+    OsqueueTaskMetrics.task(OsqueueSinkMetrics.ReplaysSkipped, replaysSkipped.get()))
+
+  private[spark] def factory = OsqueueWriterFactory(options, input)
+
+  private[spark] def commit(batchId: Long, messages: Array[WriterCommitMessage]): Unit = {
+    val started = System.nanoTime()
+    val appended = committer.commit(batchId, messages.toSeq.collect { case m: OsqueueCommitMessage => m })
+    if (!appended) replaysSkipped.incrementAndGet()
+    commitLatencyMs.addAndGet((System.nanoTime() - started) / 1000000)
+  }
+
+  /** Aborted epochs leave their files to GC unless a task already deleted them. */
+  private[spark] def abort(messages: Array[WriterCommitMessage]): Unit = {
+    val store = OsqueueStores.open(options.location)
+    messages.toSeq.collect { case m: OsqueueCommitMessage => m }.flatMap(_.batches).foreach { b =>
+      try store.delete(b.location) catch { case scala.util.control.NonFatal(_) => }
+    }
+  }
+}
+
+/** Streaming: one manifest commit per epoch (= Spark's batch id), idempotent per (writer id, epoch). */
+private[spark] final class OsqueueStreamingWrite(write: OsqueueWrite) extends StreamingWrite with Logging {
+  override def createStreamingWriterFactory(info: PhysicalWriteInfo): StreamingDataWriterFactory = write.factory
+  override def commit(epochId: Long, messages: Array[WriterCommitMessage]): Unit = {
+    OsqueueSinkFaults.maybeCrash("before-append")
+    write.commit(epochId, messages)
+    OsqueueSinkFaults.maybeCrash("after-append")
+  }
+  override def abort(epochId: Long, messages: Array[WriterCommitMessage]): Unit = write.abort(messages)
+}
+
+/** `df.write`: one manifest commit for the whole write. */
+private[spark] final class OsqueueBatchWrite(write: OsqueueWrite) extends BatchWrite {
+  override def createBatchWriterFactory(info: PhysicalWriteInfo): DataWriterFactory = write.factory
+  override def commit(messages: Array[WriterCommitMessage]): Unit = write.commit(0L, messages)
+  override def abort(messages: Array[WriterCommitMessage]): Unit = write.abort(messages)
+}
+
+/**
+ * Test-only crash points: with the JVM system property `osqueue.test.crashAt=<point>` set, the
+ * driver exits at that point, as a `kill -9` would (no cleanup, no Spark commit log entry).
+ */
+private[spark] object OsqueueSinkFaults {
+  def maybeCrash(point: String): Unit =
+    if (sys.props.get("osqueue.test.crashAt").contains(point)) Runtime.getRuntime.halt(137)
+}
