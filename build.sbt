@@ -49,6 +49,7 @@ lazy val spark = (project in file("jvm/spark"))
     ),
     // The jar shipped in the Python wheel and to --jars: core + connector + relocated SDKs.
     // Spark already ships zstd-jni (JNI classes cannot be relocated), slf4j and Jackson.
+    assemblyPackageScala / assembleArtifact := false, // Spark ships the Scala library
     assembly / assemblyJarName := s"osqueue-spark_2.13-${osqueueVersion}.jar",
     assembly / assemblyExcludedJars := (assembly / fullClasspath).value.filter { f =>
       val n = f.data.getName
@@ -56,6 +57,7 @@ lazy val spark = (project in file("jvm/spark"))
     },
     assembly / assemblyShadeRules := Seq(
       ShadeRule.rename("software.amazon.awssdk.**" -> "osqueue.shaded.awssdk.@1").inAll,
+      ShadeRule.rename("software.amazon.eventstream.**" -> "osqueue.shaded.eventstream.@1").inAll,
       ShadeRule.rename("org.reactivestreams.**" -> "osqueue.shaded.reactivestreams.@1").inAll,
       ShadeRule.rename("com.github.f4b6a3.**" -> "osqueue.shaded.f4b6a3.@1").inAll
     ),

@@ -318,7 +318,16 @@ class LocalFileSystemStore:
 
     def _path(self, key: str) -> str:
         validate_key(key)
-        return os.path.join(self._root, *key.split("/"))
+        segments = key.split("/")
+        if any(s.startswith(".") for s in segments):
+            raise InvalidObjectKeyError(key, "names starting with '.' are reserved for the local store's internal files")
+        path = os.path.join(self._root, *segments)
+        # A symlinked directory inside the root must not lead the key outside it.
+        real_root = os.path.realpath(self._root)
+        parent = os.path.realpath(os.path.dirname(path))
+        if parent != real_root and not parent.startswith(real_root + os.sep):
+            raise InvalidObjectKeyError(key, "resolves outside the store root (through a symlink)")
+        return path
 
     def get(self, key: str) -> VersionedObject | None:
         path = self._path(key)

@@ -328,3 +328,18 @@ def test_local_store_root_must_be_absolute() -> None:
     with pytest.raises(InvalidConfigError):
         LocalFileSystemStore("relative/path")
     assert os.path.isabs(LocalFileSystemStore(pathlib.Path("/tmp")).root)
+
+
+def test_local_store_refuses_reserved_names_and_symlink_escapes(tmp_path):
+    from osqueue.errors import InvalidObjectKeyError
+    from osqueue.store import LocalFileSystemStore
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir(); outside.mkdir()
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    store = LocalFileSystemStore(str(root))
+    with pytest.raises(InvalidObjectKeyError, match="reserved"):
+        store.put("ingest/.manifest.lock", b"x")
+    with pytest.raises(InvalidObjectKeyError, match="outside the store root"):
+        store.put("link/evil.batch", b"x")
+    assert list(outside.iterdir()) == []

@@ -62,7 +62,7 @@ def interpreter(kind):
 def server_command(kind, port, workdir):
     """argv and extra env for the server process."""
     if kind == "moto":
-        return [interpreter(kind), "-m", "moto.server", "-H", HOST, "-p", str(port)], {}
+        return [interpreter(kind), "-c", MOTO_SERIALIZED, HOST, str(port)], {}
     env = {
         "GATEWAY_LISTEN": f"{HOST}:{port}",
         "GATEWAY_SERVER": "hypercorn",  # the default (twisted) ignores the host and binds 0.0.0.0
@@ -80,6 +80,21 @@ def server_command(kind, port, workdir):
     }
     (workdir / "tmp").mkdir(exist_ok=True)
     return [interpreter(kind), "-m", "localstack.runtime.main"], env
+
+
+# moto checks If-Match/If-None-Match and then writes, unlocked, in a threaded server: two
+# concurrent conditional PUTs can both succeed. One request at a time makes them atomic, as on S3.
+MOTO_SERIALIZED = """
+import sys, threading
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+app = DomainDispatcherApplication(create_backend_app)
+lock = threading.Lock()
+def serialized(environ, start_response):
+    with lock:
+        return list(app(environ, start_response))
+run_simple(sys.argv[1], int(sys.argv[2]), serialized, threaded=True)
+"""
 
 
 def free_port():

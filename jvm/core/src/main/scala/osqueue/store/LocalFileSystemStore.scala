@@ -75,7 +75,8 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
 
   override def delete(key: String): Unit = {
     val path = resolve(key)
-    io("delete", key)(Files.deleteIfExists(path))
+    // A directory is not an object: nothing to delete (as for a missing key).
+    io("delete", key)(if (!Files.isDirectory(path, LinkOption.NOFOLLOW_LINKS)) Files.deleteIfExists(path))
   }
 
   private def conditionalPut(key: String, bytes: Array[Byte], op: String)(holds: Option[ObjectVersion] => Boolean): CasOutcome = {
@@ -112,13 +113,14 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
     LocalFileSystemStore.fsyncDirectory(dir)
   }
 
-  /** Creates missing directories one by one, fsyncing each parent so the new entry is durable. */
+  /** Creates missing directories (the root too) one by one, fsyncing each parent so the new entry is durable. */
   private def ensureDirectory(dir: Path): Unit =
     if (!Files.isDirectory(dir)) {
-      if (dir != rootPath) ensureDirectory(dir.getParent)
+      val parent = dir.getParent
+      if (parent != null) ensureDirectory(parent)
       try Files.createDirectory(dir)
       catch { case _: FileAlreadyExistsException if Files.isDirectory(dir) => () }
-      if (dir != rootPath) LocalFileSystemStore.fsyncDirectory(dir.getParent)
+      if (parent != null) LocalFileSystemStore.fsyncDirectory(parent)
     }
 
   private def walk(dir: Path, dirKey: String, namePrefix: String, out: scala.collection.mutable.Builder[ObjectInfo, Vector[ObjectInfo]]): Unit = {

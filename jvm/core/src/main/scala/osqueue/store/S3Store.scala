@@ -11,8 +11,9 @@ import software.amazon.awssdk.awscore.retry.AwsRetryStrategy
 import software.amazon.awssdk.core.checksums.{RequestChecksumCalculation, ResponseChecksumValidation}
 import software.amazon.awssdk.core.client.config.ClientOverrideConfiguration
 import software.amazon.awssdk.core.exception.SdkException
+import software.amazon.awssdk.core.interceptor.{Context, ExecutionAttributes, ExecutionInterceptor}
 import software.amazon.awssdk.core.sync.RequestBody
-import software.amazon.awssdk.http.SdkHttpClient
+import software.amazon.awssdk.http.{SdkHttpClient, SdkHttpRequest}
 import software.amazon.awssdk.http.urlconnection.UrlConnectionHttpClient
 import software.amazon.awssdk.regions.Region
 import software.amazon.awssdk.regions.providers.DefaultAwsRegionProviderChain
@@ -132,8 +133,14 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
   private def isNoSuchBucket(e: AwsServiceException): Boolean =
     e.isInstanceOf[NoSuchBucketException] || Option(e.awsErrorDetails()).exists(_.errorCode() == "NoSuchBucket")
 
-  private def failure(op: String, fullKey: String, e: Throwable): StoreException =
-    new StoreException(s"S3 $op of s3://$bucket/$fullKey via $where failed: ${e.getMessage}", e)
+  private def failure(op: String, fullKey: String, e: Throwable): StoreException = {
+    val hint = e match {
+      case s: AwsServiceException if s.statusCode() == 403 && op == "GET" =>
+        " (S3 also answers 403 for a missing object when the credentials lack s3:ListBucket)"
+      case _ => ""
+    }
+    new StoreException(s"S3 $op of s3://$bucket/$fullKey via $where failed: ${e.getMessage}$hint", e)
+  }
 }
 
 object S3Store {
@@ -153,12 +160,15 @@ object S3Store {
     val builder = S3Client.builder()
       .httpClient(http)
       .credentialsProvider(credentialsProvider(config))
-      .serviceConfiguration(S3Configuration.builder().pathStyleAccessEnabled(config.pathStyleAccess).build())
+      // Plain (signed) bodies rather than aws-chunked ones on http:// endpoints: LocalStack may
+      // answer a failed condition before reading a chunked body, and the 412 is then lost.
+      .serviceConfiguration(S3Configuration.builder().pathStyleAccessEnabled(config.pathStyleAccess).chunkedEncodingEnabled(false).build())
       // Checksums only where S3 requires them: S3-compatible servers often reject the newer
       // trailing-checksum uploads (S3A's default too).
       .requestChecksumCalculation(RequestChecksumCalculation.WHEN_REQUIRED)
       .responseChecksumValidation(ResponseChecksumValidation.WHEN_REQUIRED)
-      .overrideConfiguration(overrides.build())
+    if (!retries) overrides.addExecutionInterceptor(NoExpectContinue)
+    builder.overrideConfiguration(overrides.build())
     config.endpoint.foreach(e => builder.endpointOverride(e))
     config.region match {
       case Some(r) => builder.region(Region.of(r))
@@ -170,6 +180,19 @@ object S3Store {
         builder.region(guess).crossRegionAccessEnabled(true)
     }
     builder.build()
+  }
+
+  /**
+   * Removes the `Expect: 100-continue` the SDK adds to PUTs, on the conditional client only. A
+   * server that sends "100 Continue" and then a 412 before reading the body (LocalStack) makes
+   * the URL-connection client fail with "Error writing request body": the 412 would become an
+   * unknown outcome. A manifest body is small, so it is sent outright. Unconditional (batch) PUTs
+   * keep the header, so a rejected upload is not sent in full and its error stays readable.
+   */
+  private object NoExpectContinue extends ExecutionInterceptor {
+    override def modifyHttpRequest(context: Context.ModifyHttpRequest, attributes: ExecutionAttributes): SdkHttpRequest =
+      if (context.httpRequest().firstMatchingHeader("Expect").isPresent) context.httpRequest().toBuilder.removeHeader("Expect").build()
+      else context.httpRequest()
   }
 
   private def credentialsProvider(config: S3StoreConfig): AwsCredentialsProvider = config.credentials match {

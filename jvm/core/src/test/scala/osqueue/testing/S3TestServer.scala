@@ -49,7 +49,7 @@ final class S3TestServer private (
   /** A plain SDK client for test setup (bucket creation, inspecting objects). Close it. */
   def newClient(): S3Client =
     S3Client.builder()
-      .httpClient(UrlConnectionHttpClient.builder().build())
+      .httpClientBuilder(UrlConnectionHttpClient.builder())
       .endpointOverride(java.net.URI.create(endpoint))
       .region(Region.of(region))
       .credentialsProvider(StaticCredentialsProvider.create(AwsBasicCredentials.create(accessKey, secretKey)))

@@ -1,0 +1,106 @@
+package osqueue.store
+
+import java.net.{ServerSocket, URI}
+
+import scala.concurrent.duration._
+import scala.util.Using
+
+import org.scalatest.BeforeAndAfterAll
+import software.amazon.awssdk.core.sync.RequestBody
+import software.amazon.awssdk.services.s3.model.{GetObjectRequest, PutObjectRequest}
+
+import osqueue.StoreException
+import osqueue.testing.S3TestServer
+
+/**
+ * The contract on S3, against a real S3-compatible server (moto by default, see
+ * [[osqueue.testing.S3TestServer]]), plus prefixes, error mapping and an unreachable endpoint.
+ */
+class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
+  private var server: S3TestServer = _
+
+  override def beforeAll(): Unit = server = S3TestServer.start()
+  override def afterAll(): Unit = if (server != null) server.close()
+
+  override def casIncrementsPerThread: Int = 25
+
+  /** Each store gets its own bucket, and a prefix so that key mapping is exercised too. */
+  override def newStore(): ObjectStore = new S3Store(server.freshBucket(), "some/prefix", server.storeConfig)
+
+  test("should keep keys under the prefix and not see objects outside it") {
+    val bucket = server.freshBucket()
+    Using.resources(new S3Store(bucket, "/q1/", server.storeConfig), server.newClient()) { (s, client) =>
+      assert(s.uri === s"s3://$bucket/q1")
+      s.put("ingest/manifest", bytes("m"))
+      client.putObject(PutObjectRequest.builder().bucket(bucket).key("q10/other").build(), RequestBody.fromString("x"))
+      client.putObject(PutObjectRequest.builder().bucket(bucket).key("q1/dir/").build(), RequestBody.empty())
+      val raw = client.getObjectAsBytes(GetObjectRequest.builder().bucket(bucket).key("q1/ingest/manifest").build())
+      assert(raw.asUtf8String() === "m")
+      assert(keys(s.list("")) === Seq("ingest/manifest"), "neither q10/other nor the directory marker q1/dir/")
+      Using.resource(new S3Store(bucket, "", server.storeConfig)) { whole =>
+        assert(keys(whole.list("")) === Seq("q1/ingest/manifest", "q10/other"))
+      }
+    }
+  }
+
+  test("should surface S3's 412 as PreconditionFailed") {
+    Using.resource(newStore()) { s =>
+      s.put("k", bytes("v"))
+      assert(s.putIfVersionMatches("k", bytes("w"), ObjectVersion("\"0123456789abcdef0123456789abcdef\"")) === CasOutcome.PreconditionFailed)
+      assert(s.putIfAbsent("k", bytes("w")) === CasOutcome.PreconditionFailed)
+      assert(text(s.get("k")) === Some("v"))
+    }
+  }
+
+  test("should use the ETag as the version") {
+    Using.resource(newStore()) { s =>
+      val CasOutcome.Written(v) = s.putIfAbsent("k", bytes("v")): @unchecked
+      assert(v.token.contains("\""), s"an ETag is quoted: ${v.token}")
+      assert(s.get("k").get.version === v)
+    }
+  }
+
+  test("should raise StoreException naming the bucket for a missing bucket") {
+    Using.resource(new S3Store("osq-no-such-bucket", "", server.storeConfig)) { s =>
+      val e = intercept[StoreException](s.get("k"))
+      assert(e.getMessage.contains("osq-no-such-bucket"))
+      intercept[StoreException](s.putIfAbsent("k", bytes("v")))
+      intercept[StoreException](s.list(""))
+    }
+  }
+
+  test("should raise StoreException quickly, naming the endpoint, when the endpoint is unreachable") {
+    val port = Using.resource(new ServerSocket(0))(_.getLocalPort) // closed again: nothing listens
+    val config = S3StoreConfig(
+      endpoint = Some(URI.create(s"http://127.0.0.1:$port")),
+      region = Some("us-east-1"),
+      credentials = Some(S3Credentials("test", "test")),
+      pathStyleAccess = true,
+      connectTimeout = 1.second,
+      socketTimeout = 2.seconds,
+      requestTimeout = Some(2.seconds),
+      maxAttempts = 2)
+    Using.resource(new S3Store("bucket", "p", config)) { s =>
+      val start = System.nanoTime()
+      val errors = Seq(
+        intercept[StoreException](s.get("k")),
+        intercept[StoreException](s.put("k", bytes("v"))),
+        intercept[StoreException](s.putIfAbsent("k", bytes("v"))),
+        intercept[StoreException](s.putIfVersionMatches("k", bytes("v"), ObjectVersion("\"x\""))),
+        intercept[StoreException](s.list("")),
+        intercept[StoreException](s.delete("k")))
+      val elapsed = (System.nanoTime() - start).nanos
+      assert(elapsed < 20.seconds, s"took ${elapsed.toMillis} ms")
+      errors.foreach(e => assert(e.getMessage.contains(s"127.0.0.1:$port") && e.getMessage.contains("s3://bucket/p/"), e.getMessage))
+    }
+  }
+
+  test("should be opened by ObjectStores.open from fs.s3a options") {
+    val bucket = server.freshBucket()
+    Using.resource(ObjectStores.open(s"s3a://$bucket/q", server.options.map { case (k, v) => s"spark.hadoop.$k" -> v })) { s =>
+      assert(s.uri === s"s3://$bucket/q")
+      s.put("k", bytes("v"))
+      assert(text(s.get("k")) === Some("v"))
+    }
+  }
+}
