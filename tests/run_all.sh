@@ -15,6 +15,14 @@ mkdir -p "$reports"
 status=0
 echo "== JVM tests and connector jar (sbt)"
 bash .ci/sbt test spark/assembly || status=1
+keep_jvm_reports() { mkdir -p "$reports/$1"; cp jvm/*/target/test-reports/*.xml "$reports/$1/" 2>/dev/null || true; }
+keep_jvm_reports jvm
+echo "== JVM S3 suites again, against LocalStack's S3 (the run above used moto)"
+OSQUEUE_S3_KIND=localstack OSQUEUE_LOCALSTACK_PYTHON="$root/.venv-localstack/bin/python" \
+  bash .ci/sbt "core/testOnly osqueue.store.S3StoreSuite osqueue.queue.QueueProducerSuite" || status=1
+rm -rf "$reports/jvm-localstack"; mkdir -p "$reports/jvm-localstack"
+cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
+   jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-localstack/" 2>/dev/null || true
 
 echo "== Installing the osqueue wheel (bundles the jar) into .venv"
 .venv/bin/python -m pip install -q --no-deps --force-reinstall . || status=1
@@ -29,11 +37,11 @@ case $rc in
 esac
 
 # One closing line over both runners (JUnit XML from sbt and pytest).
-.venv/bin/python - "$reports" jvm/core/target/test-reports jvm/spark/target/test-reports <<'PY'
+.venv/bin/python - "$reports" <<'PY'
 import pathlib, sys, xml.etree.ElementTree as ET
 passed = failed = skipped = 0
 for d in sys.argv[1:]:
-    for f in pathlib.Path(d).glob("*.xml"):
+    for f in pathlib.Path(d).rglob("*.xml"):
         root = ET.parse(f).getroot()
         for s in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
             t, fl, er, sk = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))

@@ -1,7 +1,12 @@
 """Helpers shared by the Spark tests and the stream job they run as a separate process."""
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
+import signal
+import socket
+import subprocess
 
 import osqueue
 
@@ -34,3 +39,32 @@ def produce_entries(path: str, batches: int, per_batch: int, store_options=None,
             p.flush()
             values += [e.decode() for e in entries]
     return values
+
+
+@contextlib.contextmanager
+def standalone_cluster(work_dir: pathlib.Path):
+    """A Spark standalone master and one worker (2 cores) on loopback, from pyspark's own scripts.
+
+    Yields the master URL; executors run in the worker's JVMs, so tasks cross a process boundary.
+    """
+    import pyspark
+
+    spark_home = pathlib.Path(pyspark.__file__).parent
+    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(work_dir))
+    spark_class = str(spark_home / "bin" / "spark-class")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    master = subprocess.Popen(
+        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+         "--webui-port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    worker = subprocess.Popen(
+        [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
+         "--cores", "2", "--memory", "2g", "--webui-port", "0", "--work-dir", str(work_dir / "work")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for p in (worker, master):
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(30)

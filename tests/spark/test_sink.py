@@ -12,6 +12,8 @@ import pytest
 import osqueue
 from osqueue.format import decode_manifest
 
+from .support import standalone_cluster
+
 HERE = pathlib.Path(__file__).resolve().parent
 
 
@@ -157,3 +159,12 @@ def test_bad_sink_input_fails_before_any_write(spark, tmp_path, columns, options
         writer.save(str(tmp_path / "q"))
     assert message in str(err.value)
     assert not (tmp_path / "q").exists() or not list((tmp_path / "q").rglob("*.batch")), "files were written"
+
+
+def test_sink_on_a_standalone_cluster(tmp_path):
+    expected = make_input(tmp_path / "in", files=3, lines=4)
+    with standalone_cluster(tmp_path) as master:
+        p = sink_job(tmp_path / "in", tmp_path / "q", tmp_path / "ckpt", "--master", master)
+        assert p.returncode == 0, p.stderr[-3000:]
+    assert list((tmp_path / "work").glob("app-*/*/stderr")), "tasks did not run in the worker's JVM"
+    assert native_values(tmp_path / "q") == expected

@@ -15,7 +15,7 @@ import pytest
 import osqueue
 from osqueue.format import decode_manifest
 
-from .support import produce_entries
+from .support import produce_entries, standalone_cluster
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -227,9 +227,13 @@ def test_bad_options_fail_before_reading_with_the_option_named(spark, options, m
     assert message in str(err.value)
 
 
-def test_user_schema_is_refused(spark, queue_dir):
+def test_user_schema_is_refused(spark, queue_dir, tmp_path):
     with pytest.raises(Exception) as err:
-        spark.readStream.format("osqueue").schema("value string").load(str(queue_dir))
+        df = spark.readStream.format("osqueue").schema("value string").load(str(queue_dir))
+        df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start().awaitTermination(60)
+    assert "fixed schema" in str(err.value)
+    with pytest.raises(Exception) as err:
+        spark.read.format("osqueue").schema("value string").load(str(queue_dir)).collect()
     assert "fixed schema" in str(err.value)
 
 
@@ -289,33 +293,12 @@ def test_kill_dash_nine_mid_stream_and_restart_delivers_each_entry_exactly_once(
 
 
 def test_standalone_cluster_executors_in_another_jvm(queue_dir, tmp_path):
-    import pyspark
-
-    spark_home = pathlib.Path(pyspark.__file__).parent
-    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(tmp_path))
-    spark_class = str(spark_home / "bin" / "spark-class")
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    master = subprocess.Popen(
-        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", "0"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    worker = subprocess.Popen(
-        [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
-         "--cores", "2", "--memory", "2g", "--webui-port", "0", "--work-dir", str(tmp_path / "work")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
+    with standalone_cluster(tmp_path) as master:
         expected = produce_entries(str(queue_dir), batches=6, per_batch=4)
         out = tmp_path / "out"
-        job = _run_job(queue_dir, tmp_path / "ckpt", out, "--available-now", "--master", f"spark://127.0.0.1:{port}")
+        job = _run_job(queue_dir, tmp_path / "ckpt", out, "--available-now", "--master", master)
         output = job.communicate(timeout=300)[0]
         assert job.returncode == 0, output
         assert [r["value"] for r in _output_rows(out)] == expected
         # The executor ran in the worker's JVM: its stderr lives under the work dir.
         assert list((tmp_path / "work").glob("app-*/*/stderr"))
-    finally:
-        for p in (worker, master):
-            os.killpg(p.pid, signal.SIGTERM)
-            p.wait(30)

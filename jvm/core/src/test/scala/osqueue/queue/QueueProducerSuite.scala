@@ -68,6 +68,13 @@ class QueueProducerSuite extends AnyFunSuite {
     assertExactUnion(store, hammer(store, threads = 8, perThread = 15))
   }
 
+  test("should append exactly the union of 8 contending producers on a real S3 server") {
+    val server = osqueue.testing.S3TestServer.shared
+    val store = osqueue.store.ObjectStores.open(s"s3a://${server.freshBucket()}/queue", server.options)
+    try assertExactUnion(store, hammer(store, threads = 8, perThread = 8))
+    finally store.close()
+  }
+
   test("should group locations that become ready during a write into the next write") {
     val inner = InMemoryStore.fresh()
     val writes = new AtomicInteger()
