@@ -302,3 +302,23 @@ def test_standalone_cluster_executors_in_another_jvm(queue_dir, tmp_path):
         assert [r["value"] for r in _output_rows(out)] == expected
         # The executor ran in the worker's JVM: its stderr lives under the work dir.
         assert list((tmp_path / "work").glob("app-*/*/stderr"))
+
+
+def test_gc_with_the_stream_deletes_consumed_batches_and_nothing_unread(spark, queue_dir, tmp_path):
+    expected = produce_entries(str(queue_dir), batches=5, per_batch=2)
+    seen = []
+    q = (spark.readStream.format("osqueue").option("gcInterval", "200ms").option("gcGracePeriod", "1s")
+         .option("maxBatchesPerTrigger", "2").load(str(queue_dir)).writeStream
+         .foreachBatch(lambda df, bid: seen.extend(bytes(r.value).decode() for r in df.orderBy("sequence", "index").collect()))
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="100 milliseconds").start())
+    try:
+        q.processAllAvailable()
+        more = produce_entries(str(queue_dir), batches=1, per_batch=1, tag="late")  # makes Spark commit the last batch
+        q.processAllAvailable()
+        time.sleep(2.5)  # past the grace period, several GC cycles
+        referenced = {e.location for e in manifest_of(queue_dir).entries}
+        on_disk = {f"ingest/{p.name}" for p in (queue_dir / "ingest").glob("*.batch")}
+        assert on_disk == referenced, "GC left consumed batches or deleted referenced ones"
+        assert seen == expected + more
+    finally:
+        q.stop()

@@ -109,27 +109,13 @@ private[spark] object OsqueueSinkMetrics {
     new ManifestConflictsMetric, new CommitLatencyMetric, new ReplaysSkippedMetric)
 }
 
-private[spark] class RowsWrittenMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
-  override def name(): String = OsqueueSinkMetrics.RowsWritten
-  override def description(): String = "osqueue: rows written"
-}
-private[spark] class BytesWrittenMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
-  override def name(): String = OsqueueSinkMetrics.BytesWritten
-  override def description(): String = "osqueue: batch bytes written"
-}
-private[spark] class BatchesWrittenMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
-  override def name(): String = OsqueueSinkMetrics.BatchesWritten
-  override def description(): String = "osqueue: batch files written"
-}
-private[spark] class ManifestConflictsMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
-  override def name(): String = OsqueueSinkMetrics.ManifestConflicts
-  override def description(): String = "osqueue: manifest write conflicts"
-}
-private[spark] class CommitLatencyMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
-  override def name(): String = OsqueueSinkMetrics.CommitLatencyMs
-  override def description(): String = "osqueue: manifest commit latency (ms)"
-}
-private[spark] class ReplaysSkippedMetric extends org.apache.spark.sql.connector.metric.CustomSumMetric {
-  override def name(): String = OsqueueSinkMetrics.ReplaysSkipped
-  override def description(): String = "osqueue: replayed epochs skipped"
-}
+// Spark instantiates metric classes by name (no-arg constructors): one tiny class per metric.
+private[spark] class RowsWrittenMetric extends OsqueueSumMetric(OsqueueSinkMetrics.RowsWritten, "rows written")
+private[spark] class BytesWrittenMetric extends OsqueueSumMetric(OsqueueSinkMetrics.BytesWritten, "batch bytes written")
+private[spark] class BatchesWrittenMetric extends OsqueueSumMetric(OsqueueSinkMetrics.BatchesWritten, "batch files written")
+private[spark] class ManifestConflictsMetric
+    extends OsqueueSumMetric(OsqueueSinkMetrics.ManifestConflicts, "manifest write conflicts")
+private[spark] class CommitLatencyMetric
+    extends OsqueueSumMetric(OsqueueSinkMetrics.CommitLatencyMs, "manifest commit latency (ms)")
+private[spark] class ReplaysSkippedMetric
+    extends OsqueueSumMetric(OsqueueSinkMetrics.ReplaysSkipped, "replayed epochs skipped")

@@ -72,15 +72,15 @@ private[spark] object OsqueueTaskMetrics {
     Array(new BytesFetchedMetric, new FetchTimeMetric, new MissingBatchesMetric)
 }
 
-private[spark] class BytesFetchedMetric extends CustomSumMetric {
-  override def name(): String = OsqueueTaskMetrics.BytesFetched
-  override def description(): String = "osqueue: record bytes fetched"
+/** A summed metric shown as `osqueue: <description>` in the Spark UI. */
+private[spark] abstract class OsqueueSumMetric(metric: String, text: String) extends CustomSumMetric {
+  override def name(): String = metric
+  override def description(): String = s"osqueue: $text"
 }
-private[spark] class FetchTimeMetric extends CustomSumMetric {
-  override def name(): String = OsqueueTaskMetrics.FetchTimeMs
-  override def description(): String = "osqueue: batch fetch and decode time (ms)"
-}
-private[spark] class MissingBatchesMetric extends CustomSumMetric {
-  override def name(): String = OsqueueTaskMetrics.MissingBatches
-  override def description(): String = "osqueue: missing batches skipped (failOnDataLoss=false)"
-}
+
+// Spark instantiates metric classes by name (no-arg constructors): one tiny class per metric.
+private[spark] class BytesFetchedMetric extends OsqueueSumMetric(OsqueueTaskMetrics.BytesFetched, "record bytes fetched")
+private[spark] class FetchTimeMetric
+    extends OsqueueSumMetric(OsqueueTaskMetrics.FetchTimeMs, "batch fetch and decode time (ms)")
+private[spark] class MissingBatchesMetric
+    extends OsqueueSumMetric(OsqueueTaskMetrics.MissingBatches, "missing batches skipped (failOnDataLoss=false)")
