@@ -15,6 +15,9 @@ from setuptools import build_meta as _setuptools
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 JAR_DIR = ROOT / "python" / "osqueue" / "jars"
+# setuptools checks that the `osqueue.jars` package directory exists while it gathers build
+# requirements, before build_wheel can build the jar: a fresh checkout has no such directory.
+JAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def _version() -> str:

@@ -26,6 +26,8 @@ from osqueue.errors import (
 )
 from osqueue.format import (
     Compression,
+    Delivered,
+    EntryTag,
     Manifest,
     ManifestEntry,
     MetadataItem,
@@ -81,6 +83,8 @@ __all__ = [
     "Manifest",
     "ManifestEntry",
     "MetadataItem",
+    "EntryTag",
+    "Delivered",
     "decode_manifest",
     "encode_manifest",
     "decode_batch",

@@ -11,6 +11,11 @@ every older consumer) and applies the resume point (docs/format.md §5). Then:
 
 A fenced consumer's manifest operations raise :class:`~osqueue.errors.FencedError`; none of its
 writes can land, because every write is a compare-and-swap against an epoch-checked read.
+
+Like the Spark source, the consumer applies the sink's reader rule (docs/adr/0002,
+:class:`~osqueue.format.Delivered`): a replayed copy of a sink batch is never handed out and
+counts as acknowledged. The delivered-copies map lives in memory for the consumer's lifetime
+only: a consumer started with ``last_acked_sequence`` begins with an empty map.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterator, Mapping
@@ -32,7 +38,7 @@ from osqueue.errors import (
     InvalidObjectKeyError,
     ResumePointError,
 )
-from osqueue.format import MetadataItem, decode_batch
+from osqueue.format import Delivered, EntryTag, MetadataItem, decode_batch
 from osqueue.gc import GarbageCollector
 from osqueue.queue import (
     DEFAULT_DATA_PATH_PREFIX,
@@ -115,8 +121,23 @@ class FetchHandle:
         return ConsumedBatch(records, descriptor.sequence, descriptor.location, list(descriptor.metadata))
 
 
+@dataclass(frozen=True)
+class _Scan:
+    """What one manifest read found (see :meth:`Consumer._scan`)."""
+
+    descriptors: list[BatchDescriptor]
+    skipped: list[int]
+    last: int | None
+    delivered: Delivered
+
+
 class Consumer:
     """The single consumer of a queue.
+
+    Entries that are replayed copies of a Spark sink batch (docs/format.md §2.1) are skipped:
+    :meth:`next_batch` and :meth:`next_descriptors` never return them, and the ack frontier
+    moves over them (:meth:`ack` expects the next *delivered* sequence; dequeues remove them).
+    Which copy was delivered is remembered in memory for this consumer's lifetime only.
 
     Args:
         path: The queue's store root (see :func:`osqueue.store.open_store`); or pass ``store``.
@@ -191,6 +212,9 @@ class Consumer:
         self._last_handed_out = last_acked_sequence
         self._next_ack = last_acked_sequence + 1 if last_acked_sequence is not None else manifest.first_sequence
         self._acks_since_dequeue = 0
+        self._delivered = Delivered()
+        # Sequences read and skipped as replayed copies, ascending, not yet passed by the ack frontier.
+        self._skipped: deque[int] = deque()
         self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
         if run_gc:
             self._gc = GarbageCollector(
@@ -214,7 +238,8 @@ class Consumer:
 
     @property
     def last_acked_sequence(self) -> int | None:
-        """The ack frontier (None before the first ack of a fresh start)."""
+        """The ack frontier (None before the first ack of a fresh start). It includes the
+        skipped replayed copies right after the last ack."""
         return self._last_acked
 
     @property
@@ -232,6 +257,48 @@ class Consumer:
         fenced = self._queue.fenced
         if fenced is not None:
             raise FencedError(fenced.own_epoch, fenced.current_epoch)
+
+    def _scan(self, max_count: int) -> _Scan:
+        """Reads the entries after the last one handed out, through the ``max_count``-th
+        deliverable one, applying the reader rule. Changes no state (see :meth:`_commit`)."""
+        manifest = self._queue.read()
+        self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+        after = self._last_handed_out
+        descriptors: list[BatchDescriptor] = []
+        skipped: list[int] = []
+        state, last = self._delivered, after
+        for e in manifest.entries:
+            if len(descriptors) >= max_count:
+                break
+            if after is not None and e.sequence <= after:
+                continue
+            if last == after:  # the first entry read
+                self._check_contiguous(e.sequence)
+            admit, state = state.admit(EntryTag.decode(e.extension))
+            last = e.sequence
+            if admit:
+                descriptors.append(BatchDescriptor(e.sequence, e.location, list(e.metadata)))
+            else:
+                skipped.append(e.sequence)
+        return _Scan(descriptors, skipped, last, state)
+
+    def _commit(self, scan: _Scan) -> None:
+        """Moves the read cursor past everything ``scan`` read (skipped copies included)."""
+        self._last_handed_out = scan.last
+        self._delivered = scan.delivered
+        self._skipped.extend(scan.skipped)
+        self._metrics.counter(m.DUPLICATE_COPIES_SKIPPED).inc(len(scan.skipped))
+        self._absorb_skipped()
+
+    def _absorb_skipped(self) -> None:
+        """Skipped copies count as acked: the frontier moves over those right after it (the
+        next dequeue removes them), so ``ack`` expects the next delivered sequence."""
+        skipped = self._skipped
+        while skipped and skipped[0] < self._next_ack:
+            skipped.popleft()
+        while skipped and self._last_acked is not None and skipped[0] == self._next_ack:
+            self._last_acked = skipped.popleft()
+            self._next_ack = self._last_acked + 1
 
     def _check_contiguous(self, first: int) -> None:
         expected = self._last_handed_out + 1 if self._last_handed_out is not None else self._next_ack
@@ -258,14 +325,12 @@ class Consumer:
         """
         with self._lock:
             self._check_usable()
-            descriptors, manifest = self._queue.descriptors_after(self._last_handed_out, 1)
-            self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
-            if not descriptors:
+            scan = self._scan(1)
+            if not scan.descriptors:
+                self._commit(scan)  # only skipped copies (if any) were left
                 return None
-            d = descriptors[0]
-            self._check_contiguous(d.sequence)
-            batch = self._fetch(d)
-            self._last_handed_out = d.sequence
+            batch = self._fetch(scan.descriptors[0])
+            self._commit(scan)
             return batch
 
     def ack(self, sequence: int) -> None:
@@ -285,6 +350,7 @@ class Consumer:
                 raise IllegalQueueStateError(f"cannot ack sequence {sequence}: it was not handed out yet")
             self._last_acked = sequence
             self._next_ack = sequence + 1
+            self._absorb_skipped()
             self._acks_since_dequeue += 1
             self._metrics.counter(m.ACKS).inc()
             if self._acks_since_dequeue >= ACK_DEQUEUE_INTERVAL:
@@ -325,13 +391,11 @@ class Consumer:
             self._check_usable()
             if max_count == 0:
                 return []
-            descriptors, manifest = self._queue.descriptors_after(self._last_handed_out, max_count)
-            self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
-            if descriptors:
-                self._check_contiguous(descriptors[0].sequence)
-                self._last_handed_out = descriptors[-1].sequence
-                self._metrics.counter(m.DESCRIPTORS_HANDED_OUT).inc(len(descriptors))
-            return descriptors
+            scan = self._scan(max_count)
+            self._commit(scan)
+            if scan.descriptors:
+                self._metrics.counter(m.DESCRIPTORS_HANDED_OUT).inc(len(scan.descriptors))
+            return scan.descriptors
 
     def fetch_handle(self) -> FetchHandle:
         """A thread-safe fetcher for descriptors (no epoch check, no cursor)."""
@@ -376,6 +440,7 @@ class Consumer:
             self._acks_since_dequeue = 0
             if self._last_handed_out is None or self._last_handed_out < sequence:
                 self._last_handed_out = sequence
+            self._absorb_skipped()
             self._metrics.counter(m.ACKS).inc(acked)
 
     # -- lifecycle ------------------------------------------------------------------------------

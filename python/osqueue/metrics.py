@@ -7,6 +7,7 @@ Metric names follow the reference implementation (all start with ``buffer.``):
   ``buffer.flush_duration_seconds``;
 * consumer: counters ``buffer.batches_collected``, ``buffer.entries_collected``,
   ``buffer.bytes_collected``, ``buffer.acks``, ``buffer.descriptors_handed_out``,
+  ``buffer.duplicate_copies_skipped`` (replayed sink copies not delivered),
   ``buffer.gc_files_deleted``, ``buffer.gc_files_failed``; gauges
   ``buffer.consumer_lag_seconds``, ``buffer.queue_length``; histograms
   ``buffer.gc_duration_seconds``, ``buffer.fetch_duration_seconds``;
@@ -34,6 +35,7 @@ ENTRIES_COLLECTED = "buffer.entries_collected"
 BYTES_COLLECTED = "buffer.bytes_collected"
 ACKS = "buffer.acks"
 DESCRIPTORS_HANDED_OUT = "buffer.descriptors_handed_out"
+DUPLICATE_COPIES_SKIPPED = "buffer.duplicate_copies_skipped"
 GC_FILES_DELETED = "buffer.gc_files_deleted"
 GC_FILES_FAILED = "buffer.gc_files_failed"
 GC_DURATION = "buffer.gc_duration_seconds"

@@ -24,6 +24,8 @@ VERSION = 1
 LOC_A = "ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch"
 LOC_B = "ingest/01J5T4R7NP39QWA8B2C3D4E5F6.batch"
 LOC_C = "ingest/01J5T4RBYW52MK0G1H2J3K4M5N.batch"
+LOC_D = "ingest/01J5T4RFQ8ZX6Y5W4V3T2S1R0P.batch"
+LOC_E = "ingest/01J5T4RKA1B2C3D4E5F6G7H8J9.batch"
 T0 = 1767225600000  # 2026-01-01T00:00:00Z in ms
 
 
@@ -54,6 +56,16 @@ def meta_json(start_index: int, time_ms: int, payload: bytes) -> dict:
 
 def entry_json(sequence: int, location: str, metas: list[dict], extension: bytes = b"") -> dict:
     return {"sequence": sequence, "location": location, "metadata": metas, "extension_b64": b64(extension)}
+
+
+def sink_tag(writer_id: str, batch_id: int, attempt_id: str) -> bytes:
+    """osqueue's entry extension (docs/format.md §2.1): "OSQ1", type 1, writer, batch, attempt."""
+    w, a = writer_id.encode("utf-8"), attempt_id.encode("utf-8")
+    return b"OSQ1" + struct.pack("<BH", 1, len(w)) + w + struct.pack("<qB", batch_id, len(a)) + a
+
+
+def tag_json(writer_id: str, batch_id: int, attempt_id: str) -> dict:
+    return {"writer_id": writer_id, "batch_id": batch_id, "attempt_id": attempt_id}
 
 
 # -- batch pieces -------------------------------------------------------------------------------
@@ -144,6 +156,21 @@ def build() -> tuple[list[dict], dict[str, bytes]]:
         7,
         [entry_json(41, LOC_C, [])],
     )
+
+    # A sink epoch appended twice (docs/adr/0002): writer "wrïter-1" batch B attempt A1 (two
+    # entries), an untagged entry, the replayed copy (attempt A2), then batch B + 1. A reader
+    # delivers every entry but the A2 copy (sequence 13).
+    writer, batch = "wrïter-1", 0x0102030405  # multi-byte UTF-8; a batch id over 2^32 (byte order)
+    a1, a2, a3 = "01J5T4R3KXBMZ7QV9N2WG8YDH1", "01J5T4R3KXBMZ7QV9N2WG8YDH2", "01J5T4R3KXBMZ7QV9N2WG8YDH3"
+    tagged = [(LOC_A, (writer, batch, a1)), (LOC_B, (writer, batch, a1)), (LOC_C, None),
+              (LOC_D, (writer, batch, a2)), (LOC_E, (writer, batch + 1, a3))]  # fmt: skip
+    sink_entries, sink_json = b"", []
+    for i, (loc, tag) in enumerate(tagged):
+        ext = sink_tag(*tag) if tag else b""
+        sink_entries += entry(10 + i, loc, [meta(0, T0 + i, b"")], extension=ext)
+        j = entry_json(10 + i, loc, [meta_json(0, T0 + i, b"")], ext)
+        sink_json.append(j | {"tag": tag_json(*tag)} if tag else j)
+    valid_manifest("manifest_sink_tags", sink_entries + footer(5, 15, 4), 15, 4, sink_json)
 
     utf8_loc = "ingest/données-é☃.batch"
     valid_manifest(

@@ -19,8 +19,16 @@ from osqueue.errors import (
     InvalidConfigError,
     ResumePointError,
 )
-from osqueue.format import Manifest, ManifestEntry, MetadataItem, decode_manifest, encode_batch, encode_manifest
-from osqueue.metrics import MetricsRegistry
+from osqueue.format import (
+    EntryTag,
+    Manifest,
+    ManifestEntry,
+    MetadataItem,
+    decode_manifest,
+    encode_batch,
+    encode_manifest,
+)
+from osqueue.metrics import DUPLICATE_COPIES_SKIPPED, MetricsRegistry
 from osqueue.queue import QueueProducer
 from osqueue.store import InMemoryStore
 
@@ -297,3 +305,84 @@ def test_consumer_metrics(mem_store: InMemoryStore) -> None:
     assert metrics.counter("buffer.acks").value == 2
     assert metrics.gauge("buffer.queue_length").value == 2  # at the last read (acks not dequeued yet)
     assert metrics.gauge("buffer.consumer_lag_seconds").value > 0
+
+
+def _sink_queue(store: Any) -> None:
+    """Sequences 0..4: writer w1 batch 0 attempt a1 (two entries), an untagged entry, a replayed
+    copy of w1 batch 0 (attempt a2), w1 batch 1; tags written by :meth:`EntryTag.encode`."""
+    tags = [EntryTag("w1", 0, "a1"), EntryTag("w1", 0, "a1"), None, EntryTag("w1", 0, "a2"), EntryTag("w1", 1, "a3")]
+    entries = []
+    for i, tag in enumerate(tags):
+        loc = f"ingest/s{i}.batch"
+        store.put(loc, encode_batch([f"s{i}".encode()]))
+        entries.append(ManifestEntry(i, loc, [MetadataItem(0, 1000 + i, b"")], tag.encode() if tag else b""))
+    store.put(KEY, encode_manifest(Manifest(entries, 5, 0)))
+
+
+def test_replayed_sink_copy_is_skipped_and_counts_as_acked(mem_store: InMemoryStore) -> None:
+    _sink_queue(mem_store)
+    metrics = MetricsRegistry()
+    with Consumer(store=mem_store, metrics=metrics) as c:
+        batches = list(c)
+        assert [(b.sequence, b.entries) for b in batches] == [(0, [b"s0"]), (1, [b"s1"]), (2, [b"s2"]), (4, [b"s4"])]
+        assert metrics.counter(DUPLICATE_COPIES_SKIPPED).value == 1
+        c.ack(0)
+        c.ack(1)
+        c.ack(2)
+        assert c.last_acked_sequence == 3  # the frontier moved over the skipped copy
+        with pytest.raises(IllegalQueueStateError, match="out-of-order"):
+            c.ack(3)
+        c.ack(4)
+        assert c.next_batch() is None
+    assert _sequences(mem_store) == []
+    assert metrics.counter(DUPLICATE_COPIES_SKIPPED).value == 1  # counted once
+
+
+def test_acking_each_batch_as_read_passes_the_skipped_copy(mem_store: InMemoryStore) -> None:
+    _sink_queue(mem_store)
+    with Consumer(store=mem_store) as c:
+        seen = []
+        while (b := c.next_batch()) is not None:
+            seen.append(b.sequence)
+            c.ack(b.sequence)  # 3 is read (and skipped) after 2 was acked
+        assert seen == [0, 1, 2, 4]
+        c.flush()
+    assert _sequences(mem_store) == []
+
+
+def test_read_ahead_skips_the_copy_and_ack_through_dequeues_it(mem_store: InMemoryStore) -> None:
+    _sink_queue(mem_store)
+    metrics = MetricsRegistry()
+    with Consumer(store=mem_store, metrics=metrics) as c:
+        assert [d.sequence for d in c.next_descriptors(2)] == [0, 1]
+        assert [d.sequence for d in c.next_descriptors(10)] == [2, 4]
+        assert c.next_descriptors(10) == []
+        assert metrics.counter("buffer.descriptors_handed_out").value == 4
+        assert metrics.counter(DUPLICATE_COPIES_SKIPPED).value == 1
+        c.ack_through(2)
+        assert c.last_acked_sequence == 3
+        c.flush()
+        assert _sequences(mem_store) == [4]
+        c.ack(4)
+    assert _sequences(mem_store) == []
+
+
+def test_ack_through_the_last_entry_dequeues_everything(mem_store: InMemoryStore) -> None:
+    _sink_queue(mem_store)
+    with Consumer(store=mem_store) as c:
+        assert [d.sequence for d in c.next_descriptors(10)] == [0, 1, 2, 4]
+        c.ack_through(4)
+        assert _sequences(mem_store) == []
+
+
+def test_a_copy_at_the_tail_is_acked_with_the_entry_before_it(mem_store: InMemoryStore) -> None:
+    _sink_queue(mem_store)
+    manifest = decode_manifest(mem_store.get(KEY).data, KEY)
+    mem_store.put(KEY, encode_manifest(Manifest(manifest.entries[:4], 4, 0)))  # ends with the a2 copy
+    with Consumer(store=mem_store) as c:
+        assert [b.sequence for b in c] == [0, 1, 2]
+        c.ack(0)
+        c.ack(1)
+        c.ack(2)
+        assert c.last_acked_sequence == 3
+    assert _sequences(mem_store) == []

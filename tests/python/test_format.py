@@ -316,3 +316,61 @@ def test_ulid_encoding_matches_python_ulid(ms: int, rand: int) -> None:
 )
 def test_parse_batch_ulid_ms_rejects_non_batch_names(name: str) -> None:
     assert parse_batch_ulid_ms(name) is None
+
+
+# ---- sink entry tags (docs/format.md §2.1) ----
+
+
+@given(st.text(max_size=40), st.integers(-(1 << 63), (1 << 63) - 1), st.text(max_size=26))
+def test_entry_tag_round_trips(writer: str, batch: int, attempt: str) -> None:
+    tag = fmt.EntryTag(writer, batch, attempt)
+    assert fmt.EntryTag.decode(tag.encode()) == tag
+
+
+def test_entry_tag_layout() -> None:
+    raw = fmt.EntryTag("wé", 258, "A").encode()
+    assert raw == b"OSQ1\x01\x03\x00w\xc3\xa9" + struct.pack("<q", 258) + b"\x01A"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\x07future\x00\xff",
+        b"OSQ2" + fmt.EntryTag("w", 1, "a").encode()[4:],  # other magic
+        b"OSQ1\x02" + fmt.EntryTag("w", 1, "a").encode()[5:],  # other tag type
+        fmt.EntryTag("w", 1, "a").encode() + b"\x00",  # trailing byte
+        fmt.EntryTag("w", 1, "a").encode()[:-1],  # attempt cut short
+        b"OSQ1\x01\xff\x00" + b"w" * 20,  # writer runs past the end
+        b"OSQ1\x01\x01\x00\xff" + struct.pack("<qB", 1, 1) + b"a",  # writer is not UTF-8
+    ],
+)
+def test_entry_tag_decode_ignores_anything_else(raw: bytes) -> None:
+    assert fmt.EntryTag.decode(raw) is None
+
+
+def test_entry_tag_encode_rejects_fields_that_do_not_fit() -> None:
+    with pytest.raises(InvalidConfigError):
+        fmt.EntryTag("w", 1, "a" * 256).encode()
+    with pytest.raises(InvalidConfigError):
+        fmt.EntryTag("w" * 65536, 1, "a").encode()
+    with pytest.raises(InvalidConfigError):
+        fmt.EntryTag("w", 1 << 63, "a").encode()
+
+
+def test_delivered_admits_one_copy_per_writer_batch() -> None:
+    d = fmt.Delivered()
+    admitted = []
+    for tag in [
+        fmt.EntryTag("w1", 0, "a1"),
+        fmt.EntryTag("w1", 0, "a1"),  # same copy: delivered whole
+        None,  # untagged: always
+        fmt.EntryTag("w2", 5, "x"),  # another writer has its own state
+        fmt.EntryTag("w1", 0, "a2"),  # replayed copy
+        fmt.EntryTag("w1", 1, "a3"),
+        fmt.EntryTag("w1", 0, "a1"),  # an older batch, even the delivered copy
+    ]:
+        ok, d = d.admit(tag)
+        admitted.append(ok)
+    assert admitted == [True, True, True, True, False, True, False]
+    assert d.writers == {"w1": (1, "a3"), "w2": (5, "x")}

@@ -2,9 +2,13 @@ package osqueue.consumer
 
 import java.util.concurrent.{Executors, ScheduledExecutorService, TimeUnit}
 
+import scala.collection.mutable
+
 import org.slf4j.LoggerFactory
 
 import osqueue.{Clock, IllegalQueueStateException, SystemClock}
+import osqueue.consumer.Consumer.Scan
+import osqueue.format.EntryTag
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{ManifestStore, QueueConsumer}
@@ -16,6 +20,11 @@ import osqueue.store.ObjectStore
  * `initialize(lastAcked)` bumps the epoch and fences any earlier consumer. Three cursors:
  * `lastAcked` (durable once dequeued), `lastHandedOut` (descriptors given out) and, for the
  * serial API, the batch fetched by `nextBatch()` (which moves only after a successful fetch).
+ *
+ * Like the Spark source, it applies the sink's reader rule (docs/adr/0002, [[EntryTag.Delivered]]):
+ * a replayed copy of a sink batch is never handed out, and counts as acked (the frontier moves over
+ * it; `ack` expects the next delivered sequence). The delivered-copies map lives in memory for this
+ * consumer's lifetime only: after a restart with `lastAcked` it starts empty.
  */
 final class Consumer(
     store: ObjectStore,
@@ -32,11 +41,15 @@ final class Consumer(
   private val handedOut = metrics.counter(MetricNames.DescriptorsHandedOut)
   private val queueLength = metrics.gauge(MetricNames.QueueLength)
   private val lagSeconds = metrics.gauge(MetricNames.ConsumerLagSeconds)
+  private val duplicatesSkipped = metrics.counter(MetricNames.DuplicateCopiesSkipped)
 
   private var lastAcked: Option[Long] = None
   private var lastDequeued: Option[Long] = None
   private var lastHandedOut: Option[Long] = None
   private var acksSinceDequeue = 0
+  private var delivered = EntryTag.Delivered.Empty
+  /** Sequences read and skipped as replayed copies, ascending, that the ack frontier has not passed yet. */
+  private val skipped = mutable.Queue.empty[Long]
   private var gcExecutor: Option[ScheduledExecutorService] = None
   @volatile private var closed = false
 
@@ -57,10 +70,10 @@ final class Consumer(
     checkOpen()
     if (max <= 0) IndexedSeq.empty
     else {
-      val descriptors = pendingAfter(lastHandedOut, max)
-      descriptors.lastOption.foreach(d => lastHandedOut = Some(d.sequence))
-      handedOut.add(descriptors.size)
-      descriptors
+      val s = scan(lastHandedOut, max)
+      commit(s)
+      handedOut.add(s.descriptors.size)
+      s.descriptors
     }
   }
 
@@ -70,9 +83,11 @@ final class Consumer(
   /** The next batch in order, or None when the queue has nothing more. Cursor moves on success only. */
   def nextBatch(): Option[ConsumedBatch] = synchronized {
     checkOpen()
-    pendingAfter(lastHandedOut, 1).headOption.map { d =>
+    val s = scan(lastHandedOut, 1)
+    if (s.descriptors.isEmpty) commit(s) // only skipped copies (if any) were left
+    s.descriptors.headOption.map { d =>
       val batch = fetcher.fetch(d)
-      lastHandedOut = Some(d.sequence)
+      commit(s)
       batchesCollected.increment()
       entriesCollected.add(batch.entries.size)
       batch.metadata.lastOption.foreach(m => lagSeconds.set(math.max(0L, (clock.nowMillis() - m.ingestionTimeMs) / 1000)))
@@ -89,6 +104,7 @@ final class Consumer(
         s"out-of-order ack of $sequence: expected ${expected.map(_.toString).getOrElse("a batch to be read first")}")
     requireHandedOut(sequence)
     lastAcked = Some(sequence)
+    absorbSkipped()
     acks.increment()
     acksSinceDequeue += 1
     if (acksSinceDequeue >= config.ackBatchSize) flushAcks()
@@ -106,6 +122,7 @@ final class Consumer(
     lastAcked = Some(sequence)
     lastDequeued = Some(sequence)
     acksSinceDequeue = 0
+    absorbSkipped()
   }
 
   /** Dequeues everything acked so far. */
@@ -124,12 +141,42 @@ final class Consumer(
   private var firstHandedOutSeq: Option[Long] = None
   private def firstHandedOut: Option[Long] = firstHandedOutSeq
 
-  private def pendingAfter(after: Option[Long], max: Int): IndexedSeq[BatchDescriptor] = {
+  /** Reads entries after `after` through the `max`-th deliverable one, applying the reader rule; no cursor moves. */
+  private def scan(after: Option[Long], max: Int): Scan = {
     val manifest = queue.read()
     queueLength.set(manifest.entries.size)
-    val ds = manifest.entries.iterator.filter(e => after.forall(e.sequence > _)).take(max).map(BatchDescriptor.of).toIndexedSeq
-    if (firstHandedOutSeq.isEmpty && lastAcked.isEmpty) firstHandedOutSeq = ds.headOption.map(_.sequence)
-    ds
+    val ds = IndexedSeq.newBuilder[BatchDescriptor]
+    val skips = IndexedSeq.newBuilder[Long]
+    var state = delivered
+    var last = after
+    var n = 0
+    val it = manifest.entries.iterator.filter(e => after.forall(e.sequence > _))
+    while (n < max && it.hasNext) {
+      val e = it.next()
+      val (admit, next) = state.admit(EntryTag.decode(e.extension))
+      state = next
+      last = Some(e.sequence)
+      if (admit) { ds += BatchDescriptor.of(e); n += 1 } else skips += e.sequence
+    }
+    val s = Scan(ds.result(), skips.result(), last, state)
+    // The first entry read is always delivered (an empty map admits anything).
+    if (firstHandedOutSeq.isEmpty && lastAcked.isEmpty) firstHandedOutSeq = s.descriptors.headOption.map(_.sequence)
+    s
+  }
+
+  /** Moves the read cursor past everything `s` read (skipped copies included) and keeps its decisions. */
+  private def commit(s: Scan): Unit = {
+    lastHandedOut = s.last
+    delivered = s.delivered
+    skipped ++= s.skipped
+    duplicatesSkipped.add(s.skipped.size)
+    absorbSkipped()
+  }
+
+  /** Skipped copies count as acked: the frontier moves over those right after it (dequeued with the next flush). */
+  private def absorbSkipped(): Unit = {
+    while (skipped.nonEmpty && lastAcked.exists(skipped.head <= _)) skipped.dequeue()
+    while (skipped.nonEmpty && lastAcked.exists(_ + 1 == skipped.head)) lastAcked = Some(skipped.dequeue())
   }
 
   private def requireHandedOut(sequence: Long): Unit =
@@ -156,4 +203,10 @@ final class Consumer(
     }, period, period, TimeUnit.MILLISECONDS)
     gcExecutor = Some(ex)
   }
+}
+
+private object Consumer {
+  /** What a read found: up to `max` deliverable entries, the copies skipped among them, the last sequence read. */
+  final case class Scan(descriptors: IndexedSeq[BatchDescriptor], skipped: IndexedSeq[Long],
+      last: Option[Long], delivered: EntryTag.Delivered)
 }

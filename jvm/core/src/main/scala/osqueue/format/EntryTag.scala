@@ -1,6 +1,7 @@
 package osqueue.format
 
 import java.nio.{ByteBuffer, ByteOrder}
+import java.nio.charset.CharacterCodingException
 import java.nio.charset.StandardCharsets.UTF_8
 
 /**
@@ -31,14 +32,19 @@ object EntryTag {
       val wl = java.lang.Short.toUnsignedInt(b.getShort())
       if (b.remaining() < wl + 8 + 1) None
       else {
-        val w = new String(extension, b.position(), wl, UTF_8); b.position(b.position() + wl)
+        val wAt = b.position(); b.position(wAt + wl)
         val batch = b.getLong()
         val al = java.lang.Byte.toUnsignedInt(b.get())
         if (b.remaining() != al) None
-        else Some(EntryTag(w, batch, new String(extension, b.position(), al, UTF_8)))
+        else for (w <- utf8(extension, wAt, wl); a <- utf8(extension, b.position(), al)) yield EntryTag(w, batch, a)
       }
     }
   }
+
+  // Strict: malformed UTF-8 is "not a tag" (as in Python), never a writer id with U+FFFD in it.
+  private def utf8(bytes: Array[Byte], at: Int, len: Int): Option[String] =
+    try Some(UTF_8.newDecoder().decode(ByteBuffer.wrap(bytes, at, len)).toString)
+    catch { case _: CharacterCodingException => None }
 
   /**
    * Which copy of each writer's batches has been delivered: writerId → (batchId, attemptId).

@@ -78,4 +78,5 @@ object MetricNames {
   val ManifestConflicts = "buffer.manifest_conflicts"
   val AmbiguousWrites = "buffer.manifest_ambiguous_writes"
   val BatchesReuploaded = "buffer.batches_reuploaded"
+  val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
 }

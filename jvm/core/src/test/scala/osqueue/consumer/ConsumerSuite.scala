@@ -1,14 +1,19 @@
 package osqueue.consumer
 
-import scala.concurrent.duration._
+import java.nio.file.Files
 
+import scala.concurrent.duration._
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.ObjectMapper
 import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue._
-import osqueue.format.{BatchCodec, Compression, ManifestCodec}
+import osqueue.format.{BatchCodec, Compression, EntryTag, Manifest, ManifestCodec, ManifestEntry, MetadataItem}
+import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.producer.{Producer, ProducerConfig}
 import osqueue.store.InMemoryStore
-import osqueue.testing.FaultInjectingStore
+import osqueue.testing.{FaultInjectingStore, RepoFiles}
 
 class ConsumerSuite extends AnyFunSuite {
   private val noGc = ConsumerConfig(runGc = false, ackBatchSize = 2)
@@ -138,5 +143,88 @@ class ConsumerSuite extends AnyFunSuite {
   test("should refuse reads before initialize") {
     val e = intercept[IllegalQueueStateException](new Consumer(queueWith(1), noGc).nextBatch())
     assert(e.getMessage.contains("not initialized"))
+  }
+
+  /**
+   * Sequences 0..4: writer w1 batch 0 attempt a1 (two entries), an untagged entry, a replayed copy
+   * of w1 batch 0 (attempt a2), w1 batch 1; tags written by `EntryTag.encode`.
+   */
+  private def sinkQueue(): InMemoryStore = {
+    val store = InMemoryStore.fresh()
+    val tags = Seq(Some(EntryTag("w1", 0, "a1")), Some(EntryTag("w1", 0, "a1")), None,
+      Some(EntryTag("w1", 0, "a2")), Some(EntryTag("w1", 1, "a3")))
+    val entries = tags.zipWithIndex.map { case (tag, i) =>
+      val loc = s"ingest/s$i.batch"
+      store.put(loc, BatchCodec.encode(Seq(s"s$i".getBytes), Compression.None))
+      ManifestEntry(i.toLong, loc, IndexedSeq(MetadataItem(0, 1000L + i, Array.emptyByteArray)),
+        tag.map(_.encode).getOrElse(Array.emptyByteArray))
+    }
+    store.put("ingest/manifest", ManifestCodec.encode(Manifest(entries.toIndexedSeq, 5, 0)))
+    store
+  }
+
+  test("should skip a replayed sink copy, and let in-order acks pass over it") {
+    val store = sinkQueue()
+    val metrics = new MetricsRegistry
+    val c = new Consumer(store, noGc, metrics = metrics)
+    c.initialize()
+    val batches = Iterator.continually(c.nextBatch()).takeWhile(_.isDefined).flatten.toList
+    assert(batches.map(_.sequence) == List(0, 1, 2, 4))
+    assert(batches.map(text) == List(Seq("s0"), Seq("s1"), Seq("s2"), Seq("s4")))
+    assert(metrics.counterValue(MetricNames.DuplicateCopiesSkipped) == 1)
+    c.ack(0); c.ack(1); c.ack(2)
+    intercept[IllegalQueueStateException](c.ack(3)) // counted as acked already
+    c.ack(4)
+    c.close()
+    assert(manifest(store).isEmpty)
+    assert(metrics.counterValue(MetricNames.DuplicateCopiesSkipped) == 1)
+  }
+
+  test("should pass a skipped copy read after the previous ack") {
+    val store = sinkQueue()
+    val c = new Consumer(store, noGc)
+    c.initialize()
+    val seen = Iterator.continually(c.nextBatch()).takeWhile(_.isDefined).flatten.map { b => c.ack(b.sequence); b.sequence }
+    assert(seen.toList == List(0, 1, 2, 4))
+    c.close()
+    assert(manifest(store).isEmpty)
+  }
+
+  test("should hand out descriptors without the copy, and dequeue it with ackThrough") {
+    val store = sinkQueue()
+    val metrics = new MetricsRegistry
+    val c = new Consumer(store, noGc, metrics = metrics)
+    c.initialize()
+    assert(c.nextDescriptors(2).map(_.sequence) == Seq(0, 1))
+    assert(c.nextDescriptors(10).map(_.sequence) == Seq(2, 4))
+    assert(c.nextDescriptors(10).isEmpty)
+    assert(metrics.counterValue(MetricNames.DescriptorsHandedOut) == 4)
+    assert(metrics.counterValue(MetricNames.DuplicateCopiesSkipped) == 1)
+    c.ackThrough(2)
+    c.ack(4) // 3 was skipped: the next delivered sequence is expected
+    c.flush()
+    assert(manifest(store).isEmpty)
+
+    val all = sinkQueue()
+    val c2 = new Consumer(all, noGc)
+    c2.initialize()
+    assert(c2.nextDescriptors(10).map(_.sequence) == Seq(0, 1, 2, 4))
+    c2.ackThrough(4)
+    assert(manifest(all).isEmpty)
+  }
+
+  test("should skip the replayed copy of the shared golden manifest (hand-built bytes)") {
+    val vector = new ObjectMapper().readTree(RepoFiles.golden.resolve("vectors.json").toFile)
+      .get("vectors").elements().asScala.find(_.get("name").asText == "manifest_sink_tags").get
+    val store = InMemoryStore.fresh()
+    store.put("ingest/manifest", Files.readAllBytes(RepoFiles.golden.resolve(vector.get("file").asText)))
+    vector.get("manifest").get("entries").elements().asScala.foreach { e =>
+      store.put(e.get("location").asText, BatchCodec.encode(Seq(e.get("sequence").asText.getBytes), Compression.None))
+    }
+    val c = new Consumer(store, noGc)
+    c.initialize()
+    assert(Iterator.continually(c.nextBatch()).takeWhile(_.isDefined).flatten.map(_.sequence).toList == List(10, 11, 12, 14))
+    c.ackThrough(14)
+    assert(manifest(store).isEmpty)
   }
 }

@@ -21,6 +21,7 @@ class GoldenVectorsSuite extends AnyFunSuite {
 
   test("should have vectors of every kind, including rejections") {
     assert(vectors.exists(v => v.get("kind").asText == "manifest" && !v.has("error")))
+    assert(vectors.exists(_.path("manifest").path("entries").elements().asScala.exists(_.has("tag"))))
     assert(vectors.exists(v => v.get("kind").asText == "batch" && !v.has("error")))
     assert(vectors.count(_.has("error")) >= 10)
   }
@@ -51,6 +52,12 @@ class GoldenVectorsSuite extends AnyFunSuite {
             Option(e.get("extension_b64")).map(x => b64(x.asText)).getOrElse(Array.emptyByteArray))
         }
         assert(m.entries == entries)
+        // Sink tags (docs/format.md §2.1): listed entries decode to the tag and re-encode to the same bytes.
+        exp.get("entries").elements().asScala.zip(m.entries).foreach { case (e, entry) =>
+          val tag = Option(e.get("tag")).map(t => EntryTag(t.get("writer_id").asText, t.get("batch_id").asLong, t.get("attempt_id").asText))
+          assert(EntryTag.decode(entry.extension) == tag, s"$name: entry ${entry.sequence}")
+          tag.foreach(t => assert(t.encode.sameElements(entry.extension)))
+        }
         if (v.path("reencode_identical").asBoolean(false)) assert(ManifestCodec.encode(m).sameElements(bytes))
       } else {
         val records = BatchCodec.decode(bytes, name)

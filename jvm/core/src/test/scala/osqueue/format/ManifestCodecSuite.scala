@@ -93,4 +93,12 @@ class ManifestCodecSuite extends AnyFunSuite {
     ByteBuffer.wrap(one).order(ByteOrder.LITTLE_ENDIAN).putInt(31, 1000)
     rejects[CorruptManifestException](one, "past the entry's end")
   }
+
+  test("should ignore extension bytes that are not exactly a sink tag (malformed UTF-8 too, as Python)") {
+    val tag = EntryTag("wé", 258L, "A")
+    assert(EntryTag.decode(tag.encode).contains(tag))
+    val bad = tag.encode.clone(); bad(7) = 0xff.toByte // first writer byte
+    for (raw <- Seq(Array.emptyByteArray, tag.encode :+ 0.toByte, tag.encode.dropRight(1), bad, "OSQ2".getBytes ++ tag.encode.drop(4)))
+      assert(EntryTag.decode(raw).isEmpty)
+  }
 }
