@@ -138,8 +138,8 @@ final class Consumer(
     }
   }
 
-  private var firstHandedOutSeq: Option[Long] = None
-  private def firstHandedOut: Option[Long] = firstHandedOutSeq
+  /** The first sequence handed out after `initialize(None)`: where in-order acks start. */
+  private var firstHandedOut: Option[Long] = None
 
   /** Reads entries after `after` through the `max`-th deliverable one, applying the reader rule; no cursor moves. */
   private def scan(after: Option[Long], max: Int): Scan = {
@@ -160,7 +160,7 @@ final class Consumer(
     }
     val s = Scan(ds.result(), skips.result(), last, state)
     // The first entry read is always delivered (an empty map admits anything).
-    if (firstHandedOutSeq.isEmpty && lastAcked.isEmpty) firstHandedOutSeq = s.descriptors.headOption.map(_.sequence)
+    if (firstHandedOut.isEmpty && lastAcked.isEmpty) firstHandedOut = s.descriptors.headOption.map(_.sequence)
     s
   }
 

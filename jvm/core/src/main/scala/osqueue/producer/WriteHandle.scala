@@ -3,7 +3,7 @@ package osqueue.producer
 import java.util.concurrent.{CompletableFuture, ExecutionException, TimeUnit, TimeoutException}
 
 import scala.concurrent.duration.Duration
-import scala.util.{Failure, Success, Try}
+import scala.util.{Failure, Try}
 
 /** Where a produced vector of entries became durable: its batch and the index of its first record. */
 final case class DurableWrite(sequence: Long, location: String, firstIndex: Int, ingestionTimeMs: Long)
@@ -38,5 +38,4 @@ object WriteHandle {
     new WriteHandle(f)
   }
   private[producer] def apply(): WriteHandle = new WriteHandle(new CompletableFuture[DurableWrite]())
-  private[producer] def succeeded(d: DurableWrite): Try[DurableWrite] = Success(d)
 }

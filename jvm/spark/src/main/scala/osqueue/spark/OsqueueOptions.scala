@@ -34,14 +34,14 @@ private[spark] object OsqueueOptions {
   val GcGracePeriod = "gcgraceperiod"
   val StartingSequence = "startingsequence"
   val EndingSequence = "endingsequence"
-  val Compression_ = "compression"
+  val CompressionKey = "compression"
   val FlushSizeBytes = "flushsizebytes"
   val WriterId = "writerid"
 
   private val sourceKeys = Set(Path, ManifestPath, DataPathPrefix, MaxBatchesPerTrigger, MinBatchesPerTrigger,
     MaxTriggerDelay, FailOnDataLoss, Gc, GcInterval, GcGracePeriod)
   private val batchReadKeys = Set(Path, ManifestPath, DataPathPrefix, StartingSequence, EndingSequence, FailOnDataLoss)
-  private val sinkKeys = Set(Path, ManifestPath, DataPathPrefix, Compression_, FlushSizeBytes, WriterId, GcGracePeriod)
+  private val sinkKeys = Set(Path, ManifestPath, DataPathPrefix, CompressionKey, FlushSizeBytes, WriterId, GcGracePeriod)
   /** Keys Spark itself may pass along with user options. */
   private val sparkKeys = Set("paths", "checkpointlocation", "queryname")
 
@@ -137,7 +137,7 @@ private[spark] object OsqueueOptions {
     }.getOrElse(default)
 
   def compression(options: Map[String, String]): Compression =
-    options.get(Compression_).map(v => try Compression.parse(Compression_, v) catch {
+    options.get(CompressionKey).map(v => try Compression.parse(CompressionKey, v) catch {
       case e: osqueue.InvalidConfigException => throw new IllegalArgumentException(e.getMessage)
     }).getOrElse(Compression.None)
 
