@@ -702,6 +702,57 @@ def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# bench
+
+
+@cli.command()
+@click.option("--quick", is_flag=True, help="Short runs (under 90 s on 2 cores); no speed goals checked.")
+@click.option(
+    "--only",
+    "only",
+    multiple=True,
+    type=click.Choice(["contention", "depth", "py_vs_jvm", "requests"]),
+    help="Run only this benchmark (repeatable).",
+)
+@click.option(
+    "--latency-ms",
+    type=click.FloatRange(min=0),
+    default=20.0,
+    show_default=True,
+    help="Round-trip latency injected per S3 request by a loopback proxy (0: no proxy).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="bench/results",
+    show_default=True,
+    help="Directory for the JSON and Markdown results.",
+)
+@click.option("--endpoint", default=None, help="Use this S3 endpoint (keys test/test) instead of starting moto.")
+def bench(quick: bool, only: tuple[str, ...], latency_ms: float, out: str, endpoint: str | None) -> None:
+    """Run the benchmarks (bench/README.md) against a local moto S3 server.
+
+    Prints each figure as it is measured, then writes bench-<time>.json and .md to --out.
+    """
+    from osqueue.bench import run_benchmarks
+
+    command = "osqueue bench" + (" --quick" if quick else "") + "".join(f" --only {n}" for n in only)
+    command += f" --latency-ms {latency_ms:g} --out {out}"
+    _, path = run_benchmarks(
+        quick=quick,
+        only=only,
+        latency_ms=latency_ms,
+        out=out,
+        endpoint=endpoint,
+        command=command,
+        log=lambda line: click.echo(line, err=False),
+    )
+    click.echo("")
+    click.echo(path.with_suffix(".md").read_text().rstrip())
+    click.echo(f"\nresults: {path} and {path.with_suffix('.md')}")
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

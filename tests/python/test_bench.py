@@ -1,0 +1,89 @@
+"""`osqueue bench --quick`: every benchmark reports its figures with spreads (no speed goals)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from click.testing import CliRunner
+
+from osqueue.bench import CountingStore, summarize
+from osqueue.cli import cli
+from osqueue.store import InMemoryStore
+
+SPREAD_KEYS = ("median", "min", "max", "p25", "p75", "n")
+
+
+def _is_stat(value: object) -> bool:
+    if not isinstance(value, dict) or any(k not in value for k in SPREAD_KEYS):
+        return False
+    if value["n"] < 1 or any(not isinstance(value[k], (int, float)) or math.isnan(value[k]) for k in SPREAD_KEYS):
+        return False
+    return value["min"] <= value["p25"] <= value["median"] <= value["p75"] <= value["max"]
+
+
+def test_summarize_gives_median_and_spread() -> None:
+    s = summarize([5, 1, 3, 2, 4])
+    assert (s["median"], s["min"], s["max"], s["p25"], s["p75"], s["n"]) == (3, 1, 5, 2, 4, 5)
+    assert summarize([])["n"] == 0
+
+
+def test_counting_store_counts_each_kind() -> None:
+    store = CountingStore(InMemoryStore())
+    store.put("a/x", b"1")
+    store.put_if_absent("a/y", b"2")
+    assert store.get("a/x") is not None
+    store.list("a/")
+    store.delete("a/x")
+    assert store.snapshot() == {"PUT": 2, "GET": 1, "LIST": 1, "DELETE": 1}
+
+
+def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
+    out = tmp_path / "results"
+    result = CliRunner().invoke(cli, ["bench", "--quick", "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "contention[shared] 8 producer(s)" in result.output  # progress as it goes
+    [json_file] = list(out.glob("bench-*-quick.json"))
+    assert json_file.with_suffix(".md").is_file()
+    data = json.loads(json_file.read_text())
+
+    machine = data["machine"]
+    assert machine["cpu_count"] >= 1 and machine["memory_bytes"] > 0
+    assert machine["versions"]["python"] and machine["versions"]["osqueue"]
+    assert data["quick"] is True and data["s3"]["latency_ms"] == 20
+
+    b = data["benchmarks"]
+    assert set(b) == {"contention", "depth", "py_vs_jvm", "requests"}
+
+    c = b["contention"]
+    assert c["duplicates"] == 0
+    for mode in ("shared", "separate"):
+        rows = c["modes"][mode]["rows"]
+        assert [r["producers"] for r in rows] == [1, 2, 4, 8]
+        for r in rows:
+            for k in ("batches_per_s", "cas_attempts_per_write", "p50_ms", "p99_ms"):
+                assert _is_stat(r[k]), (mode, r["producers"], k, r[k])
+            assert r["batches_per_s"]["median"] > 0
+            assert r["cas_attempts_per_write"]["min"] >= 1
+            assert r["duplicates"] == 0 and r["missing"] == 0 and r["errors"] == 0
+        assert _is_stat(c["modes"][mode]["speedup_8_vs_1"])
+    # One group committer: every manifest write lands on its first attempt.
+    assert all(r["cas_attempts_per_write"]["max"] == 1 for r in c["modes"]["shared"]["rows"])
+
+    d = b["depth"]
+    assert [r["queued_entries"] for r in d["rows"]] == [100, 10_000, 100_000]
+    for r in d["rows"]:
+        assert _is_stat(r["append_latency_ms"]) and _is_stat(r["append_cpu_ms"])
+        assert r["bytes_rewritten_per_append"] > r["manifest_bytes"]
+
+    p = b["py_vs_jvm"]
+    assert p["entries_verified"] is True
+    assert _is_stat(p["python_mb_per_s"])
+    if not isinstance(p.get("jvm"), str):  # skipped only without java or the jars
+        assert _is_stat(p["jvm_mb_per_s"]) and _is_stat(p["ratio_python_to_jvm"])
+
+    q = b["requests"]
+    for phase in ("produce", "consume", "gc", "total"):
+        for kind in ("PUT", "GET", "LIST", "DELETE"):
+            assert _is_stat(q[phase][kind]), (phase, kind)
+    assert q["produce"]["PUT"]["median"] > 0 and q["gc"]["DELETE"]["median"] > 0
