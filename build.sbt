@@ -33,6 +33,7 @@ lazy val core = (project in file("jvm/core"))
       "org.slf4j" % "slf4j-api" % "2.0.17" % Provided,
       "org.slf4j" % "slf4j-simple" % "2.0.17" % Test,
       "com.fasterxml.jackson.core" % "jackson-databind" % "2.20.0" % Test,
+      "org.scalatestplus" %% "scalacheck-1-18" % "3.2.19.0" % Test,
       scalatest
     ),
     // Tests that talk to a real S3 server get its launcher from the environment (see tests/s3).

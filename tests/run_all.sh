@@ -28,7 +28,7 @@ echo "== Installing the osqueue wheel (bundles the jar) into .venv"
 .venv/bin/python -m pip install -q --no-deps --force-reinstall . || status=1
 
 echo "== Python tests (pytest)"
-.venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/python tests/s3 tests/spark integration "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/python tests/s3 tests/faults tests/spark integration "$@"
 rc=$?
 case $rc in
   0) ;;

@@ -371,9 +371,10 @@ def _check_sequences(entries: Sequence[ManifestEntry], next_sequence: int, key: 
                 key, f"sequences are not contiguous: {e.sequence} follows {previous}"
             )
         previous = e.sequence
-    if previous is not None and previous >= next_sequence:
+    # Appends take next_sequence and dequeues remove a prefix: the last entry is always next - 1.
+    if previous is not None and previous != next_sequence - 1:
         raise CorruptManifestError(
-            key, f"last sequence {previous} is not below next_sequence {next_sequence}"
+            key, f"last sequence {previous} is not next_sequence - 1 (next_sequence is {next_sequence})"
         )
 
 
@@ -415,14 +416,14 @@ def encode_manifest(manifest: Manifest) -> bytes:
 
     Raises:
         InvalidConfigError: The manifest breaks the format's invariants (sequences not
-            contiguous, last sequence not below ``next_sequence``, field overflow).
+            contiguous, last sequence not ``next_sequence - 1``, field overflow).
     """
     entries = manifest.entries
     for a, b in zip(entries, entries[1:]):
         if b.sequence != a.sequence + 1:
             raise InvalidConfigError("entries", f"{a.sequence}, {b.sequence}", "sequences must be contiguous")
-    if entries and entries[-1].sequence >= manifest.next_sequence:
-        raise InvalidConfigError("next_sequence", manifest.next_sequence, "must be above the last entry's sequence")
+    if entries and entries[-1].sequence != manifest.next_sequence - 1:
+        raise InvalidConfigError("next_sequence", manifest.next_sequence, "must be the last entry's sequence + 1")
     if not 0 <= manifest.next_sequence <= MAX_SEQUENCE:
         raise InvalidConfigError("next_sequence", manifest.next_sequence, "must be in [0, 2^63)")
     if not 0 <= manifest.epoch <= _U64_MAX:

@@ -66,7 +66,7 @@ def manifests(draw: st.DrawFn) -> Manifest:
         )
         for i in range(count)
     ]
-    next_sequence = first + count + draw(st.integers(0, 3))
+    next_sequence = first + count + (draw(st.integers(0, 3)) if count == 0 else 0)  # last entry is next - 1
     return Manifest(entries, next_sequence, draw(st.integers(0, U64_MAX)))
 
 
@@ -374,3 +374,158 @@ def test_delivered_admits_one_copy_per_writer_batch() -> None:
         admitted.append(ok)
     assert admitted == [True, True, True, True, False, True, False]
     assert d.writers == {"w1": (1, "a3"), "w2": (5, "x")}
+
+
+# -- issue 6: the mutation cases the JVM property suite covers (DecoderPropertiesSuite) ---------
+
+_MUTATIONS = ["flip", "flips", "truncate_end", "truncate_start", "insert", "delete", "huge_field"]
+_HUGE = [U64_MAX, (1 << 63) - 1, 1 << 63, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFF, 0x7FFFFFF0]
+
+
+def _mutate(raw: bytes, data: st.DataObject) -> bytes:
+    """One mutation of ``raw``: bit flips, truncation at either end, insertion, deletion, or a
+    2/4/8-byte field overwritten with a huge value (the out-of-memory candidates)."""
+    b = bytearray(raw)
+    n = len(b)
+    op = data.draw(st.sampled_from(_MUTATIONS))
+    if op in ("flip", "flips") and n:
+        for _ in range(1 if op == "flip" else data.draw(st.integers(1, 8))):
+            b[data.draw(st.integers(0, n - 1))] ^= 1 << data.draw(st.integers(0, 7))
+    elif op == "truncate_end":
+        del b[data.draw(st.integers(0, n)) :]
+    elif op == "truncate_start":
+        del b[: data.draw(st.integers(0, n))]
+    elif op == "insert":
+        i = data.draw(st.integers(0, n))
+        b[i:i] = data.draw(st.binary(min_size=1, max_size=16))
+    elif op == "delete":
+        i = data.draw(st.integers(0, n))
+        del b[i : i + data.draw(st.integers(1, 16))]
+    elif op == "huge_field":
+        width = data.draw(st.sampled_from([2, 4, 8]))
+        if n >= width:
+            i = data.draw(st.integers(0, n - width))
+            v = data.draw(st.sampled_from(_HUGE)) & ((1 << (8 * width)) - 1)
+            b[i : i + width] = v.to_bytes(width, "little")
+    return bytes(b)
+
+
+def _bounded(fn, *args):  # type: ignore[no-untyped-def]
+    """Runs one decode and fails if it takes more than 5 s (a hang or a huge allocation)."""
+    import time
+
+    t0 = time.monotonic()
+    try:
+        return fn(*args)
+    finally:
+        assert time.monotonic() - t0 < 5.0, f"{fn.__name__} took {time.monotonic() - t0:.1f}s"
+
+
+@st.composite
+def manifests_with_tags(draw: st.DrawFn) -> Manifest:
+    """Manifests whose entries carry sink tags (docs/format.md §2.1) or arbitrary extension bytes."""
+    import dataclasses
+
+    m = draw(manifests())
+    entries = [
+        dataclasses.replace(e, extension=fmt.EntryTag(
+            draw(st.text(max_size=10)), draw(st.integers(0, (1 << 63) - 1)), draw(st.text(min_size=1, max_size=26))
+        ).encode()) if draw(st.booleans()) else e
+        for e in m.entries
+    ]
+    return Manifest(entries, m.next_sequence, m.epoch)
+
+
+@FUZZ
+@given(manifests_with_tags(), st.data())
+def test_decode_manifest_mutations_all_kinds(m: Manifest, data: st.DataObject) -> None:
+    raw = _mutate(encode_manifest(m), data)
+    try:
+        decoded = _bounded(decode_manifest, raw, "mut")
+    except (CorruptManifestError, UnsupportedFormatVersionError) as e:
+        assert "mut" in str(e)
+        return
+    assert encode_manifest(decoded) == raw
+
+
+@FUZZ
+@given(manifests_with_tags(), st.data(), st.integers(-1, 50))
+def test_raw_manifest_edits_on_mutated_bytes_are_typed(m: Manifest, data: st.DataObject, through: int) -> None:
+    raw = _mutate(encode_manifest(m), data)
+    for op in (lambda: dequeue_through(raw, max(through, 0), "mut"),
+               lambda: append_entries(raw, [("ingest/x.batch", [])], "mut"),
+               lambda: list(iter_entry_locations(raw, "mut"))):
+        try:
+            op()
+        except (CorruptManifestError, UnsupportedFormatVersionError):
+            pass
+
+
+@FUZZ
+@given(st.binary(max_size=200), st.integers(0, 12), st.sampled_from([0, 1, 5, 0xFFFFFFFF, 0x7FFFFFFF]),
+       st.sampled_from([0, 1, 20, (1 << 63) - 1, U64_MAX]))
+def test_decode_manifest_arbitrary_entries_before_a_valid_footer(body: bytes, _: int, count: int, nxt: int) -> None:
+    raw = body + struct.pack("<IQQH", count, nxt, 0, 1)
+    try:
+        decoded = _bounded(decode_manifest, raw, "fuzz")
+    except (CorruptManifestError, UnsupportedFormatVersionError):
+        return
+    assert encode_manifest(decoded) == raw
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.just(b""), st.binary(max_size=64)), max_size=12),
+       st.sampled_from(list(Compression)), st.data())
+def test_decode_batch_mutations_all_kinds(records: list[bytes], compression: Compression, data: st.DataObject) -> None:
+    raw = _mutate(encode_batch(records, compression), data)
+    try:
+        got = _bounded(decode_batch, raw, "mut")
+    except (CorruptBatchError, UnsupportedFormatVersionError) as e:
+        assert "mut" in str(e)
+        return
+    assert isinstance(got, list)
+
+
+@FUZZ
+@given(st.binary(max_size=200), st.sampled_from([0, 1]), st.sampled_from([0, 1, 3, 0x7FFFFFFF, 0xFFFFFFFF]),
+       st.booleans())
+def test_decode_batch_arbitrary_block_before_a_valid_footer(body: bytes, comp: int, count: int, magic: bool) -> None:
+    block = (b"\x28\xb5\x2f\xfd" + body) if magic else body
+    try:
+        _bounded(decode_batch, block + struct.pack("<BIH", comp, count, 1), "fuzz")
+    except (CorruptBatchError, UnsupportedFormatVersionError):
+        pass
+
+
+def test_zstd_frame_claiming_a_huge_content_size_or_window_does_not_allocate_it() -> None:
+    import zstandard
+
+    block = struct.pack("<I", 3) + b"abc"
+    frame = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(block)
+    fhd = frame[4]
+    single = bool(fhd & 0x20)
+    fcs_len = {0: 1 if single else 0, 1: 2, 2: 4, 3: 8}[fhd >> 6]
+    blocks = frame[5 + (0 if single else 1) + [0, 1, 2, 4][fhd & 3] + fcs_len :]
+    chk = fhd & 0x04
+    magic = frame[:4]
+    claims = [
+        magic + bytes([(3 << 6) | chk, 0x70]) + struct.pack("<Q", (1 << 63) - 1) + blocks,
+        magic + bytes([(3 << 6) | 0x20 | chk]) + struct.pack("<Q", U64_MAX) + blocks,
+        magic + bytes([(3 << 6) | 0x20 | chk]) + struct.pack("<Q", 1 << 32) + blocks,
+        magic + bytes([chk, 0xF8]) + blocks,  # a 2^41-byte window
+    ]
+    for c in claims:
+        try:
+            got = _bounded(decode_batch, c + struct.pack("<BIH", 1, 1, 1), "claim")
+        except (CorruptBatchError, UnsupportedFormatVersionError):
+            continue
+        assert got == [b"abc"]
+
+
+def test_concatenated_zstd_frames_decode_to_the_concatenated_blocks() -> None:
+    import zstandard
+
+    a = encode_batch([b"x", b""], Compression.NONE)[:-7]
+    b = encode_batch([b"yz"], Compression.NONE)[:-7]
+    z = zstandard.ZstdCompressor(level=3).compress(a) + zstandard.ZstdCompressor(level=1).compress(b)
+    assert decode_batch(z + struct.pack("<BIH", 1, 3, 1), "k") == [b"x", b"", b"yz"]

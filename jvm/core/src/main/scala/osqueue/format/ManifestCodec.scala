@@ -110,8 +110,9 @@ object ManifestCodec {
         i += 1
       }
       if (pos != limit) throw corrupt(s"${limit - pos} unexpected bytes between the last entry and the footer")
-      if (prevSeq >= 0 && prevSeq >= footer.nextSequence)
-        throw corrupt(s"last sequence $prevSeq is not below next_sequence ${footer.nextSequence}")
+      // Appends take next_sequence and dequeues remove a prefix: the last entry is always next - 1.
+      if (prevSeq >= 0 && prevSeq != footer.nextSequence - 1)
+        throw corrupt(s"last sequence $prevSeq is not next_sequence - 1 (next_sequence is ${footer.nextSequence})")
       spans.result()
     }
 

@@ -17,6 +17,8 @@ object RawManifest {
     val footer = decodeFooter(raw, key)
     if (footer.entryCount + entries.size > 0xFFFFFFFFL)
       throw new CorruptManifestException(key, "entry_count would overflow u32")
+    if (footer.nextSequence > Long.MaxValue - entries.size)
+      throw new CorruptManifestException(key, s"sequence space exhausted: next_sequence ${footer.nextSequence} + ${entries.size}")
     val out = new ByteArrayOutputStream(raw.length + entries.size * 128)
     out.write(raw, 0, raw.length - FooterSize)
     entries.zipWithIndex.foreach { case (e, i) => encodeEntry(out, footer.nextSequence + i, e.location, e.metadata, e.extension) }

@@ -14,7 +14,8 @@ import osqueue.store.ObjectStores
  * A command-line driver of the JVM core, used by cross-language tests and benchmarks:
  *
  * {{{
- * QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression zstd] [--sync true] [--opt k=v]...
+ * QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression zstd] [--sync true]
+ *     [--keep-going true] [--opt k=v]...          with --keep-going: one durable/failed line per entry, exit 3 if any failed
  * QueueTool consume <uri> [--opt k=v]...    prints "sequence<TAB>index<TAB>utf8 value" per entry, acks all
  * }}}
  *
@@ -41,6 +42,11 @@ object QueueTool {
       val store = ObjectStores.open(uri, storeOptions(rest))
       val producer = new Producer(store, config, SystemClock)
       val sync = flags.get("sync").contains("true")
+      if (flags.get("keep-going").contains("true")) {
+        keepGoing(producer, tag, count.toInt, perCall, sync)
+        store.close()
+        return
+      }
       val handles = (0 until count.toInt).grouped(perCall).map { is =>
         val h = producer.produce(is.map(i => s"$tag-$i".getBytes(UTF_8)), tag.getBytes(UTF_8))
         if (sync) h.awaitDurable(5.minutes)
@@ -63,8 +69,39 @@ object QueueTool {
     case _ =>
       throw new IllegalArgumentException(
         "usage: QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression none|zstd] " +
-          "[--sync true] [--opt k=v]... " +
+          "[--sync true] [--keep-going true] [--opt k=v]... " +
           "| QueueTool consume <uri> [--opt k=v]...")
+  }
+
+  /**
+   * `--keep-going true`: a failed handle does not stop the run. Prints per entry
+   * "durable<TAB>sequence<TAB>location<TAB>value" or "failed<TAB>ErrorClass<TAB>value", then
+   * "produced N entries, F failed"; exits 3 when some handle failed.
+   */
+  private def keepGoing(producer: Producer, tag: String, count: Int, perCall: Int, sync: Boolean): Unit = {
+    def report(values: IndexedSeq[String], h: osqueue.producer.WriteHandle): Int =
+      try {
+        val d = h.awaitDurable(5.minutes)
+        values.foreach(v => println(s"durable\t${d.sequence}\t${d.location}\t$v"))
+        0
+      } catch {
+        case e: OsqueueException =>
+          values.foreach(v => println(s"failed\t${e.getClass.getSimpleName}\t$v"))
+          values.size
+      }
+    var failed = 0
+    val pending = Vector.newBuilder[(IndexedSeq[String], osqueue.producer.WriteHandle)]
+    (0 until count).grouped(perCall).foreach { is =>
+      val values = is.map(i => s"$tag-$i")
+      val h = producer.produce(values.map(_.getBytes(UTF_8)), tag.getBytes(UTF_8))
+      if (sync) failed += report(values, h) else pending += (values -> h)
+    }
+    pending.result().foreach { case (values, h) => failed += report(values, h) }
+    try producer.close()
+    catch { case e: OsqueueException => System.err.println(s"osqueue: close: ${e.getMessage}") }
+    println(s"produced $count entries, $failed failed")
+    System.out.flush()
+    if (failed > 0) sys.exit(3)
   }
 
   private def parseFlags(args: List[String]): Map[String, String] =

@@ -77,6 +77,7 @@ class ManifestCodecSuite extends AnyFunSuite {
     rejects[CorruptManifestException](shortLen, "entry 0")
     // last sequence must stay below next_sequence
     rejects[CorruptManifestException](good.dropRight(22) ++ footer(2, 6, 3, 1), "next_sequence")
+    rejects[CorruptManifestException](good.dropRight(22) ++ footer(2, 9, 3, 1), "not next_sequence - 1")
   }
 
   test("should reject non-contiguous sequences and invalid UTF-8 locations") {
@@ -85,6 +86,14 @@ class ManifestCodecSuite extends AnyFunSuite {
     val bad = ManifestCodec.encode(Manifest(IndexedSeq(ManifestEntry(0, "ab", IndexedSeq.empty)), 1, 0))
     bad(4 + 10) = 0xC3.toByte; bad(4 + 11) = 0x28.toByte // an invalid 2-byte sequence
     rejects[CorruptManifestException](bad, "UTF-8")
+  }
+
+  test("should refuse an append that would exhaust the sequence space") {
+    val top = ManifestCodec.encode(Manifest(IndexedSeq.empty, Long.MaxValue - 1, 0))
+    RawManifest.append(top, Seq(NewEntry("a", IndexedSeq.empty)), key)
+    val e = intercept[CorruptManifestException](
+      RawManifest.append(top, Seq(NewEntry("a", IndexedSeq.empty), NewEntry("b", IndexedSeq.empty)), key))
+    assert(e.getMessage.contains("sequence space exhausted"))
   }
 
   test("should reject metadata that runs past its own entry") {
