@@ -36,16 +36,21 @@ case $rc in
   *) status=1 ;;
 esac
 
-# One closing line over both runners (JUnit XML from sbt and pytest).
+# Closing lines over both runners (JUnit XML from sbt and pytest): each failure with the
+# start of its message (CI shows only the end of the log), then one count line.
 .venv/bin/python - "$reports" <<'PY'
 import pathlib, sys, xml.etree.ElementTree as ET
 passed = failed = skipped = 0
 for d in sys.argv[1:]:
-    for f in pathlib.Path(d).rglob("*.xml"):
+    for f in sorted(pathlib.Path(d).rglob("*.xml")):
         root = ET.parse(f).getroot()
         for s in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
             t, fl, er, sk = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
             passed += t - fl - er - sk; failed += fl + er; skipped += sk
+            for case in s.iter("testcase"):
+                for bad in list(case.findall("failure")) + list(case.findall("error")):
+                    text = (bad.get("message") or bad.text or "").strip().replace("\n", " | ")
+                    print(f"FAILED {case.get('classname')} :: {case.get('name')}: {text[:1500]}")
 print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
 PY
 exit $status

@@ -110,16 +110,25 @@ class ProducerSuite extends AnyFunSuite {
 
   test("should let several processes produce into one local queue exactly") {
     val root = Files.createTempDirectory("osq-procs")
+    // The JVM running this suite (not whatever `java` is on PATH), output kept for the failure message.
+    val javaBin = java.nio.file.Paths.get(System.getProperty("java.home"), "bin", "java").toString
     val procs = (0 until 2).map { i =>
-      new ProcessBuilder("java", "-cp", System.getProperty("java.class.path"),
-        "osqueue.producer.ProduceMain", root.toString, s"p$i", "40").inheritIO().start()
+      val log = Files.createTempFile("osq-produce", ".log").toFile
+      val proc = new ProcessBuilder(javaBin, "-cp", System.getProperty("java.class.path"),
+        "osqueue.producer.ProduceMain", root.toString, s"p$i", "40").redirectErrorStream(true).redirectOutput(log).start()
+      (proc, log)
     }
     // This JVM produces concurrently too.
     val store = new LocalFileSystemStore(root)
     val p = new Producer(store, ProducerConfig(flushInterval = 5.millis))
     (0 until 40).map(i => p.produce(Seq(s"local-$i".getBytes))).foreach(_.awaitDurable(60.seconds))
     p.close()
-    procs.foreach(pr => assert(pr.waitFor(120, TimeUnit.SECONDS) && pr.exitValue() == 0))
+    procs.foreach { case (proc, log) =>
+      val finished = proc.waitFor(180, TimeUnit.SECONDS)
+      if (!finished) proc.destroyForcibly()
+      def output = new String(Files.readAllBytes(log.toPath)).take(3000)
+      assert(finished && proc.exitValue() == 0, s"producer process failed (finished=$finished): $output")
+    }
     val m = manifest(store)
     val records = m.entries.flatMap(e => BatchCodec.decode(store.get(e.location).get.bytes, e.location)).map(new String(_))
     val expected = (0 until 40).map(i => s"local-$i") ++ (0 until 2).flatMap(pi => (0 until 40).map(i => s"p$pi-$i"))
