@@ -1,9 +1,10 @@
 """A streaming query from text files into an osqueue queue, run as its own process.
 
-`python sink_job.py INPUT_DIR QUEUE CHECKPOINT [--crash-at POINT] [--master URL] [--writer-id ID] [--option k=v]`
+`python sink_job.py INPUT_DIR QUEUE CHECKPOINT [--crash-at POINT] [--master URL] [--trigger-ms MS] [--option k=v]`
 
 Each line becomes an entry (`value`), with the file name as its `metadata`. One file per trigger,
-Trigger.AvailableNow. `--crash-at` sets the connector's test-only crash point: the driver JVM exits
+Trigger.AvailableNow (or, with `--trigger-ms`, a processing-time trigger that runs until the
+query fails or the process is killed). `--crash-at` sets the connector's test-only crash point: the driver JVM exits
 there as if killed.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ def main() -> None:
     ap.add_argument("checkpoint")
     ap.add_argument("--crash-at")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--trigger-ms", type=int)
     ap.add_argument("--option", action="append", default=[])
     args = ap.parse_args()
 
@@ -40,7 +42,13 @@ def main() -> None:
     for kv in args.option:
         k, v = kv.split("=", 1)
         writer = writer.option(k, v)
-    writer.trigger(availableNow=True).start(args.queue).awaitTermination()
+    if args.trigger_ms:
+        writer = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
+    else:
+        writer = writer.trigger(availableNow=True)
+    query = writer.start(args.queue)
+    print("query started", flush=True)
+    query.awaitTermination()
 
 
 if __name__ == "__main__":

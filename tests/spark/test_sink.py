@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -89,6 +91,57 @@ def test_driver_crash_points_leave_each_row_exactly_once(spark, tmp_path, point)
         assert len(locations) > 3
     else:
         assert len(locations) == 3, "a replayed epoch was appended again"
+
+
+def _wait_for(condition, timeout: float, what: str, proc=None, log=None) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what}: the process exited ({proc.returncode}): {log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}" + (f": {log.read_text()[-3000:]}" if log else ""))
+        time.sleep(0.2)
+
+
+def test_an_old_driver_of_the_same_query_is_fenced_and_lands_nothing(spark, tmp_path):
+    """Two drivers of one query (the checkpoint copied, as shared storage would let happen): the
+    new run claims the writer; the old one, still running, fails its next commit and lands nothing."""
+    inp, q, ckpt, ckpt2 = tmp_path / "in", tmp_path / "q", tmp_path / "ckpt", tmp_path / "ckpt-new"
+
+    def add_file(tag: str) -> list[str]:
+        rows = make_input(inp, files=1, lines=5, tag=tag)
+        now = time.time()
+        os.utime(inp / f"{tag}0.txt", (now, now))
+        return rows
+
+    first = add_file("a")
+    log = tmp_path / "old-driver.log"
+    with open(log, "w") as out:
+        old = subprocess.Popen([sys.executable, str(HERE / "sink_job.py"), str(inp), str(q), str(ckpt), "--trigger-ms", "200"],
+                               stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(lambda: (ckpt / "commits" / "0").exists(), 240, "the old driver's first epoch", old, log)
+        shutil.copytree(ckpt, ckpt2)  # the same query id, so the same writer id
+        second = add_file("b")  # both drivers may pick this one up; either way it must land once
+        new = sink_job(inp, q, ckpt2)
+        assert new.returncode == 0, new.stderr[-3000:]
+
+        landed_before = manifest(q).next_sequence
+        third = add_file("c")  # only the old driver runs now: its commit must be refused
+        _wait_for(lambda: old.poll() is not None, 240, "the old driver to fail", log=log)
+        assert old.returncode != 0
+        text = log.read_text()
+        assert "WriterFencedException" in text and "was fenced" in text, text[-3000:]
+        assert manifest(q).next_sequence == landed_before, "a write of the fenced driver landed"
+        assert not any(v.startswith("c") for v, _ in read_queue(spark, q))
+
+        again = sink_job(inp, q, ckpt2)  # a new run of the new driver delivers the rest
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert [v for v, _ in read_queue(spark, q)] == first + second + third
+    finally:
+        if old.poll() is None:
+            old.kill()
+            old.wait()
 
 
 def test_two_sink_queries_and_a_native_producer_share_one_queue(spark, tmp_path):

@@ -54,6 +54,16 @@ final class FencedException(val ownEpoch: Long, val currentEpoch: Long)
         "(another consumer initialized the queue)",
       ErrorKind.Fenced)
 
+/**
+ * A sink writer's generation is no longer current: a newer driver with the same writer id
+ * claimed the writer (docs/adr/0002), so this one must not append anything more.
+ */
+final class WriterFencedException(val writerId: String, val ownGeneration: Long, val currentGeneration: Long)
+    extends OsqueueException(
+      s"sink writer '$writerId' with generation $ownGeneration was fenced: generation $currentGeneration " +
+        "now owns it (a newer driver of the same query or writerId started)",
+      ErrorKind.Fenced)
+
 /** A resume point that the queue cannot honour without skipping or replaying entries. */
 final class ResumePointException(message: String) extends OsqueueException(message, ErrorKind.PersistentState)
 

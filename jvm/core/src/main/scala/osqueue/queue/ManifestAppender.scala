@@ -11,6 +11,8 @@ import osqueue.metrics.{MetricNames, MetricsRegistry}
  * write, in the caller's thread. Ambiguous outcomes are resolved by re-reading the manifest and
  * looking for our own locations (docs/format.md §5), so an entry is never appended twice; stale
  * uploads are re-uploaded before a write (§6), so GC cannot have deleted anything this appends.
+ * `beforeWrite` runs before every write attempt and may throw to stop the append (the Spark
+ * sink checks there that its writer generation is still current).
  */
 final class ManifestAppender(
     manifest: ManifestStore,
@@ -18,7 +20,8 @@ final class ManifestAppender(
     clock: Clock,
     metrics: MetricsRegistry,
     gcGracePeriodMs: Long,
-    role: String = "producer") {
+    role: String = "producer",
+    beforeWrite: () => Unit = () => ()) {
 
   private val loop = new CasLoop(manifest, policy, clock, metrics, role)
   private val reuploaded = metrics.counter(MetricNames.BatchesReuploaded)
@@ -37,6 +40,7 @@ final class ManifestAppender(
       resolve(snapshot, attempts.toSeq) match {
         case Some(sequences) => CasStep.Done(sequences)
         case None =>
+          beforeWrite()
           refreshStaleUploads(group)
           val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
           val (bytes, base) = RawManifest.append(snapshot.raw, entries, manifest.key)

@@ -10,7 +10,8 @@ import osqueue.SystemClock
 import osqueue.format.{BatchNames, EntryTag}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{ManifestAppender, ManifestStore, PendingLocation, RetryPolicy}
-import osqueue.store.{CasOutcome, ObjectStore}
+import osqueue.WriterFencedException
+import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
 
 /**
  * The driver's commit of one sink write (docs/adr/0002): skip a batch id this writer already
@@ -18,17 +19,45 @@ import osqueue.store.{CasOutcome, ObjectStore}
  * (writerId, batchId, attemptId), then record the batch id in the writer's state object.
  * A crash between those two writes makes a replay append a second copy with a new attemptId,
  * which osqueue readers drop.
+ *
+ * A streaming write first [[claim]]s the writer: it raises the state's `generation`, which
+ * fences every older driver of the same writer id. A fenced committer re-reads the state before
+ * each manifest write attempt and stops with [[WriterFencedException]] instead of writing.
  */
 private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: String) extends Logging {
+  import OsqueueSinkCommitter.WriterState
+
   private val store: ObjectStore = OsqueueStores.open(options.location)
   private val stateKey = OsqueueSinkCommitter.stateKey(options.location.manifestPath, writerId)
   val metrics = new MetricsRegistry
+  /** The generation this driver claimed; None for batch writes, which never claim. */
+  @volatile private var generation: Option[Long] = None
+
+  /** Claims the writer once per streaming run (see [[OsqueueWrite.streamRunId]]); later writes of the run reuse it. */
+  def claimForRun(runId: String): Long = {
+    val key = s"${options.location.identity}\u0000$writerId\u0000$runId"
+    val claimed = OsqueueSinkCommitter.runGenerations.computeIfAbsent(key, _ => claim())
+    generation = Some(claimed)
+    claimed
+  }
+
+  /** Makes this driver the writer's owner: generation + 1, fencing older drivers. Returns it. */
+  def claim(): Long = {
+    val claimed = updateState { s => s.copy(generation = s.generation + 1) }.generation
+    generation = Some(claimed)
+    logInfo(s"osqueue sink '$writerId': this driver is writer generation $claimed (older drivers are fenced)")
+    claimed
+  }
 
   /** Returns false when `batchId` was already committed (a replay) and nothing was appended. */
   def commit(batchId: Long, messages: Seq[OsqueueCommitMessage]): Boolean = {
-    val (committed, _) = readState()
     val batches = messages.sortBy(_.partitionId).flatMap(_.batches)
-    if (committed.exists(_ >= batchId)) {
+    val state = try checkOwner() catch {
+      case e: WriterFencedException =>
+        batches.foreach(b => store.delete(b.location)) // this attempt's own files: never referenced
+        throw e
+    }
+    if (state.exists(_.lastCommittedBatch >= batchId)) {
       logInfo(s"osqueue sink '$writerId': batch $batchId was already committed; deleting this attempt's files")
       batches.foreach(b => store.delete(b.location))
       return false
@@ -37,10 +66,11 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
       val tag = EntryTag(writerId, batchId, BatchNames.newKey("", System.currentTimeMillis()).stripSuffix(".batch")).encode
       val pending = batches.map(b => new PendingLocation(b.location, b.metadata, reupload(b.location), tag)).toIndexedSeq
       new ManifestAppender(new ManifestStore(store, options.location.manifestPath), RetryPolicy(), SystemClock, metrics,
-        options.gcGracePeriod.toMillis, role = "sink").append(pending)
+        options.gcGracePeriod.toMillis, role = "sink", beforeWrite = () => { checkOwner(); () }).append(pending)
     }
     OsqueueSinkFaults.maybeCrash("between-append-and-state")
-    recordCommitted(batchId)
+    // Monotonic: a batch id already recorded (by a zombie that got further) is left alone.
+    updateState(s => if (s.lastCommittedBatch >= batchId) s else s.copy(lastCommittedBatch = batchId), checkOwnerOf = true)
     true
   }
 
@@ -54,43 +84,73 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     key
   }
 
-  private def readState(): (Option[Long], Option[osqueue.store.ObjectVersion]) =
-    store.get(stateKey) match {
-      case None => (None, None)
-      case Some(o) =>
-        val node = try OsqueueSinkCommitter.mapper.readTree(o.bytes) catch {
-          case e: Exception => throw new IllegalStateException(s"corrupt osqueue sink state '$stateKey': ${e.getMessage}")
-        }
-        if (node.path("version").asInt(-1) != 1 || !node.path("lastCommittedBatch").canConvertToLong)
-          throw new IllegalStateException(s"corrupt or newer osqueue sink state '$stateKey': ${new String(o.bytes, UTF_8)}")
-        (Some(node.get("lastCommittedBatch").asLong), Some(o.version))
-    }
+  /** The current state, after checking that this driver still owns the writer (if it claimed it). */
+  private def checkOwner(): Option[WriterState] = {
+    val state = readState().map(_._1)
+    verifyOwner(state)
+    state
+  }
 
-  /** Monotonic: a zombie that lost the race to a higher batch id leaves the state alone. */
-  private def recordCommitted(batchId: Long): Unit = {
-    var done = false
-    var attempts = 0
-    while (!done) {
-      val (committed, version) = readState()
-      if (committed.exists(_ >= batchId)) done = true
-      else {
-        val node = OsqueueSinkCommitter.mapper.createObjectNode()
-        node.put("version", 1).put("writerId", writerId).put("lastCommittedBatch", batchId)
-        val bytes = OsqueueSinkCommitter.mapper.writeValueAsBytes(node)
-        val outcome = version match {
-          case Some(v) => store.putIfVersionMatches(stateKey, bytes, v)
-          case None => store.putIfAbsent(stateKey, bytes)
-        }
-        done = outcome.isInstanceOf[CasOutcome.Written]
-        attempts += 1
-        if (!done && attempts > 100) throw new IllegalStateException(s"could not record sink state '$stateKey'")
+  private def verifyOwner(state: Option[WriterState]): Unit = generation.foreach { own =>
+    val current = state.map(_.generation).getOrElse(0L)
+    if (current != own) throw new WriterFencedException(writerId, own, current)
+  }
+
+  private def readState(): Option[(WriterState, ObjectVersion)] =
+    store.get(stateKey).map(o => (OsqueueSinkCommitter.decodeState(stateKey, o.bytes), o.version))
+
+  /** Compare-and-swap `f` onto the state (created if missing); no write when `f` changes nothing. */
+  private def updateState(f: WriterState => WriterState, checkOwnerOf: Boolean = false): WriterState = {
+    var attempt = 0
+    while (true) {
+      val current = readState()
+      if (checkOwnerOf) verifyOwner(current.map(_._1))
+      val before = current.map(_._1).getOrElse(WriterState(writerId, lastCommittedBatch = -1, generation = 0))
+      val after = f(before)
+      if (current.isDefined && after == before) return after
+      val bytes = OsqueueSinkCommitter.encodeState(after)
+      val outcome = current match {
+        case Some((_, v)) => store.putIfVersionMatches(stateKey, bytes, v)
+        case None => store.putIfAbsent(stateKey, bytes)
       }
+      if (outcome.isInstanceOf[CasOutcome.Written]) return after
+      attempt += 1
+      if (attempt >= 100) throw new osqueue.ConflictRetriesExhaustedException(stateKey, attempt, -1)
+      Thread.sleep(RetryPolicy().delayMs(attempt))
     }
+    throw new IllegalStateException("unreachable")
   }
 }
 
 private[spark] object OsqueueSinkCommitter {
   private val mapper = new ObjectMapper()
+  /** Generation claimed per (queue, writer id, streaming run) in this driver JVM. */
+  private val runGenerations = new java.util.concurrent.ConcurrentHashMap[String, Long]()
+
+  /** `<manifestPath>.writers/<b64>`: the last batch id committed (-1: none) and the owning generation. */
+  final case class WriterState(writerId: String, lastCommittedBatch: Long, generation: Long)
+
+  def encodeState(s: WriterState): Array[Byte] = {
+    val node = mapper.createObjectNode()
+    node.put("version", 1).put("writerId", s.writerId).put("lastCommittedBatch", s.lastCommittedBatch)
+      .put("generation", s.generation)
+    mapper.writeValueAsBytes(node)
+  }
+
+  /** `generation` is optional (states written before writer fencing have none: generation 0). */
+  def decodeState(key: String, bytes: Array[Byte]): WriterState = {
+    val node = try mapper.readTree(bytes) catch {
+      case e: Exception => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${e.getMessage}")
+    }
+    def long(field: String, default: Option[Long]): Long = node.path(field) match {
+      case n if n.isIntegralNumber && n.canConvertToLong => n.asLong
+      case n if n.isMissingNode && default.isDefined => default.get
+      case _ => throw new IllegalStateException(s"corrupt or newer osqueue sink state '$key': ${new String(bytes, UTF_8)}")
+    }
+    if (node == null || node.path("version").asInt(-1) != 1)
+      throw new IllegalStateException(s"corrupt or newer osqueue sink state '$key': ${new String(bytes, UTF_8)}")
+    WriterState(node.path("writerId").asText(""), long("lastCommittedBatch", None), long("generation", Some(0L)))
+  }
 
   /** `<manifestPath>.writers/<base64url(writerId)>`: any writer id maps to one safe key. */
   def stateKey(manifestPath: String, writerId: String): String =

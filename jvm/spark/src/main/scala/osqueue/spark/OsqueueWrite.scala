@@ -53,7 +53,10 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
   private val replaysSkipped = new AtomicLong()
 
   override def description(): String = s"osqueue sink ${options.location.identity} (writer $writerId)"
-  override def toStreaming: StreamingWrite = new OsqueueStreamingWrite(this)
+  override def toStreaming: StreamingWrite = {
+    committer.claimForRun(OsqueueWrite.streamRunId())
+    new OsqueueStreamingWrite(this)
+  }
   override def toBatch: BatchWrite = new OsqueueBatchWrite(this)
   override def supportedCustomMetrics(): Array[CustomMetric] = OsqueueSinkMetrics.supported
   override def reportDriverMetrics(): Array[CustomTaskMetric] = Array(
@@ -77,6 +80,18 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
       try store.delete(b.location) catch { case scala.util.control.NonFatal(_) => }
     }
   }
+}
+
+private[spark] object OsqueueWrite {
+  /**
+   * The run id of the streaming query whose micro-batch is being planned. Spark builds a new
+   * `Write` for every micro-batch (V2Writes), but the writer must be claimed once per run;
+   * `StreamExecution` sets the run id as the job group of its thread, where planning happens.
+   */
+  def streamRunId(): String =
+    org.apache.spark.sql.SparkSession.getActiveSession
+      .flatMap(s => Option(s.sparkContext.getLocalProperty("spark.jobGroup.id")))
+      .getOrElse("driver-" + ProcessHandle.current().pid())
 }
 
 /** Streaming: one manifest commit per epoch (= Spark's batch id), idempotent per (writer id, epoch). */
