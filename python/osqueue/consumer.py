@@ -31,7 +31,6 @@ from collections.abc import Iterator, Mapping
 from osqueue import metrics as m
 from osqueue.errors import (
     BatchNotFoundError,
-    CorruptManifestError,
     FencedError,
     IllegalQueueStateError,
     InvalidConfigError,
@@ -104,16 +103,12 @@ class FetchHandle:
         Raises:
             BatchNotFoundError: The batch object does not exist.
             CorruptBatchError: The batch does not decode (naming its key). It is never skipped.
-            CorruptManifestError: The location is not a valid key.
+            InvalidObjectKeyError: The location is not a plain key under the store root (a hostile
+                or foreign manifest entry), as on the JVM; nothing outside the root is read.
             StoreError: The store failed.
         """
         started = time.monotonic()
-        try:
-            obj = self._store.get(descriptor.location)
-        except InvalidObjectKeyError as e:
-            raise CorruptManifestError(
-                self._manifest_key, f"entry {descriptor.sequence} has an invalid location: {e}"
-            ) from e
+        obj = self._store.get(descriptor.location)
         if obj is None:
             raise BatchNotFoundError(descriptor.location, descriptor.sequence)
         records = decode_batch(obj.data, descriptor.location)

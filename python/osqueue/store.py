@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import itertools
 import os
+import re
 import random
 import secrets
 import threading
@@ -506,6 +507,20 @@ S3_SECRET_KEY = "fs.s3a.secret.key"
 S3_SESSION_TOKEN = "fs.s3a.session.token"
 S3_PATH_STYLE = "fs.s3a.path.style.access"
 S3_REGION = "fs.s3a.endpoint.region"
+S3_SSL = "fs.s3a.connection.ssl.enabled"
+S3_CONNECT_TIMEOUT = "fs.s3a.connection.establish.timeout"
+S3_SOCKET_TIMEOUT = "fs.s3a.connection.timeout"
+
+_DURATION = re.compile(r"(?i)^\s*(\d+)\s*(ns|us|ms|s|m|h|d)?\s*$")
+_DURATION_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(option: str, value: object) -> float:
+    """Hadoop's duration forms, as the JVM store reads them: ``60000`` (ms), ``200s``, ``5m``... -> seconds."""
+    m = _DURATION.match(str(value))
+    if not m:
+        raise InvalidConfigError(option, value, "expected a duration such as 60000 (ms), 200s, 5m or 1h")
+    return int(m.group(1)) * _DURATION_SECONDS[(m.group(2) or "ms").lower()]
 
 
 def _parse_bool(option: str, value: object) -> bool:
@@ -528,7 +543,7 @@ def _make_s3_client(options: Mapping[str, Any] | None) -> Any:
     if endpoint is not None:
         endpoint = str(endpoint).strip()
         if endpoint and "://" not in endpoint:
-            endpoint = "https://" + endpoint
+            endpoint = ("https://" if _parse_bool(S3_SSL, opts.get(S3_SSL, True)) else "http://") + endpoint
         if not endpoint:
             endpoint = None
     path_style = _parse_bool(S3_PATH_STYLE, opts.get(S3_PATH_STYLE, False))
@@ -542,8 +557,9 @@ def _make_s3_client(options: Mapping[str, Any] | None) -> Any:
     config_args: dict[str, Any] = {
         "s3": {"addressing_style": "path" if path_style else "auto"},
         "retries": {"mode": "standard", "max_attempts": 3},
-        "connect_timeout": 10,
-        "read_timeout": 60,
+        # The same keys and defaults as the JVM store (S3StoreConfig): 10 s to connect, 60 s per read.
+        "connect_timeout": parse_duration(S3_CONNECT_TIMEOUT, opts[S3_CONNECT_TIMEOUT]) if S3_CONNECT_TIMEOUT in opts else 10,
+        "read_timeout": parse_duration(S3_SOCKET_TIMEOUT, opts[S3_SOCKET_TIMEOUT]) if S3_SOCKET_TIMEOUT in opts else 60,
     }
     try:
         config = Config(request_checksum_calculation="when_required", **config_args)
@@ -574,8 +590,10 @@ class S3Store:
         prefix: Keys live under ``prefix/`` (may be empty).
         options: Spark-style settings: ``fs.s3a.endpoint``, ``fs.s3a.access.key``,
             ``fs.s3a.secret.key``, ``fs.s3a.session.token``, ``fs.s3a.path.style.access``,
-            ``fs.s3a.endpoint.region``. Missing credentials and region come from boto3's
-            default chain.
+            ``fs.s3a.endpoint.region``, ``fs.s3a.connection.ssl.enabled`` (scheme of a bare
+            host endpoint), ``fs.s3a.connection.establish.timeout`` and
+            ``fs.s3a.connection.timeout`` (connect and read timeouts, Hadoop duration forms).
+            Missing credentials and region come from boto3's default chain.
         client: A ready boto3 S3 client (``options`` is then ignored).
     """
 

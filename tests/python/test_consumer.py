@@ -13,10 +13,10 @@ from osqueue.consumer import ACK_DEQUEUE_INTERVAL, Consumer
 from osqueue.errors import (
     BatchNotFoundError,
     CorruptBatchError,
-    CorruptManifestError,
     FencedError,
     IllegalQueueStateError,
     InvalidConfigError,
+    InvalidObjectKeyError,
     ResumePointError,
 )
 from osqueue.format import (
@@ -192,11 +192,12 @@ def test_corrupt_batch_raises_naming_the_key_and_is_never_skipped(mem_store: InM
             c.fetch_handle().fetch(c.next_descriptors(1)[0])
 
 
-def test_manifest_location_outside_the_root_is_corrupt_manifest(mem_store: InMemoryStore) -> None:
+def test_manifest_location_outside_the_root_is_an_invalid_key_naming_it(mem_store: InMemoryStore) -> None:
     mem_store.put(KEY, encode_manifest(Manifest([ManifestEntry(0, "../../etc/passwd", [])], 1, 0)))
     with Consumer(store=mem_store) as c:
-        with pytest.raises(CorruptManifestError, match="invalid location"):
+        with pytest.raises(InvalidObjectKeyError, match=r"\.\./\.\./etc/passwd") as info:
             c.next_batch()
+        assert info.value.key == "../../etc/passwd"
 
 
 def test_resume_from_last_acked(mem_store: InMemoryStore) -> None:

@@ -189,3 +189,35 @@ def test_producers_and_consumer_end_to_end_through_an_s3_uri(s3_bucket: str, s3_
             c.ack(batch.sequence)
     assert sorted(got) == sorted(sent)
     assert assert_well_formed(store) == []  # everything acked and dequeued on close
+
+
+def test_s3_timeouts_come_from_the_s3a_options_as_on_the_jvm() -> None:
+    from osqueue.errors import InvalidConfigError
+
+    opts = {"fs.s3a.endpoint": "127.0.0.1:9", "fs.s3a.connection.ssl.enabled": "false",
+            "fs.s3a.access.key": "a", "fs.s3a.secret.key": "b",
+            "fs.s3a.connection.establish.timeout": "2s", "fs.s3a.connection.timeout": "1500"}
+    client = S3Store("b", options=opts)._client
+    assert (client.meta.config.connect_timeout, client.meta.config.read_timeout) == (2.0, 1.5)
+    assert client.meta.endpoint_url == "http://127.0.0.1:9"
+    default = S3Store("b", options={"fs.s3a.endpoint": "http://127.0.0.1:9"})._client
+    assert (default.meta.config.connect_timeout, default.meta.config.read_timeout) == (10, 60)
+    with pytest.raises(InvalidConfigError, match="fs.s3a.connection.timeout"):
+        S3Store("b", options={"fs.s3a.connection.timeout": "soon"})
+
+
+def test_a_server_that_never_answers_gives_store_error_after_the_read_timeout() -> None:
+    import socket
+    import time
+
+    with socket.socket() as server:  # accepts connections (the kernel does) and never replies
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        port = server.getsockname()[1]
+        store = S3Store("b", options={"fs.s3a.endpoint": f"http://127.0.0.1:{port}", "fs.s3a.access.key": "a",
+                                      "fs.s3a.secret.key": "b", "fs.s3a.connection.timeout": "300ms"})
+        started = time.monotonic()
+        with pytest.raises(StoreError):
+            store.get(KEY)
+        # 3 attempts of 0.3 s plus backoff, not the 60 s default (generous bound for a loaded machine)
+        assert time.monotonic() - started < 20
