@@ -255,13 +255,23 @@ class _GroupCommitter:
     # -- one group ------------------------------------------------------------------------
 
     def _refresh_stale(self, group: Sequence[_Pending]) -> None:
-        now = self.clock.now_ms()
         for p in group:
             if p.max_age_ms is None or p.reupload is None:
                 continue
-            created = parse_batch_ulid_ms(p.location)
-            if created is not None and now - created >= p.max_age_ms:
+            # The fresh copy is named before its upload, so a slow re-upload is stale too: check again.
+            reuploads = 0
+            while True:
+                created = parse_batch_ulid_ms(p.location)
+                if created is None or self.clock.now_ms() - created < p.max_age_ms:
+                    break
+                if reuploads == MAX_REUPLOADS:
+                    raise StoreError(
+                        f"batch '{p.location}': {reuploads + 1} uploads in a row took longer than half the GC "
+                        f"grace period ({p.max_age_ms} ms), so GC could delete it before it is enqueued; "
+                        "increase gc_grace_period or make uploads faster"
+                    )
                 p.location = p.reupload()
+                reuploads += 1
 
     def _find_landed(
         self, raw: bytes | None, tried: list[tuple[str, ...]], min_base: int
@@ -423,6 +433,10 @@ def _release_committer(store: ObjectStore, key: str, committer: _GroupCommitter)
         found = _committers.get((id(store), key))
         if committer.refs <= 0 and found is not None and found[1] is committer:
             del _committers[(id(store), key)]
+
+
+# Re-uploads of one stale batch before giving up (each copy took longer than half the grace period).
+MAX_REUPLOADS = 3
 
 
 class QueueProducer:

@@ -178,3 +178,97 @@ def test_stalled_producer_reuploads_gc_deletes_the_stale_file_and_consumer_reads
         assert [r for b in batches for r in b.entries] == [b"r1", b"r2", b"r3"]
         consumer.ack_through(batches[-1].sequence)
     assert encode_batch([b"r1", b"r2"]) == mem_store.get(fresh).data
+
+
+def test_gc_races_producers_with_stalls_and_a_dequeuing_consumer_on_real_threads(tmp_path: Any) -> None:
+    """Real time, real threads, a real local store: 3 producers whose uploads sometimes stall past
+    half the grace period, a consumer that reads, acks and dequeues at once, its background GC and
+    a second, independent GC looping as fast as it can. Nothing referenced is ever deleted (the
+    consumer would raise BatchNotFoundError), every entry is delivered once, in each producer's
+    order, and GC does delete (stale uploads and consumed batches)."""
+    from osqueue.store import LocalFileSystemStore
+
+    grace = 4.0  # slack for the manifest write after the age check: grace / 2 = 2 s
+    inner = LocalFileSystemStore(tmp_path / "q")
+    store = WrappedStore(inner)
+    rng = random.Random(23)
+    rng_lock = threading.Lock()
+    stalls: list[str] = []
+
+    def maybe_stall(key: str, data: bytes) -> None:
+        with rng_lock:
+            stall = key.endswith(".batch") and rng.random() < 0.25
+            seconds = rng.uniform(grace / 2, grace * 0.8)
+            if stall:
+                stalls.append(key)
+        if stall:
+            threading.Event().wait(seconds)  # the batch is named (its ULID time) before this stall
+
+    store.on_put = maybe_stall
+    produced: dict[int, list[bytes]] = {}
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def produce(p: int) -> None:
+        try:
+            with Producer(store=store, flush_interval=0.01, gc_grace_period=grace) as producer:
+                values = [f"p{p}-{i}".encode() for i in range(60)]
+                produced[p] = values
+                handles = []
+                for v in values:
+                    handles.append(producer.produce([v]))
+                    threading.Event().wait(0.01)
+                for h in handles:
+                    h.wait_durable(60)
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            failures.append(e)
+
+    delivered: list[bytes] = []
+    batches_delivered: list[str] = []
+
+    def consume() -> None:
+        try:
+            with Consumer(store=inner, run_gc=True, gc_interval=0.05, gc_grace_period=grace) as c:
+                while True:
+                    b = c.next_batch()
+                    if b is None:
+                        if stop.is_set():
+                            return
+                        threading.Event().wait(0.005)
+                        continue
+                    delivered.extend(b.entries)
+                    batches_delivered.append(b.location)
+                    c.ack(b.sequence)
+                    c.flush()
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            failures.append(e)
+
+    deleted: list[str] = []
+
+    def collect() -> None:
+        gc = GarbageCollector(inner, grace_period=grace)
+        try:
+            while not stop.is_set():
+                deleted.extend(gc.run_once().deleted)
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            failures.append(e)
+
+    producers = [threading.Thread(target=produce, args=(p,)) for p in range(3)]
+    others = [threading.Thread(target=consume), threading.Thread(target=collect)]
+    for t in producers + others:
+        t.start()
+    for t in producers:
+        t.join(180)
+    stop.set()
+    for t in others:
+        t.join(60)
+    assert not any(t.is_alive() for t in producers + others), "a thread hung"
+    assert not failures, failures
+    assert sorted(delivered) == sorted(v for vs in produced.values() for v in vs), "lost or duplicated"
+    for p, values in produced.items():
+        assert [v for v in delivered if v.startswith(f"p{p}-".encode())] == values, f"producer {p} out of order"
+    assert stalls, "no upload stalled"
+    assert not set(stalls) & set(batches_delivered), "a stalled (stale) upload was enqueued instead of a fresh copy"
+    assert store.put_calls >= len(batches_delivered) + len(stalls), "stalled uploads were not uploaded again"
+    final = GarbageCollector(inner, grace_period=0).run_once()
+    assert deleted or final.deleted, "GC never deleted anything"

@@ -407,6 +407,30 @@ def test_location_older_than_half_the_grace_period_is_reuploaded_before_the_writ
     qp.close()
 
 
+def test_a_slow_reupload_is_checked_again_and_every_copy_stale_gives_store_error(mem_store: InMemoryStore) -> None:
+    clock = ManualClock()
+    stall_per_upload = [301.0, 0.0]  # the first re-upload takes 301 s: its fresh name is stale when done
+
+    def reupload() -> str:
+        key = new_batch_key("ingest", clock)
+        mem_store.put(key, b"batch-bytes")
+        clock.advance(stall_per_upload.pop(0) if stall_per_upload else 301.0)
+        return key
+
+    old = new_batch_key("ingest", clock)
+    clock.advance(301)
+    qp = QueueProducer(mem_store, KEY, clock=clock)
+    result = qp.enqueue_async(old, reupload=reupload, max_age_ms=300_000).result(10)
+    assert clock.now_ms() - parse_batch_ulid_ms(result.location) < 300_000
+    # From now on every upload takes 301 s: give up after MAX_REUPLOADS, enqueueing nothing.
+    stale = new_batch_key("ingest", clock)
+    clock.advance(301)
+    with pytest.raises(StoreError, match="half the GC grace period"):
+        qp.enqueue_async(stale, reupload=reupload, max_age_ms=300_000).result(10)
+    qp.close()
+    assert manifest_locations(mem_store) == [result.location]
+
+
 # -- consumer side ------------------------------------------------------------------------------
 
 

@@ -2,7 +2,7 @@ package osqueue.queue
 
 import scala.collection.mutable.ArrayBuffer
 
-import osqueue.{AmbiguousCommitException, Clock}
+import osqueue.{AmbiguousCommitException, Clock, StoreException}
 import osqueue.format.{BatchNames, ManifestCodec, NewEntry, RawManifest}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
@@ -77,20 +77,31 @@ final class ManifestAppender(
     }
   }
 
-  /** A location older than half the GC grace period is uploaded again under a fresh name (§6). */
-  private def refreshStaleUploads(group: IndexedSeq[PendingLocation]): Unit = {
-    val now = clock.nowMillis()
-    group.foreach { p =>
-      val age = BatchNames.ulidTimeMs(p.location).map(now - _).getOrElse(0L)
-      if (age >= gcGracePeriodMs / 2) {
-        p.location = p.reupload()
-        reuploaded.increment()
-      }
+  /**
+   * A location older than half the GC grace period is uploaded again under a fresh name (§6).
+   * The fresh copy is named before its upload, so a slow re-upload is stale too: check again,
+   * up to [[ManifestAppender.MaxReuploads]] times.
+   */
+  private def refreshStaleUploads(group: IndexedSeq[PendingLocation]): Unit = group.foreach { p =>
+    def stale = BatchNames.ulidTimeMs(p.location).exists(clock.nowMillis() - _ >= gcGracePeriodMs / 2)
+    var reuploads = 0
+    while (stale) {
+      if (reuploads == ManifestAppender.MaxReuploads)
+        throw new StoreException(
+          s"batch '${p.location}': ${reuploads + 1} uploads in a row took longer than half the GC grace period " +
+            s"(${gcGracePeriodMs / 2} ms), so GC could delete it before it is enqueued; " +
+            "increase the GC grace period or make uploads faster")
+      p.location = p.reupload()
+      reuploaded.increment()
+      reuploads += 1
     }
   }
 }
 
 private object ManifestAppender {
+  /** Re-uploads of one stale batch before giving up. */
+  val MaxReuploads = 3
+
   /** One sent write: its locations and the sequence it would have started at. */
   final class Attempt(val base: Long, val locations: IndexedSeq[String], val unknownOutcome: Boolean) {
     var resolvedNotLanded = false

@@ -194,6 +194,28 @@ class QueueProducerSuite extends AnyFunSuite {
     assert(locations == Seq(p.location) && p.location != old)
   }
 
+  test("should check a slow re-upload again and give up, enqueueing nothing, when every copy is stale") {
+    val inner = InMemoryStore.fresh()
+    def uploadNamedAt(ageMs: Long) = () => {
+      val k = BatchNames.newKey("ingest", System.currentTimeMillis() - ageMs); inner.put(k, Array[Byte](7)); k
+    }
+    // The first re-upload took 6 minutes (its name is that old when it finishes): it is uploaded again.
+    val ages = Iterator(6.minutes.toMillis, 0L)
+    val slowOnce = new PendingLocation(uploadNamedAt(6.minutes.toMillis)(), IndexedSeq.empty, () => uploadNamedAt(ages.next())())
+    val a = appender(inner)
+    a.enqueue(slowOnce).get(30, TimeUnit.SECONDS)
+    assert(BatchNames.ulidTimeMs(slowOnce.location).exists(System.currentTimeMillis() - _ < 1.minute.toMillis))
+    // Every copy stale: a StoreException after MaxReuploads re-uploads, and the manifest unchanged.
+    var uploads = 0
+    val alwaysSlow = new PendingLocation(uploadNamedAt(6.minutes.toMillis)(), IndexedSeq.empty,
+      () => { uploads += 1; uploadNamedAt(6.minutes.toMillis)() })
+    val e = intercept[java.util.concurrent.ExecutionException](a.enqueue(alwaysSlow).get(30, TimeUnit.SECONDS))
+    assert(e.getCause.isInstanceOf[osqueue.StoreException] && e.getCause.getMessage.contains("half the GC grace period"))
+    assert(uploads == 3)
+    a.close()
+    assert(manifestOf(inner).entries.map(_.location) == Seq(slowOnce.location))
+  }
+
   test("should jitter backoff within [0, min(max, base * 2^attempt)]") {
     val p = RetryPolicy(baseDelayMs = 10, maxDelayMs = 1000)
     assert(p.delayMs(0, () => 0.999) <= 10)
