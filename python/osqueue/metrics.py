@@ -44,6 +44,8 @@ CONSUMER_LAG = "buffer.consumer_lag_seconds"
 QUEUE_LENGTH = "buffer.queue_length"
 MANIFEST_WRITES = "buffer.manifest_writes"
 MANIFEST_CONFLICTS = "buffer.manifest_conflicts"
+AMBIGUITIES_RESOLVED_BY_RECEIPTS = "buffer.ambiguities_resolved_by_receipts"
+RECEIPT_WRITE_FAILURES = "buffer.receipt_write_failures"
 
 _LabelKey = tuple[tuple[str, str], ...]
 

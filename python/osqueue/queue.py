@@ -13,13 +13,14 @@ Time and randomness come from an injectable :class:`Clock` and ``random.Random``
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Protocol
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from osqueue import metrics as m
 from osqueue.errors import (
@@ -32,6 +33,8 @@ from osqueue.errors import (
     StoreError,
 )
 from osqueue.format import (
+    RECEIPTS_SUFFIX,
+    DequeueReceipts,
     Manifest,
     MetadataItem,
     append_entries,
@@ -45,6 +48,8 @@ from osqueue.format import (
     with_epoch,
 )
 from osqueue.store import CasOutcome, ObjectStore, ObjectVersion, Written, validate_key
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MANIFEST_PATH",
@@ -176,6 +181,19 @@ class ManifestStore:
             return self.store.put_if_absent(self.key, data)
         return self.store.put_if_version_matches(self.key, data, expected)
 
+    @property
+    def receipts_key(self) -> str:
+        """``<manifest>.dequeued``: the dequeue receipts (docs/format.md §5.1)."""
+        return self.key + RECEIPTS_SUFFIX
+
+    def read_receipts(self) -> DequeueReceipts | None:
+        """The dequeue receipts; None when absent or not receipts v1. Raises ``StoreError``."""
+        obj = self.store.get(self.receipts_key)
+        return None if obj is None else DequeueReceipts.decode(obj.data)
+
+    def write_receipts(self, receipts: DequeueReceipts) -> None:
+        self.store.put(self.receipts_key, receipts.encode())
+
 
 # ---------------------------------------------------------------------------------------------
 # Producer side: group commit
@@ -273,8 +291,19 @@ class _GroupCommitter:
                 p.location = p.reupload()
                 reuploads += 1
 
+    def _receipts_from(self, min_sequence: int) -> dict[int, str]:
+        """Dequeued ``sequence -> location`` from ``min_sequence`` on, per the receipts ({} if none)."""
+        try:
+            receipts = self.manifest.read_receipts()
+        except StoreError:
+            return {}
+        if receipts is None:
+            return {}
+        start = max(min_sequence, receipts.first)
+        return {q: receipts.locations[q - receipts.first] for q in range(start, receipts.first + len(receipts.locations))}
+
     def _find_landed(
-        self, raw: bytes | None, tried: list[tuple[str, ...]], min_base: int
+        self, raw: bytes | None, tried: list[tuple[str, ...]], min_base: int, history: Mapping[int, str] | None = None
     ) -> list[EnqueueResult] | None:
         """The sequences of an earlier attempt if it is found to have landed.
 
@@ -282,26 +311,32 @@ class _GroupCommitter:
         (the consumer may already have dequeued a prefix of it): its entries are consecutive,
         so a location at index ``i`` found at sequence ``s`` puts the attempt at ``s - i``.
         Retries may carry some of the same locations at other sequences, so the attempt whose
-        every still-present slot holds its own location is the one that landed.
+        every still-present slot holds its own location is the one that landed. ``history``
+        (dequeue receipts) tells where already-dequeued sequences pointed.
         """
         if raw is None:
             return None
         wanted = {loc for attempt in tried for loc in attempt}
         at: dict[int, str] = {}
-        found: dict[str, int] = {}
+        first_present: int | None = None
         for sequence, location in iter_entry_locations(raw, self.manifest.key, min_base):
+            first_present = sequence if first_present is None else first_present
             at[sequence] = location
-            if location in wanted:
-                found[location] = sequence
+        if first_present is None:
+            first_present = read_manifest_footer(raw, self.manifest.key).next_sequence
+        for sequence, location in (history or {}).items():
+            at.setdefault(sequence, location)
+        found = {location: sequence for sequence, location in at.items() if location in wanted}
         if not found:
             return None
-        first_present = min(at)
         for attempt in reversed(tried):
             present = [(i, loc) for i, loc in enumerate(attempt) if loc in found]
             if not present:
                 continue
             base = found[present[0][1]] - present[0][0]
-            if all(at.get(base + i) == loc if base + i >= first_present else True for i, loc in enumerate(attempt)):
+            # A slot is checked where it is known: in the manifest, or in the receipts.
+            if all(at.get(base + i) == loc if base + i >= first_present or base + i in at else True
+                   for i, loc in enumerate(attempt)):
                 return [EnqueueResult(base + i, loc) for i, loc in enumerate(attempt)]
         raise AmbiguousCommitError(
             f"manifest '{self.manifest.key}' holds locations of this producer's writes ({sorted(found)}) "
@@ -360,6 +395,16 @@ class _GroupCommitter:
                     return landed
                 if unknown_base is not None:
                     verdict = self._judge_unknown(raw, unknown_base)
+                    if verdict == "undecidable":
+                        # Read after the manifest: a consumer writes receipts before it dequeues.
+                        history = self._receipts_from(min_base)
+                        landed = self._find_landed(raw, tried, min_base, history) if history else None
+                        if landed is not None:
+                            self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
+                            return landed
+                        if unknown_base in history:  # that sequence went to another write
+                            self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
+                            verdict = "lost"
                     if verdict == "undecidable":
                         raise AmbiguousCommitError(
                             f"a write to manifest '{key}' at sequence {unknown_base} had an unknown outcome "
@@ -581,6 +626,7 @@ class QueueConsumer:
         self._metrics = metrics or m.REGISTRY
         self._epoch: int | None = None
         self._fenced: FencedError | None = None
+        self._receipts: DequeueReceipts | None = None
 
     @property
     def epoch(self) -> int | None:
@@ -635,7 +681,9 @@ class QueueConsumer:
             new_epoch = next_epoch(current.epoch)
             new_raw = raw
             if raw is not None and last_acked is not None:
-                new_raw, _ = dequeue_through(raw, last_acked, key)
+                new_raw, removed = dequeue_through(raw, last_acked, key)
+                if removed:
+                    self._record_receipts(raw, last_acked)
             new_raw = with_epoch(new_raw, new_epoch, key)
             try:
                 outcome = self.manifest.write(new_raw, version)
@@ -649,6 +697,25 @@ class QueueConsumer:
                 self._fenced = None
                 return decode_manifest(new_raw, key)
             self._conflict(budget)
+
+    def _record_receipts(self, raw: bytes, through: int) -> None:
+        """Before a dequeue: which location held each sequence it removes (docs/format.md §5.1),
+        so a producer whose write had an unknown outcome can still tell whether it landed.
+        Best effort: without receipts such a producer reports ``AmbiguousCommitError``."""
+        removed = []
+        for sequence, location in iter_entry_locations(raw, self.manifest.key):
+            if sequence > through:
+                break
+            removed.append((sequence, location))
+        try:
+            if self._receipts is None:
+                self._receipts = self.manifest.read_receipts() or DequeueReceipts()
+            updated = self._receipts.extended(removed)
+            self.manifest.write_receipts(updated)
+            self._receipts = updated
+        except StoreError as e:
+            self._metrics.counter(m.RECEIPT_WRITE_FAILURES).inc()
+            _log.warning("could not write the dequeue receipts of '%s': %s", self.manifest.key, e)
 
     def _check(self, current_epoch: int) -> None:
         if self._epoch is None:
@@ -710,6 +777,7 @@ class QueueConsumer:
             new_raw, removed = dequeue_through(raw, sequence, key)
             if removed == 0:
                 return 0
+            self._record_receipts(raw, sequence)
             try:
                 outcome = self.manifest.write(new_raw, version)
             except StoreError as e:

@@ -265,7 +265,15 @@ def build() -> tuple[list[dict], dict[str, bytes]]:
     rejected("batch_trailing_bytes", "batch", two + b"\x01" + batch_footer(0, 2), "CorruptBatch")
     rejected("batch_corrupt_zstd", "batch", b"\x28\xb5\x2f\xfd garbage, not zstd" + batch_footer(1, 1), "CorruptBatch")
     rejected("batch_zstd_truncated", "batch", zblock[:-3] + batch_footer(1, len(zrecs)), "CorruptBatch")
+
+    # Dequeue receipts (format.md §5.1), not a vector kind of their own: RECEIPTS below is the truth.
+    files["receipts_v1.bin"] = b"OSQR" + struct.pack("<BQI", 1, RECEIPTS["first"], len(RECEIPTS["locations"])) + b"".join(
+        struct.pack("<H", len(loc.encode())) + loc.encode() for loc in RECEIPTS["locations"])
     return vectors, files
+
+
+# The content of receipts_v1.bin.
+RECEIPTS = {"first": 7, "locations": ["ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch", "ingest/ü.batch"]}
 
 
 def main(argv: list[str]) -> None:

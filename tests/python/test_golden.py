@@ -13,6 +13,7 @@ from osqueue.consumer import Consumer
 from osqueue.errors import CorruptBatchError, CorruptManifestError, UnsupportedFormatVersionError
 from osqueue.format import (
     Compression,
+    DequeueReceipts,
     EntryTag,
     Manifest,
     ManifestEntry,
@@ -160,3 +161,11 @@ def test_consumer_skips_the_replayed_copy_of_the_golden_manifest(mem_store: InMe
         assert [b.sequence for b in batches] == [10, 11, 12, 14]
         c.ack_through(14)
     assert decode_manifest(store.get("ingest/manifest").data, "m").entries == []
+
+
+def test_dequeue_receipts_golden_file() -> None:
+    data = (GOLDEN / "receipts_v1.bin").read_bytes()
+    # The content make_vectors.py wrote (its RECEIPTS), spelled out: the Scala suite checks the same.
+    expected = DequeueReceipts(7, ("ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch", "ingest/ü.batch"))
+    assert DequeueReceipts.decode(data) == expected
+    assert expected.encode() == data

@@ -27,6 +27,8 @@ from osqueue.errors import (
     StoreError,
 )
 from osqueue.format import (
+    RECEIPTS_SUFFIX,
+    DequeueReceipts,
     Manifest,
     ManifestEntry,
     MetadataItem,
@@ -38,7 +40,7 @@ from osqueue.format import (
     parse_batch_ulid_ms,
 )
 from osqueue.metrics import MetricsRegistry
-from osqueue.queue import QueueConsumer, QueueProducer, RetryPolicy
+from osqueue.queue import EnqueueResult, QueueConsumer, QueueProducer, RetryPolicy
 from osqueue.store import PRECONDITION_FAILED, CasOutcome, InMemoryStore, ObjectVersion
 
 KEY = "ingest/manifest"
@@ -245,6 +247,66 @@ def test_undecidable_outcome_raises_ambiguous_commit_and_never_appends_twice(mem
     assert manifest.entries == [] and manifest.next_sequence == 2  # appended exactly once
     assert store.conditional_calls == 1
     qp.close()
+
+
+def test_dequeue_receipts_decide_a_landed_write_the_consumer_already_dequeued(mem_store: InMemoryStore) -> None:
+    """The same race with a real consumer: it records receipts before dequeueing (format.md §5.1),
+    so the producer learns that its write landed, and where."""
+    mem_store.put(KEY, encode_manifest(Manifest([ManifestEntry(0, "ingest/old.batch", [])], 1, 1)))
+    consumer = _consumer(mem_store)
+    consumer.initialize()
+    store = WrappedStore(mem_store)
+
+    def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        apply()  # the write lands at sequence 1, the consumer dequeues it, the reply is lost
+        assert consumer.dequeue_through(1) == 2
+        raise StoreError("reply lost (test)")
+
+    store.on_conditional = hook
+    qp = _producer(store)
+    assert qp.enqueue("ingest/mine.batch", timeout=10) == EnqueueResult(1, "ingest/mine.batch")
+    manifest = decode_manifest(mem_store.get(KEY).data, KEY)
+    assert manifest.entries == [] and manifest.next_sequence == 2  # appended exactly once
+    assert store.conditional_calls == 1
+    receipts = DequeueReceipts.decode(mem_store.get(KEY + RECEIPTS_SUFFIX).data)
+    assert receipts == DequeueReceipts(0, ("ingest/old.batch", "ingest/mine.batch"))
+    qp.close()
+
+
+def test_dequeue_receipts_show_another_write_took_the_sequence_so_ours_is_appended(mem_store: InMemoryStore) -> None:
+    consumer = _consumer(mem_store)
+    consumer.initialize()
+    other = _producer(mem_store)
+    store = WrappedStore(mem_store)
+
+    def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        if store.conditional_calls == 1:
+            other.enqueue("ingest/other.batch", timeout=10)  # takes our sequence 0 ...
+            consumer.dequeue_through(0)  # ... and is dequeued; our write never landed
+            raise StoreError("connection reset before the server applied it (test)")
+        return apply()
+
+    store.on_conditional = hook
+    qp = _producer(store)
+    assert qp.enqueue("ingest/mine.batch", timeout=10).sequence == 1
+    assert manifest_locations(mem_store) == ["ingest/mine.batch"]
+    qp.close()
+    other.close()
+
+
+def test_dequeue_receipts_keep_the_last_entries_and_restart_after_a_gap() -> None:
+    r = DequeueReceipts().extended([(0, "a"), (1, "b")])
+    assert r == DequeueReceipts(0, ("a", "b"))
+    r = r.extended([(2, "c"), (3, "d")], max_count=3)
+    assert r == DequeueReceipts(1, ("b", "c", "d")) and r.location_at(0) is None and r.location_at(3) == "d"
+    assert r.extended([(3, "d"), (4, "e")], max_count=10) == DequeueReceipts(1, ("b", "c", "d", "e"))  # a retried dequeue
+    assert r.extended([(9, "x")]) == DequeueReceipts(9, ("x",))  # a gap: only what is known for sure
+    assert DequeueReceipts.decode(r.encode()) == r
+    good = r.encode()
+    assert good[:4] == b"OSQR" and len(good) == 17 + 3 * (2 + 1)
+    for bad in (b"", b"OSQR", good[:-1], good + b"x", b"OSQX" + good[4:], good[:4] + b"\x02" + good[5:],
+                good[:13] + b"\xff\xff\xff\xff" + good[17:], good[:-1] + b"\xff"):
+        assert DequeueReceipts.decode(bad) is None, bad
 
 
 def test_write_found_partly_dequeued_landed_and_reports_its_sequences(mem_store: InMemoryStore) -> None:

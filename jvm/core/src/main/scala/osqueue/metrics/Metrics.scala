@@ -76,6 +76,8 @@ object MetricNames {
   val FetchDuration = "buffer.fetch_duration_seconds"
   val ManifestWrites = "buffer.manifest_writes"
   val ManifestConflicts = "buffer.manifest_conflicts"
+  val AmbiguitiesResolvedByReceipts = "buffer.ambiguities_resolved_by_receipts"
+  val ReceiptWriteFailures = "buffer.receipt_write_failures"
   val AmbiguousWrites = "buffer.manifest_ambiguous_writes"
   val BatchesReuploaded = "buffer.batches_reuploaded"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"

@@ -25,6 +25,7 @@ final class ManifestAppender(
 
   private val loop = new CasLoop(manifest, policy, clock, metrics, role)
   private val reuploaded = metrics.counter(MetricNames.BatchesReuploaded)
+  private val resolvedByReceipts = metrics.counter(MetricNames.AmbiguitiesResolvedByReceipts)
 
   import ManifestAppender.Attempt
 
@@ -65,15 +66,26 @@ final class ManifestAppender(
     }.nextOption().orElse {
       val footer = ManifestCodec.decodeFooter(snapshot.raw, manifest.key)
       val first = present.values.minOption.getOrElse(footer.nextSequence)
-      attempts.filter(a => a.unknownOutcome && !a.resolvedNotLanded).foreach { a =>
+      // Read after the manifest: a consumer writes receipts before it dequeues (§5.1).
+      lazy val receipts = try manifest.readReceipts() catch { case _: osqueue.StoreException => None }
+      attempts.filter(a => a.unknownOutcome && !a.resolvedNotLanded).iterator.flatMap { a =>
         // Not landed if nothing was appended since its base, or the entry at its base is someone else's.
-        if (footer.nextSequence == a.base || first <= a.base) a.resolvedNotLanded = true
-        else throw new AmbiguousCommitException(
-          s"manifest '${manifest.describe}': a write of ${a.locations.size} entries at sequence ${a.base} " +
-            s"had an unknown outcome and the entries from ${a.base} on were already dequeued; " +
-            "not appending again to avoid duplicates")
-      }
-      None
+        if (footer.nextSequence == a.base || first <= a.base) { a.resolvedNotLanded = true; None }
+        else receipts.flatMap(_.locationAt(a.base)) match {
+          case Some(location) if location == a.locations.head =>
+            resolvedByReceipts.increment()
+            Some(a.locations.indices.map(a.base + _))
+          case Some(_) =>
+            resolvedByReceipts.increment()
+            a.resolvedNotLanded = true
+            None
+          case None =>
+            throw new AmbiguousCommitException(
+              s"manifest '${manifest.describe}': a write of ${a.locations.size} entries at sequence ${a.base} " +
+                s"had an unknown outcome and the entries from ${a.base} on were already dequeued (with no receipt " +
+                "for that sequence); not appending again to avoid duplicates")
+        }
+      }.nextOption()
     }
   }
 

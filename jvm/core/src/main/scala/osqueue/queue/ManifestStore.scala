@@ -1,6 +1,6 @@
 package osqueue.queue
 
-import osqueue.format.{Manifest, ManifestCodec}
+import osqueue.format.{DequeueReceipts, Manifest, ManifestCodec}
 import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
 
 /** The manifest's bytes as read, with the version a conditional write must match (None = absent). */
@@ -20,6 +20,14 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
   }
 
   def decode(s: Snapshot): Manifest = ManifestCodec.decode(s.raw, key)
+
+  /** `<manifest>.dequeued`: the dequeue receipts (docs/format.md §5.1). */
+  val receiptsKey: String = key + DequeueReceipts.Suffix
+
+  /** The receipts; None when absent or not receipts v1. Throws StoreException. */
+  def readReceipts(): Option[DequeueReceipts] = store.get(receiptsKey).flatMap(o => DequeueReceipts.decode(o.bytes))
+
+  def writeReceipts(r: DequeueReceipts): Unit = store.put(receiptsKey, r.encode)
 
   /** Where the manifest lives, for messages. */
   def describe: String = s"${store.uri.stripSuffix("/")}/$key"

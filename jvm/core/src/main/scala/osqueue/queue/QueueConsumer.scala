@@ -1,8 +1,8 @@
 package osqueue.queue
 
-import osqueue.{Clock, FencedException, IllegalQueueStateException, ResumePointException}
-import osqueue.format.{Manifest, ManifestCodec, RawManifest}
-import osqueue.metrics.MetricsRegistry
+import osqueue.{Clock, FencedException, IllegalQueueStateException, ResumePointException, StoreException}
+import osqueue.format.{DequeueReceipts, Manifest, ManifestCodec, RawManifest}
+import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
  * The consumer side of the queue protocol: `initialize` bumps the manifest epoch (fencing any
@@ -12,6 +12,8 @@ import osqueue.metrics.MetricsRegistry
 final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry) {
   private val loop = new CasLoop(manifest, policy, clock, metrics, "consumer")
   @volatile private var epoch: Option[Long] = None
+  private var receipts: Option[DequeueReceipts] = None
+  private val receiptWriteFailures = metrics.counter(MetricNames.ReceiptWriteFailures)
 
   def ownEpoch: Option[Long] = epoch
   def manifestKey: String = manifest.key
@@ -27,6 +29,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       val first = RawManifest.locations(snapshot.raw, manifest.key).headOption.map(_._1).getOrElse(footer.nextSequence)
       lastAcked.foreach(checkResumePoint(_, first, footer.nextSequence))
       val next = QueueConsumer.nextEpoch(footer.epoch)
+      lastAcked.foreach(recordReceipts(snapshot.raw, _))
       CasStep.Write(RawManifest.withEpoch(snapshot.raw, next, lastAcked, manifest.key), () => next)
     }
     epoch = Some(newEpoch)
@@ -49,8 +52,29 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
         s"cannot dequeue through $through: the queue '${manifest.describe}' has only assigned up to ${footer.nextSequence - 1}")
     RawManifest.dequeueThrough(snapshot.raw, through, manifest.key) match {
       case None => CasStep.Done(false)
-      case Some(bytes) => CasStep.Write(bytes, () => true)
+      case Some(bytes) =>
+        recordReceipts(snapshot.raw, through)
+        CasStep.Write(bytes, () => true)
     }
+  }
+
+  /**
+   * Before a dequeue: which location held each sequence it removes (docs/format.md §5.1), so a
+   * producer whose write had an unknown outcome can still tell whether it landed. Best effort:
+   * without receipts such a producer reports AmbiguousCommitException.
+   */
+  private def recordReceipts(raw: Array[Byte], through: Long): Unit = synchronized {
+    val removed = RawManifest.locations(raw, manifest.key).takeWhile(_._1 <= through)
+    if (removed.nonEmpty)
+      try {
+        val updated = receipts.orElse(manifest.readReceipts()).getOrElse(DequeueReceipts()).extended(removed)
+        manifest.writeReceipts(updated)
+        receipts = Some(updated)
+      } catch {
+        case e: StoreException =>
+          receiptWriteFailures.increment()
+          System.err.println(s"osqueue: could not write the dequeue receipts of '${manifest.describe}': ${e.getMessage}")
+      }
   }
 
   private def checkEpoch(current: Long): Unit = epoch match {

@@ -9,7 +9,7 @@ import scala.concurrent.duration._
 import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue.{AmbiguousCommitException, ConflictRetriesExhaustedException, SystemClock}
-import osqueue.format.{BatchNames, ManifestCodec, Manifest}
+import osqueue.format.{BatchNames, DequeueReceipts, ManifestCodec, Manifest}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.store.{CasOutcome, InMemoryStore, LocalFileSystemStore, ObjectStore, ObjectVersion}
 import osqueue.testing.FaultInjectingStore
@@ -192,6 +192,62 @@ class QueueProducerSuite extends AnyFunSuite {
     a.close()
     val locations = manifestOf(inner).entries.map(_.location)
     assert(locations == Seq(p.location) && p.location != old)
+  }
+
+  /** A store whose first manifest CAS runs `race` (with the write applied or not) and then loses its reply. */
+  private def racingStore(inner: InMemoryStore, applyFirst: Boolean)(race: => Unit): ObjectStore =
+    new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      private val calls = new AtomicInteger()
+      override def putIfVersionMatches(k: String, b: Array[Byte], v: ObjectVersion): CasOutcome =
+        if (k == key && calls.getAndIncrement() == 0) {
+          if (applyFirst) assert(inner.putIfVersionMatches(k, b, v).isInstanceOf[CasOutcome.Written])
+          race
+          throw new osqueue.StoreException("injected: reply lost")
+        } else super.putIfVersionMatches(k, b, v)
+    }
+
+  test("should learn from the dequeue receipts that a write the consumer already dequeued landed") {
+    val inner = InMemoryStore.fresh()
+    val a0 = appender(inner); a0.enqueue(pending(inner)).get(); a0.close()
+    val consumer = new QueueConsumer(new ManifestStore(inner, key), fastRetry, SystemClock, new MetricsRegistry)
+    consumer.initialize(None)
+    val metrics = new MetricsRegistry
+    val a = appender(racingStore(inner, applyFirst = true)(consumer.dequeueThrough(1)), metrics)
+    val mine = pending(inner)
+    assert(a.enqueue(mine).get(30, TimeUnit.SECONDS) == 1L)
+    a.close()
+    val m = manifestOf(inner)
+    assert(m.entries.isEmpty && m.nextSequence == 2, "appended again")
+    assert(metrics.counterValue(MetricNames.AmbiguitiesResolvedByReceipts) == 1)
+    val receipts = DequeueReceipts.decode(inner.get(key + DequeueReceipts.Suffix).get.bytes).get
+    assert(receipts.first == 0 && receipts.locationAt(1).contains(mine.location))
+  }
+
+  test("should learn from the dequeue receipts that another write took the sequence, and append") {
+    val inner = InMemoryStore.fresh()
+    val a0 = appender(inner); a0.enqueue(pending(inner)).get()
+    val consumer = new QueueConsumer(new ManifestStore(inner, key), fastRetry, SystemClock, new MetricsRegistry)
+    consumer.initialize(None)
+    val other = pending(inner)
+    val a = appender(racingStore(inner, applyFirst = false) {
+      a0.enqueue(other).get(); consumer.dequeueThrough(1) // sequence 1 is someone else's, and gone
+    })
+    val mine = pending(inner)
+    assert(a.enqueue(mine).get(30, TimeUnit.SECONDS) == 2L)
+    a.close(); a0.close()
+    assert(manifestOf(inner).entries.map(_.location) == Seq(mine.location))
+  }
+
+  test("should read and write the golden dequeue receipts") {
+    val bytes = Files.readAllBytes(osqueue.testing.RepoFiles.golden.resolve("receipts_v1.bin"))
+    val expected = DequeueReceipts(7, Vector("ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch", "ingest/\u00fc.batch"))
+    assert(DequeueReceipts.decode(bytes).contains(expected))
+    assert(expected.encode.sameElements(bytes))
+    assert(DequeueReceipts.decode(bytes.dropRight(1)).isEmpty && DequeueReceipts.decode(bytes :+ 1.toByte).isEmpty)
+    val r = DequeueReceipts().extended(Seq(0L -> "a", 1L -> "b")).extended(Seq(2L -> "c", 3L -> "d"), maxCount = 3)
+    assert(r == DequeueReceipts(1, Vector("b", "c", "d")))
+    assert(r.extended(Seq(3L -> "d", 4L -> "e"), 10) == DequeueReceipts(1, Vector("b", "c", "d", "e")))
+    assert(r.extended(Seq(9L -> "x")) == DequeueReceipts(9, Vector("x")))
   }
 
   test("should check a slow re-upload again and give up, enqueueing nothing, when every copy is stale") {
