@@ -108,7 +108,7 @@ def _chaos_prerequisites() -> str | None:
 def test_short_chaos_run_is_exact(tmp_path: pathlib.Path) -> None:
     run = tmp_path / "chaos"
     argv = [sys.executable, "-m", "integration.chaos.run", "--entries", "20000", "--seed", "3",
-            "--kills-producers", "2", "--kills-driver", "1", "--chunk", "100", "--produce-seconds", "50",
+            "--kills-producers", "2", "--kills-driver", "1", "--chunk", "100", "--produce-seconds", "70",
             "--error-rate", "0.08", "--cas-error-rate", "0.05", "--drop-reply-rate", "0.03",
             "--drop-reply-every", "20", "--max-minutes", "8", "--report-every", "15", "--out", str(run)]
     t0 = time.monotonic()

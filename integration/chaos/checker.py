@@ -32,6 +32,7 @@ Verdicts (any non-zero one fails the run, exit status 1):
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import glob
 import json
@@ -54,7 +55,7 @@ def _lines(path: str):
 
 
 class Incarnation:
-    __slots__ = ("tag", "name", "kind", "attempted", "acked", "failed", "done", "log")
+    __slots__ = ("tag", "name", "kind", "attempted", "acked", "failed", "done", "log", "_starts")
 
     def __init__(self, tag: str, name: str, log: str) -> None:
         self.tag, self.name, self.log = tag, name, log
@@ -63,12 +64,18 @@ class Incarnation:
         self.acked: dict[int, tuple[int, str, int | None]] = {}  # n -> (sequence, location, index)
         self.failed: dict[int, str] = {}  # n -> error class
         self.done = False
+        self._starts: tuple[list[int], list[int]] | None = None
 
     def attempted_count(self) -> int:
         return sum(k for _, k in self.attempted)
 
     def was_attempted(self, n: int) -> bool:
-        return any(n0 <= n < n0 + k for n0, k in self.attempted)
+        if self._starts is None:
+            ranges = sorted(self.attempted)
+            self._starts = ([n0 for n0, _ in ranges], [n0 + k for n0, k in ranges])
+        starts, ends = self._starts
+        i = bisect.bisect_right(starts, n) - 1
+        return i >= 0 and n < ends[i]
 
 
 def read_producer_logs(run: pathlib.Path) -> dict[str, Incarnation]:
