@@ -7,7 +7,9 @@ Inputs (written by ``integration.chaos.run``; every file is optional except the 
 - ``producers/<name>/inc-<k>.log``: one file per producer incarnation, tag ``<name>-<k>``, values
   ``<tag>-<n>``. Python producers write ``attempt``/``acked``/``failed`` lines per ``produce()``
   call (see ``py_producer.py``); for JVM producers the harness writes one ``attempt`` line for
-  the incarnation's whole range, then QueueTool's stdout follows (``durable<TAB>seq<TAB>location
+  the incarnation's whole range and a ``per-call<TAB>tag<TAB>N`` line (QueueTool runs with
+  ``--sync true --per-call N``: a killed incarnation attempted what resolved plus one call of N),
+  then QueueTool's stdout follows (``durable<TAB>seq<TAB>location
   <TAB>value`` / ``failed<TAB>ErrorClass<TAB>value`` per entry). An attempted value with no
   acked/failed line is *unknown*, like a failed one: it may or may not be in the queue.
   A line cut by a SIGKILL (no trailing newline) is ignored.
@@ -85,6 +87,7 @@ def read_producer_logs(run: pathlib.Path) -> dict[str, Incarnation]:
         k = int(re.search(r"inc-(\d+)\.log$", path).group(1))
         inc = Incarnation(f"{name}-{k}", name, path)
         incs[inc.tag] = inc
+        per_call = 0
         for line in _lines(path):
             p = line.split("\t")
             kind = p[0]
@@ -105,8 +108,17 @@ def read_producer_logs(run: pathlib.Path) -> dict[str, Incarnation]:
                 m = _VALUE.match(p[2])
                 if m and m.group("tag") == inc.tag:
                     inc.failed[int(m.group("n"))] = p[1]
+            elif kind == "per-call" and len(p) == 3:  # JVM: QueueTool --sync true --per-call N
+                per_call = int(p[2])
             elif kind == "done" or line.startswith("produced "):
                 inc.done = True
+        if per_call and not inc.done and inc.attempted:
+            # A synchronous QueueTool produces its values in order, one call of per_call entries
+            # at a time: when killed, what it attempted is what resolved plus one call in flight.
+            resolved = [*inc.acked, *inc.failed]
+            reached = max(len(resolved), max(resolved) + 1 if resolved else 0)
+            n0, count = inc.attempted[0]
+            inc.attempted = [(n0, min(count, reached + per_call))]
     return incs
 
 

@@ -258,6 +258,7 @@ class Harness:
             # QueueTool prints per entry; the attempted range is the whole incarnation's.
             with open(logf, "a") as f:
                 f.write(f"attempt\t{tag}\t0\t{remaining}\n")
+                f.write(f"per-call\t{tag}\t{a.chunk}\n")
             child = Child("producer-jvm", name, k, argv, logf, errf)
         else:
             s = self.s3
