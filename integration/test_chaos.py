@@ -91,6 +91,21 @@ def test_checker_finds_misplaced_conflicting_and_redelivered_keys(tmp_path: path
     assert r["verdict"] == "FAIL"
 
 
+def test_checker_bounds_a_killed_queuetool_by_its_call_in_flight(tmp_path: pathlib.Path) -> None:
+    # Killed after 2 synchronous calls of 10: values 20..29 were maybe in flight, 30.. never produced.
+    _write(tmp_path / "producers" / "jvm1" / "inc-0.log", [
+        "attempt\tjvm1-0\t0\t1000", "per-call\tjvm1-0\t10",
+        *(f"durable\t{n // 10}\tingest/{n // 10}.batch\tjvm1-0-{n}" for n in range(20))])
+    rows = [[n // 10, n % 10, f"jvm1-0-{n}", f"ingest/{n // 10}.batch"] for n in range(30)]
+    _sink(tmp_path, 0, rows)
+    r = checker.check(tmp_path)
+    assert r["producers"]["jvm1"]["attempted"] == 30 and r["producers"]["jvm1"]["unknown"] == 10, r
+    assert r["verdict"] == "PASS", r
+    _sink(tmp_path, 0, rows + [[3, 5, "jvm1-0-35", "ingest/3.batch"]])
+    r = checker.check(tmp_path)
+    assert r["total"]["unexpected"] == 1 and r["examples"]["unexpected"] == ["jvm1-0-35"], r
+
+
 def _chaos_prerequisites() -> str | None:
     if shutil.which("java") is None:
         return "no java"
