@@ -510,6 +510,7 @@ S3_REGION = "fs.s3a.endpoint.region"
 S3_SSL = "fs.s3a.connection.ssl.enabled"
 S3_CONNECT_TIMEOUT = "fs.s3a.connection.establish.timeout"
 S3_SOCKET_TIMEOUT = "fs.s3a.connection.timeout"
+S3_ATTEMPTS = "fs.s3a.attempts.maximum"
 
 _DURATION = re.compile(r"(?i)^\s*(\d+)\s*(ns|us|ms|s|m|h|d)?\s*$")
 _DURATION_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -534,6 +535,16 @@ def _parse_bool(option: str, value: object) -> bool:
     raise InvalidConfigError(option, value, "use true or false")
 
 
+def _parse_retries(value: object) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise InvalidConfigError(S3_ATTEMPTS, value, "expected a whole number of retries >= 0")
+    return n
+
+
 def _make_s3_client(options: Mapping[str, Any] | None) -> Any:
     import boto3
     from botocore.config import Config
@@ -556,7 +567,9 @@ def _make_s3_client(options: Mapping[str, Any] | None) -> Any:
     region = opts.get(S3_REGION) or session.region_name or "us-east-1"
     config_args: dict[str, Any] = {
         "s3": {"addressing_style": "path" if path_style else "auto"},
-        "retries": {"mode": "standard", "max_attempts": 3},
+        # 3 attempts per request by default; fs.s3a.attempts.maximum counts retries, as in S3A. A
+        # retried conditional PUT that then fails its precondition is an unknown outcome (_conditional).
+        "retries": {"mode": "standard", "total_max_attempts": _parse_retries(opts[S3_ATTEMPTS]) + 1 if S3_ATTEMPTS in opts else 3},
         # The same keys and defaults as the JVM store (S3StoreConfig): 10 s to connect, 60 s per read.
         "connect_timeout": parse_duration(S3_CONNECT_TIMEOUT, opts[S3_CONNECT_TIMEOUT]) if S3_CONNECT_TIMEOUT in opts else 10,
         "read_timeout": parse_duration(S3_SOCKET_TIMEOUT, opts[S3_SOCKET_TIMEOUT]) if S3_SOCKET_TIMEOUT in opts else 60,
@@ -592,7 +605,8 @@ class S3Store:
             ``fs.s3a.secret.key``, ``fs.s3a.session.token``, ``fs.s3a.path.style.access``,
             ``fs.s3a.endpoint.region``, ``fs.s3a.connection.ssl.enabled`` (scheme of a bare
             host endpoint), ``fs.s3a.connection.establish.timeout`` and
-            ``fs.s3a.connection.timeout`` (connect and read timeouts, Hadoop duration forms).
+            ``fs.s3a.connection.timeout`` (connect and read timeouts, Hadoop duration forms),
+            ``fs.s3a.attempts.maximum`` (retries per request as in S3A; default 2, i.e. 3 attempts).
             Missing credentials and region come from boto3's default chain.
         client: A ready boto3 S3 client (``options`` is then ignored).
     """

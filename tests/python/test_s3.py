@@ -202,6 +202,11 @@ def test_s3_timeouts_come_from_the_s3a_options_as_on_the_jvm() -> None:
     assert client.meta.endpoint_url == "http://127.0.0.1:9"
     default = S3Store("b", options={"fs.s3a.endpoint": "http://127.0.0.1:9"})._client
     assert (default.meta.config.connect_timeout, default.meta.config.read_timeout) == (10, 60)
+    assert default.meta.config.retries["total_max_attempts"] == 3
+    # S3A's fs.s3a.attempts.maximum counts retries: 7 retries = 8 attempts (the JVM store reads it the same way)
+    assert S3Store("b", options={"fs.s3a.attempts.maximum": "7"})._client.meta.config.retries["total_max_attempts"] == 8
+    with pytest.raises(InvalidConfigError, match="fs.s3a.attempts.maximum"):
+        S3Store("b", options={"fs.s3a.attempts.maximum": "-1"})
     with pytest.raises(InvalidConfigError, match="fs.s3a.connection.timeout"):
         S3Store("b", options={"fs.s3a.connection.timeout": "soon"})
 

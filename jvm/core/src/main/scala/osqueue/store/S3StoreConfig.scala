@@ -75,7 +75,12 @@ object S3StoreConfig {
         case Some(d) if d.length == 0 => None
         case Some(d) => Some(d)
         case None => defaults.requestTimeout
-      }
+      },
+      // S3A's key counts retries; maxAttempts counts the first try too.
+      maxAttempts = raw("fs.s3a.attempts.maximum").map { case (n, v) =>
+        v.toIntOption.filter(r => r >= 0 && r < 1000).map(_ + 1)
+          .getOrElse(throw new InvalidConfigException(n, v, "expected a whole number of retries >= 0"))
+      }.getOrElse(defaults.maxAttempts)
     )
   }
 

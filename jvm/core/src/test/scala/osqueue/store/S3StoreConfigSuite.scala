@@ -62,6 +62,12 @@ class S3StoreConfigSuite extends AnyFunSuite {
     assert(read("fs.s3a.connection.request.timeout" -> "0").requestTimeout === None, "0 disables the request timeout")
   }
 
+  test("should read the retries per request from fs.s3a.attempts.maximum (S3A counts retries)") {
+    assert(read().maxAttempts === 3)
+    assert(read("fs.s3a.attempts.maximum" -> "7").maxAttempts === 8)
+    assert(read("fs.s3a.attempts.maximum" -> "0").maxAttempts === 1)
+  }
+
   test("should reject invalid values naming the option and the value") {
     val bad = Seq(
       "fs.s3a.connection.timeout" -> "soon",
@@ -70,7 +76,9 @@ class S3StoreConfigSuite extends AnyFunSuite {
       "fs.s3a.path.style.access" -> "yes",
       "fs.s3a.connection.ssl.enabled" -> "1",
       "fs.s3a.endpoint" -> "ftp://host",
-      "fs.s3a.endpoint" -> "http://")
+      "fs.s3a.endpoint" -> "http://",
+      "fs.s3a.attempts.maximum" -> "-1",
+      "fs.s3a.attempts.maximum" -> "many")
     for ((k, v) <- bad) {
       val e = intercept[InvalidConfigException](read(k -> v))
       assert(e.option === k && e.value === v && e.getMessage.contains(v), e.getMessage)

@@ -6,12 +6,15 @@ import java.util.concurrent.ConcurrentHashMap
 
 import scala.jdk.CollectionConverters._
 
+import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 
-import osqueue.store.{CasOutcome, ObjectStore, ObjectStores}
+import osqueue.StoreException
+import osqueue.queue.RetryPolicy
+import osqueue.store.{ObjectStore, ObjectStores}
 
 /** Opens stores once per JVM (driver or executor) and per location, since S3 clients are costly. */
-private[spark] object OsqueueStores {
+private[spark] object OsqueueStores extends Logging {
   private val cache = new ConcurrentHashMap[(String, Map[String, String]), ObjectStore]()
 
   def open(location: QueueLocation): ObjectStore =
@@ -34,12 +37,24 @@ private[spark] object OsqueueStores {
    */
   def queueId(store: ObjectStore, location: QueueLocation, create: Boolean): Option[String] = {
     val key = location.manifestPath + ".queue-id"
-    store.get(key).map(o => new String(o.bytes, UTF_8).trim).orElse {
-      if (!create) None
-      else store.putIfAbsent(key, UUID.randomUUID().toString.getBytes(UTF_8)) match {
-        case CasOutcome.Written(_) | CasOutcome.PreconditionFailed =>
-          store.get(key).map(o => new String(o.bytes, UTF_8).trim)
+    def read() = store.get(key).map(o => new String(o.bytes, UTF_8).trim)
+    if (!create) return read()
+    val policy = RetryPolicy()
+    // A create whose reply was lost (unknown outcome) is settled by the next read: whichever id landed wins.
+    for (attempt <- 1 to QueueIdAttempts) {
+      try {
+        read() match {
+          case found @ Some(_) => return found
+          case None => store.putIfAbsent(key, UUID.randomUUID().toString.getBytes(UTF_8))
+        }
+      } catch {
+        case e: StoreException if attempt < QueueIdAttempts =>
+          logWarning(s"osqueue: creating the queue id '$key' failed (${e.getMessage}); reading it again")
+          Thread.sleep(policy.delayMs(attempt))
       }
     }
+    read().orElse(throw new StoreException(s"could not create or read the queue id '$key' in ${store.uri}"))
   }
+
+  private val QueueIdAttempts = 8
 }
