@@ -822,8 +822,8 @@ def bench_raw_put(env: Env, s: Settings) -> dict[str, Any]:
         s.log("raw_put: skipped (needs java, pyspark's jars, the connector jar and bench/jvm/ProducerVsRawPut.java)")
         return {"skipped": "java, pyspark's jars, the connector jar or bench/jvm/ProducerVsRawPut.java not found"}
     entry_bytes, per_call, flush_ms = 1024, 1000, 100
-    total = (16 if s.quick else 256) << 20
-    warmup = (8 if s.quick else 64) << 20
+    total = (8 if s.quick else 256) << 20
+    warmup = (4 if s.quick else 64) << 20
     opts = [f"{k}={v}" for k, v in env.options().items()]
     cmd = [shutil.which("java") or "java", "-Xmx6g", "-cp", cp, str(JVM_BENCH_SOURCE), env.uri(f"rawput-{uuid.uuid4().hex[:8]}"),
            str(entry_bytes), str(total), str(per_call), str(flush_ms), str(s.repeats), str(warmup), *opts]
@@ -1020,9 +1020,10 @@ def _compare_sources(
     holder: SparkHolder, s: Settings, ds: SparkDataset, name: str, other: Callable[[], dict[str, Any]]
 ) -> dict[str, Any]:
     """A warm-up of each side, then repeats alternating which goes first; rows/s per repeat."""
-    s.log(f"{name}: warm-up (one run of each, not counted) ...")
-    _osqueue_read(holder, ds)
-    other()
+    if not s.quick:  # --quick: no warm-up (kept short; its figures are not goals)
+        s.log(f"{name}: warm-up (one run of each, not counted) ...")
+        _osqueue_read(holder, ds)
+        other()
     runs = []
     for r in range(s.repeats):
         pair = {}
@@ -1331,7 +1332,13 @@ def _latency_run(env: Env, s: Settings, holder: SparkHolder, duration: float, ra
                     break
             time.sleep(0.05)
     finally:
+        progress = [pr for pr in q.recentProgress if pr and int(pr.get("numInputRows", 0)) > 0]
         q.stop()
+    # Where a micro-batch's time goes, by Spark's own phases (median over the batches with rows).
+    phases: dict[str, list[float]] = {}
+    for pr in progress:
+        for k, v in (pr.get("durationMs") or {}).items():
+            phases.setdefault(k, []).append(float(v))
     with lock:
         visible = sorted(v[1] * 1000 for v in seen.values())
         handed = sorted(v[0] * 1000 for v in seen.values())
@@ -1352,6 +1359,7 @@ def _latency_run(env: Env, s: Settings, holder: SparkHolder, duration: float, ra
         "durable_p99_ms": _percentile(dur, 99),
         "micro_batches": nb,
         "collect_p50_ms": _percentile(collect_ms, 50),
+        "phase_p50_ms": {k: _percentile(sorted(v), 50) for k, v in phases.items()},
         "visible_ms": [round(v, 1) for v in visible],
     }
 
@@ -1361,7 +1369,7 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
     duration = 3.0 if s.quick else 30.0
     rate = 20.0
     runs = []
-    for r in range(s.repeats):
+    for r in range(1 if s.quick else s.repeats):  # --quick: one run (each is a query start + 3 s)
         run = _latency_run(env, s, holder, duration, rate)
         runs.append(run)
         s.log(
@@ -1388,6 +1396,10 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
         "produce_to_durable_p99_ms": summarize([r["durable_p99_ms"] for r in runs]),
         "collect_p50_ms": summarize([r["collect_p50_ms"] for r in runs]),
         "micro_batches": summarize([r["micro_batches"] for r in runs]),
+        "micro_batch_phase_p50_ms": {
+            k: summarize([r["phase_p50_ms"][k] for r in runs if k in r["phase_p50_ms"]])
+            for k in sorted({k for r in runs for k in r["phase_p50_ms"]})
+        },
         "samples_ms": [v for r in runs for v in r["visible_ms"]],
         "goal": "p50 <= 400 ms and p99 <= 1000 ms",
         "goal_met": bool(p50["median"] <= 400 and p99["median"] <= 1000),
@@ -1697,6 +1709,9 @@ def _markdown(result: dict[str, Any]) -> str:
             "",
             f"{_fmt(r['samples_per_run'], ' samples', 0)} per run, {_fmt(r['micro_batches'], ' micro-batches', 0)} per run, "
             f"collect() p50 {_fmt(r['collect_p50_ms'], ' ms', 0)}; max {_fmt(r['max_ms'], ' ms', 0)}. Trigger: {r['trigger']}.",
+            "",
+            "A micro-batch with rows, by Spark's phases (`durationMs` of its progress; median per run, then over runs): "
+            + ", ".join(f"{k} {_fmt(v, ' ms', 0)}" for k, v in r["micro_batch_phase_p50_ms"].items()) + ".",
             "",
         ]
     return "\n".join(lines)
