@@ -417,8 +417,10 @@ class Settings:
     latency_ms: float
     log: Callable[[str], None]
     repeats: int = 3
+    ratio_repeats: int = 5
+    """Repeats of the short paired runs whose ratio is the figure (raw_put, spark_file, kafka)."""
     spark_mb: int = 0
-    """Payload of the Spark source comparisons (MiB); 0: 8 with --quick, 256 otherwise."""
+    """Payload of the Spark source comparisons (MiB); 0: 8 with --quick, 1024 otherwise."""
     record_bytes: int = 1024
     spark: Any = None  # a SparkHolder while Spark benchmarks run
     kafka: Any = None  # (broker jars, connector jars, versions) when the Kafka benchmark runs
@@ -426,8 +428,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         self.repeats = 2 if self.quick else 3
+        self.ratio_repeats = 2 if self.quick else 5
         if not self.spark_mb:
-            self.spark_mb = 8 if self.quick else 256
+            self.spark_mb = 8 if self.quick else 1024
 
 
 def _contention_run(env: Env, threads: int, mode: str, duration: float) -> dict[str, Any]:
@@ -826,8 +829,8 @@ def bench_raw_put(env: Env, s: Settings) -> dict[str, Any]:
     warmup = (4 if s.quick else 64) << 20
     opts = [f"{k}={v}" for k, v in env.options().items()]
     cmd = [shutil.which("java") or "java", "-Xmx6g", "-cp", cp, str(JVM_BENCH_SOURCE), env.uri(f"rawput-{uuid.uuid4().hex[:8]}"),
-           str(entry_bytes), str(total), str(per_call), str(flush_ms), str(s.repeats), str(warmup), *opts]
-    s.log(f"raw_put: one JVM, {s.repeats} repeats of {total >> 20} MiB (+ a {warmup >> 20} MiB warm-up) ...")
+           str(entry_bytes), str(total), str(per_call), str(flush_ms), str(s.ratio_repeats), str(warmup), *opts]
+    s.log(f"raw_put: one JVM, {s.ratio_repeats} repeats of {total >> 20} MiB (+ a {warmup >> 20} MiB warm-up) ...")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = []
     assert proc.stdout is not None and proc.stderr is not None
@@ -931,6 +934,9 @@ class SparkHolder:
 def _stream_to_noop(spark: Any, df: Any, checkpoint: str) -> dict[str, Any]:
     """Runs df (a streaming DataFrame) into the noop sink with Trigger.AvailableNow; wall time
     from start() to the end of the query, the rows Spark counted and its own phase durations."""
+    # Level the ground: collect the previous query's garbage before the clock starts (without
+    # this, whichever side ran first in a pair paid for the last query's garbage).
+    spark.sparkContext._jvm.java.lang.System.gc()
     t0 = time.monotonic()
     q = df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
     q.awaitTermination()
@@ -1025,7 +1031,7 @@ def _compare_sources(
         _osqueue_read(holder, ds)
         other()
     runs = []
-    for r in range(s.repeats):
+    for r in range(s.ratio_repeats):
         pair = {}
         order = ("osqueue", name) if r % 2 == 0 else (name, "osqueue")
         for side in order:
@@ -1143,7 +1149,9 @@ def kafka_jars(log: Callable[[str], None]) -> tuple[list[str], list[str], dict[s
         log,
     )
     errors = []
-    for tp in TOKEN_PROVIDER_VERSIONS:
+    # A version already in the cache wins (a failed lookup costs Maven ~15 s and is not cached).
+    cached = [tp for tp in TOKEN_PROVIDER_VERSIONS if (CACHE / "maven" / f"spark-sql-kafka-{SPARK_KAFKA_VERSION}-tp{tp}" / ".complete").is_file()]
+    for tp in cached[:1] or TOKEN_PROVIDER_VERSIONS:
         try:
             connector = _maven_fetch(
                 f"spark-sql-kafka-{SPARK_KAFKA_VERSION}-tp{tp}",

@@ -729,7 +729,7 @@ def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:
     help="Directory for the JSON and Markdown results.",
 )
 @click.option("--endpoint", default=None, help="Use this S3 endpoint (keys test/test) instead of starting moto.")
-@click.option("--spark-mb", type=click.IntRange(min=1), default=None, help="Payload of the Spark source comparisons in MiB [256; 8 with --quick].")
+@click.option("--spark-mb", type=click.IntRange(min=1), default=None, help="Payload of the Spark source comparisons in MiB [1024; 8 with --quick].")
 @click.option("--record-bytes", type=click.IntRange(min=16), default=1024, show_default=True, help="Record size of the Spark source comparisons.")
 def bench(
     quick: bool, only: tuple[str, ...], latency_ms: float, out: str, endpoint: str | None, spark_mb: int | None, record_bytes: int
