@@ -12,7 +12,8 @@
 // (b) the sizes of the batch files it wrote are listed and the same number of objects of exactly
 // those sizes are PUT one after the other from one thread (the producer uploads from one flush
 // thread too), timed from the first PUT to the last. The order of (a) and (b) alternates between
-// repeats. One JSON line per repeat on stdout; the objects are deleted after each repeat.
+// repeats; each phase deletes its objects before the other starts (moto slows down as it holds
+// more), and each timed phase starts after a System.gc(). One JSON line per repeat on stdout.
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -82,11 +83,17 @@ public class ProducerVsRawPut {
     ObjectStore rawStore = ObjectStores.open(uri + "/raw", options);
     double producerS = 0, rawS = 0;
     List<Long> sizes = null;
+    List<Long> producerSizes = null;
+    long[] verified = null;
+    // Each phase deletes what it wrote before the other starts: both see the same (empty) server.
     for (int phase = 0; phase < 2; phase++) {
       boolean producerPhase = (phase == 0) == producerFirst;
       if (producerPhase) {
         producerS = produce(producerStore, calls, metadata, flushMs);
-        sizes = batchSizes(producerStore);
+        producerSizes = batchSizes(producerStore);
+        verified = verify(producerStore);
+        deleteAll(producerStore);
+        if (sizes == null) sizes = producerSizes;
       } else {
         if (sizes == null) {
           // Raw first: the sizes come from a producer run made for that purpose (not timed).
@@ -97,18 +104,14 @@ public class ProducerVsRawPut {
           probe.close();
         }
         rawS = rawPuts(rawStore, sizes, repeat);
+        deleteAll(rawStore);
       }
     }
-    // The producer's own batch sizes are used whichever ran first.
-    List<Long> producerSizes = batchSizes(producerStore);
     long batchBytes = 0;
     for (long s : producerSizes) batchBytes += s;
     long rawBytes = 0;
     for (long s : sizes) rawBytes += s;
-    long[] verified = verify(producerStore);
     double encodeS = encodeOnly(calls, producerSizes.size());
-    deleteAll(producerStore);
-    deleteAll(rawStore);
     producerStore.close();
     rawStore.close();
     System.out.println(String.format(java.util.Locale.ROOT,
@@ -126,6 +129,7 @@ public class ProducerVsRawPut {
         ProducerConfig$.MODULE$.apply$default$6(), ProducerConfig$.MODULE$.apply$default$7(),
         ProducerConfig$.MODULE$.apply$default$8());
     FiniteDuration wait = Duration.create(10, TimeUnit.MINUTES);
+    System.gc(); // the previous phase's garbage is not this phase's cost
     long t0 = System.nanoTime();
     Producer producer = new Producer(store, config, SystemClock$.MODULE$, new MetricsRegistry());
     List<WriteHandle> handles = new ArrayList<>(calls.size());
@@ -181,6 +185,7 @@ public class ProducerVsRawPut {
       rnd.nextBytes(b);
       objects.add(b);
     }
+    System.gc(); // the previous phase's garbage is not this phase's cost
     long t0 = System.nanoTime();
     for (int i = 0; i < objects.size(); i++) store.put(String.format("raw/%08d.bin", i), objects.get(i));
     return (System.nanoTime() - t0) / 1e9;
