@@ -1587,10 +1587,13 @@ def _markdown(result: dict[str, Any]) -> str:
     goals = _goals(result)
     if goals:
         lines += ["## Goals", "", "| # | what | goal | measured (median, min–max) | verdict |", "| --- | --- | --- | --- | --- |"]
+        if result["quick"]:
+            lines[-4] = "## Goals (a --quick run: sizes too small for the verdicts to mean anything)"
         for g in goals:
+            verdict = "met" if g["met"] else "**missed**"
             lines.append(
                 f"| {g['item']} | {g['what']} | {'≥' if g['higher'] else '≤'} {g['goal']:g}{g['unit']} | "
-                f"{_fmt(g['stat'], g['unit'], 2)} | {'met' if g['met'] else '**missed**'} |"
+                f"{_fmt(g['stat'], g['unit'], 2)} | {'(quick) ' + verdict if result['quick'] else verdict} |"
             )
         lines.append("")
     skipped = {n: v["skipped"] for n, v in b.items() if isinstance(v, dict) and "skipped" in v}
