@@ -35,7 +35,7 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python - <<'PY' > .venv/requirements.txt
 import tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"] + p["optional-dependencies"]["bench"]))
 PY
   .venv/bin/python -m pip install -q -r .venv/requirements.txt
   rm -f .venv/.osqueue-deps-*

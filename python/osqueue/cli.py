@@ -706,13 +706,13 @@ def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:
 
 
 @cli.command()
-@click.option("--quick", is_flag=True, help="Short runs (under 90 s on 2 cores); no speed goals checked.")
+@click.option("--quick", is_flag=True, help="Short runs (under 2 min on 2 cores, no Kafka); no speed goals checked.")
 @click.option(
     "--only",
     "only",
     multiple=True,
-    type=click.Choice(["contention", "depth", "py_vs_jvm", "requests"]),
-    help="Run only this benchmark (repeatable).",
+    help="Run only these benchmarks (repeatable, or comma-separated): contention, depth, py_vs_jvm, requests, "
+    "raw_put, spark_file, kafka, latency ('-' works for '_').",
 )
 @click.option(
     "--latency-ms",
@@ -729,18 +729,29 @@ def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:
     help="Directory for the JSON and Markdown results.",
 )
 @click.option("--endpoint", default=None, help="Use this S3 endpoint (keys test/test) instead of starting moto.")
-def bench(quick: bool, only: tuple[str, ...], latency_ms: float, out: str, endpoint: str | None) -> None:
+@click.option("--spark-mb", type=click.IntRange(min=1), default=None, help="Payload of the Spark source comparisons in MiB [1024; 8 with --quick].")
+@click.option("--record-bytes", type=click.IntRange(min=16), default=1024, show_default=True, help="Record size of the Spark source comparisons.")
+def bench(
+    quick: bool, only: tuple[str, ...], latency_ms: float, out: str, endpoint: str | None, spark_mb: int | None, record_bytes: int
+) -> None:
     """Run the benchmarks (bench/README.md) against a local moto S3 server.
 
     Prints each figure as it is measured, then writes bench-<time>.json and .md to --out.
     """
-    from osqueue.bench import run_benchmarks
+    from osqueue.bench import normalize_names, run_benchmarks
 
-    command = "osqueue bench" + (" --quick" if quick else "") + "".join(f" --only {n}" for n in only)
+    try:
+        names = normalize_names(only)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--only") from None
+    command = "osqueue bench" + (" --quick" if quick else "") + (f" --only {','.join(names)}" if names else "")
     command += f" --latency-ms {latency_ms:g} --out {out}"
+    command += (f" --spark-mb {spark_mb}" if spark_mb else "") + (f" --record-bytes {record_bytes}" if record_bytes != 1024 else "")
     _, path = run_benchmarks(
+        spark_mb=spark_mb or 0,
+        record_bytes=record_bytes,
         quick=quick,
-        only=only,
+        only=names,
         latency_ms=latency_ms,
         out=out,
         endpoint=endpoint,

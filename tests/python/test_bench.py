@@ -7,7 +7,9 @@ import math
 
 from click.testing import CliRunner
 
-from osqueue.bench import CountingStore, summarize
+import pytest
+
+from osqueue.bench import CountingStore, normalize_names, summarize
 from osqueue.cli import cli
 from osqueue.store import InMemoryStore
 
@@ -38,6 +40,18 @@ def test_counting_store_counts_each_kind() -> None:
     assert store.snapshot() == {"PUT": 2, "GET": 1, "LIST": 1, "DELETE": 1}
 
 
+def test_only_takes_comma_separated_names_with_either_separator() -> None:
+    assert normalize_names(["spark-file,latency", "raw_put"]) == ["spark_file", "latency", "raw_put"]
+    assert normalize_names([]) == []
+    with pytest.raises(ValueError, match="unknown benchmark 'nope'"):
+        normalize_names(["depth,nope"])
+
+
+def test_cli_rejects_an_unknown_benchmark(tmp_path) -> None:
+    result = CliRunner().invoke(cli, ["bench", "--only", "nope", "--out", str(tmp_path)])
+    assert result.exit_code != 0 and "unknown benchmark 'nope'" in result.output
+
+
 def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
     out = tmp_path / "results"
     result = CliRunner().invoke(cli, ["bench", "--quick", "--out", str(out)], catch_exceptions=False)
@@ -53,7 +67,8 @@ def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
     assert data["quick"] is True and data["s3"]["latency_ms"] == 20
 
     b = data["benchmarks"]
-    assert set(b) == {"contention", "depth", "py_vs_jvm", "requests"}
+    # --quick runs everything but Kafka (fetching jars and starting a broker is not quick).
+    assert set(b) == {"contention", "depth", "py_vs_jvm", "requests", "raw_put", "spark_file", "latency"}
 
     c = b["contention"]
     assert c["duplicates"] == 0
@@ -87,3 +102,34 @@ def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
         for kind in ("PUT", "GET", "LIST", "DELETE"):
             assert _is_stat(q[phase][kind]), (phase, kind)
     assert q["produce"]["PUT"]["median"] > 0 and q["gc"]["DELETE"]["median"] > 0
+
+    r = b["raw_put"]
+    if "skipped" not in r:  # skipped only without java or the jars
+        assert r["entries_verified"] is True
+        for k in ("producer_mb_per_s", "raw_put_mb_per_s", "encode_s", "ratio_producer_to_raw_put"):
+            assert _is_stat(r[k]), k
+
+    f = b["spark_file"]
+    assert f["records"] > 0 and f["batches"] >= 2
+    for k in ("osqueue_rows_per_s", "text_rows_per_s", "ratio_osqueue_to_text"):
+        assert _is_stat(f[k]), k
+    for run in f["raw_runs"]:  # every run read every record (checked by the benchmark too)
+        assert run["osqueue"]["rows"] == run["text"]["rows"] == f["records"]
+
+    lat = b["latency"]
+    assert lat["samples_per_run"]["min"] >= 50
+    for k in ("p50_ms", "p99_ms", "produce_to_durable_p50_ms"):
+        assert _is_stat(lat[k]), k
+    assert 0 < lat["p50_ms"]["median"] <= lat["p99_ms"]["median"]
+    assert "processingTime" in lat["trigger"]
+
+    goals = {g for g in json_file.with_suffix(".md").read_text().splitlines() if g.startswith("| 5 |")}
+    assert len(goals) == 2  # p50 and p99 rows in the goals table
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert data["plots"] == [] and "matplotlib" in data["plots_skipped"]
+    else:
+        assert {p.split("-quick-")[1] for p in data["plots"]} >= {"contention.png", "depth.png", "latency.png", "ratios.png"}
+        for name in data["plots"]:
+            assert (out / name).stat().st_size > 1000
