@@ -61,8 +61,12 @@ final class Producer(
   /** Flushes the open batch and waits until everything produced before this call is durable. */
   def flush(): Unit = {
     val done = new CompletableFuture[Void]()
-    if (closed) throw new IllegalQueueStateException("producer is closed")
-    inbox.put(Flush(done))
+    // Under the read lock, as produce(): the Flush is queued before a Close, or refused.
+    lifecycle.readLock().lock()
+    try {
+      if (closed) throw new IllegalQueueStateException("producer is closed")
+      inbox.put(Flush(done))
+    } finally lifecycle.readLock().unlock()
     awaitControl(done)
   }
 
@@ -81,16 +85,19 @@ final class Producer(
     }
   }
 
-  /** Waits for a Flush/Close to be processed, without hanging if the flush thread is gone. */
-  private def awaitControl(done: CompletableFuture[Void]): Unit = {
-    while (!done.isDone && flusher.isAlive) {
-      try done.get(100, TimeUnit.MILLISECONDS)
-      catch { case _: java.util.concurrent.TimeoutException | _: java.util.concurrent.ExecutionException => }
+  /**
+   * Waits for a Flush/Close to be processed. Every control message the flush thread takes is
+   * completed, possibly after the thread ended (the writes it waits for finish on the committer);
+   * any it never took is failed when it ends (normally or not), so this cannot hang.
+   */
+  private def awaitControl(done: CompletableFuture[Void]): Unit =
+    try done.get()
+    catch {
+      case e: java.util.concurrent.ExecutionException => throw e.getCause
+      case e: InterruptedException =>
+        Thread.currentThread().interrupt()
+        throw new IllegalQueueStateException(s"interrupted while waiting for the producer: $e")
     }
-    if (!done.isDone) throw new IllegalQueueStateException("producer flush thread is not running")
-    try done.join()
-    catch { case e: java.util.concurrent.CompletionException => throw e.getCause }
-  }
 
   // ---- flush thread ----
   private val batchRecords = ArrayBuffer.empty[Array[Byte]]
@@ -106,19 +113,27 @@ final class Producer(
   flusher.start()
 
   private def flushLoop(): Unit =
-    try runFlushLoop()
-    catch {
+    try {
+      runFlushLoop()
+      // After Close: fail what a racing flush() put behind it (produce() refuses once closed).
+      failQueued(new IllegalQueueStateException("producer is closed"))
+    } catch {
       case e: Throwable =>
-        // A bug must not leave callers waiting forever: fail what is queued and refuse new input.
-        closed = true
+        // A bug must not leave callers waiting forever: refuse new input, fail what is queued.
+        lifecycle.writeLock().lock()
+        try closed = true
+        finally lifecycle.writeLock().unlock()
         val failure = new IllegalQueueStateException(s"producer flush thread failed: $e")
         batchInputs.foreach(_._1.handle.future.completeExceptionally(failure))
-        Iterator.continually(inbox.poll()).takeWhile(_ != null).foreach {
-          case in: Input => in.handle.future.completeExceptionally(failure)
-          case Flush(done) => done.completeExceptionally(failure)
-          case Close(done) => done.completeExceptionally(failure)
-        }
+        failQueued(failure)
         throw e
+    }
+
+  private def failQueued(failure: Exception): Unit =
+    Iterator.continually(inbox.poll()).takeWhile(_ != null).foreach {
+      case in: Input => in.handle.future.completeExceptionally(failure)
+      case Flush(done) => done.completeExceptionally(failure)
+      case Close(done) => done.completeExceptionally(failure)
     }
 
   private def runFlushLoop(): Unit = {

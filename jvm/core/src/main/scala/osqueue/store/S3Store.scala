@@ -133,7 +133,21 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
   private def isNoSuchBucket(e: AwsServiceException): Boolean =
     e.isInstanceOf[NoSuchBucketException] || Option(e.awsErrorDetails()).exists(_.errorCode() == "NoSuchBucket")
 
-  private def failure(op: String, fullKey: String, e: Throwable): StoreException = {
+  /**
+   * A StoreException, except for an interrupted call (a Spark query being stopped): that is an
+   * InterruptedIOException, which Spark takes for a normal stop instead of a query failure.
+   */
+  private def failure(op: String, fullKey: String, e: Throwable): Exception = {
+    val causes = Iterator.iterate(e)(_.getCause).takeWhile(_ != null).take(20).toSeq
+    if (Thread.currentThread().isInterrupted || causes.exists {
+          case _: software.amazon.awssdk.core.exception.AbortedException | _: InterruptedException |
+              _: java.io.InterruptedIOException => true
+          case _ => false
+        }) {
+      val interrupted = new java.io.InterruptedIOException(s"S3 $op of s3://$bucket/$fullKey was interrupted")
+      interrupted.initCause(e)
+      return interrupted
+    }
     val hint = e match {
       case s: AwsServiceException if s.statusCode() == 403 && op == "GET" =>
         " (S3 also answers 403 for a missing object when the credentials lack s3:ListBucket)"

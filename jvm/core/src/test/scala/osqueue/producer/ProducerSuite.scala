@@ -94,6 +94,22 @@ class ProducerSuite extends AnyFunSuite {
     assert(manifest(inner).entries.size == 1)
   }
 
+  test("should let close() wait for manifest writes still in flight after the flush thread ended") {
+    val inner = InMemoryStore.fresh()
+    val slowManifest = new osqueue.testing.FaultInjectingStore(inner, (_, _) => osqueue.testing.FaultInjectingStore.Fault.None) {
+      override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome = { Thread.sleep(300); super.putIfAbsent(key, bytes) }
+      override def putIfVersionMatches(key: String, bytes: Array[Byte], v: ObjectVersion): CasOutcome = {
+        Thread.sleep(300); super.putIfVersionMatches(key, bytes, v)
+      }
+    }
+    val p = new Producer(slowManifest, ProducerConfig(flushInterval = 1.hour))
+    val handles = (0 until 3).map(i => p.produce(Seq(s"e$i".getBytes)))
+    p.close() // the flush thread hands the last batch to the committer and ends before it is written
+    assert(handles.forall(_.result().exists(_.isSuccess)), "close() returned before the writes were durable")
+    assert(manifest(inner).entries.size == 1)
+    intercept[IllegalQueueStateException](p.flush())
+  }
+
   test("should refuse produce() after close() and empty entry lists") {
     val p = new Producer(InMemoryStore.fresh())
     intercept[InvalidConfigException](p.produce(Seq.empty))

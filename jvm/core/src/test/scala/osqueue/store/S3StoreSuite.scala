@@ -69,6 +69,22 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
     }
   }
 
+  test("should raise InterruptedIOException, not StoreException, when the calling thread is interrupted") {
+    // What a Spark query's stop() does to a task or the driver's stream thread during a call: the
+    // SDK aborts ("Thread was interrupted"); Spark must see an interruption, not a store failure.
+    Using.resource(new S3Store(server.freshBucket(), "p", server.storeConfig)) { s =>
+      val outcome = new java.util.concurrent.CompletableFuture[Throwable]()
+      val t = new Thread(() => {
+        Thread.currentThread().interrupt()
+        outcome.complete(try { s.get("k"); null } catch { case e: Throwable => e })
+      })
+      t.start()
+      val e = outcome.get(30, java.util.concurrent.TimeUnit.SECONDS)
+      assert(e.isInstanceOf[java.io.InterruptedIOException], e)
+      assert(e.getMessage.contains("/p/k") && e.getMessage.contains("interrupted"), e.getMessage)
+    }
+  }
+
   test("should raise StoreException quickly, naming the endpoint, when the endpoint is unreachable") {
     val port = Using.resource(new ServerSocket(0))(_.getLocalPort) // closed again: nothing listens
     val config = S3StoreConfig(
