@@ -29,10 +29,10 @@ final class BatchFetcher(store: ObjectStore, clock: Clock, metrics: MetricsRegis
 
   def fetch(d: BatchDescriptor): ConsumedBatch = {
     val started = clock.nanoTime()
-    val obj = store.get(d.location).getOrElse(throw new BatchNotFoundException(d.location, d.sequence))
-    val entries = BatchCodec.decode(obj.bytes, d.location)
+    val bytes = store.getBytes(d.location).getOrElse(throw new BatchNotFoundException(d.location, d.sequence))
+    val entries = BatchCodec.decode(bytes, d.location)
     fetchDuration.observe((clock.nanoTime() - started) / 1e9)
-    bytesCollected.add(obj.bytes.length)
+    bytesCollected.add(bytes.length)
     ConsumedBatch(entries, d.sequence, d.location, d.metadata)
   }
 }

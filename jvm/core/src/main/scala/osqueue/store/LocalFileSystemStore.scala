@@ -45,6 +45,15 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
     }
   }
 
+  /** No content hash: batch reads never need the version. */
+  override def getBytes(key: String): Option[Array[Byte]] = {
+    val path = resolve(key)
+    io("read", key) {
+      if (Files.isDirectory(path)) None
+      else try Some(Files.readAllBytes(path)) catch { case _: NoSuchFileException => None }
+    }
+  }
+
   override def put(key: String, bytes: Array[Byte]): Unit = {
     val path = resolve(key)
     io("write", key) {

@@ -29,6 +29,9 @@ trait ObjectStore extends AutoCloseable {
   /** The object and its version, or None if it does not exist. */
   def get(key: String): Option[VersionedObject]
 
+  /** The object's bytes without its version (batch reads), or None if it does not exist. */
+  def getBytes(key: String): Option[Array[Byte]] = get(key).map(_.bytes)
+
   /** Unconditional write (batch files: ULID names are never reused). */
   def put(key: String, bytes: Array[Byte]): Unit
 

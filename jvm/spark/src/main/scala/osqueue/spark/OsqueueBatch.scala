@@ -9,7 +9,7 @@ import osqueue.format.ManifestCodec
  * `spark.read.format("osqueue")`: the queue's current entries, optionally within
  * [startingSequence, endingSequence). Reads the manifest without fencing or acking anything.
  */
-private[spark] final class OsqueueBatch(options: BatchReadOptions) extends Batch {
+private[spark] final class OsqueueBatch(options: BatchReadOptions, readers: PartitionReaderFactory) extends Batch {
   override def planInputPartitions(): Array[InputPartition] = {
     val location = options.location
     val store = OsqueueStores.open(location)
@@ -25,5 +25,5 @@ private[spark] final class OsqueueBatch(options: BatchReadOptions) extends Batch
       .map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss): InputPartition).toArray
   }
 
-  override def createReaderFactory(): PartitionReaderFactory = OsqueueReaderFactory
+  override def createReaderFactory(): PartitionReaderFactory = readers
 }

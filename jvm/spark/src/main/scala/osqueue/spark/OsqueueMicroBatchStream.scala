@@ -24,7 +24,7 @@ import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
  * dequeued before Spark has committed the batch. The driver reads only the manifest; executors
  * fetch and decode the batch files.
  */
-private[spark] final class OsqueueMicroBatchStream(options: SourceOptions)
+private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, readers: PartitionReaderFactory)
     extends MicroBatchStream with SupportsTriggerAvailableNow with ReportsSourceMetrics with Logging {
 
   private val location = options.location
@@ -128,7 +128,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions)
     entries.map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss): InputPartition).toArray
   }
 
-  override def createReaderFactory(): PartitionReaderFactory = OsqueueReaderFactory
+  override def createReaderFactory(): PartitionReaderFactory = readers
 
   /** Spark committed the batch ending at `end`: dequeue through `end - 1` (one write, or none). */
   override def commit(end: Offset): Unit = {

@@ -15,16 +15,18 @@ private[spark] final case class OsqueueInputPartition(
     descriptor: BatchDescriptor,
     failOnDataLoss: Boolean) extends InputPartition
 
-private[spark] object OsqueueReaderFactory extends PartitionReaderFactory {
+/** `fields`: the columns Spark needs (indexes into [[OsqueueSchema.schema]]), after pruning. */
+private[spark] final case class OsqueueReaderFactory(fields: Array[Int]) extends PartitionReaderFactory {
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] =
-    new OsqueuePartitionReader(partition.asInstanceOf[OsqueueInputPartition])
+    new OsqueuePartitionReader(partition.asInstanceOf[OsqueueInputPartition], fields)
 }
 
 /**
  * Fetches and decodes one batch on an executor. A corrupt batch fails the task naming the object;
  * a missing one is data loss (fails unless `failOnDataLoss=false`, then it is skipped and counted).
  */
-private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition) extends PartitionReader[InternalRow] with Logging {
+private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition, fields: Array[Int])
+    extends PartitionReader[InternalRow] with Logging {
   private var bytesFetched = 0L
   private var fetchTimeMs = 0L
   private var missing = 0L
@@ -35,7 +37,7 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition) exte
     try {
       val batch = new BatchFetcher(store, SystemClock, new MetricsRegistry).fetch(p.descriptor)
       bytesFetched = batch.entries.foldLeft(0L)(_ + _.length)
-      OsqueueSchema.rows(batch)
+      OsqueueSchema.rows(batch, fields)
     } catch {
       case e: BatchNotFoundException if !p.failOnDataLoss =>
         logWarning(s"skipping missing batch '${p.descriptor.location}' (sequence ${p.descriptor.sequence}): " +

@@ -17,18 +17,35 @@ private[spark] object OsqueueSchema {
     StructField("ingestionTime", TimestampType, nullable = true),
     StructField("metadata", BinaryType, nullable = true)))
 
-  /** Rows of one batch, in record order; each record gets the metadata range that covers it. */
-  def rows(batch: ConsumedBatch): Iterator[InternalRow] = {
+  /** The schema's fields, by name, in the order `required` lists them (column pruning). */
+  def fieldIndexes(required: StructType): Array[Int] = required.fieldNames.map(schema.fieldIndex)
+
+  /**
+   * Rows of one batch, in record order, with the columns `fields` (indexes into [[schema]]); each
+   * record gets the metadata range that covers it. One row object is reused, as Spark allows.
+   */
+  def rows(batch: ConsumedBatch, fields: Array[Int]): Iterator[InternalRow] = {
     val location = UTF8String.fromString(batch.location)
     val items = batch.metadata
     var item = -1
+    val values = new Array[Any](fields.length)
+    val row = new GenericInternalRow(values)
     batch.entries.iterator.zipWithIndex.map { case (value, index) =>
       while (item + 1 < items.size && items(item + 1).startIndex <= index) item += 1
       val meta = if (item >= 0) items(item) else null
-      new GenericInternalRow(Array[Any](
-        value, batch.sequence, index, location,
-        if (meta == null) null else java.lang.Long.valueOf(meta.ingestionTimeMs * 1000L),
-        if (meta == null) null else meta.payload))
+      var i = 0
+      while (i < fields.length) {
+        values(i) = fields(i) match {
+          case 0 => value
+          case 1 => batch.sequence
+          case 2 => index
+          case 3 => location
+          case 4 => if (meta == null) null else java.lang.Long.valueOf(meta.ingestionTimeMs * 1000L)
+          case _ => if (meta == null) null else meta.payload
+        }
+        i += 1
+      }
+      row
     }
   }
 }

@@ -41,19 +41,20 @@ private[spark] object OsqueueStores extends Logging {
     if (!create) return read()
     val policy = RetryPolicy()
     // A create whose reply was lost (unknown outcome) is settled by the next read: whichever id landed wins.
-    for (attempt <- 1 to QueueIdAttempts) {
+    var attempt = 1
+    var found: Option[String] = None
+    while (found.isEmpty && attempt <= QueueIdAttempts) {
       try {
-        read() match {
-          case found @ Some(_) => return found
-          case None => store.putIfAbsent(key, UUID.randomUUID().toString.getBytes(UTF_8))
-        }
+        found = read()
+        if (found.isEmpty) store.putIfAbsent(key, UUID.randomUUID().toString.getBytes(UTF_8))
       } catch {
         case e: StoreException if attempt < QueueIdAttempts =>
           logWarning(s"osqueue: creating the queue id '$key' failed (${e.getMessage}); reading it again")
           Thread.sleep(policy.delayMs(attempt))
       }
+      attempt += 1
     }
-    read().orElse(throw new StoreException(s"could not create or read the queue id '$key' in ${store.uri}"))
+    found.orElse(read()).orElse(throw new StoreException(s"could not create or read the queue id '$key' in ${store.uri}"))
   }
 
   private val QueueIdAttempts = 8

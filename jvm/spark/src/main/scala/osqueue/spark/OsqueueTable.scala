@@ -6,7 +6,7 @@ import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.connector.catalog.{SupportsRead, SupportsWrite, Table, TableCapability}
 import org.apache.spark.sql.connector.metric.CustomMetric
-import org.apache.spark.sql.connector.read.{Batch, Scan, ScanBuilder}
+import org.apache.spark.sql.connector.read.{Batch, Scan, ScanBuilder, SupportsPushDownRequiredColumns}
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream
 import org.apache.spark.sql.connector.write.{LogicalWriteInfo, WriteBuilder}
 import org.apache.spark.sql.types.StructType
@@ -27,22 +27,31 @@ private[spark] class OsqueueTable(tableOptions: Map[String, String], givenSchema
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
     // For writes Spark hands getTable the DataFrame's schema; only a read can carry a user schema.
     if (givenSchema.exists(_ != OsqueueSchema.schema)) throw OsqueueExceptions.userSchema()
-    () => new OsqueueScan(OsqueueOptions.normalize(tableOptions ++ options.asCaseSensitiveMap().asScala))
+    new OsqueueScanBuilder(OsqueueOptions.normalize(tableOptions ++ options.asCaseSensitiveMap().asScala))
   }
 
   override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder =
     new OsqueueWriteBuilder(info, tableOptions ++ OsqueueOptions.normalize(info.options().asCaseSensitiveMap().asScala))
 }
 
+/** Column pruning: rows carry only the columns the query uses (a `value`-only read builds one). */
+private[spark] final class OsqueueScanBuilder(options: Map[String, String]) extends ScanBuilder with SupportsPushDownRequiredColumns {
+  private var required = OsqueueSchema.schema
+  override def pruneColumns(requiredSchema: StructType): Unit = required = requiredSchema
+  override def build(): Scan = new OsqueueScan(options, required)
+}
+
 /** Validates options for the mode Spark asks for, then builds the stream or the batch. */
-private[spark] final class OsqueueScan(options: Map[String, String]) extends Scan {
-  override def readSchema(): StructType = OsqueueSchema.schema
+private[spark] final class OsqueueScan(options: Map[String, String], required: StructType) extends Scan {
+  override def readSchema(): StructType = required
   override def description(): String = s"osqueue ${options.getOrElse(OsqueueOptions.Path, "")}"
 
-  override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream =
-    new OsqueueMicroBatchStream(SourceOptions(options, OsqueueStores.sessionStoreOptions()))
+  private def readers = OsqueueReaderFactory(OsqueueSchema.fieldIndexes(required))
 
-  override def toBatch: Batch = new OsqueueBatch(BatchReadOptions(options, OsqueueStores.sessionStoreOptions()))
+  override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream =
+    new OsqueueMicroBatchStream(SourceOptions(options, OsqueueStores.sessionStoreOptions()), readers)
+
+  override def toBatch: Batch = new OsqueueBatch(BatchReadOptions(options, OsqueueStores.sessionStoreOptions()), readers)
 
   override def supportedCustomMetrics(): Array[CustomMetric] = OsqueueTaskMetrics.supported
 }
