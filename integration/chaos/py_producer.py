@@ -35,14 +35,19 @@ def s3_client(endpoint: str, region: str, access_key: str, secret_key: str, time
                         aws_access_key_id=access_key, aws_secret_access_key=secret_key)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
+def add_queue_args(ap: argparse.ArgumentParser) -> None:
+    """Where the chaos queue is: the S3 endpoint, its dummy credentials, bucket and prefix."""
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--region", default="us-east-1")
     ap.add_argument("--access-key", default="test")
     ap.add_argument("--secret-key", default="test")
     ap.add_argument("--bucket", required=True)
     ap.add_argument("--prefix", required=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    add_queue_args(ap)
     ap.add_argument("--name", required=True)
     ap.add_argument("--incarnation", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)

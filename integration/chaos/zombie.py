@@ -23,19 +23,14 @@ import argparse
 import sys
 import time
 
-from integration.chaos.py_producer import s3_client
+from integration.chaos.py_producer import add_queue_args, s3_client
 
 KINDS = ("next_batch", "read", "ack_through", "dequeue_through", "flush")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--endpoint", required=True)
-    ap.add_argument("--region", default="us-east-1")
-    ap.add_argument("--access-key", default="test")
-    ap.add_argument("--secret-key", default="test")
-    ap.add_argument("--bucket", required=True)
-    ap.add_argument("--prefix", required=True)
+    add_queue_args(ap)
     ap.add_argument("--interval", type=float, default=0.2)
     ap.add_argument("--log", required=True)
     args = ap.parse_args(argv)
