@@ -6,7 +6,7 @@ import scala.collection.mutable
 
 import org.slf4j.LoggerFactory
 
-import osqueue.{Clock, IllegalQueueStateException, SystemClock}
+import osqueue.{Clock, FencedException, IllegalQueueStateException, SystemClock}
 import osqueue.consumer.Consumer.Scan
 import osqueue.format.EntryTag
 import osqueue.gc.GarbageCollector
@@ -67,7 +67,7 @@ final class Consumer(
 
   /** Up to `max` descriptors after the last handed out, from one manifest read. Never reissued. */
   def nextDescriptors(max: Int): IndexedSeq[BatchDescriptor] = synchronized {
-    checkOpen()
+    checkUsable()
     if (max <= 0) IndexedSeq.empty
     else {
       val s = scan(lastHandedOut, max)
@@ -82,7 +82,7 @@ final class Consumer(
 
   /** The next batch in order, or None when the queue has nothing more. Cursor moves on success only. */
   def nextBatch(): Option[ConsumedBatch] = synchronized {
-    checkOpen()
+    checkUsable()
     val s = scan(lastHandedOut, 1)
     if (s.descriptors.isEmpty) commit(s) // only skipped copies (if any) were left
     s.descriptors.headOption.map { d =>
@@ -97,7 +97,7 @@ final class Consumer(
 
   /** Acknowledges the next sequence in order; dequeues every `ackBatchSize` acks. */
   def ack(sequence: Long): Unit = synchronized {
-    checkOpen()
+    checkUsable()
     val expected = lastAcked.map(_ + 1).orElse(firstHandedOut)
     if (!expected.contains(sequence))
       throw new IllegalQueueStateException(
@@ -112,7 +112,7 @@ final class Consumer(
 
   /** Moves the durable frontier through `sequence` in one write; state changes only on success. */
   def ackThrough(sequence: Long): Unit = synchronized {
-    checkOpen()
+    checkUsable()
     if (lastAcked.exists(sequence <= _))
       throw new IllegalQueueStateException(s"non-monotonic ack_through($sequence): already acked through ${lastAcked.get}")
     requireHandedOut(sequence)
@@ -125,12 +125,19 @@ final class Consumer(
     absorbSkipped()
   }
 
-  /** Dequeues everything acked so far. */
-  def flush(): Unit = synchronized { flushAcks() }
+  /**
+   * Dequeues everything acked so far. With nothing to dequeue it still reads the manifest to
+   * check the epoch (and writes nothing), so a fenced consumer learns of it here.
+   */
+  def flush(): Unit = synchronized {
+    checkUsable()
+    if (lastAcked != lastDequeued) flushAcks() else queue.read()
+  }
 
+  /** Dequeues what was acked (unless fenced: that write could never land) and stops GC. */
   override def close(): Unit = synchronized {
     if (!closed) {
-      try flushAcks()
+      try if (queue.fenced.isEmpty) flushAcks()
       finally {
         closed = true
         gcExecutor.foreach(_.shutdownNow())
@@ -189,7 +196,11 @@ final class Consumer(
     acksSinceDequeue = 0
   }
 
-  private def checkOpen(): Unit = if (closed) throw new IllegalQueueStateException("consumer is closed")
+  /** Closed, or fenced before (a fence is remembered: every later call fails with it, as in Python). */
+  private def checkUsable(): Unit = {
+    if (closed) throw new IllegalQueueStateException("consumer is closed")
+    queue.fenced.foreach(f => throw new FencedException(f.ownEpoch, f.currentEpoch))
+  }
 
   private def startGc(): Unit = {
     val gc = new GarbageCollector(store, config.manifestPath, config.dataPathPrefix, config.gcGracePeriod, clock, metrics)

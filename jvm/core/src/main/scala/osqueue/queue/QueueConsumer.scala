@@ -12,10 +12,13 @@ import osqueue.metrics.{MetricNames, MetricsRegistry}
 final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry) {
   private val loop = new CasLoop(manifest, policy, clock, metrics, "consumer")
   @volatile private var epoch: Option[Long] = None
+  /** The fence once seen: a fenced consumer stays fenced (a newer consumer owns the queue for good). */
+  @volatile private var fencedBy: Option[FencedException] = None
   private var receipts: Option[DequeueReceipts] = None
   private val receiptWriteFailures = metrics.counter(MetricNames.ReceiptWriteFailures)
 
   def ownEpoch: Option[Long] = epoch
+  def fenced: Option[FencedException] = fencedBy
   def manifestKey: String = manifest.key
 
   /**
@@ -33,6 +36,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       CasStep.Write(RawManifest.withEpoch(snapshot.raw, next, lastAcked, manifest.key), () => next)
     }
     epoch = Some(newEpoch)
+    fencedBy = None
     newEpoch
   }
 
@@ -79,7 +83,10 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
 
   private def checkEpoch(current: Long): Unit = epoch match {
     case None => throw new IllegalQueueStateException("consumer is not initialized: call initialize() first")
-    case Some(own) if own != current => throw new FencedException(own, current)
+    case Some(own) if own != current =>
+      val e = new FencedException(own, current)
+      fencedBy = Some(e)
+      throw e
     case _ =>
   }
 

@@ -83,11 +83,33 @@ class ConsumerSuite extends AnyFunSuite {
     assert(newEpoch == oldEpoch + 1)
     val e = intercept[FencedException](old.nextBatch())
     assert(e.ownEpoch == oldEpoch && e.currentEpoch == newEpoch && e.kind == ErrorKind.Fenced)
+    val afterFence = store.get("ingest/manifest").get.version
+    // The fence is remembered: every later call fails with it, before touching any cursor.
     intercept[FencedException](old.nextDescriptors(5))
-    old.ack(0)
-    intercept[FencedException](old.flush())
+    intercept[FencedException](old.ack(0))
+    intercept[FencedException](old.ackThrough(0))
+    intercept[FencedException](old.nextBatch())
+    val f = intercept[FencedException](old.flush())
+    assert(f.ownEpoch == oldEpoch && f.currentEpoch == newEpoch)
+    old.close() // no dequeue once fenced: it could never land
+    assert(store.get("ingest/manifest").get.version == afterFence, "a fenced consumer wrote the manifest")
     assert(manifest(store).firstSequence == 0, "a fenced consumer's dequeue landed")
     assert(fresh.nextBatch().map(_.sequence).contains(0L))
+  }
+
+  test("should check the epoch on flush with nothing to dequeue, reading only") {
+    val store = queueWith(2)
+    var writes = 0
+    val counting = new FaultInjectingStore(store, (_, _) => { writes += 1; FaultInjectingStore.Fault.None })
+    val old = new Consumer(counting, noGc)
+    old.initialize()
+    old.flush() // owner, nothing acked: a read, no write
+    new Consumer(store, noGc).initialize()
+    val writesBefore = writes
+    val versionBefore = store.get("ingest/manifest").get.version
+    intercept[FencedException](old.flush())
+    intercept[FencedException](old.ack(0)) // remembered, although ack itself reads nothing
+    assert(writes == writesBefore && store.get("ingest/manifest").get.version == versionBefore)
   }
 
   test("should resume after a checkpointed sequence, dequeueing it with the epoch bump") {
