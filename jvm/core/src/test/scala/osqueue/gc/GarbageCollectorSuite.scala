@@ -2,13 +2,18 @@ package osqueue.gc
 
 import scala.concurrent.duration._
 
+import java.util.concurrent.atomic.AtomicInteger
+
 import org.scalatest.funsuite.AnyFunSuite
+
+import osqueue.{FencedException, StoreException}
 
 import osqueue.consumer.{Consumer, ConsumerConfig}
 import osqueue.format.{BatchNames, Manifest, ManifestCodec, NewEntry, RawManifest}
+import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.producer.{Producer, ProducerConfig}
 import osqueue.store.InMemoryStore
-import osqueue.testing.ManualClock
+import osqueue.testing.{FaultInjectingStore, ManualClock}
 
 class GarbageCollectorSuite extends AnyFunSuite {
   private val t0 = 1767225600000L
@@ -90,17 +95,63 @@ class GarbageCollectorSuite extends AnyFunSuite {
     assert(store.get(pending.location).isDefined, "the manifest points at a missing file")
   }
 
-  test("should keep no write power in a fenced consumer's GC: it only reads the manifest") {
+  test("should keep an unreferenced batch older than the oldest entry while it is in grace") {
+    val store = InMemoryStore.fresh()
+    val clock = new ManualClock(t0 + 1.hour.toMillis)
+    val young = batchAt(store, clock.nowMillis() - 2.minutes.toMillis)      // older than the oldest entry, young
+    val referenced = batchAt(store, clock.nowMillis() - 1.minute.toMillis)
+    enqueue(store, referenced)
+    val r = new GarbageCollector(store, "ingest/manifest", "ingest", grace, clock).runOnce()
+    assert(r.deleted.isEmpty && r.keptInGrace == 1 && r.keptNewerThanOldest == 0 && r.keptReferenced == 1)
+    assert(store.get(young).isDefined)
+  }
+
+  test("should count a failed delete and delete the file on the next cycle") {
+    val store = InMemoryStore.fresh()
+    val clock = new ManualClock(t0 + 1.hour.toMillis)
+    val orphan = batchAt(store, t0)
+    enqueue(store, batchAt(store, t0 + 1000))
+    val failures = new AtomicInteger(1)
+    val flaky = new FaultInjectingStore(store, (_, _) => FaultInjectingStore.Fault.None) {
+      override def delete(key: String): Unit =
+        if (failures.getAndDecrement() > 0) throw new StoreException(s"injected: delete of '$key' failed")
+        else super.delete(key)
+    }
+    val metrics = new MetricsRegistry
+    val gc = new GarbageCollector(flaky, "ingest/manifest", "ingest", grace, clock, metrics)
+    val first = gc.runOnce()
+    assert(first.failed == Seq(orphan) && first.deleted.isEmpty && store.get(orphan).isDefined)
+    assert(metrics.counterValue(MetricNames.GcFilesFailed) == 1 && metrics.counterValue(MetricNames.GcFilesDeleted) == 0)
+    val second = gc.runOnce()
+    assert(second.deleted == Seq(orphan) && second.failed.isEmpty && store.get(orphan).isEmpty)
+    assert(metrics.counterValue(MetricNames.GcFilesFailed) == 1 && metrics.counterValue(MetricNames.GcFilesDeleted) == 1)
+  }
+
+  test("should keep no write power in a fenced consumer's background GC, which still collects orphans") {
     val store = InMemoryStore.fresh()
     val clock = new ManualClock(t0 + 1.hour.toMillis)
     val referenced = batchAt(store, t0)
     enqueue(store, referenced)
-    val before = store.get("ingest/manifest").get
-    val old = new Consumer(store, ConsumerConfig(runGc = false), clock); old.initialize()
+    val metrics = new MetricsRegistry
+    val old = new Consumer(store, ConsumerConfig(runGc = true, gcInterval = 10.millis), clock, metrics)
+    old.initialize()
     new Consumer(store, ConsumerConfig(runGc = false), clock).initialize()
+    intercept[FencedException](old.nextBatch())
     val afterFence = store.get("ingest/manifest").get
-    val r = new GarbageCollector(store, "ingest/manifest", "ingest", grace, clock).runOnce()
-    assert(r.deleted.isEmpty && store.get(referenced).isDefined)
-    assert(store.get("ingest/manifest").get.version == afterFence.version && afterFence.version != before.version)
+    // docs/format.md §6: GC reads the newest manifest and checks no epoch, so the fenced consumer's
+    // GC may still delete a true orphan (older than the oldest entry, past grace), nothing else.
+    val orphan = batchAt(store, t0 - 1000)
+    val newer = batchAt(store, t0 + 1000)
+    val cycles = metrics.histogram(MetricNames.GcDuration)
+    val start = cycles.count
+    val deadline = System.nanoTime() + 10.seconds.toNanos
+    while (cycles.count < start + 2 && System.nanoTime() < deadline) Thread.sleep(5) // one whole cycle after the orphan
+    try {
+      assert(cycles.count >= start + 2, "the fenced consumer's GC did not run")
+      val now = store.get("ingest/manifest").get
+      assert(now.version == afterFence.version && now.bytes.sameElements(afterFence.bytes), "fenced GC wrote the manifest")
+      assert(store.get(referenced).isDefined && store.get(newer).isDefined)
+      assert(store.get(orphan).isEmpty && metrics.counterValue(MetricNames.GcFilesDeleted) == 1)
+    } finally old.close()
   }
 }
