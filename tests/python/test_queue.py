@@ -249,6 +249,44 @@ def test_undecidable_outcome_raises_ambiguous_commit_and_never_appends_twice(mem
     qp.close()
 
 
+TINY_BUDGET = RetryPolicy(base_delay=0.0005, max_delay=0.001, max_attempts=4)
+
+
+def test_budget_spent_on_unknown_outcomes_raises_ambiguous_commit(mem_store: InMemoryStore) -> None:
+    """Every write times out before it is applied: each could still land, so giving up must not
+    claim "not written" (a caller retrying on a plain StoreError could append a duplicate)."""
+    store = WrappedStore(mem_store)
+
+    def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        raise StoreError("timeout, not applied yet (test)")
+
+    store.on_conditional = hook
+    qp = _producer(store, retry=TINY_BUDGET)
+    with pytest.raises(AmbiguousCommitError):
+        qp.enqueue("ingest/mine.batch", timeout=10)
+    assert store.conditional_calls == 4 and mem_store.get(KEY) is None
+    qp.close()
+
+
+def test_conflicts_spending_the_budget_after_an_unknown_outcome_raise_ambiguous_commit(mem_store: InMemoryStore) -> None:
+    """A write of unknown outcome found pending (``next_sequence == base``, our location absent)
+    may still land; when the retries then only conflict, the budget ends in AmbiguousCommit."""
+    mem_store.put(KEY, encode_manifest(Manifest([ManifestEntry(0, "ingest/old.batch", [])], 1, 1)))
+    store = WrappedStore(mem_store)
+
+    def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        if store.conditional_calls == 1:
+            raise StoreError("timeout, not applied yet (test)")
+        return PRECONDITION_FAILED
+
+    store.on_conditional = hook
+    qp = _producer(store, retry=TINY_BUDGET)
+    with pytest.raises(AmbiguousCommitError, match="sequence 1"):
+        qp.enqueue("ingest/mine.batch", timeout=10)
+    assert manifest_locations(mem_store) == ["ingest/old.batch"]
+    qp.close()
+
+
 def test_dequeue_receipts_decide_a_landed_write_the_consumer_already_dequeued(mem_store: InMemoryStore) -> None:
     """The same race with a real consumer: it records receipts before dequeueing (format.md §5.1),
     so the producer learns that its write landed, and where."""

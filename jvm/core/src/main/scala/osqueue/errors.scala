@@ -75,7 +75,8 @@ final class ConflictRetriesExhaustedException(val key: String, val attempts: Int
       ErrorKind.Transient)
 
 /** A write's outcome could not be determined (its reply was lost and the evidence is gone). */
-final class AmbiguousCommitException(message: String) extends OsqueueException(message, ErrorKind.Transient)
+final class AmbiguousCommitException(message: String, cause: Throwable = null)
+    extends OsqueueException(message, ErrorKind.Transient, cause)
 
 /** The object store failed (I/O error, 5xx, timeout, unreachable endpoint). */
 final class StoreException(message: String, cause: Throwable = null)

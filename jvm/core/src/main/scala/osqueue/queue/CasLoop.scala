@@ -1,6 +1,6 @@
 package osqueue.queue
 
-import osqueue.{Clock, ConflictRetriesExhaustedException, StoreException}
+import osqueue.{AmbiguousCommitException, Clock, ConflictRetriesExhaustedException, OsqueueException, StoreException}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.store.CasOutcome
 
@@ -23,6 +23,18 @@ object PreviousAttempt {
 }
 
 /**
+ * How a caller that tracks its own writes of unknown outcome settles them when the loop gives up
+ * (budget spent, or the manifest cannot be re-read): a write that may still land must be reported
+ * as [[AmbiguousCommitException]], never as a plain failure that invites a duplicate retry.
+ */
+trait Settle[T] {
+  /** A last look at a fresh snapshot: the result if one of the caller's earlier writes landed. */
+  def landed(snapshot: Snapshot, previous: Option[PreviousAttempt]): Option[T]
+  /** A write whose outcome is still unknown (it may have landed or may still land), described; None if none. */
+  def stillUnknown(previous: Option[PreviousAttempt]): Option[String]
+}
+
+/**
  * The read-modify-CAS loop every manifest edit goes through: re-read after each failed or
  * unknown write, jittered exponential backoff, bounded budget. The step function sees how its
  * previous write ended so it can resolve ambiguous outcomes against the fresh snapshot.
@@ -32,12 +44,14 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
   private val conflicts = metrics.counter(MetricNames.ManifestConflicts, "role" -> role)
   private val ambiguous = metrics.counter(MetricNames.AmbiguousWrites, "role" -> role)
 
-  def run[T](step: (Snapshot, Option[PreviousAttempt]) => CasStep[T]): T = {
+  def run[T](step: (Snapshot, Option[PreviousAttempt]) => CasStep[T], settle: Option[Settle[T]] = None): T = {
     val started = clock.nanoTime()
     var attempts = 0
     var previous: Option[PreviousAttempt] = None
     while (true) {
-      val snapshot = manifest.read()
+      val snapshot =
+        try manifest.read()
+        catch { case e: StoreException => throw settled(settle, previous, e) }
       step(snapshot, previous) match {
         case CasStep.Done(result) => return result
         case CasStep.Write(bytes, result) =>
@@ -57,17 +71,25 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
           }
           val elapsedMs = (clock.nanoTime() - started) / 1000000
           if (attempts >= policy.maxAttempts || elapsedMs >= policy.maxElapsedMs) {
-            previous match {
-              case Some(PreviousAttempt.Unknown(e)) =>
-                // One last look: the step either finds the write landed, raises AmbiguousCommit when it
-                // cannot tell, or wants to write again, which means it did not land: report the store error.
-                step(manifest.read(), previous) match {
-                  case CasStep.Done(result) => return result
-                  case CasStep.Write(_, _) => throw new StoreException(
-                    s"manifest '${manifest.describe}': gave up after $attempts attempts in $elapsedMs ms; " +
-                      s"the store kept failing (last: ${e.getMessage})", e)
-                }
-              case _ => throw new ConflictRetriesExhaustedException(manifest.describe, attempts, elapsedMs)
+            def exhausted: OsqueueException = previous match {
+              case Some(PreviousAttempt.Unknown(e)) => new StoreException(
+                s"manifest '${manifest.describe}': gave up after $attempts attempts in $elapsedMs ms; " +
+                  s"the store kept failing (last: ${e.getMessage})", e)
+              case _ => new ConflictRetriesExhaustedException(manifest.describe, attempts, elapsedMs)
+            }
+            settle match {
+              case Some(s) =>
+                if (s.stillUnknown(previous).isDefined) s.landed(manifest.read(), previous).foreach(r => return r)
+                throw settled(settle, previous, exhausted)
+              case None => previous match {
+                case Some(PreviousAttempt.Unknown(_)) =>
+                  // One last look: the step either finds its edit done, or wants to write again (it did not land).
+                  step(manifest.read(), previous) match {
+                    case CasStep.Done(result) => return result
+                    case CasStep.Write(_, _) => throw exhausted
+                  }
+                case _ => throw exhausted
+              }
             }
           }
           clock.sleepMillis(policy.delayMs(attempts - 1))
@@ -75,4 +97,13 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
     }
     throw new IllegalStateException("unreachable")
   }
+
+  /** `error` as the caller sees it: ambiguous while a write of unknown outcome may still land. */
+  private def settled[T](settle: Option[Settle[T]], previous: Option[PreviousAttempt], error: Exception): Exception =
+    settle.flatMap(_.stillUnknown(previous)) match {
+      case Some(write) => new AmbiguousCommitException(
+        s"manifest '${manifest.describe}': gave up (${error.getMessage}) while $write had an unknown outcome; " +
+          "it may still land, so it is neither reported as written nor as failed", error)
+      case None => error
+    }
 }

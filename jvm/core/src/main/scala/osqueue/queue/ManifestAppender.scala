@@ -32,13 +32,32 @@ final class ManifestAppender(
   def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = {
     val attempts = ArrayBuffer.empty[Attempt]
     var lastSent: Option[(Long, IndexedSeq[String])] = None
-    loop.run[IndexedSeq[Long]] { (snapshot, previous) =>
-      (previous, lastSent) match {
-        case (Some(p), Some((base, locs))) =>
-          attempts += new Attempt(base, locs, p.isInstanceOf[PreviousAttempt.Unknown])
-        case _ =>
+    /** Records how the last sent write ended, once (the loop may report it to more than one callback). */
+    def register(previous: Option[PreviousAttempt]): Unit = (previous, lastSent) match {
+      case (Some(p), Some((base, locs))) =>
+        attempts += new Attempt(base, locs, p.isInstanceOf[PreviousAttempt.Unknown])
+        lastSent = None
+      case _ =>
+    }
+    /** An earlier write landed: the group's locations are the ones it carried (a re-upload since is an orphan). */
+    def landedIn(snapshot: Snapshot): Option[IndexedSeq[Long]] = resolve(snapshot, attempts.toSeq).map {
+      case (a, sequences) =>
+        group.zip(a.locations).foreach { case (p, l) => p.location = l }
+        sequences
+    }
+    val settle = new Settle[IndexedSeq[Long]] {
+      def landed(snapshot: Snapshot, previous: Option[PreviousAttempt]): Option[IndexedSeq[Long]] = {
+        register(previous); landedIn(snapshot)
       }
-      resolve(snapshot, attempts.toSeq) match {
+      def stillUnknown(previous: Option[PreviousAttempt]): Option[String] = {
+        register(previous)
+        attempts.find(a => a.unknownOutcome && !a.resolvedNotLanded)
+          .map(a => s"a write of ${a.locations.size} entries at sequence ${a.base}")
+      }
+    }
+    loop.run[IndexedSeq[Long]]({ (snapshot, previous) =>
+      register(previous)
+      landedIn(snapshot) match {
         case Some(sequences) => CasStep.Done(sequences)
         case None =>
           beforeWrite()
@@ -48,33 +67,37 @@ final class ManifestAppender(
           lastSent = Some((base, entries.map(_.location)))
           CasStep.Write(bytes, () => base until base + group.size)
       }
-    }
+    }, Some(settle))
   }
 
   /**
-   * Did one of our earlier writes land? Some(sequences) if so; None if none did (safe to write
-   * again); AmbiguousCommit if a write with an unknown outcome can no longer be checked.
+   * Did one of our earlier writes land? Some((that write, its sequences)) if so; None if none is
+   * known to have (safe to write again: a conditional write on the current version cannot
+   * duplicate one still in flight, which could only land on the version it was sent against);
+   * AmbiguousCommit if a write with an unknown outcome can no longer be checked.
    */
-  private def resolve(snapshot: Snapshot, attempts: Seq[Attempt]): Option[IndexedSeq[Long]] = {
+  private def resolve(snapshot: Snapshot, attempts: Seq[Attempt]): Option[(Attempt, IndexedSeq[Long])] = {
     if (attempts.isEmpty) return None
     val present: Map[String, Long] = RawManifest.locations(snapshot.raw, manifest.key).map(_.swap).toMap
     // A write lands as one block, so its base is where any of its locations sits minus that
     // location's index (retries may carry the same locations at a later base; a dequeued prefix is fine).
     attempts.iterator.flatMap { a =>
       a.locations.iterator.zipWithIndex.collectFirst { case (l, i) if present.contains(l) => present(l) - i }
-        .map(base => a.locations.indices.map(base + _))
+        .map(base => a -> a.locations.indices.map(base + _))
     }.nextOption().orElse {
       val footer = ManifestCodec.decodeFooter(snapshot.raw, manifest.key)
       val first = present.values.minOption.getOrElse(footer.nextSequence)
       // Read after the manifest: a consumer writes receipts before it dequeues (§5.1).
       lazy val receipts = try manifest.readReceipts() catch { case _: osqueue.StoreException => None }
       attempts.filter(a => a.unknownOutcome && !a.resolvedNotLanded).iterator.flatMap { a =>
-        // Not landed if nothing was appended since its base, or the entry at its base is someone else's.
-        if (footer.nextSequence == a.base || first <= a.base) { a.resolvedNotLanded = true; None }
+        // Nothing appended since its base: not landed, but it still may (pending; writing again is safe).
+        if (footer.nextSequence == a.base) None
+        // The entry at its base is someone else's: it can never land.
+        else if (footer.nextSequence > a.base && first <= a.base) { a.resolvedNotLanded = true; None }
         else receipts.flatMap(_.locationAt(a.base)) match {
           case Some(location) if location == a.locations.head =>
             resolvedByReceipts.increment()
-            Some(a.locations.indices.map(a.base + _))
+            Some(a -> a.locations.indices.map(a.base + _))
           case Some(_) =>
             resolvedByReceipts.increment()
             a.resolvedNotLanded = true

@@ -181,6 +181,65 @@ class QueueProducerSuite extends AnyFunSuite {
     assert(inner.get(key).isEmpty)
   }
 
+  private val tinyBudget = RetryPolicy(baseDelayMs = 1, maxDelayMs = 2, maxAttempts = 4)
+
+  test("should raise AmbiguousCommit, not a plain store error, when the budget runs out after unknown outcomes") {
+    val inner = InMemoryStore.fresh()
+    // Every write's reply is lost before it is applied: each could still land for all the producer knows.
+    val faulty = new FaultInjectingStore(inner, (_, _) => Fault.FailBefore)
+    val a = appender(faulty, policy = tinyBudget)
+    val e = intercept[java.util.concurrent.ExecutionException](a.enqueue(pending(inner)).get(30, TimeUnit.SECONDS))
+    a.close()
+    assert(e.getCause.isInstanceOf[AmbiguousCommitException], e.getCause)
+    assert(e.getCause.getMessage.contains("may still land") && e.getCause.getCause.isInstanceOf[osqueue.StoreException])
+    assert(faulty.injected.get() == 4 && inner.get(key).isEmpty)
+  }
+
+  test("should raise AmbiguousCommit when conflicts exhaust the budget while an unknown write may still land") {
+    val inner = InMemoryStore.fresh()
+    val first = pending(inner)
+    val a0 = appender(inner); a0.enqueue(first).get(); a0.close()
+    val calls = new AtomicInteger()
+    val faulty = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def putIfVersionMatches(k: String, b: Array[Byte], v: ObjectVersion): CasOutcome =
+        if (calls.getAndIncrement() == 0) throw new osqueue.StoreException("injected: timeout, not applied (yet)")
+        else CasOutcome.PreconditionFailed
+    }
+    val a = appender(faulty, policy = tinyBudget)
+    val e = intercept[java.util.concurrent.ExecutionException](a.enqueue(pending(inner)).get(30, TimeUnit.SECONDS))
+    a.close()
+    assert(e.getCause.isInstanceOf[AmbiguousCommitException], e.getCause)
+    assert(e.getCause.getMessage.contains("at sequence 1"))
+    assert(manifestOf(inner).entries.map(_.location) == Seq(first.location))
+  }
+
+  test("should report the location that landed when a write sent before a re-upload lands late") {
+    val inner = InMemoryStore.fresh()
+    val clock = new osqueue.testing.ManualClock(System.currentTimeMillis())
+    val upload = () => { val k = BatchNames.newKey("ingest", clock.nowMillis()); inner.put(k, Array[Byte](1)); k }
+    val calls = new AtomicInteger()
+    var delayed: () => CasOutcome = null
+    val late = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def putIfAbsent(k: String, b: Array[Byte]): CasOutcome = calls.getAndIncrement() match {
+        case 0 => // the request is delayed in the network; the producer times out, and time passes
+          delayed = () => inner.putIfAbsent(k, b)
+          clock.advance(6.minutes.toMillis)
+          throw new osqueue.StoreException("injected: timeout")
+        case 1 => // the delayed write lands just before the retry (carrying a fresh re-upload)
+          assert(delayed().isInstanceOf[CasOutcome.Written])
+          inner.putIfAbsent(k, b)
+        case _ => inner.putIfAbsent(k, b)
+      }
+    }
+    val qp = new QueueProducer(new ManifestStore(late, key), fastRetry, clock, new MetricsRegistry, 10.minutes.toMillis)
+    val original = upload()
+    val p = new PendingLocation(original, IndexedSeq.empty, upload)
+    assert(qp.enqueue(p).get(30, TimeUnit.SECONDS) == 0L)
+    qp.close()
+    assert(manifestOf(inner).entries.map(_.location) == Seq(original))
+    assert(p.location == original, "the reported location is not the one in the manifest")
+  }
+
   test("should re-upload a batch older than half the grace period before enqueueing it") {
     val inner = InMemoryStore.fresh()
     val old = BatchNames.newKey("ingest", System.currentTimeMillis() - 6.minutes.toMillis)
