@@ -40,12 +40,18 @@ class QueueProducerSuite extends AnyFunSuite {
     assert(m.nextSequence == expected.size)
   }
 
-  /** `threads` independent producers (each its own appender) append `perThread` locations each. */
+  /**
+   * `threads` independent producers (each its own appender, one shared registry) append `perThread`
+   * locations each. Asserts they really contended: some manifest writes conflicted.
+   */
   private def hammer(store: ObjectStore, threads: Int, perThread: Int): Set[String] = {
+    val metrics = new MetricsRegistry
     val pool = Executors.newFixedThreadPool(threads)
+    val start = new java.util.concurrent.CountDownLatch(1)
     val futures = (0 until threads).map { _ =>
       pool.submit(() => {
-        val a = appender(store)
+        val a = appender(store, metrics)
+        start.await() // all threads start appending together
         try (0 until perThread).map { _ =>
           val p = pending(store)
           a.enqueue(p).get(60, TimeUnit.SECONDS)
@@ -53,8 +59,12 @@ class QueueProducerSuite extends AnyFunSuite {
         } finally a.close()
       })
     }
+    start.countDown()
     val all = futures.flatMap(_.get(120, TimeUnit.SECONDS)).toSet
     pool.shutdown()
+    val conflicts = metrics.counterValue(MetricNames.ManifestConflicts, "role" -> "producer")
+    assert(conflicts > 0, s"no manifest conflicts among $threads producers: the test did not contend")
+    assert(metrics.counterValue(MetricNames.ManifestWrites, "role" -> "producer") >= threads * perThread)
     all
   }
 
