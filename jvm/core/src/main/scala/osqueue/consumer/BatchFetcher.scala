@@ -32,7 +32,7 @@ final class BatchFetcher(store: ObjectStore, clock: Clock, metrics: MetricsRegis
     val bytes = store.getBytes(d.location).getOrElse(throw new BatchNotFoundException(d.location, d.sequence))
     val entries = BatchCodec.decode(bytes, d.location)
     fetchDuration.observe((clock.nanoTime() - started) / 1e9)
-    bytesCollected.add(bytes.length)
+    bytesCollected.add(entries.foldLeft(0L)(_ + _.length)) // record bytes, as Python (bytes_written is the encoded side)
     ConsumedBatch(entries, d.sequence, d.location, d.metadata)
   }
 }

@@ -56,12 +56,13 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
         case CasStep.Done(result) => return result
         case CasStep.Write(bytes, result) =>
           attempts += 1
-          writes.increment()
           val outcome =
             try Right(manifest.write(bytes, snapshot))
             catch { case e: StoreException => Left(e) }
           outcome match {
-            case Right(CasOutcome.Written(_)) => return result()
+            case Right(CasOutcome.Written(_)) =>
+              writes.increment() // landed writes only, as in Python (bench/README: attempts = writes + conflicts)
+              return result()
             case Right(CasOutcome.PreconditionFailed) =>
               conflicts.increment()
               previous = Some(PreviousAttempt.Conflict)
