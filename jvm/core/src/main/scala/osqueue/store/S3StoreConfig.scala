@@ -62,6 +62,7 @@ object S3StoreConfig {
       case (Some(_), None) => throw new InvalidConfigException("fs.s3a.secret.key", "", "fs.s3a.access.key is set, so the secret key is required too")
       case (None, Some(_)) => throw new InvalidConfigException("fs.s3a.access.key", "", "fs.s3a.secret.key is set, so the access key is required too")
     }
+    raw(CredentialsProviderOption).foreach { case (n, v) => checkCredentialsProviders(n, v) }
     val defaults = S3StoreConfig()
     S3StoreConfig(
       endpoint = endpoint,
@@ -82,6 +83,47 @@ object S3StoreConfig {
           .getOrElse(throw new InvalidConfigException(n, v, "expected a whole number of retries >= 0"))
       }.getOrElse(defaults.maxAttempts)
     )
+  }
+
+  val CredentialsProviderOption = "fs.s3a.aws.credentials.provider"
+
+  /**
+   * S3A credential providers that ask for nothing beyond what we do: the static keys we read
+   * (`fs.s3a.access.key`/`secret.key`/`session.token`) or a source of the SDK's default chain
+   * (environment, profile, web identity, container and instance roles). Hadoop's own default
+   * list is made of these, so a configuration carrying it (or any subset) is accepted.
+   */
+  val EquivalentCredentialsProviders: Set[String] = Set(
+    "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider",
+    "org.apache.hadoop.fs.s3a.auth.IAMInstanceCredentialsProvider",
+    "com.amazonaws.auth.EnvironmentVariableCredentialsProvider",
+    "com.amazonaws.auth.InstanceProfileCredentialsProvider",
+    "com.amazonaws.auth.EC2ContainerCredentialsProviderWrapper",
+    "com.amazonaws.auth.WebIdentityTokenCredentialsProvider",
+    "com.amazonaws.auth.DefaultAWSCredentialsProviderChain",
+    "com.amazonaws.auth.profile.ProfileCredentialsProvider",
+    "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
+    "software.amazon.awssdk.auth.credentials.SystemPropertyCredentialsProvider",
+    "software.amazon.awssdk.auth.credentials.InstanceProfileCredentialsProvider",
+    "software.amazon.awssdk.auth.credentials.ContainerCredentialsProvider",
+    "software.amazon.awssdk.auth.credentials.WebIdentityTokenFileCredentialsProvider",
+    "software.amazon.awssdk.auth.credentials.ProfileCredentialsProvider",
+    "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider")
+
+  /**
+   * Any other provider (assumed role, anonymous, a custom class) would pick an identity we
+   * cannot reproduce: ignoring it would sign with another identity, so it is refused, by name.
+   */
+  private def checkCredentialsProviders(option: String, value: String): Unit = {
+    val unsupported = value.split(',').map(_.trim).filter(_.nonEmpty).filterNot(EquivalentCredentialsProviders)
+    if (unsupported.nonEmpty)
+      throw new InvalidConfigException(option, value,
+        s"osqueue talks to S3 through its own AWS SDK client and cannot load S3A credential providers; " +
+          s"unsupported: ${unsupported.mkString(", ")}. Set fs.s3a.access.key/fs.s3a.secret.key " +
+          "(and fs.s3a.session.token), or leave the option unset (or list only standard providers) to use " +
+          "the SDK's default chain (environment, profile, web identity, container or instance role), " +
+          "e.g. AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE or a profile with role_arn for an assumed role")
   }
 
   /** A host[:port] (scheme from `ssl`) or an http(s) URL. */

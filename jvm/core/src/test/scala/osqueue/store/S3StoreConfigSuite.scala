@@ -89,4 +89,25 @@ class S3StoreConfigSuite extends AnyFunSuite {
     assert(intercept[InvalidConfigException](read("fs.s3a.access.key" -> "AK")).option === "fs.s3a.secret.key")
     assert(intercept[InvalidConfigException](read("fs.s3a.secret.key" -> "SK")).option === "fs.s3a.access.key")
   }
+
+  test("should accept the standard credential providers equivalent to ours, including Hadoop's default list") {
+    val hadoopDefault = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider,\n" +
+      " org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider, " +
+      "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider," +
+      "org.apache.hadoop.fs.s3a.auth.IAMInstanceCredentialsProvider"
+    assert(read("fs.s3a.aws.credentials.provider" -> hadoopDefault) === S3StoreConfig())
+    assert(read("spark.hadoop.fs.s3a.aws.credentials.provider" ->
+      "com.amazonaws.auth.InstanceProfileCredentialsProvider").credentials === None)
+  }
+
+  test("should refuse a credential provider it cannot honour, naming the option and the class") {
+    val assumed = "org.apache.hadoop.fs.s3a.auth.AssumedRoleCredentialProvider"
+    val e = intercept[InvalidConfigException](read(
+      "fs.s3a.aws.credentials.provider" -> s"org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider,$assumed"))
+    assert(e.option == "fs.s3a.aws.credentials.provider")
+    assert(e.getMessage.contains(s"unsupported: $assumed") && !e.getMessage.contains("unsupported: org.apache.hadoop.fs.s3a.Simple"))
+    val perBucket = intercept[InvalidConfigException](read(
+      "fs.s3a.bucket.b.aws.credentials.provider" -> "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider"))
+    assert(perBucket.getMessage.contains("AnonymousAWSCredentialsProvider"))
+  }
 }
