@@ -339,7 +339,7 @@ def test_jvm_producers_through_faults_keep_the_manifest_exact(s3) -> None:
     failed: dict[bytes, str] = {}
     for (out, err), p in zip(outs, procs):
         if keep_going:
-            assert p.returncode in (0, 3), f"QueueTool exited {p.returncode}: {err[-2000:]}"
+            assert p.returncode in (0, 3), f"QueueTool exited {p.returncode}: {err[:1500]} [...] {err[-500:]}"
             for line in out.splitlines():
                 parts = line.split("\t")
                 if parts[0] == "durable":
@@ -349,7 +349,7 @@ def test_jvm_producers_through_faults_keep_the_manifest_exact(s3) -> None:
         else:
             # Without --keep-going the tool stops at its first failed handle and prints nothing per
             # entry: everything it produced counts as "failed or durable, unknown which".
-            assert p.returncode in (0, 2), f"QueueTool exited {p.returncode}: {err[-2000:]}"
+            assert p.returncode in (0, 2), f"QueueTool exited {p.returncode}: {err[:1500]} [...] {err[-500:]}"
     if not keep_going:
         failed = {v: "unknown" for v in produced}
     m, contents = _queue_contents(s3, bucket, "q")

@@ -139,11 +139,7 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
    */
   private def failure(op: String, fullKey: String, e: Throwable): Exception = {
     val causes = Iterator.iterate(e)(_.getCause).takeWhile(_ != null).take(20).toSeq
-    if (Thread.currentThread().isInterrupted || causes.exists {
-          case _: software.amazon.awssdk.core.exception.AbortedException | _: InterruptedException |
-              _: java.io.InterruptedIOException => true
-          case _ => false
-        }) {
+    if (Thread.currentThread().isInterrupted || causes.exists(S3Store.isInterruption)) {
       val interrupted = new java.io.InterruptedIOException(s"S3 $op of s3://$bucket/$fullKey was interrupted")
       interrupted.initCause(e)
       return interrupted
@@ -158,6 +154,18 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
 }
 
 object S3Store {
+
+  /**
+   * Whether a cause means the calling thread was interrupted. Socket and connect timeouts are
+   * InterruptedIOExceptions too, but they are store failures like any other (resolved by re-reading).
+   */
+  private[store] def isInterruption(t: Throwable): Boolean = t match {
+    case _: java.net.SocketTimeoutException => false
+    case t: java.io.InterruptedIOException if t.getClass.getName.contains("Timeout") => false
+    case _: software.amazon.awssdk.core.exception.AbortedException | _: InterruptedException |
+        _: java.io.InterruptedIOException | _: java.nio.channels.ClosedByInterruptException => true
+    case _ => false
+  }
   private def isValidKey(key: String): Boolean =
     try { ObjectKeys.validate(key); true }
     catch { case _: osqueue.InvalidObjectKeyException => false }

@@ -111,6 +111,36 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
     }
   }
 
+  test("should raise StoreException, not an interruption, when the server accepts but never answers") {
+    // A socket read timeout is a java.net.SocketTimeoutException, an InterruptedIOException: it must
+    // still be a store failure the queue resolves, not a "query stopped" interruption.
+    Using.resource(new ServerSocket(0)) { silent =>
+      val accepted = new java.util.concurrent.CopyOnWriteArrayList[java.net.Socket]()
+      val acceptor = new Thread(() => while (!silent.isClosed) try accepted.add(silent.accept()) catch { case _: java.io.IOException => () })
+      acceptor.setDaemon(true)
+      acceptor.start()
+      val config = S3StoreConfig(
+        endpoint = Some(URI.create(s"http://127.0.0.1:${silent.getLocalPort}")),
+        region = Some("us-east-1"),
+        credentials = Some(S3Credentials("test", "test")),
+        pathStyleAccess = true,
+        connectTimeout = 1.second,
+        socketTimeout = 300.millis,
+        requestTimeout = None,
+        maxAttempts = 1)
+      try Using.resource(new S3Store("bucket", "p", config)) { s =>
+        val errors = Seq(
+          intercept[StoreException](s.get("k")),
+          intercept[StoreException](s.putIfVersionMatches("k", bytes("v"), ObjectVersion("\"x\""))))
+        errors.foreach { e =>
+          val causes = Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null).toSeq
+          assert(causes.exists(_.isInstanceOf[java.net.SocketTimeoutException]), e.toString)
+        }
+        assert(!Thread.currentThread().isInterrupted)
+      } finally accepted.forEach(_.close())
+    }
+  }
+
   test("should be opened by ObjectStores.open from fs.s3a options") {
     val bucket = server.freshBucket()
     Using.resource(ObjectStores.open(s"s3a://$bucket/q", server.options.map { case (k, v) => s"spark.hadoop.$k" -> v })) { s =>
