@@ -80,7 +80,11 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
             }
             settle match {
               case Some(s) =>
-                if (s.stillUnknown(previous).isDefined) s.landed(manifest.read(), previous).foreach(r => return r)
+                if (s.stillUnknown(previous).isDefined) {
+                  // A failed last look leaves the write undecided: reported as ambiguous below.
+                  val last = try Some(manifest.read()) catch { case _: StoreException => None }
+                  last.flatMap(s.landed(_, previous)).foreach(r => return r)
+                }
                 throw settled(settle, previous, exhausted)
               case None => previous match {
                 case Some(PreviousAttempt.Unknown(_)) =>
