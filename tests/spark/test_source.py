@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +50,14 @@ def manifest_of(path: pathlib.Path):
     return decode_manifest((path / "ingest" / "manifest").read_bytes(), "manifest")
 
 
+def source_metric(query, name):
+    """The last value of a source metric in the query's progress reports (they are cumulative)."""
+    values = [int(p["sources"][0]["metrics"][name]) for p in query.recentProgress
+              if name in (p["sources"][0].get("metrics") or {})]
+    assert values, f"no '{name}' in the progress of {query}"
+    return values[-1]
+
+
 def assert_exactly_once(rows, expected_values):
     values = [r[2] for r in rows]
     assert values == expected_values, "entries lost, duplicated or out of order"
@@ -70,11 +79,32 @@ def test_stream_delivers_every_entry_once_in_order_with_metadata(spark, queue_di
     assert manifest_of(queue_dir).entries[0].sequence <= rows[-1][0]
 
 
-def test_stream_on_localstack_s3_via_s3a(spark, s3_queue, tmp_path):
+def test_stream_on_localstack_s3_via_s3a(spark, localstack, s3_queue, tmp_path):
     uri, options = s3_queue
+    bucket, prefix = uri.removeprefix("s3a://").split("/", 1)
+    s3 = localstack.client()
+
+    def manifest():
+        body = s3.get_object(Bucket=bucket, Key=f"{prefix}/ingest/manifest")["Body"].read()
+        return decode_manifest(body, "manifest")
+
+    before = time.time()
     expected = produce_entries(uri, batches=4, per_batch=3, store_options=options)
-    batches, _ = run_query(spark, uri, tmp_path / "ckpt", options=options)
-    assert_exactly_once(flatten(batches), expected)
+    locations = {e.sequence: e.location for e in manifest().entries}
+    batches, _ = run_query(spark, uri, tmp_path / "ckpt", options={**options, "maxBatchesPerTrigger": "1"})
+    rows = flatten(batches)
+    assert_exactly_once(rows, expected)
+    for seq, index, value, meta, ingestion, location in rows:
+        assert meta == "meta-e" + value[1:].split("-")[0]
+        assert before - 1 <= ingestion.timestamp() <= time.time() + 1
+        assert location == locations[seq]
+    # One batch per micro-batch: Spark committed all but the last, so exactly that one is left.
+    assert [e.sequence for e in manifest().entries] == [3]
+    # The same queue spelled s3:// resumes the s3a:// checkpoint (queues are told apart by id).
+    more = produce_entries(uri, batches=2, per_batch=1, store_options=options, tag="m")
+    again, _ = run_query(spark, "s3://" + uri.removeprefix("s3a://"), tmp_path / "ckpt", options=options)
+    assert [r[2] for r in flatten(again)] == more
+    assert [e.sequence for e in manifest().entries] == [4, 5], "the s3:// run did not ack what Spark committed"
 
 
 def test_restart_resumes_from_checkpoint_and_dequeues_leftovers(spark, queue_dir, tmp_path):
@@ -111,16 +141,21 @@ def test_available_now_drains_what_was_there_and_stops_while_producers_write(spa
     t.start()
     time.sleep(0.3)
     try:
+        present_at_start = manifest_of(queue_dir).next_sequence
         batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "2"})
+        after = manifest_of(queue_dir).next_sequence
     finally:
         stop.set()
         t.join(10)
-    values = [r[2] for r in flatten(batches)]
+    rows = flatten(batches)
+    values = [r[2] for r in rows]
     assert values[: len(expected)] == expected
     late = values[len(expected):]
     assert len(late) == len(set(late)) and all(v.startswith("late") for v in late)
-    # It stopped at the target taken when it started, not at whatever producers added later.
-    assert manifest_of(queue_dir).next_sequence > len(expected) + len({r[0] for r in flatten(batches)}) - 5
+    # Exactly a prefix of the queue, with nothing missing inside it, covering all present at start.
+    sequences = sorted({r[0] for r in rows})
+    assert sequences == list(range(len(sequences))), "a gap in what AvailableNow delivered"
+    assert present_at_start <= len(sequences) <= after
 
 
 def test_progress_reports_queue_metrics(spark, queue_dir, tmp_path):
@@ -148,13 +183,17 @@ def test_second_query_fences_the_first(spark, queue_dir, tmp_path):
     b2, q2 = run_query(spark, str(queue_dir), tmp_path / "c2")  # a second reader takes over
     assert manifest_of(queue_dir).epoch == epoch_q1 + 1
     produce_entries(str(queue_dir), batches=1, per_batch=1, tag="x")
+    after_takeover = manifest_of(queue_dir)
     with pytest.raises(Exception) as err:
         q1.awaitTermination(60)
     assert "fenced" in str(err.value)
-    assert f"epoch {epoch_q1}" in str(err.value)
+    assert f"consumer with epoch {epoch_q1} was fenced" in str(err.value)
+    assert f"now at epoch {epoch_q1 + 1}" in str(err.value), "the error does not name the new epoch"
     assert not q1.isActive
-    # The fenced query acked nothing after the takeover: only the new reader's commits moved the head.
-    assert manifest_of(queue_dir).entries[0].sequence >= first_after_q1
+    # The fenced query acked nothing after the takeover: the manifest is as the new reader left it.
+    final = manifest_of(queue_dir)
+    assert final.entries[0].sequence == after_takeover.entries[0].sequence >= first_after_q1
+    assert [(e.sequence, e.location) for e in final.entries] == [(e.sequence, e.location) for e in after_takeover.entries]
 
 
 def test_corrupt_batch_fails_the_query_naming_the_object(spark, queue_dir, tmp_path):
@@ -174,8 +213,11 @@ def test_missing_batch_is_data_loss_unless_allowed(spark, queue_dir, tmp_path):
     with pytest.raises(Exception) as err:
         run_query(spark, str(queue_dir), tmp_path / "c1")
     assert "OSQUEUE_DATA_LOSS" in str(err.value) and location in str(err.value)
-    batches, _ = run_query(spark, str(queue_dir), tmp_path / "c2", options={"failOnDataLoss": "false"})
+    batches, query = run_query(spark, str(queue_dir), tmp_path / "c2", options={"failOnDataLoss": "false"})
     assert [r[2] for r in flatten(batches)] == [expected[0], expected[2]]
+    # The executors' skip is counted where the error hint says: the driver's source metrics.
+    assert source_metric(query, "missingBatches") == 1
+    assert source_metric(query, "dataLossEvents") == 1
 
 
 def test_entries_removed_behind_the_checkpoint_are_data_loss(spark, queue_dir, tmp_path):
@@ -191,6 +233,54 @@ def test_entries_removed_behind_the_checkpoint_are_data_loss(spark, queue_dir, t
     assert "OSQUEUE_DATA_LOSS" in str(err.value) and "were removed" in str(err.value)
 
 
+def test_entries_removed_behind_the_checkpoint_are_one_event_when_allowed(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=2, per_batch=1, tag="a")
+    run_query(spark, str(queue_dir), tmp_path / "ckpt")  # the checkpoint ends at sequence 2
+    later = produce_entries(str(queue_dir), batches=3, per_batch=1, tag="b")  # sequences 2, 3, 4
+    c = osqueue.Consumer(str(queue_dir))  # someone else consumes 0..2 behind the query's back
+    while (b := c.next_batch()) is not None and b.sequence <= 2:
+        c.ack(b.sequence)
+    c.close()
+    assert manifest_of(queue_dir).entries[0].sequence == 3
+    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"failOnDataLoss": "false"})
+    assert [r[2] for r in flatten(batches)] == later[1:]
+    assert source_metric(query, "dataLossEvents") == 1, "one lost range must be counted once"
+
+
+def _reset_queue(queue_dir):
+    """What a restore or re-initialization of the manifest does: sequences start again at 0, same queue id."""
+    for name in ("manifest", "manifest.dequeued"):
+        (queue_dir / "ingest" / name).unlink(missing_ok=True)
+
+
+def test_checkpoint_ahead_of_a_reset_queue_is_data_loss(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=3, per_batch=1, tag="a")
+    run_query(spark, str(queue_dir), tmp_path / "ckpt")  # the checkpoint ends at sequence 3
+    _reset_queue(queue_dir)
+    produce_entries(str(queue_dir), batches=2, per_batch=1, tag="b")  # sequences 0, 1
+    with pytest.raises(Exception) as err:
+        run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    assert "OSQUEUE_DATA_LOSS" in str(err.value) and "reset or recreated" in str(err.value)
+
+
+def test_checkpoint_ahead_of_a_reset_queue_continues_at_its_first_entry_when_allowed(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=3, per_batch=1, tag="a")
+    run_query(spark, str(queue_dir), tmp_path / "ckpt")  # the checkpoint ends at sequence 3
+    _reset_queue(queue_dir)
+    reset = produce_entries(str(queue_dir), batches=2, per_batch=1, tag="b")  # sequences 0, 1
+    allowed = {"failOnDataLoss": "false", "maxBatchesPerTrigger": "1"}
+    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", options=allowed)
+    assert [r[2] for r in flatten(batches)] == reset, "the reset queue's entries were skipped"
+    assert [r[0] for r in flatten(batches)] == [0, 1]
+    assert source_metric(query, "dataLossEvents") == 1
+    # The old checkpoint position acked nothing; Spark's commit of [0, 1) acked sequence 0 only.
+    assert [e.sequence for e in manifest_of(queue_dir).entries] == [1]
+    more = produce_entries(str(queue_dir), batches=1, per_batch=1, tag="c")
+    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", options=allowed)
+    assert [r[2] for r in flatten(batches)] == more, "a restart after the reset re-read or skipped entries"
+    assert source_metric(query, "dataLossEvents") == 0
+
+
 def test_checkpoint_of_another_queue_is_refused(spark, tmp_path):
     qa, qb = tmp_path / "qa", tmp_path / "qb"
     produce_entries(str(qa), batches=1, per_batch=1)
@@ -198,9 +288,30 @@ def test_checkpoint_of_another_queue_is_refused(spark, tmp_path):
     run_query(spark, str(qa), tmp_path / "ckpt")
     produce_entries(str(qa), batches=1, per_batch=1, tag="more")  # forces a second batch to be logged
     run_query(spark, str(qa), tmp_path / "ckpt")
+    epoch_b = manifest_of(qb).epoch
     with pytest.raises(Exception) as err:
         run_query(spark, str(qb), tmp_path / "ckpt")
     assert "OSQUEUE_FOREIGN_CHECKPOINT" in str(err.value)
+    assert manifest_of(qb).epoch == epoch_b, "a query refused for its checkpoint fenced the queue's reader"
+
+
+def test_checkpoint_of_a_queue_recreated_at_the_same_path_is_refused(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=2, per_batch=1, tag="a")
+    run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    shutil.rmtree(queue_dir)
+    produce_entries(str(queue_dir), batches=5, per_batch=1, tag="b")
+    with pytest.raises(Exception) as err:
+        run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    assert "OSQUEUE_FOREIGN_CHECKPOINT" in str(err.value) and "was recreated" in str(err.value)
+
+
+def test_the_same_queue_under_another_spelling_of_its_path_resumes(spark, queue_dir, tmp_path):
+    first = produce_entries(str(queue_dir), batches=2, per_batch=1, tag="a")
+    b1, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    second = produce_entries(str(queue_dir), batches=2, per_batch=1, tag="b")
+    b2, _ = run_query(spark, queue_dir.as_uri(), tmp_path / "ckpt")  # file:///... for /...
+    assert [r[2] for r in flatten(b1)] == first
+    assert [r[2] for r in flatten(b2)] == second
 
 
 @pytest.mark.parametrize(
@@ -266,6 +377,16 @@ def test_only_the_selected_columns_are_read(spark, queue_dir):
     assert sorted(r["index"] for r in rows) == sorted([0, 1] * 3)
     only_time = spark.read.format("osqueue").load(str(queue_dir)).select("ingestionTime", "sequence").collect()
     assert all(r["ingestionTime"] is not None for r in only_time) and sorted({r["sequence"] for r in only_time}) == [0, 1, 2]
+
+
+def test_task_metrics_count_the_bytes_fetched(spark, queue_dir):
+    expected = produce_entries(str(queue_dir), batches=3, per_batch=2)
+    df = spark.read.format("osqueue").load(str(queue_dir))
+    assert len(df.collect()) == len(expected)
+    scan = df._jdf.queryExecution().executedPlan().collectLeaves().head()  # the osqueue scan
+    metric = lambda name: scan.metrics().apply(name).value()  # noqa: E731
+    assert metric("bytesFetched") == sum(len(v.encode()) for v in expected)
+    assert metric("missingBatches") == 0
 
 
 def _run_job(queue, ckpt, out, *extra):
@@ -336,3 +457,57 @@ def test_gc_with_the_stream_deletes_consumed_batches_and_nothing_unread(spark, q
         assert seen == expected + more
     finally:
         q.stop()
+
+
+def produce_apart(path, batches: int, per_batch: int) -> list[str]:
+    """Like produce_entries, but each batch file in a later millisecond: GC orders files by their ULID time."""
+    values = []
+    for b in range(batches):
+        time.sleep(0.002)
+        values += produce_entries(path, batches=1, per_batch=per_batch, tag=f"e{b}.")
+    return values
+
+
+@pytest.mark.parametrize("gc", ["true", "false"])
+def test_gc_runs_a_cycle_when_the_stream_starts(spark, queue_dir, tmp_path, gc):
+    """A short AvailableNow run collects what earlier runs consumed, without waiting a gcInterval."""
+    produce_apart(str(queue_dir), batches=4, per_batch=1)
+    locations = [e.location for e in manifest_of(queue_dir).entries]
+    run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "1"})
+    assert [e.sequence for e in manifest_of(queue_dir).entries] == [3]  # 0..2 consumed, their files still there
+    assert all((queue_dir / loc).exists() for loc in locations)
+    run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"gc": gc, "gcGracePeriod": "1ms"})
+    kept = [(queue_dir / loc).exists() for loc in locations]
+    assert kept == ([False, False, False, True] if gc == "true" else [True] * 4)
+
+
+def test_gc_with_a_tiny_grace_period_keeps_what_a_replayed_batch_reads(spark, queue_dir, tmp_path):
+    """A micro-batch fails after its offsets were logged; the restart replays it while GC runs hard."""
+    expected = produce_apart(str(queue_dir), batches=6, per_batch=2)
+    locations = [e.location for e in manifest_of(queue_dir).entries]
+    out: dict[int, list] = {}
+    ckpt = str(tmp_path / "ckpt")
+
+    def start(fail_at):
+        def collect(df, batch_id):
+            out[batch_id] = sorted((r.sequence, r["index"], bytes(r.value).decode()) for r in df.collect())
+            if batch_id == fail_at:
+                raise RuntimeError(f"failing batch {batch_id} after it was read")
+        return (spark.readStream.format("osqueue").option("gcInterval", "20ms").option("gcGracePeriod", "1ms")
+                .option("maxBatchesPerTrigger", "2").load(str(queue_dir)).writeStream.foreachBatch(collect)
+                .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+
+    with pytest.raises(Exception) as err:
+        start(fail_at=1).awaitTermination(120)
+    assert "failing batch 1" in str(err.value)
+    failed_run = dict(out)
+    assert sorted(failed_run) == [0, 1]
+    out.clear()
+    q = start(fail_at=None)
+    assert q.awaitTermination(120) and q.exception() is None
+    assert sorted(out)[0] == 1, "the restart did not replay the failed batch"
+    assert out[1] == failed_run[1], "the replayed batch read other entries"
+    merged = {**failed_run, **out}
+    assert [r[2] for b in sorted(merged) for r in merged[b]] == expected
+    # GC did run: the files of batch 0, acked before the restart, are gone.
+    assert not (queue_dir / locations[0]).exists() and not (queue_dir / locations[1]).exists()

@@ -7,41 +7,62 @@ import java.util.concurrent.atomic.AtomicLong
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.internal.Logging
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming._
+import org.apache.spark.util.LongAccumulator
 
 import osqueue.SystemClock
 import osqueue.consumer.BatchDescriptor
-import osqueue.format.Manifest
+import osqueue.format.{EntryTag, Manifest}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.MetricsRegistry
 import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
 
 /**
  * Reads a queue as a micro-batch stream. Offsets are manifest sequences; Spark's checkpoint is
- * the only resume point. Starting the stream bumps the manifest epoch (fencing any earlier
- * reader); `commit(end)` dequeues through `end - 1` in one manifest write, and nothing is
- * dequeued before Spark has committed the batch. The driver reads only the manifest; executors
- * fetch and decode the batch files.
+ * the only resume point. The first offset request bumps the manifest epoch (fencing any earlier
+ * reader), after Spark has handed over the checkpoint's offsets, so a query refused for a foreign
+ * checkpoint fences nobody. `commit(end)` dequeues through `end - 1` in one manifest write, and
+ * nothing is dequeued before Spark has committed the batch. The driver reads only the manifest;
+ * executors fetch and decode the batch files.
  */
-private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, readers: PartitionReaderFactory)
+private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, readers: OsqueueReaderFactory)
     extends MicroBatchStream with SupportsTriggerAvailableNow with ReportsSourceMetrics with Logging {
 
   private val location = options.location
   private val store = OsqueueStores.open(location)
-  private val queue = new QueueConsumer(new ManifestStore(store, location.manifestPath), RetryPolicy(), SystemClock,
-    new MetricsRegistry)
+  private val manifests = new ManifestStore(store, location.manifestPath)
+  private val queue = new QueueConsumer(manifests, RetryPolicy(), SystemClock, new MetricsRegistry)
   private val queueId: String = OsqueueStores.queueId(store, location, create = true).getOrElse(
     throw new IllegalStateException(s"cannot create the queue id of '${location.identity}'"))
-  private val epoch = queue.initialize(None)
-  logInfo(s"osqueue source on '${location.identity}' took over the queue at epoch $epoch")
 
   @volatile private var lastManifest: Option[Manifest] = None
   @volatile private var availableNowTarget: Option[Long] = None
   @volatile private var lastTriggerMs = System.currentTimeMillis()
+  @volatile private var gc: Option[ScheduledExecutorService] = None
   private val dataLossEvents = new AtomicLong()
+  /** Data-loss events already reported, so one event seen by several calls is counted once. */
+  private val reportedLosses = java.util.concurrent.ConcurrentHashMap.newKeySet[(String, Long)]()
+  /** Checkpoint positions found ahead of a reset queue: Spark commits them later, and they must ack nothing. */
+  private val preResetOffsets = java.util.concurrent.ConcurrentHashMap.newKeySet[Long]()
   private val duplicateCopiesSkipped = new AtomicLong()
-  private val gc: Option[ScheduledExecutorService] = if (options.gcEnabled) Some(startGc()) else None
+  /** Batch files the executors found missing and skipped (failOnDataLoss=false), summed on the driver. */
+  private val missingBatches: Option[LongAccumulator] =
+    SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
+      .map(_.sparkContext.longAccumulator(s"osqueue missing batches ${location.identity}"))
+
+  /**
+   * Takes over the queue (epoch bump) on first use, then runs one GC cycle at once and every
+   * `gcInterval` after, so short and AvailableNow runs collect too.
+   */
+  private lazy val epoch: Long = {
+    val e = queue.initialize(None)
+    logInfo(s"osqueue source on '${location.identity}' took over the queue at epoch ${java.lang.Long.toUnsignedString(e)}")
+    if (options.gcEnabled) gc = Some(startGc())
+    e
+  }
+  private def takeOver(): Unit = { val _ = epoch }
 
   private def offset(next: Long) = OsqueueSourceOffset(location.identity, queueId, next)
 
@@ -53,6 +74,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
   private def sequenceOf(o: Offset): Long = ours(o).nextSequence
 
   private def readManifest(): Manifest = {
+    takeOver()
     val m = queue.read() // raises FencedException once another reader took over
     lastManifest = Some(m)
     m
@@ -60,10 +82,10 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
 
   override def initialOffset(): Offset = offset(readManifest().firstSequence)
 
+  /** The queue id decides; the URI differs for the same queue (`s3://` and `s3a://`, `/dir` and `file:/dir`). */
   override def deserializeOffset(json: String): Offset = {
     val o = OsqueueSourceOffset.parse(json)
-    if (o.queue != location.identity || o.queueId != queueId)
-      throw OsqueueExceptions.foreignCheckpoint(o.queue, o.queueId, location.identity, queueId)
+    if (o.queueId != queueId) throw OsqueueExceptions.foreignCheckpoint(o.queue, o.queueId, location.identity, queueId)
     o
   }
 
@@ -80,16 +102,17 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
     }
   }
 
+  /** Spark calls this before it reads the checkpoint: the target is read without taking over the queue. */
   override def prepareForTriggerAvailableNow(): Unit = {
-    availableNowTarget = Some(readManifest().nextSequence)
+    availableNowTarget = Some(manifests.decode(manifests.read()).nextSequence)
     logInfo(s"Trigger.AvailableNow: reading '${location.identity}' up to sequence ${availableNowTarget.get}")
   }
 
   /** The end offset of the next micro-batch: everything available, capped by the read limit. */
   override def latestOffset(startOffset: Offset, limit: ReadLimit): Offset = {
-    val start = sequenceOf(startOffset)
+    val startAt = ours(startOffset)
     val m = readManifest()
-    checkNotBehind(start, m)
+    val (start, delivered) = resumePoint(startAt, m)
     val available = math.max(start, availableNowTarget.fold(m.nextSequence)(math.min(_, m.nextSequence)))
     val limits = limit match {
       case c: CompositeReadLimit => c.getReadLimits.toSeq
@@ -108,35 +131,74 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
     if (waitForMore) startOffset
     else {
       if (end > start) lastTriggerMs = now
-      val delivered = SinkCopies.select(m.entries, start, end, ours(startOffset).delivered)._2
-      OsqueueSourceOffset(location.identity, queueId, end, delivered)
+      OsqueueSourceOffset(location.identity, queueId, end, SinkCopies.select(m.entries, start, end, delivered)._2)
     }
+  }
+
+  /**
+   * Where the next micro-batch starts reading, and the sink-copy state to read with. A checkpoint
+   * ahead of the queue (reset or recreated) or behind its first entry is data loss: an error, or
+   * with failOnDataLoss=false one warning and reading on from the queue's first entry.
+   */
+  private def resumePoint(startAt: OsqueueSourceOffset, m: Manifest): (Long, EntryTag.Delivered) = {
+    val start = startAt.nextSequence
+    if (start > m.nextSequence) {
+      reportDataLoss("ahead", start, aheadMessage(start, m) + s"; continuing at its first entry ${m.firstSequence}")
+      preResetOffsets.add(start)
+      (m.firstSequence, EntryTag.Delivered.Empty) // a new queue: the old writers' copies mean nothing
+    } else if (start < m.firstSequence) {
+      reportDataLoss("removed", start, removedMessage(start, m.firstSequence - 1))
+      (m.firstSequence, startAt.delivered)
+    } else (start, startAt.delivered)
   }
 
   override def reportLatestOffset(): Offset = lastManifest.map(m => offset(m.nextSequence)).orNull
 
   override def planInputPartitions(start: Offset, end: Offset): Array[InputPartition] = {
-    val from = sequenceOf(start)
+    val startAt = ours(start)
     val to = sequenceOf(end)
     val m = readManifest()
-    checkNotBehind(from, m)
-    val firstPresent = m.entries.find(e => e.sequence >= from && e.sequence < to).map(_.sequence).getOrElse(to)
-    if (firstPresent > from)
-      reportDataLoss(s"entries $from to ${firstPresent - 1} of '${location.identity}' were removed before this query read them")
-    val (entries, _) = SinkCopies.select(m.entries, from, to, ours(start).delivered)
+    // A start beyond the end marks the batch latestOffset planned after finding the checkpoint ahead
+    // of a reset queue (already reported): it reads the queue's entries below `to`, from the first.
+    val (from, delivered) =
+      if (startAt.nextSequence > to) (0L, EntryTag.Delivered.Empty)
+      else {
+        val from = startAt.nextSequence
+        if (from > m.nextSequence) reportDataLoss("ahead", from, aheadMessage(from, m))
+        val firstPresent = m.entries.find(e => e.sequence >= from && e.sequence < to).map(_.sequence).getOrElse(to)
+        if (firstPresent > from && from < m.nextSequence) reportDataLoss("removed", from, removedMessage(from, firstPresent - 1))
+        (from, startAt.delivered)
+      }
+    val (entries, _) = SinkCopies.select(m.entries, from, to, delivered)
     duplicateCopiesSkipped.addAndGet(m.entries.count(e => e.sequence >= from && e.sequence < to) - entries.size)
     entries.map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss): InputPartition).toArray
   }
 
-  override def createReaderFactory(): PartitionReaderFactory = readers
+  override def createReaderFactory(): PartitionReaderFactory = readers.copy(missingBatches = missingBatches)
 
-  /** Spark committed the batch ending at `end`: dequeue through `end - 1` (one write, or none). */
+  /**
+   * Spark committed the batch ending at `end`: dequeue through `end - 1` (one write, or none). An
+   * end from before a reset of the queue acks nothing: the reset queue's entries below it are not
+   * the ones Spark processed (even if producers have since written that far).
+   */
   override def commit(end: Offset): Unit = {
     val next = sequenceOf(end)
-    if (next > 0) queue.dequeueThrough(next - 1)
+    if (preResetOffsets.remove(next)) // once: the reset queue may later reach this sequence itself
+      logWarning(s"not dequeuing through ${next - 1}: that position is from before '${location.identity}' was reset")
+    else if (next > 0) {
+      val m = lastManifest.filter(_.nextSequence >= next).getOrElse(readManifest())
+      if (next > m.nextSequence) {
+        reportDataLoss("ahead", next, aheadMessage(next, m))
+        logWarning(s"not dequeuing through ${next - 1}: '${location.identity}' has only assigned up to ${m.nextSequence - 1}")
+      } else queue.dequeueThrough(next - 1)
+    }
   }
 
-  override def stop(): Unit = gc.foreach(_.shutdownNow())
+  /** Stops GC; a cycle already running (such as the one at start) may finish first. */
+  override def stop(): Unit = gc.foreach { ex =>
+    ex.shutdown()
+    if (!ex.awaitTermination(GcStopWaitSeconds, TimeUnit.SECONDS)) ex.shutdownNow()
+  }
 
   override def metrics(latestConsumedOffset: Optional[Offset]): JMap[String, String] =
     lastManifest.map(m => metricsOf(m, latestConsumedOffset)).getOrElse(Map.empty[String, String]).asJava
@@ -147,31 +209,34 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
     val behind = math.max(0L, m.nextSequence - consumed)
     val oldestUnread = m.entries.find(_.sequence >= consumed).flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
     val lagSeconds = oldestUnread.map(t => math.max(0L, System.currentTimeMillis() - t) / 1000.0).getOrElse(0.0)
+    val missing = missingBatches.fold(0L)(_.value.longValue)
     Map(
       "queueLength" -> m.entries.size.toString,
       "batchesBehindLatest" -> behind.toString,
       "numFilesOutstanding" -> behind.toString,
       "lagSeconds" -> f"$lagSeconds%.3f",
-      "epoch" -> java.lang.Long.toUnsignedString(epoch),
-      "dataLossEvents" -> dataLossEvents.get().toString,
+      "epoch" -> queue.ownEpoch.map(java.lang.Long.toUnsignedString).getOrElse(""),
+      "dataLossEvents" -> (dataLossEvents.get() + missing).toString,
+      "missingBatches" -> missing.toString,
       "duplicateCopiesSkipped" -> duplicateCopiesSkipped.get().toString)
   }
 
   override def toString: String = s"OsqueueMicroBatchStream[${location.identity}]"
 
-  /** A start before the first entry means entries vanished unread; a start past next_sequence, a foreign queue. */
-  private def checkNotBehind(start: Long, m: Manifest): Unit = {
-    if (start > m.nextSequence)
-      reportDataLoss(s"the checkpoint is at sequence $start but '${location.identity}' has only assigned up to " +
-        s"${m.nextSequence - 1}: the queue was reset or recreated")
-    else if (start < m.firstSequence)
-      reportDataLoss(s"entries $start to ${m.firstSequence - 1} of '${location.identity}' were removed before this query read them")
-  }
+  private def aheadMessage(start: Long, m: Manifest): String =
+    s"the checkpoint is at sequence $start but '${location.identity}' has only assigned up to " +
+      s"${m.nextSequence - 1}: the queue was reset or recreated"
 
-  private def reportDataLoss(message: String): Unit = {
+  private def removedMessage(from: Long, through: Long): String =
+    s"entries $from to $through of '${location.identity}' were removed before this query read them"
+
+  /** Fails (failOnDataLoss=true), or warns and counts the event `(kind, sequence)` the first time it is seen. */
+  private def reportDataLoss(kind: String, sequence: Long, message: String): Unit = {
     if (options.failOnDataLoss) throw OsqueueExceptions.dataLoss(message)
-    dataLossEvents.incrementAndGet()
-    logWarning(s"$message (continuing: failOnDataLoss=false)")
+    if (reportedLosses.add((kind, sequence))) {
+      dataLossEvents.incrementAndGet()
+      logWarning(s"$message (continuing: failOnDataLoss=false)")
+    }
   }
 
   private def startGc(): ScheduledExecutorService = {
@@ -180,14 +245,18 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
     val ex = Executors.newSingleThreadScheduledExecutor { r =>
       val t = new Thread(r, s"osqueue-gc-${location.identity}"); t.setDaemon(true); t
     }
-    val period = options.gcInterval.toMillis
-    ex.scheduleWithFixedDelay(() => {
+    val cycle: Runnable = () => {
       try {
         val r = collector.runOnce()
         if (r.deleted.nonEmpty || r.failed.nonEmpty)
           logInfo(s"osqueue GC on '${location.identity}': deleted ${r.deleted.size}, failed ${r.failed.size}")
       } catch { case e: Exception => logWarning(s"osqueue GC cycle failed; retrying in ${options.gcInterval}", e) }
-    }, period, period, TimeUnit.MILLISECONDS)
+    }
+    ex.execute(cycle) // the first cycle now: a run shorter than gcInterval still collects
+    val period = options.gcInterval.toMillis
+    ex.scheduleWithFixedDelay(cycle, period, period, TimeUnit.MILLISECONDS)
     ex
   }
+
+  private val GcStopWaitSeconds = 10L
 }

@@ -4,6 +4,7 @@ import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.metric.{CustomSumMetric, CustomTaskMetric}
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
+import org.apache.spark.util.LongAccumulator
 
 import osqueue.{BatchNotFoundException, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher}
@@ -15,18 +16,23 @@ private[spark] final case class OsqueueInputPartition(
     descriptor: BatchDescriptor,
     failOnDataLoss: Boolean) extends InputPartition
 
-/** `fields`: the columns Spark needs (indexes into [[OsqueueSchema.schema]]), after pruning. */
-private[spark] final case class OsqueueReaderFactory(fields: Array[Int]) extends PartitionReaderFactory {
+/**
+ * `fields`: the columns Spark needs (indexes into [[OsqueueSchema.schema]]), after pruning.
+ * `missingBatches`: the stream's driver-side count of batch files skipped as missing; it rides in
+ * the factory (deserialized inside the task, so Spark registers it and merges the tasks' counts).
+ */
+private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missingBatches: Option[LongAccumulator] = None)
+    extends PartitionReaderFactory {
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] =
-    new OsqueuePartitionReader(partition.asInstanceOf[OsqueueInputPartition], fields)
+    new OsqueuePartitionReader(partition.asInstanceOf[OsqueueInputPartition], fields, missingBatches)
 }
 
 /**
  * Fetches and decodes one batch on an executor. A corrupt batch fails the task naming the object;
  * a missing one is data loss (fails unless `failOnDataLoss=false`, then it is skipped and counted).
  */
-private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition, fields: Array[Int])
-    extends PartitionReader[InternalRow] with Logging {
+private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition, fields: Array[Int],
+    missingBatches: Option[LongAccumulator]) extends PartitionReader[InternalRow] with Logging {
   private var bytesFetched = 0L
   private var fetchTimeMs = 0L
   private var missing = 0L
@@ -43,6 +49,7 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition, fiel
         logWarning(s"skipping missing batch '${p.descriptor.location}' (sequence ${p.descriptor.sequence}): " +
           "failOnDataLoss=false")
         missing = 1
+        missingBatches.foreach(_.add(1))
         Iterator.empty
       case e: BatchNotFoundException => throw OsqueueExceptions.dataLoss(e.getMessage)
     } finally fetchTimeMs = (System.nanoTime() - started) / 1000000

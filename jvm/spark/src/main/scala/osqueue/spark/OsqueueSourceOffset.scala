@@ -41,12 +41,14 @@ private[spark] object OsqueueSourceOffset {
     }
     node match {
       case o: ObjectNode if o.has("version") && o.has("queue") && o.has("queueId") && o.has("nextSequence") =>
-        val version = o.get("version").asInt(-1)
+        val v = o.get("version")
+        if (!v.isIntegralNumber || !v.canConvertToInt || v.asInt() < 1)
+          throw OsqueueExceptions.badOffset(json, s"unknown offset format version ${v.toString}")
+        val version = v.asInt()
         if (version > Version) throw OsqueueExceptions.badOffset(json,
           s"offset format version $version was written by a newer osqueue; this one reads up to $Version")
-        if (version < 1) throw OsqueueExceptions.badOffset(json, s"unknown offset format version $version")
         val next = o.get("nextSequence")
-        if (!next.canConvertToLong || next.asLong() < 0) throw OsqueueExceptions.badOffset(json, "nextSequence is not a sequence")
+        if (!next.isIntegralNumber || !next.canConvertToLong || next.asLong() < 0) throw OsqueueExceptions.badOffset(json, "nextSequence is not a sequence")
         val writers = Option(o.get("writers")).map(_.properties().asScala.map { e =>
           val v = e.getValue
           if (!v.isArray || v.size != 2 || !v.get(0).canConvertToLong)
