@@ -30,6 +30,11 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
   private val store: ObjectStore = OsqueueStores.open(options.location)
   private val stateKey = OsqueueSinkCommitter.stateKey(options.location.manifestPath, writerId)
   val metrics = new MetricsRegistry
+  /**
+   * Batch ids for which this committer let a manifest write go out (or may have): their files
+   * may be referenced by the manifest even if `commit` then failed, so they must not be deleted.
+   */
+  private val writeAttempted = java.util.concurrent.ConcurrentHashMap.newKeySet[java.lang.Long]()
   /** The generation this driver claimed; None for batch writes, which never claim. */
   @volatile private var generation: Option[Long] = None
 
@@ -52,27 +57,32 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
   /** Returns false when `batchId` was already committed (a replay) and nothing was appended. */
   def commit(batchId: Long, messages: Seq[OsqueueCommitMessage]): Boolean = {
     val batches = messages.sortBy(_.partitionId).flatMap(_.batches)
+    // Files of a batch id this committer already sent a manifest write for may be referenced: keep them.
+    def deleteUnreferenced(): Unit = if (!manifestWriteAttempted(batchId)) batches.foreach(b => store.delete(b.location))
     val state = try checkOwner() catch {
       case e: WriterFencedException =>
-        batches.foreach(b => store.delete(b.location)) // this attempt's own files: never referenced
+        deleteUnreferenced() // this attempt's own files: never referenced
         throw e
     }
     if (state.exists(_.lastCommittedBatch >= batchId)) {
       logInfo(s"osqueue sink '$writerId': batch $batchId was already committed; deleting this attempt's files")
-      batches.foreach(b => store.delete(b.location))
+      deleteUnreferenced()
       return false
     }
     if (batches.nonEmpty) {
       val tag = EntryTag(writerId, batchId, BatchNames.newKey("", System.currentTimeMillis()).stripSuffix(".batch")).encode
       val pending = batches.map(b => new PendingLocation(b.location, b.metadata, reupload(b.location), tag)).toIndexedSeq
       new ManifestAppender(new ManifestStore(store, options.location.manifestPath), RetryPolicy(), SystemClock, metrics,
-        options.gcGracePeriod.toMillis, role = "sink", beforeWrite = () => { checkOwner(); () }).append(pending)
+        options.gcGracePeriod.toMillis, role = "sink", beforeWrite = () => { checkOwner(); writeAttempted.add(batchId); () }).append(pending)
     }
-    OsqueueSinkFaults.maybeCrash("between-append-and-state")
+    OsqueueSinkFaults.at("between-append-and-state")
     // Monotonic: a batch id already recorded (by a zombie that got further) is left alone.
     updateState(s => if (s.lastCommittedBatch >= batchId) s else s.copy(lastCommittedBatch = batchId), checkOwnerOf = true)
     true
   }
+
+  /** True once a manifest write for `batchId` was sent (or about to be): its outcome may be unknown. */
+  def manifestWriteAttempted(batchId: Long): Boolean = writeAttempted.contains(batchId)
 
   def conflicts: Long = metrics.counterValue(MetricNames.ManifestConflicts, "role" -> "sink")
 

@@ -47,7 +47,7 @@ private[spark] object OsqueueWriteBuilder {
   }
 }
 
-private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, writerId: String) extends Write {
+private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, writerId: String) extends Write with Logging {
   private val committer = new OsqueueSinkCommitter(options, writerId)
   private val commitLatencyMs = new AtomicLong()
   private val replaysSkipped = new AtomicLong()
@@ -73,11 +73,24 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
     commitLatencyMs.addAndGet((System.nanoTime() - started) / 1000000)
   }
 
-  /** Aborted epochs leave their files to GC unless a task already deleted them. */
-  private[spark] def abort(messages: Array[WriterCommitMessage]): Unit = {
-    val store = OsqueueStores.open(options.location)
-    messages.toSeq.collect { case m: OsqueueCommitMessage => m }.flatMap(_.batches).foreach { b =>
-      try store.delete(b.location) catch { case scala.util.control.NonFatal(_) => }
+  /**
+   * Spark aborts when a task failed or when the driver's `commit` threw. Once a manifest write
+   * of the batch was sent, its entries may be in the manifest (the append landed and a later
+   * step failed, or its outcome is unknown): the files are kept, and GC deletes only those the
+   * manifest does not reference, after its grace period. Otherwise nothing references them.
+   */
+  private[spark] def abort(batchId: Long, messages: Array[WriterCommitMessage]): Unit = {
+    val files = messages.toSeq.collect { case m: OsqueueCommitMessage => m }.flatMap(_.batches).map(_.location)
+    if (committer.manifestWriteAttempted(batchId)) {
+      logWarning(s"osqueue sink '$writerId': batch $batchId aborted after a manifest write was sent, so its entries " +
+        s"may be enqueued; keeping its ${files.size} files (GC deletes any the manifest does not reference): " +
+        files.mkString(", "))
+    } else {
+      val store = OsqueueStores.open(options.location)
+      files.foreach { f =>
+        try store.delete(f)
+        catch { case scala.util.control.NonFatal(e) => logWarning(s"could not delete '$f' of an aborted write; GC will", e) }
+      }
     }
   }
 }
@@ -98,25 +111,29 @@ private[spark] object OsqueueWrite {
 private[spark] final class OsqueueStreamingWrite(write: OsqueueWrite) extends StreamingWrite with Logging {
   override def createStreamingWriterFactory(info: PhysicalWriteInfo): StreamingDataWriterFactory = write.factory
   override def commit(epochId: Long, messages: Array[WriterCommitMessage]): Unit = {
-    OsqueueSinkFaults.maybeCrash("before-append")
+    OsqueueSinkFaults.at("before-append")
     write.commit(epochId, messages)
-    OsqueueSinkFaults.maybeCrash("after-append")
+    OsqueueSinkFaults.at("after-append")
   }
-  override def abort(epochId: Long, messages: Array[WriterCommitMessage]): Unit = write.abort(messages)
+  override def abort(epochId: Long, messages: Array[WriterCommitMessage]): Unit = write.abort(epochId, messages)
 }
 
 /** `df.write`: one manifest commit for the whole write. */
 private[spark] final class OsqueueBatchWrite(write: OsqueueWrite) extends BatchWrite {
   override def createBatchWriterFactory(info: PhysicalWriteInfo): DataWriterFactory = write.factory
   override def commit(messages: Array[WriterCommitMessage]): Unit = write.commit(0L, messages)
-  override def abort(messages: Array[WriterCommitMessage]): Unit = write.abort(messages)
+  override def abort(messages: Array[WriterCommitMessage]): Unit = write.abort(0L, messages)
 }
 
 /**
- * Test-only crash points: with the JVM system property `osqueue.test.crashAt=<point>` set, the
- * driver exits at that point, as a `kill -9` would (no cleanup, no Spark commit log entry).
+ * Test-only fault points. With the JVM system property `osqueue.test.crashAt=<point>` the process
+ * exits there, as a `kill -9` would (no cleanup, no Spark commit log entry); with
+ * `osqueue.test.failAt=<point>` it throws there, so Spark's own failure handling (abort) runs.
  */
 private[spark] object OsqueueSinkFaults {
-  def maybeCrash(point: String): Unit =
+  def at(point: String): Unit = {
     if (sys.props.get("osqueue.test.crashAt").contains(point)) Runtime.getRuntime.halt(137)
+    if (sys.props.get("osqueue.test.failAt").contains(point))
+      throw new IllegalStateException(s"osqueue test fault injected at '$point'")
+  }
 }
