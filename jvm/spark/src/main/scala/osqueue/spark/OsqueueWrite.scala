@@ -17,7 +17,7 @@ private[spark] final class OsqueueWriteBuilder(info: LogicalWriteInfo, tableOpti
     extends WriteBuilder {
   override def build(): Write = {
     val options = SinkOptions(OsqueueOptions.normalize(tableOptions), OsqueueStores.sessionStoreOptions())
-    new OsqueueWrite(options, OsqueueWriteBuilder.input(info.schema()), options.writerId.getOrElse(info.queryId()))
+    new OsqueueWrite(options, OsqueueWriteBuilder.input(info.schema()), info.queryId())
   }
 }
 
@@ -47,17 +47,33 @@ private[spark] object OsqueueWriteBuilder {
   }
 }
 
-private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, writerId: String) extends Write with Logging {
-  private val committer = new OsqueueSinkCommitter(options, writerId)
+/**
+ * `queryId` is Spark's id for this write: persistent across restarts of a streaming query's
+ * checkpoint, fresh for each df.write. It is the writer id unless the `writerId` option is given.
+ */
+private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, queryId: String) extends Write with Logging {
+  private val writerId = options.writerId.getOrElse(queryId)
+  private val committer = new OsqueueSinkCommitter(options, writerId, queryId)
   private val commitLatencyMs = new AtomicLong()
   private val replaysSkipped = new AtomicLong()
 
   override def description(): String = s"osqueue sink ${options.location.identity} (writer $writerId)"
   override def toStreaming: StreamingWrite = {
+    if (options.writerBatchId.isDefined) throw OsqueueSinkErrors.batchIdOnStream()
     committer.claimForRun(OsqueueWrite.streamRunId())
-    new OsqueueStreamingWrite(this)
+    new OsqueueStreamingWrite(this, queryId)
   }
-  override def toBatch: BatchWrite = new OsqueueBatchWrite(this)
+
+  /**
+   * A df.write with a `writerId` commits as its `writerBatchId`, so a retried write is skipped
+   * (Delta's txnAppId/txnVersion); without one it is a one-off write with nothing to deduplicate.
+   */
+  override def toBatch: BatchWrite = options.writerId match {
+    case Some(id) =>
+      val batchId = options.writerBatchId.getOrElse(throw OsqueueSinkErrors.writerIdNeedsBatchId(id))
+      new OsqueueBatchWrite(this, batchId, owner = Some(OsqueueSinkErrors.BatchWriteOwner))
+    case None => new OsqueueBatchWrite(this, batchId = 0L, owner = None)
+  }
   override def supportedCustomMetrics(): Array[CustomMetric] = OsqueueSinkMetrics.supported
   override def reportDriverMetrics(): Array[CustomTaskMetric] = Array(
     OsqueueTaskMetrics.task(OsqueueSinkMetrics.ManifestConflicts, committer.conflicts),
@@ -66,9 +82,10 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
 
   private[spark] def factory = OsqueueWriterFactory(options, input)
 
-  private[spark] def commit(batchId: Long, messages: Array[WriterCommitMessage]): Unit = {
+  /** `owner`: what the writer state records (see [[OsqueueSinkCommitter.commit]]). */
+  private[spark] def commit(batchId: Long, messages: Array[WriterCommitMessage], owner: Option[String]): Unit = {
     val started = System.nanoTime()
-    val appended = committer.commit(batchId, messages.toSeq.collect { case m: OsqueueCommitMessage => m })
+    val appended = committer.commit(batchId, messages.toSeq.collect { case m: OsqueueCommitMessage => m }, owner)
     if (!appended) replaysSkipped.incrementAndGet()
     commitLatencyMs.addAndGet((System.nanoTime() - started) / 1000000)
   }
@@ -108,21 +125,21 @@ private[spark] object OsqueueWrite {
 }
 
 /** Streaming: one manifest commit per epoch (= Spark's batch id), idempotent per (writer id, epoch). */
-private[spark] final class OsqueueStreamingWrite(write: OsqueueWrite) extends StreamingWrite with Logging {
+private[spark] final class OsqueueStreamingWrite(write: OsqueueWrite, queryId: String) extends StreamingWrite with Logging {
   override def createStreamingWriterFactory(info: PhysicalWriteInfo): StreamingDataWriterFactory = write.factory
   override def commit(epochId: Long, messages: Array[WriterCommitMessage]): Unit = {
     OsqueueSinkFaults.at("before-append")
-    write.commit(epochId, messages)
+    write.commit(epochId, messages, owner = Some(queryId))
     OsqueueSinkFaults.at("after-append")
   }
   override def abort(epochId: Long, messages: Array[WriterCommitMessage]): Unit = write.abort(epochId, messages)
 }
 
 /** `df.write`: one manifest commit for the whole write. */
-private[spark] final class OsqueueBatchWrite(write: OsqueueWrite) extends BatchWrite {
+private[spark] final class OsqueueBatchWrite(write: OsqueueWrite, batchId: Long, owner: Option[String]) extends BatchWrite {
   override def createBatchWriterFactory(info: PhysicalWriteInfo): DataWriterFactory = write.factory
-  override def commit(messages: Array[WriterCommitMessage]): Unit = write.commit(0L, messages)
-  override def abort(messages: Array[WriterCommitMessage]): Unit = write.abort(0L, messages)
+  override def commit(messages: Array[WriterCommitMessage]): Unit = write.commit(batchId, messages, owner)
+  override def abort(messages: Array[WriterCommitMessage]): Unit = write.abort(batchId, messages)
 }
 
 /**
