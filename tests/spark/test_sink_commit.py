@@ -195,6 +195,19 @@ def test_a_writer_id_reused_by_a_new_checkpoint_fails_loudly(spark, tmp_path):
     assert read_values(spark, q) == first + more + first + more
 
 
+def test_batch_writes_and_a_stream_cannot_share_a_writer_id(spark, tmp_path):
+    """Their batch ids would mix: each side refuses a writer the other committed to."""
+    inp, q = tmp_path / "in", tmp_path / "q"
+    make_input(inp, files=1, lines=2)
+    batch_write(spark, q, ["x"], writerId="mixed", writerBatchId="0")
+    with pytest.raises(Exception, match=r"sink writer 'mixed' belongs to batch writes \(df.write\)"):
+        run_stream(spark, inp, q, tmp_path / "ckpt", writerId="mixed")
+    run_stream(spark, inp, q, tmp_path / "ckpt-2", writerId="streamed")
+    with pytest.raises(Exception, match="sink writer 'streamed' belongs to streaming query"):
+        batch_write(spark, q, ["y"], writerId="streamed", writerBatchId="5")
+    assert read_values(spark, q) == ["x", "f0-line0", "f0-line1"]
+
+
 def test_a_writer_state_without_an_owner_still_loads_and_gains_one(spark, tmp_path):
     """States written before owners were recorded (no `owner`, no `generation`) keep working."""
     inp, q = tmp_path / "in", tmp_path / "q"
@@ -206,3 +219,4 @@ def test_a_writer_state_without_an_owner_still_loads_and_gains_one(spark, tmp_pa
     assert read_values(spark, q) == expected
     state = writer_states(q)[state_key("old")]
     assert state["owner"] == query.id and state["generation"] == 1 and state["lastCommittedBatch"] == 1
+

@@ -83,7 +83,9 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
         deleteUnreferenced() // this attempt's own files: never referenced
         throw e
     }
-    for (s <- state; o <- s.owner if owner.contains(OsqueueSinkErrors.BatchWriteOwner) && o != OsqueueSinkErrors.BatchWriteOwner) {
+    // A df.write must not share a streaming query's batch ids (the claim refuses the reverse).
+    val batchOwner = OsqueueSinkErrors.BatchWriteOwner
+    state.flatMap(_.owner).filter(o => owner.contains(batchOwner) && o != batchOwner).foreach { o =>
       deleteUnreferenced()
       throw OsqueueSinkErrors.streamWriterUsedByBatch(writerId, o)
     }
@@ -96,7 +98,8 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
       tag = EntryTag(writerId, batchId, BatchNames.newKey("", System.currentTimeMillis()).stripSuffix(".batch")).encode)
     OsqueueSinkFaults.at("between-append-and-state")
     // Monotonic: a batch id already recorded (by a zombie that got further) is left alone.
-    updateState(s => if (s.lastCommittedBatch >= batchId) s else s.copy(lastCommittedBatch = batchId, owner = s.owner.orElse(owner)),
+    updateState(
+      s => if (s.lastCommittedBatch >= batchId) s else s.copy(lastCommittedBatch = batchId, owner = s.owner.orElse(owner)),
       checkOwnerOf = true)
     true
   }
