@@ -220,3 +220,22 @@ def test_a_writer_state_without_an_owner_still_loads_and_gains_one(spark, tmp_pa
     state = writer_states(q)[state_key("old")]
     assert state["owner"] == query.id and state["generation"] == 1 and state["lastCommittedBatch"] == 1
 
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+def test_sink_metrics_appear_in_streaming_query_progress(spark, tmp_path):
+    inp, q = tmp_path / "in", tmp_path / "q"
+    make_input(inp, files=3, lines=4)
+    query = run_stream(spark, inp, q, tmp_path / "ckpt")
+    progresses = [p for p in query.recentProgress if p.numInputRows > 0]
+    assert len(progresses) == 3, [p.json for p in query.recentProgress]
+    sizes = {e.location: (q / e.location).stat().st_size for e in manifest(q).entries}
+    for p, entry in zip(progresses, manifest(q).entries):  # one epoch per file, one entry per epoch
+        m = p.sink.metrics
+        assert m["batchId"] == str(p.batchId)
+        assert int(m["rowsWritten"]) == p.numInputRows
+        assert int(m["batchesWritten"]) == 1
+        assert int(m["bytesWritten"]) == sizes[entry.location]
+        assert int(m["manifestConflicts"]) >= 0 and int(m["commitLatencyMs"]) >= 0
+        assert m["replaysSkipped"] == "0"

@@ -13,11 +13,11 @@ import org.apache.spark.sql.types.{BinaryType, StringType, StructType}
  * must have `value` (binary or string) and may have `metadata` (binary); any other column is an
  * error naming it, raised before anything is written.
  */
-private[spark] final class OsqueueWriteBuilder(info: LogicalWriteInfo, tableOptions: Map[String, String])
-    extends WriteBuilder {
+private[spark] final class OsqueueWriteBuilder(info: LogicalWriteInfo, tableOptions: Map[String, String],
+    progress: SinkProgressMetrics) extends WriteBuilder {
   override def build(): Write = {
     val options = SinkOptions(OsqueueOptions.normalize(tableOptions), OsqueueStores.sessionStoreOptions())
-    new OsqueueWrite(options, OsqueueWriteBuilder.input(info.schema()), info.queryId())
+    new OsqueueWrite(options, OsqueueWriteBuilder.input(info.schema()), info.queryId(), progress)
   }
 }
 
@@ -51,7 +51,8 @@ private[spark] object OsqueueWriteBuilder {
  * `queryId` is Spark's id for this write: persistent across restarts of a streaming query's
  * checkpoint, fresh for each df.write. It is the writer id unless the `writerId` option is given.
  */
-private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, queryId: String) extends Write with Logging {
+private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, queryId: String,
+    progress: SinkProgressMetrics) extends Write with Logging {
   private val writerId = options.writerId.getOrElse(queryId)
   private val committer = new OsqueueSinkCommitter(options, writerId, queryId)
   private val commitLatencyMs = new AtomicLong()
@@ -85,9 +86,15 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
   /** `owner`: what the writer state records (see [[OsqueueSinkCommitter.commit]]). */
   private[spark] def commit(batchId: Long, messages: Array[WriterCommitMessage], owner: Option[String]): Unit = {
     val started = System.nanoTime()
-    val appended = committer.commit(batchId, messages.toSeq.collect { case m: OsqueueCommitMessage => m }, owner)
+    val conflictsBefore = committer.conflicts
+    val ours = messages.toSeq.collect { case m: OsqueueCommitMessage => m }
+    val appended = committer.commit(batchId, ours, owner)
     if (!appended) replaysSkipped.incrementAndGet()
-    commitLatencyMs.addAndGet((System.nanoTime() - started) / 1000000)
+    val latencyMs = (System.nanoTime() - started) / 1000000
+    commitLatencyMs.addAndGet(latencyMs)
+    val files = if (appended) ours.flatMap(_.batches) else Nil
+    progress.record(batchId, files.size.toLong, files.map(_.records.toLong).sum, files.map(_.bytes).sum,
+      committer.conflicts - conflictsBefore, latencyMs, replaySkipped = !appended)
   }
 
   /**
