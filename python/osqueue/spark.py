@@ -302,12 +302,17 @@ def sink_options(
     compression: str | None = None,
     flush_size_bytes: int | None = None,
     writer_id: str | None = None,
+    writer_batch_id: int | None = None,
     gc_grace_period: Duration | None = None,
     manifest_path: str | None = None,
     data_path_prefix: str | None = None,
     store_options: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """The sink's options for the given arguments (those left None are omitted)."""
+    """The sink's options for the given arguments (those left None are omitted).
+
+    ``writer_batch_id`` (``writerBatchId``) is for ``df.write`` with a ``writer_id`` only: the
+    id of this write within the writer; a write at or below the last committed id is skipped.
+    """
     out = _common(manifest_path, data_path_prefix, store_options)
     if compression is not None:
         out["compression"] = str(compression)
@@ -315,6 +320,8 @@ def sink_options(
         out["flushSizeBytes"] = _integer("flush_size_bytes", flush_size_bytes)
     if writer_id is not None:
         out["writerId"] = str(writer_id)
+    if writer_batch_id is not None:
+        out["writerBatchId"] = _integer("writer_batch_id", writer_batch_id)
     if gc_grace_period is not None:
         out["gcGracePeriod"] = _duration("gc_grace_period", gc_grace_period)
     return out
@@ -435,7 +442,9 @@ def write_stream(
     :param compression: ``compression``: ``"none"`` or ``"zstd"``.
     :param flush_size_bytes: ``flushSizeBytes``: a task flushes a batch at this size.
     :param writer_id: ``writerId``: the identity under which the sink records its committed
-        micro-batches for exactly-once appends (default: the query's id).
+        micro-batches for exactly-once appends (default: the query's id). It belongs to the
+        first query that commits with it: a query on another checkpoint using it fails with
+        ``OSQUEUE_WRITER_OWNED_BY_ANOTHER_QUERY`` rather than skip its batches as replays.
     :param gc_grace_period: ``gcGracePeriod``: the consumer's GC grace period (batches older
         than half of it are re-uploaded before being enqueued).
     :param manifest_path: ``manifestPath`` (default ``ingest/manifest``).

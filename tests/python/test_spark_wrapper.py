@@ -366,3 +366,9 @@ def test_real_spark_reads_a_local_queue(spark: SparkSession, tmp_path: pathlib.P
     assert stream_recorder.options == {"<format>": "osqueue", "maxBatchesPerTrigger": "1", "gc": "false", "<path>": str(root)}
     with pytest.raises(Exception, match="maxbatchespertrigger"):
         osp.read_stream(spark, str(root), max_batches_per_trigger=0)
+
+
+def test_sink_options_carry_the_writer_batch_id_of_a_batch_write() -> None:
+    assert osp.sink_options(writer_id="nightly", writer_batch_id=7) == {"writerId": "nightly", "writerBatchId": "7"}
+    with pytest.raises(TypeError, match="writer_batch_id"):
+        osp.sink_options(writer_id="nightly", writer_batch_id="7")  # type: ignore[arg-type]

@@ -88,7 +88,7 @@ private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkIn
     val bytes = BatchCodec.encode(records.toIndexedSeq, options.compression)
     val key = BatchNames.newKey(options.location.dataPathPrefix, System.currentTimeMillis())
     store.put(key, bytes)
-    OsqueueSinkFaults.maybeCrash("during-task-write")
+    OsqueueSinkFaults.at("during-task-write")
     written += WrittenBatch(key, metadata.toIndexedSeq, records.size, bytes.length)
     bytesWritten += bytes.length
     records.clear(); metadata.clear(); bufferedBytes = 0

@@ -37,11 +37,13 @@ private[spark] object OsqueueOptions {
   val CompressionKey = "compression"
   val FlushSizeBytes = "flushsizebytes"
   val WriterId = "writerid"
+  val WriterBatchId = "writerbatchid"
 
   private val sourceKeys = Set(Path, ManifestPath, DataPathPrefix, MaxBatchesPerTrigger, MinBatchesPerTrigger,
     MaxTriggerDelay, FailOnDataLoss, Gc, GcInterval, GcGracePeriod)
   private val batchReadKeys = Set(Path, ManifestPath, DataPathPrefix, StartingSequence, EndingSequence, FailOnDataLoss)
-  private val sinkKeys = Set(Path, ManifestPath, DataPathPrefix, CompressionKey, FlushSizeBytes, WriterId, GcGracePeriod)
+  private val sinkKeys = Set(Path, ManifestPath, DataPathPrefix, CompressionKey, FlushSizeBytes, WriterId, WriterBatchId,
+    GcGracePeriod)
   /** Keys Spark itself may pass along with user options. */
   private val sparkKeys = Set("paths", "checkpointlocation", "queryname")
 
@@ -73,7 +75,7 @@ private[spark] object OsqueueOptions {
     location(options, Map.empty)
     Seq(MaxBatchesPerTrigger, MinBatchesPerTrigger).foreach(positiveInt(options, _))
     positiveLong(options, FlushSizeBytes)
-    Seq(StartingSequence, EndingSequence).foreach(nonNegativeLong(options, _))
+    Seq(StartingSequence, EndingSequence, WriterBatchId).foreach(nonNegativeLong(options, _))
     Seq(MaxTriggerDelay, GcInterval, GcGracePeriod).foreach(duration(options, _, 1.second))
     Seq(FailOnDataLoss, Gc).foreach(boolean(options, _, default = true))
     compression(options)
@@ -215,13 +217,17 @@ private[spark] object BatchReadOptions {
   }
 }
 
-/** Sink options after validation. */
+/**
+ * Sink options after validation. `writerBatchId` is the batch id a `df.write` with a `writerId`
+ * commits as (Delta's txnVersion); streaming queries use Spark's micro-batch ids instead.
+ */
 private[spark] final case class SinkOptions(
     location: QueueLocation,
     compression: Compression,
     flushSizeBytes: Long,
     writerId: Option[String],
-    gcGracePeriod: FiniteDuration)
+    gcGracePeriod: FiniteDuration,
+    writerBatchId: Option[Long] = None)
 
 private[spark] object SinkOptions {
   import OsqueueOptions._
@@ -231,8 +237,11 @@ private[spark] object SinkOptions {
     val writerId = options.get(WriterId).map(_.trim)
     if (writerId.exists(_.isEmpty))
       throw new IllegalArgumentException(s"invalid value for option '$WriterId': ''; expected a non-empty id")
+    val writerBatchId = nonNegativeLong(options, WriterBatchId)
+    if (writerBatchId.isDefined && writerId.isEmpty) throw new IllegalArgumentException(
+      s"option '$WriterBatchId' needs option '$WriterId': the batch id is counted per writer id")
     SinkOptions(location(options, session), compression(options),
       positiveLong(options, FlushSizeBytes).getOrElse(64L << 20), writerId,
-      duration(options, GcGracePeriod, 10.minutes))
+      duration(options, GcGracePeriod, 10.minutes), writerBatchId)
   }
 }

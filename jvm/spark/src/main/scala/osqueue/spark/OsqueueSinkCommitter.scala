@@ -21,15 +21,21 @@ import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
  * which osqueue readers drop.
  *
  * A streaming write first [[claim]]s the writer: it raises the state's `generation`, which
- * fences every older driver of the same writer id. A fenced committer re-reads the state before
- * each manifest write attempt and stops with [[WriterFencedException]] instead of writing.
+ * fences every older driver of the same writer id, and records its Spark query id as the owner.
+ * A fenced committer re-reads the state before each manifest write attempt and stops with
+ * [[WriterFencedException]] instead of writing.
  */
-private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: String) extends Logging {
+private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: String, queryId: String) extends Logging {
   import OsqueueSinkCommitter.WriterState
 
   private val store: ObjectStore = OsqueueStores.open(options.location)
   private val stateKey = OsqueueSinkCommitter.stateKey(options.location.manifestPath, writerId)
   val metrics = new MetricsRegistry
+  /**
+   * Batch ids for which this committer let a manifest write go out (or may have): their files
+   * may be referenced by the manifest even if `commit` then failed, so they must not be deleted.
+   */
+  private val writeAttempted = java.util.concurrent.ConcurrentHashMap.newKeySet[java.lang.Long]()
   /** The generation this driver claimed; None for batch writes, which never claim. */
   @volatile private var generation: Option[Long] = None
 
@@ -41,38 +47,73 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     claimed
   }
 
-  /** Makes this driver the writer's owner: generation + 1, fencing older drivers. Returns it. */
+  /**
+   * Makes this driver the writer's owner: generation + 1, fencing older drivers. Returns it.
+   * Refuses a writer whose batches another query (another checkpoint: its batch ids restart at
+   * 0) or df.write already committed: this query's batches would be skipped as replays.
+   */
   def claim(): Long = {
-    val claimed = updateState { s => s.copy(generation = s.generation + 1) }.generation
+    val claimed = updateState { s =>
+      s.owner.filter(o => o != queryId && s.lastCommittedBatch >= 0).foreach { o =>
+        throw OsqueueSinkErrors.writerOwnedByAnother(writerId, o, s.lastCommittedBatch, queryId)
+      }
+      s.copy(generation = s.generation + 1, owner = Some(queryId))
+    }.generation
     generation = Some(claimed)
     logInfo(s"osqueue sink '$writerId': this driver is writer generation $claimed (older drivers are fenced)")
     claimed
   }
 
-  /** Returns false when `batchId` was already committed (a replay) and nothing was appended. */
-  def commit(batchId: Long, messages: Seq[OsqueueCommitMessage]): Boolean = {
+  /**
+   * Returns false when `batchId` was already committed (a replay) and nothing was appended.
+   * `owner` is what the writer state records (the query id, or df.write); None for a one-off
+   * df.write, which Spark commits once: no state and no tags, as they could never skip anything.
+   */
+  def commit(batchId: Long, messages: Seq[OsqueueCommitMessage], owner: Option[String]): Boolean = {
     val batches = messages.sortBy(_.partitionId).flatMap(_.batches)
+    if (owner.isEmpty) {
+      append(batchId, batches, tag = Array.emptyByteArray)
+      OsqueueSinkFaults.at("between-append-and-state")
+      return true
+    }
+    // Files of a batch id this committer already sent a manifest write for may be referenced: keep them.
+    def deleteUnreferenced(): Unit = if (!manifestWriteAttempted(batchId)) batches.foreach(b => store.delete(b.location))
     val state = try checkOwner() catch {
       case e: WriterFencedException =>
-        batches.foreach(b => store.delete(b.location)) // this attempt's own files: never referenced
+        deleteUnreferenced() // this attempt's own files: never referenced
         throw e
+    }
+    // A df.write must not share a streaming query's batch ids (the claim refuses the reverse).
+    val batchOwner = OsqueueSinkErrors.BatchWriteOwner
+    state.flatMap(_.owner).filter(o => owner.contains(batchOwner) && o != batchOwner).foreach { o =>
+      deleteUnreferenced()
+      throw OsqueueSinkErrors.streamWriterUsedByBatch(writerId, o)
     }
     if (state.exists(_.lastCommittedBatch >= batchId)) {
       logInfo(s"osqueue sink '$writerId': batch $batchId was already committed; deleting this attempt's files")
-      batches.foreach(b => store.delete(b.location))
+      deleteUnreferenced()
       return false
     }
-    if (batches.nonEmpty) {
-      val tag = EntryTag(writerId, batchId, BatchNames.newKey("", System.currentTimeMillis()).stripSuffix(".batch")).encode
-      val pending = batches.map(b => new PendingLocation(b.location, b.metadata, reupload(b.location), tag)).toIndexedSeq
-      new ManifestAppender(new ManifestStore(store, options.location.manifestPath), RetryPolicy(), SystemClock, metrics,
-        options.gcGracePeriod.toMillis, role = "sink", beforeWrite = () => { checkOwner(); () }).append(pending)
-    }
-    OsqueueSinkFaults.maybeCrash("between-append-and-state")
+    append(batchId, batches,
+      tag = EntryTag(writerId, batchId, BatchNames.newKey("", System.currentTimeMillis()).stripSuffix(".batch")).encode)
+    OsqueueSinkFaults.at("between-append-and-state")
     // Monotonic: a batch id already recorded (by a zombie that got further) is left alone.
-    updateState(s => if (s.lastCommittedBatch >= batchId) s else s.copy(lastCommittedBatch = batchId), checkOwnerOf = true)
+    updateState(
+      s => if (s.lastCommittedBatch >= batchId) s else s.copy(lastCommittedBatch = batchId, owner = s.owner.orElse(owner)),
+      checkOwnerOf = true)
     true
   }
+
+  /** All the files in ONE manifest write; each write attempt first re-checks the generation. */
+  private def append(batchId: Long, batches: Seq[WrittenBatch], tag: Array[Byte]): Unit = if (batches.nonEmpty) {
+    val pending = batches.map(b => new PendingLocation(b.location, b.metadata, reupload(b.location), tag)).toIndexedSeq
+    new ManifestAppender(new ManifestStore(store, options.location.manifestPath), RetryPolicy(), SystemClock, metrics,
+      options.gcGracePeriod.toMillis, role = "sink", beforeWrite = () => { checkOwner(); writeAttempted.add(batchId); () })
+      .append(pending)
+  }
+
+  /** True once a manifest write for `batchId` was sent (or about to be): its outcome may be unknown. */
+  def manifestWriteAttempted(batchId: Long): Boolean = writeAttempted.contains(batchId)
 
   def conflicts: Long = metrics.counterValue(MetricNames.ManifestConflicts, "role" -> "sink")
 
@@ -127,17 +168,26 @@ private[spark] object OsqueueSinkCommitter {
   /** Generation claimed per (queue, writer id, streaming run) in this driver JVM. */
   private val runGenerations = new java.util.concurrent.ConcurrentHashMap[String, Long]()
 
-  /** `<manifestPath>.writers/<b64>`: the last batch id committed (-1: none) and the owning generation. */
-  final case class WriterState(writerId: String, lastCommittedBatch: Long, generation: Long)
+  /**
+   * `<manifestPath>.writers/<b64>`: the last batch id committed (-1: none), the owning generation,
+   * and the owner: the Spark query id of the streaming query, or "df.write" (None in states
+   * written before owners were recorded).
+   */
+  final case class WriterState(writerId: String, lastCommittedBatch: Long, generation: Long, owner: Option[String] = None)
 
   def encodeState(s: WriterState): Array[Byte] = {
     val node = mapper.createObjectNode()
     node.put("version", 1).put("writerId", s.writerId).put("lastCommittedBatch", s.lastCommittedBatch)
       .put("generation", s.generation)
+    s.owner.foreach(node.put("owner", _))
     mapper.writeValueAsBytes(node)
   }
 
-  /** `generation` is optional (states written before writer fencing have none: generation 0). */
+  /**
+   * `generation` and `owner` are optional (states written before writer fencing have no
+   * generation: 0; before owners, no owner). Readers ignore fields they do not know, so the
+   * version stays 1.
+   */
   def decodeState(key: String, bytes: Array[Byte]): WriterState = {
     val node = try mapper.readTree(bytes) catch {
       case e: Exception => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${e.getMessage}")
@@ -149,7 +199,12 @@ private[spark] object OsqueueSinkCommitter {
     }
     if (node == null || node.path("version").asInt(-1) != 1)
       throw new IllegalStateException(s"corrupt or newer osqueue sink state '$key': ${new String(bytes, UTF_8)}")
-    WriterState(node.path("writerId").asText(""), long("lastCommittedBatch", None), long("generation", Some(0L)))
+    val owner = node.path("owner") match {
+      case n if n.isMissingNode || n.isNull => None
+      case n if n.isTextual => Some(n.asText)
+      case _ => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${new String(bytes, UTF_8)}")
+    }
+    WriterState(node.path("writerId").asText(""), long("lastCommittedBatch", None), long("generation", Some(0L)), owner)
   }
 
   /** `<manifestPath>.writers/<base64url(writerId)>`: any writer id maps to one safe key. */

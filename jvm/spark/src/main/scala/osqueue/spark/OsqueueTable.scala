@@ -7,7 +7,7 @@ import scala.jdk.CollectionConverters._
 import org.apache.spark.sql.connector.catalog.{SupportsRead, SupportsWrite, Table, TableCapability}
 import org.apache.spark.sql.connector.metric.CustomMetric
 import org.apache.spark.sql.connector.read.{Batch, Scan, ScanBuilder, SupportsPushDownRequiredColumns}
-import org.apache.spark.sql.connector.read.streaming.MicroBatchStream
+import org.apache.spark.sql.connector.read.streaming.{MicroBatchStream, ReportsSinkMetrics}
 import org.apache.spark.sql.connector.write.{LogicalWriteInfo, WriteBuilder}
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
@@ -17,7 +17,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * a fixed schema (a user schema is refused); writes take `value` and optional `metadata`.
  */
 private[spark] class OsqueueTable(tableOptions: Map[String, String], givenSchema: Option[StructType])
-    extends Table with SupportsRead with SupportsWrite {
+    extends Table with SupportsRead with SupportsWrite with ReportsSinkMetrics {
+  /** Filled by the writes this table builds; a streaming query keeps one table for its lifetime. */
+  private val sinkProgress = new SinkProgressMetrics
+
   override def name(): String = s"osqueue[${tableOptions.getOrElse(OsqueueOptions.Path, "?")}]"
   override def schema(): StructType = OsqueueSchema.schema
   override def capabilities(): util.Set[TableCapability] =
@@ -31,7 +34,11 @@ private[spark] class OsqueueTable(tableOptions: Map[String, String], givenSchema
   }
 
   override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder =
-    new OsqueueWriteBuilder(info, tableOptions ++ OsqueueOptions.normalize(info.options().asCaseSensitiveMap().asScala))
+    new OsqueueWriteBuilder(info, tableOptions ++ OsqueueOptions.normalize(info.options().asCaseSensitiveMap().asScala),
+      sinkProgress)
+
+  /** `StreamingQueryProgress.sink.metrics`: the last committed micro-batch of this sink. */
+  override def metrics(): util.Map[String, String] = sinkProgress.snapshot
 }
 
 /** Column pruning: rows carry only the columns the query uses (a `value`-only read builds one). */

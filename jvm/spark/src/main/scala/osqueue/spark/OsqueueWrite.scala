@@ -13,11 +13,11 @@ import org.apache.spark.sql.types.{BinaryType, StringType, StructType}
  * must have `value` (binary or string) and may have `metadata` (binary); any other column is an
  * error naming it, raised before anything is written.
  */
-private[spark] final class OsqueueWriteBuilder(info: LogicalWriteInfo, tableOptions: Map[String, String])
-    extends WriteBuilder {
+private[spark] final class OsqueueWriteBuilder(info: LogicalWriteInfo, tableOptions: Map[String, String],
+    progress: SinkProgressMetrics) extends WriteBuilder {
   override def build(): Write = {
     val options = SinkOptions(OsqueueOptions.normalize(tableOptions), OsqueueStores.sessionStoreOptions())
-    new OsqueueWrite(options, OsqueueWriteBuilder.input(info.schema()), options.writerId.getOrElse(info.queryId()))
+    new OsqueueWrite(options, OsqueueWriteBuilder.input(info.schema()), info.queryId(), progress)
   }
 }
 
@@ -47,17 +47,34 @@ private[spark] object OsqueueWriteBuilder {
   }
 }
 
-private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, writerId: String) extends Write {
-  private val committer = new OsqueueSinkCommitter(options, writerId)
+/**
+ * `queryId` is Spark's id for this write: persistent across restarts of a streaming query's
+ * checkpoint, fresh for each df.write. It is the writer id unless the `writerId` option is given.
+ */
+private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, queryId: String,
+    progress: SinkProgressMetrics) extends Write with Logging {
+  private val writerId = options.writerId.getOrElse(queryId)
+  private val committer = new OsqueueSinkCommitter(options, writerId, queryId)
   private val commitLatencyMs = new AtomicLong()
   private val replaysSkipped = new AtomicLong()
 
   override def description(): String = s"osqueue sink ${options.location.identity} (writer $writerId)"
   override def toStreaming: StreamingWrite = {
+    if (options.writerBatchId.isDefined) throw OsqueueSinkErrors.batchIdOnStream()
     committer.claimForRun(OsqueueWrite.streamRunId())
-    new OsqueueStreamingWrite(this)
+    new OsqueueStreamingWrite(this, queryId)
   }
-  override def toBatch: BatchWrite = new OsqueueBatchWrite(this)
+
+  /**
+   * A df.write with a `writerId` commits as its `writerBatchId`, so a retried write is skipped
+   * (Delta's txnAppId/txnVersion); without one it is a one-off write with nothing to deduplicate.
+   */
+  override def toBatch: BatchWrite = options.writerId match {
+    case Some(id) =>
+      val batchId = options.writerBatchId.getOrElse(throw OsqueueSinkErrors.writerIdNeedsBatchId(id))
+      new OsqueueBatchWrite(this, batchId, owner = Some(OsqueueSinkErrors.BatchWriteOwner))
+    case None => new OsqueueBatchWrite(this, batchId = 0L, owner = None)
+  }
   override def supportedCustomMetrics(): Array[CustomMetric] = OsqueueSinkMetrics.supported
   override def reportDriverMetrics(): Array[CustomTaskMetric] = Array(
     OsqueueTaskMetrics.task(OsqueueSinkMetrics.ManifestConflicts, committer.conflicts),
@@ -66,18 +83,38 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
 
   private[spark] def factory = OsqueueWriterFactory(options, input)
 
-  private[spark] def commit(batchId: Long, messages: Array[WriterCommitMessage]): Unit = {
+  /** `owner`: what the writer state records (see [[OsqueueSinkCommitter.commit]]). */
+  private[spark] def commit(batchId: Long, messages: Array[WriterCommitMessage], owner: Option[String]): Unit = {
     val started = System.nanoTime()
-    val appended = committer.commit(batchId, messages.toSeq.collect { case m: OsqueueCommitMessage => m })
+    val conflictsBefore = committer.conflicts
+    val ours = messages.toSeq.collect { case m: OsqueueCommitMessage => m }
+    val appended = committer.commit(batchId, ours, owner)
     if (!appended) replaysSkipped.incrementAndGet()
-    commitLatencyMs.addAndGet((System.nanoTime() - started) / 1000000)
+    val latencyMs = (System.nanoTime() - started) / 1000000
+    commitLatencyMs.addAndGet(latencyMs)
+    val files = if (appended) ours.flatMap(_.batches) else Nil
+    progress.record(batchId, files.size.toLong, files.map(_.records.toLong).sum, files.map(_.bytes).sum,
+      committer.conflicts - conflictsBefore, latencyMs, replaySkipped = !appended)
   }
 
-  /** Aborted epochs leave their files to GC unless a task already deleted them. */
-  private[spark] def abort(messages: Array[WriterCommitMessage]): Unit = {
-    val store = OsqueueStores.open(options.location)
-    messages.toSeq.collect { case m: OsqueueCommitMessage => m }.flatMap(_.batches).foreach { b =>
-      try store.delete(b.location) catch { case scala.util.control.NonFatal(_) => }
+  /**
+   * Spark aborts when a task failed or when the driver's `commit` threw. Once a manifest write
+   * of the batch was sent, its entries may be in the manifest (the append landed and a later
+   * step failed, or its outcome is unknown): the files are kept, and GC deletes only those the
+   * manifest does not reference, after its grace period. Otherwise nothing references them.
+   */
+  private[spark] def abort(batchId: Long, messages: Array[WriterCommitMessage]): Unit = {
+    val files = messages.toSeq.collect { case m: OsqueueCommitMessage => m }.flatMap(_.batches).map(_.location)
+    if (committer.manifestWriteAttempted(batchId)) {
+      logWarning(s"osqueue sink '$writerId': batch $batchId aborted after a manifest write was sent, so its entries " +
+        s"may be enqueued; keeping its ${files.size} files (GC deletes any the manifest does not reference): " +
+        files.mkString(", "))
+    } else {
+      val store = OsqueueStores.open(options.location)
+      files.foreach { f =>
+        try store.delete(f)
+        catch { case scala.util.control.NonFatal(e) => logWarning(s"could not delete '$f' of an aborted write; GC will", e) }
+      }
     }
   }
 }
@@ -95,28 +132,32 @@ private[spark] object OsqueueWrite {
 }
 
 /** Streaming: one manifest commit per epoch (= Spark's batch id), idempotent per (writer id, epoch). */
-private[spark] final class OsqueueStreamingWrite(write: OsqueueWrite) extends StreamingWrite with Logging {
+private[spark] final class OsqueueStreamingWrite(write: OsqueueWrite, queryId: String) extends StreamingWrite with Logging {
   override def createStreamingWriterFactory(info: PhysicalWriteInfo): StreamingDataWriterFactory = write.factory
   override def commit(epochId: Long, messages: Array[WriterCommitMessage]): Unit = {
-    OsqueueSinkFaults.maybeCrash("before-append")
-    write.commit(epochId, messages)
-    OsqueueSinkFaults.maybeCrash("after-append")
+    OsqueueSinkFaults.at("before-append")
+    write.commit(epochId, messages, owner = Some(queryId))
+    OsqueueSinkFaults.at("after-append")
   }
-  override def abort(epochId: Long, messages: Array[WriterCommitMessage]): Unit = write.abort(messages)
+  override def abort(epochId: Long, messages: Array[WriterCommitMessage]): Unit = write.abort(epochId, messages)
 }
 
 /** `df.write`: one manifest commit for the whole write. */
-private[spark] final class OsqueueBatchWrite(write: OsqueueWrite) extends BatchWrite {
+private[spark] final class OsqueueBatchWrite(write: OsqueueWrite, batchId: Long, owner: Option[String]) extends BatchWrite {
   override def createBatchWriterFactory(info: PhysicalWriteInfo): DataWriterFactory = write.factory
-  override def commit(messages: Array[WriterCommitMessage]): Unit = write.commit(0L, messages)
-  override def abort(messages: Array[WriterCommitMessage]): Unit = write.abort(messages)
+  override def commit(messages: Array[WriterCommitMessage]): Unit = write.commit(batchId, messages, owner)
+  override def abort(messages: Array[WriterCommitMessage]): Unit = write.abort(batchId, messages)
 }
 
 /**
- * Test-only crash points: with the JVM system property `osqueue.test.crashAt=<point>` set, the
- * driver exits at that point, as a `kill -9` would (no cleanup, no Spark commit log entry).
+ * Test-only fault points. With the JVM system property `osqueue.test.crashAt=<point>` the process
+ * exits there, as a `kill -9` would (no cleanup, no Spark commit log entry); with
+ * `osqueue.test.failAt=<point>` it throws there, so Spark's own failure handling (abort) runs.
  */
 private[spark] object OsqueueSinkFaults {
-  def maybeCrash(point: String): Unit =
+  def at(point: String): Unit = {
     if (sys.props.get("osqueue.test.crashAt").contains(point)) Runtime.getRuntime.halt(137)
+    if (sys.props.get("osqueue.test.failAt").contains(point))
+      throw new IllegalStateException(s"osqueue test fault injected at '$point'")
+  }
 }
