@@ -1,7 +1,9 @@
 """JVM and Python speak one format and one CAS protocol: shared queues, cross reads, on files and S3."""
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 
 import pytest
 
@@ -32,9 +34,28 @@ def shared_queue(request, tmp_path):
 def _manifest(path, store_options=None):
     store = open_store(path, store_options)
     try:
-        return decode_manifest(store.get("ingest/manifest").data, "ingest/manifest")
+        obj = store.get("ingest/manifest")
+        return None if obj is None else decode_manifest(obj.data, "ingest/manifest")
     finally:
         store.close()
+
+
+def _tags_in_manifest_order(path, store_options=None) -> list[str]:
+    """Each entry's writer: the producers here give every entry their tag as metadata."""
+    m = _manifest(path, store_options)
+    return [] if m is None else [e.metadata[0].payload.decode() for e in m.entries]
+
+
+def _await_writing(path, tags, procs, store_options=None, timeout=180.0):
+    """The start barrier: returns once every tag has an entry in the manifest, i.e. each JVM is past
+    its startup and hammering the manifest (a JVM takes seconds to start, Python none)."""
+    deadline = time.monotonic() + timeout
+    while not set(tags) <= set(_tags_in_manifest_order(path, store_options)):
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"a JVM producer ended before the start barrier ({p.returncode}): {p.stderr.read()}")
+        assert time.monotonic() < deadline, f"no entries from all of {tags} within {timeout} s"
+        time.sleep(0.02)
 
 
 def _python_producer(path, tag, count, store_options=None, compression=None):
@@ -57,6 +78,7 @@ def _assert_exact_union(path, expected: set[str], store_options=None):
 def _contend(path, store_options=None, jvm_count=80, py_count=80):
     jvms = [jvm_tool.start("produce", path, f"jvm{i}", str(jvm_count), "--flush-ms", "1", "--sync", "true", store_options=store_options)
             for i in range(2)]
+    _await_writing(path, ["jvm0", "jvm1"], jvms, store_options)
     threads = [threading.Thread(target=_python_producer, args=(path, f"py{i}", py_count, store_options)) for i in range(2)]
     for t in threads:
         t.start()
@@ -71,8 +93,13 @@ def _contend(path, store_options=None, jvm_count=80, py_count=80):
 
 
 def test_jvm_and_python_producers_share_one_local_queue(tmp_path):
-    m = _contend(str(tmp_path / "q"))
-    assert len(m.entries) == 4 * 80, "each entry should have had its own manifest write"
+    path = str(tmp_path / "q")
+    m = _contend(path, jvm_count=300, py_count=150)
+    assert len(m.entries) == 2 * 300 + 2 * 150, "each entry should have had its own manifest write"
+    # The processes really contended: in manifest order, the languages' writes interleave.
+    langs = ["jvm" if t.startswith("jvm") else "py" for t in _tags_in_manifest_order(path)]
+    runs = [(lang, len(list(group))) for lang, group in itertools.groupby(langs)]
+    assert len(runs) >= 20, f"JVM and Python writes barely overlapped: runs {runs[:30]}"
 
 
 def test_jvm_and_python_producers_share_one_queue_on_localstack(s3_server):
