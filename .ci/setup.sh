@@ -1,24 +1,61 @@
 #!/usr/bin/env bash
-# Idempotent environment setup shared by README's commands and CI: a JDK 17, the project venv
-# (.venv) with osqueue and its test dependencies, and LocalStack's own venv. Cached: a second run
-# only checks stamps. Nothing here names a registry host; pip and Maven use the machine's config.
+# Idempotent environment setup shared by README's commands and CI: a JDK >= 17 and Maven, the
+# project venv (.venv) with osqueue and its test dependencies, and LocalStack's own venv.
+# Cached: a second run only checks stamps. Nothing here names a registry host; pip and Maven use
+# the machine's config.
+#
+#   bash .ci/setup.sh            everything (tests/run_all.sh)
+#   bash .ci/setup.sh --no-s3    without LocalStack's venv (the demo needs no S3 server, and
+#                                LocalStack needs a Python 3.12 the demo has no use for)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
+with_s3=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-s3) with_s3=0 ;;
+    *) echo "setup.sh: unknown argument '$arg' (known: --no-s3)" >&2; exit 2 ;;
+  esac
+done
+
 log() { echo "[setup] $*" >&2; }
+can_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+apt_install() {
+  log "installing $* with apt"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# The major version of the javac on PATH ("javac 17.0.15" -> 17, "javac 1.8.0_292" -> 8), or 0.
+jdk_major() {
+  local v
+  v="$(javac -version 2>&1 | awk '/^javac /{print $2; exit}')" || true
+  case "$v" in
+    1.*) v="${v#1.}" ;;
+  esac
+  v="${v%%[!0-9]*}"
+  echo "${v:-0}"
+}
 
 need_apt=()
-command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
+if ! command -v javac >/dev/null 2>&1 || [ "$(jdk_major)" -lt 17 ]; then
+  need_apt+=(openjdk-17-jdk-headless)
+fi
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    log "installing ${need_apt[*]} with apt"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  if can_apt; then
+    apt_install "${need_apt[@]}"
   else
-    echo "osqueue needs ${need_apt[*]} (a JDK 17 and Maven); install them and re-run" >&2
+    echo "osqueue needs ${need_apt[*]} (a JDK >= 17 and Maven); install them and re-run" >&2
     exit 1
   fi
+fi
+# An older JDK can stay first on PATH after apt installed 17 (alternatives set by hand).
+major="$(jdk_major)"
+if [ "$major" -lt 17 ]; then
+  echo "osqueue needs a JDK >= 17, but the javac on PATH ($(command -v javac)) is version $major;" \
+       "put a JDK 17 first on PATH (e.g. update-alternatives --config javac) and re-run" >&2
+  exit 1
 fi
 
 # Python >= 3.10 for the project venv.
@@ -29,11 +66,31 @@ py="${OSQUEUE_BOOTSTRAP_PYTHON:-python3}"
 stamp=".venv/.osqueue-deps-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   log "creating .venv and installing osqueue's dependencies (pyspark is large: a few minutes)"
-  [ -x .venv/bin/python ] || "$py" -m venv .venv
+  if [ ! -x .venv/bin/python ]; then
+    # Debian/Ubuntu ship venv's pip bootstrap (ensurepip) separately, in python3.X-venv.
+    if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+      venv_pkg="python$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv"
+      if can_apt; then
+        apt_install "$venv_pkg"
+      else
+        echo "'$py -m venv' does not work here (no ensurepip); install $venv_pkg and re-run" >&2
+        exit 1
+      fi
+    fi
+    rm -rf .venv  # a venv half-made by a failed attempt
+    "$py" -m venv .venv
+  fi
   .venv/bin/python -m pip install -q --upgrade pip
+  # Reading pyproject.toml needs tomllib (Python 3.11+) or, on 3.10, its backport tomli.
+  if ! .venv/bin/python -c 'import tomllib' >/dev/null 2>&1; then
+    .venv/bin/python -m pip install -q tomli
+  fi
   # Dependencies only: the package itself is (re)installed after each jar build.
   .venv/bin/python - <<'PY' > .venv/requirements.txt
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
 print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"] + p["optional-dependencies"]["bench"]))
 PY
@@ -42,8 +99,12 @@ PY
   touch "$stamp"
 fi
 
-# LocalStack (S3, in-process) needs Python >= 3.12 and pins of its own: a separate venv.
-bash .ci/setup-localstack.sh
+if [ "$with_s3" = 1 ]; then
+  # LocalStack (S3, in-process) needs Python >= 3.12 and pins of its own: a separate venv.
+  bash .ci/setup-localstack.sh
+else
+  log "skipping LocalStack's venv (--no-s3)"
+fi
 
 # sbt itself needs no step here: .ci/sbt fetches its launcher through Maven on first use.
 log "environment ready"

@@ -2,7 +2,8 @@
 
 Run through `bash integration/demo.sh` (README's main job). Python producers write JSON events
 into a queue directory while a PySpark streaming query counts them per source and action. Midway
-the query is killed with SIGKILL and restarted from its checkpoint; at the end the counts Spark
+(once the query has committed a micro-batch, with the producers paused half-way) the query is
+killed with SIGKILL and restarted from its checkpoint; at the end the counts Spark
 produced are compared with what the producers sent: they must match exactly.
 """
 from __future__ import annotations
@@ -31,13 +32,43 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
+class Halfway:
+    """Where producers pause, half their events sent, until the crash has happened: however slowly
+    Spark starts on this machine, the kill lands while events are still to come."""
+
+    def __init__(self, producers: int) -> None:
+        self._cond = threading.Condition()
+        self._producers = producers
+        self._waiting = 0
+        self._open = False
+
+    def wait(self) -> None:
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: self._open)
+
+    def all_waiting(self) -> bool:
+        with self._cond:
+            return self._waiting == self._producers
+
+    def release(self) -> None:
+        with self._cond:
+            self._open = True
+            self._cond.notify_all()
+
+
 def produce(queue: str, source: str, events: int, seconds: float, sent: collections.Counter,
-            lock: threading.Lock) -> None:
+            lock: threading.Lock, halfway: Halfway, stop: threading.Event) -> None:
     rng = random.Random(source)
     started = time.monotonic()
     with osqueue.Producer(queue, flush_interval=0.2) as producer:
         for i in range(events):
-            # A steady trickle over `seconds`, so the crash below lands while producers still write.
+            if i == events // 2:
+                halfway.wait()
+                started = time.monotonic() - seconds * i / events  # the second half paced from now
+            if stop.is_set():
+                break
+            # A steady trickle over `seconds`, so the query reads while producers still write.
             time.sleep(max(0.0, started + seconds * i / events - time.monotonic()))
             action = rng.choice(ACTIONS)
             producer.produce([json.dumps({"user": rng.randrange(1000), "action": action, "n": i}).encode()],
@@ -45,6 +76,17 @@ def produce(queue: str, source: str, events: int, seconds: float, sent: collecti
             with lock:
                 sent[f"{source}/{action}"] += 1
     # leaving the `with` block flushes: every event above is durable in the queue
+
+
+def committed_counts(checkpoint: pathlib.Path, counts_dir: pathlib.Path) -> tuple[int, int]:
+    """Micro-batches Spark has committed in its checkpoint, and the events they counted."""
+    commits = [f for f in (checkpoint / "commits").glob("*") if f.name.isdigit()]
+    counted = 0
+    for f in commits:
+        result = counts_dir / f"batch-{f.name}.json"
+        if result.exists():  # written by foreachBatch before Spark commits the batch
+            counted += sum(json.loads(result.read_text()).values())
+    return len(commits), counted
 
 
 def start_query(queue: str, work: pathlib.Path, *extra: str) -> subprocess.Popen:
@@ -71,8 +113,12 @@ def main() -> int:
 
     sent: collections.Counter = collections.Counter()
     lock = threading.Lock()
-    producers = [threading.Thread(target=produce, args=(queue, s, events, seconds, sent, lock)) for s in SOURCES]
-    say(f"1. starting {len(SOURCES)} Python producers ({events} events each, over {seconds:.0f} s)")
+    stop = threading.Event()
+    halfway = Halfway(len(SOURCES))
+    producers = [threading.Thread(target=produce, args=(queue, s, events, seconds, sent, lock, halfway, stop))
+                 for s in SOURCES]
+    say(f"1. starting {len(SOURCES)} Python producers ({events} events each, over {seconds:.0f} s;"
+        " they pause half-way until the crash below, so it lands mid-stream)")
     for t in producers:
         t.start()
 
@@ -80,15 +126,37 @@ def main() -> int:
     query = start_query(queue, work)
     counts_dir = work / "counts"
     deadline = time.time() + 300
-    while len(list(counts_dir.glob("batch-*.json"))) < 3 and time.time() < deadline and query.poll() is None:
-        time.sleep(0.1)
+    while time.time() < deadline and query.poll() is None:
+        if halfway.all_waiting() and committed_counts(work / "checkpoint", counts_dir)[0] >= 1:
+            break
+        time.sleep(0.2)
+    total = events * len(SOURCES)
     with lock:
         so_far = sum(sent.values())
-    say(f"3. simulating a crash: kill -9 the Spark query mid-stream ({so_far} of {events * len(SOURCES)} events sent so far)")
+    # The crash must land mid-stream, or the demo would prove nothing: the query is running, has
+    # committed a micro-batch (so the restart resumes from a checkpoint), and events are left to count.
+    alive = query.poll() is None
+    committed, counted_so_far = committed_counts(work / "checkpoint", counts_dir)
+    unfinished = sum(t.is_alive() for t in producers)
+    say(f"3. simulating a crash: kill -9 the Spark query mid-stream ({so_far} of {total} events sent so far)")
+    say(f"   at the kill: query {'running' if alive else 'NOT running'}, {committed} micro-batches committed"
+        f" ({counted_so_far} of {total} events counted), {unfinished} of {len(SOURCES)} producers not finished")
+    if not (alive and committed >= 1 and counted_so_far < total):
+        say("   that is not a mid-stream crash (the query must be running, have committed a micro-batch,"
+            " and have events left to count): the demo cannot show recovery; see Spark's log: "
+            f"{work / 'spark.log'}")
+        stop.set()
+        halfway.release()
+        if alive:
+            os.killpg(query.pid, signal.SIGKILL)
+        for t in producers:
+            t.join()
+        return 1
     os.killpg(query.pid, signal.SIGKILL)
     query.wait()
-    say("   restarting it from its checkpoint")
+    say("   restarting it from its checkpoint; the producers carry on")
     query = start_query(queue, work)
+    halfway.release()
     for t in producers:
         t.join()
     say("4. producers are done; letting the query catch up, then stopping it")

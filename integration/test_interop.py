@@ -1,8 +1,9 @@
 """JVM and Python speak one format and one CAS protocol: shared queues, cross reads, on files and S3."""
 from __future__ import annotations
 
+import itertools
 import threading
-import uuid
+import time
 
 import pytest
 
@@ -10,9 +11,51 @@ import osqueue
 from osqueue.format import decode_batch, decode_manifest
 from osqueue.store import open_store
 
-from fixtures import new_bucket, run_s3_server
+from fixtures import new_bucket, s3_server  # noqa: F401  (s3_server: the session's S3 servers)
 
 from . import jvm_tool
+
+
+def _s3_options(server) -> dict[str, str]:
+    return {"fs.s3a.endpoint": server.endpoint, "fs.s3a.access.key": server.access_key,
+            "fs.s3a.secret.key": server.secret_key, "fs.s3a.path.style.access": "true",
+            "fs.s3a.endpoint.region": server.region}
+
+
+@pytest.fixture(params=["local", "localstack"])
+def shared_queue(request, tmp_path):
+    """A fresh queue root and its store options: a local directory, or a bucket on LocalStack's S3."""
+    if request.param == "local":
+        return str(tmp_path / "q"), None
+    server = request.getfixturevalue("s3_server")("localstack")
+    return f"s3a://{new_bucket(server)}/q", _s3_options(server)
+
+
+def _manifest(path, store_options=None):
+    store = open_store(path, store_options)
+    try:
+        obj = store.get("ingest/manifest")
+        return None if obj is None else decode_manifest(obj.data, "ingest/manifest")
+    finally:
+        store.close()
+
+
+def _tags_in_manifest_order(path, store_options=None) -> list[str]:
+    """Each entry's writer: the producers here give every entry their tag as metadata."""
+    m = _manifest(path, store_options)
+    return [] if m is None else [e.metadata[0].payload.decode() for e in m.entries]
+
+
+def _await_writing(path, tags, procs, store_options=None, timeout=180.0):
+    """The start barrier: returns once every tag has an entry in the manifest, i.e. each JVM is past
+    its startup and hammering the manifest (a JVM takes seconds to start, Python none)."""
+    deadline = time.monotonic() + timeout
+    while not set(tags) <= set(_tags_in_manifest_order(path, store_options)):
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"a JVM producer ended before the start barrier ({p.returncode}): {p.stderr.read()}")
+        assert time.monotonic() < deadline, f"no entries from all of {tags} within {timeout} s"
+        time.sleep(0.02)
 
 
 def _python_producer(path, tag, count, store_options=None, compression=None):
@@ -35,6 +78,7 @@ def _assert_exact_union(path, expected: set[str], store_options=None):
 def _contend(path, store_options=None, jvm_count=80, py_count=80):
     jvms = [jvm_tool.start("produce", path, f"jvm{i}", str(jvm_count), "--flush-ms", "1", "--sync", "true", store_options=store_options)
             for i in range(2)]
+    _await_writing(path, ["jvm0", "jvm1"], jvms, store_options)
     threads = [threading.Thread(target=_python_producer, args=(path, f"py{i}", py_count, store_options)) for i in range(2)]
     for t in threads:
         t.start()
@@ -49,35 +93,37 @@ def _contend(path, store_options=None, jvm_count=80, py_count=80):
 
 
 def test_jvm_and_python_producers_share_one_local_queue(tmp_path):
-    m = _contend(str(tmp_path / "q"))
-    assert len(m.entries) == 4 * 80, "each entry should have had its own manifest write"
+    path = str(tmp_path / "q")
+    m = _contend(path, jvm_count=300, py_count=150)
+    assert len(m.entries) == 2 * 300 + 2 * 150, "each entry should have had its own manifest write"
+    # The processes really contended: in manifest order, the languages' writes interleave.
+    langs = ["jvm" if t.startswith("jvm") else "py" for t in _tags_in_manifest_order(path)]
+    runs = [(lang, len(list(group))) for lang, group in itertools.groupby(langs)]
+    assert len(runs) >= 20, f"JVM and Python writes barely overlapped: runs {runs[:30]}"
 
 
-def test_jvm_and_python_producers_share_one_queue_on_localstack():
-    with run_s3_server("localstack") as server:
-        bucket = new_bucket(server)
-        opts = {"fs.s3a.endpoint": server.endpoint, "fs.s3a.access.key": server.access_key,
-                "fs.s3a.secret.key": server.secret_key, "fs.s3a.path.style.access": "true",
-                "fs.s3a.endpoint.region": server.region}
-        m = _contend(f"s3a://{bucket}/shared", opts, jvm_count=40, py_count=40)
-        assert len(m.entries) == 4 * 40
+def test_jvm_and_python_producers_share_one_queue_on_localstack(s3_server):
+    server = s3_server("localstack")
+    m = _contend(f"s3a://{new_bucket(server)}/shared", _s3_options(server), jvm_count=40, py_count=40)
+    assert len(m.entries) == 4 * 40
 
 
 @pytest.mark.parametrize("compression", [None, "zstd"])
-def test_jvm_consumer_reads_python_batches(tmp_path, compression):
-    path = str(tmp_path / "q")
-    _python_producer(path, "py", 25, compression=compression)
-    lines = jvm_tool.run("consume", path).splitlines()
+def test_jvm_consumer_reads_python_batches(shared_queue, compression):
+    path, opts = shared_queue
+    _python_producer(path, "py", 25, store_options=opts, compression=compression)
+    lines = jvm_tool.run("consume", path, store_options=opts).splitlines()
     assert [line.split("\t")[2] for line in lines] == [f"py-{i}" for i in range(25)]
-    m = decode_manifest((tmp_path / "q" / "ingest" / "manifest").read_bytes(), "m")
+    m = _manifest(path, opts)
     assert m.entries == [] and m.epoch == 1, "the JVM consumer should have taken over and dequeued everything"
+    assert m.next_sequence == 25
 
 
 @pytest.mark.parametrize("compression", ["none", "zstd"])
-def test_python_consumer_reads_jvm_batches(tmp_path, compression):
-    path = str(tmp_path / "q")
-    jvm_tool.run("produce", path, "jvm", "40", "--per-call", "4", "--compression", compression)
-    c = osqueue.Consumer(path)
+def test_python_consumer_reads_jvm_batches(shared_queue, compression):
+    path, opts = shared_queue
+    jvm_tool.run("produce", path, "jvm", "40", "--per-call", "4", "--compression", compression, store_options=opts)
+    c = osqueue.Consumer(path, store_options=opts)
     values, metas = [], set()
     while (b := c.next_batch()) is not None:
         values += [v.decode() for v in b.entries]
@@ -85,14 +131,16 @@ def test_python_consumer_reads_jvm_batches(tmp_path, compression):
         c.ack(b.sequence)
     c.close()
     assert values == [f"jvm-{i}" for i in range(40)] and metas == {b"jvm"}
+    m = _manifest(path, opts)
+    assert m.entries == [] and m.epoch == 1, "the Python consumer should have taken over and dequeued everything"
 
 
-def test_jvm_consumer_fences_a_python_consumer(tmp_path):
-    path = str(tmp_path / "q")
-    _python_producer(path, "py", 3)
-    py = osqueue.Consumer(path)
+def test_jvm_consumer_fences_a_python_consumer(shared_queue):
+    path, opts = shared_queue
+    _python_producer(path, "py", 3, store_options=opts)
+    py = osqueue.Consumer(path, store_options=opts)
     assert py.next_batch() is not None
-    jvm_tool.run("consume", path)
+    jvm_tool.run("consume", path, store_options=opts)
     with pytest.raises(osqueue.FencedError):
         py.next_batch()
 

@@ -227,7 +227,7 @@ def _b64(data: bytes) -> str:
 
 
 def manifest_to_json(manifest: Manifest, version: int | None) -> dict[str, Any]:
-    """The manifest as the JSON that ``inspect --json`` prints."""
+    """The manifest as the JSON that ``inspect --json`` prints: every field, bytes in base64."""
     return {
         "version": version,
         "epoch": manifest.epoch,
@@ -244,6 +244,8 @@ def manifest_to_json(manifest: Manifest, version: int | None) -> dict[str, Any]:
                     }
                     for m in e.metadata
                 ],
+                # The entry's extension bytes (e.g. the Spark sink's write tag, docs/format.md §2.1).
+                "extension_base64": _b64(e.extension),
             }
             for e in manifest.entries
         ],

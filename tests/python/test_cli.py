@@ -24,7 +24,17 @@ from click.testing import CliRunner, Result  # noqa: E402
 from helpers import T0_MS, ManualClock  # noqa: E402
 
 from osqueue.cli import cli  # noqa: E402
-from osqueue.format import decode_batch, decode_manifest, encode_batch, encode_ulid  # noqa: E402
+from osqueue.format import (  # noqa: E402
+    EntryTag,
+    Manifest,
+    ManifestEntry,
+    MetadataItem,
+    decode_batch,
+    decode_manifest,
+    encode_batch,
+    encode_manifest,
+    encode_ulid,
+)
 from osqueue.producer import DurableWrite, Producer  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -115,9 +125,10 @@ def _expected_json(results: list[DurableWrite]) -> dict[str, Any]:
         "epoch": 0,
         "next_sequence": 3,
         "entries": [
-            {"sequence": 0, "location": loc[0], "metadata": [item(0, T0_MS, b"m0"), item(2, T0_MS, b"m1")]},
-            {"sequence": 1, "location": loc[1], "metadata": [item(0, T0_MS + 1000, b"m2")]},
-            {"sequence": 2, "location": loc[2], "metadata": [item(0, T0_MS + 2000, b"m3")]},
+            {"sequence": 0, "location": loc[0], "metadata": [item(0, T0_MS, b"m0"), item(2, T0_MS, b"m1")],
+             "extension_base64": ""},
+            {"sequence": 1, "location": loc[1], "metadata": [item(0, T0_MS + 1000, b"m2")], "extension_base64": ""},
+            {"sequence": 2, "location": loc[2], "metadata": [item(0, T0_MS + 2000, b"m3")], "extension_base64": ""},
         ],
     }
 
@@ -129,6 +140,24 @@ def test_inspect_json_dumps_the_manifest_exactly(queue: tuple[pathlib.Path, list
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == _expected_json(results)
     assert result.stderr == ""
+
+
+def test_inspect_json_carries_each_entrys_extension_bytes(tmp_path: pathlib.Path) -> None:
+    tag = EntryTag("query-1", 7, "01JATTEMPT").encode()  # what the Spark sink appends
+    other = bytes(range(256))  # an extension osqueue does not interpret: still dumped as is
+    entries = [
+        ManifestEntry(4, "ingest/a.batch", [MetadataItem(0, T0_MS, b"m")], tag),
+        ManifestEntry(5, "ingest/b.batch", [MetadataItem(0, T0_MS + 1, b"")], other),
+        ManifestEntry(6, "ingest/c.batch", [], b""),
+    ]
+    (tmp_path / "ingest").mkdir()
+    (tmp_path / "ingest" / "manifest").write_bytes(encode_manifest(Manifest(entries, next_sequence=7, epoch=3)))
+    result = run("inspect", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.stderr
+    dumped = json.loads(result.stdout)["entries"]
+    assert [base64.b64decode(e["extension_base64"]) for e in dumped] == [tag, other, b""]
+    assert EntryTag.decode(base64.b64decode(dumped[0]["extension_base64"])) == EntryTag("query-1", 7, "01JATTEMPT")
+    assert [(e["sequence"], e["location"]) for e in dumped] == [(4, "ingest/a.batch"), (5, "ingest/b.batch"), (6, "ingest/c.batch")]
 
 
 def test_inspect_json_in_a_subprocess(queue: tuple[pathlib.Path, list[DurableWrite]]) -> None:
@@ -407,6 +436,26 @@ def test_bad_paths_are_one_line_and_exit_2(command: str, tmp_path: pathlib.Path)
     no_bucket = run(command, "s3://")
     assert no_bucket.exit_code == 2
     one_error_line(no_bucket.stderr, "bucket")
+
+
+def test_produce_to_bad_paths_is_one_line_and_exit_2(tmp_path: pathlib.Path) -> None:
+    # produce creates a missing queue directory (it is the writer), so "missing" is not an error here;
+    # a root that cannot be a directory is.
+    relative = run("produce", "relative/dir", input="x\n")
+    assert relative.exit_code == 2
+    one_error_line(relative.stderr, "invalid value for 'path'", "relative/dir")
+    no_bucket = run("produce", "s3://", input="x\n")
+    assert no_bucket.exit_code == 2
+    one_error_line(no_bucket.stderr, "bucket")
+    a_file = tmp_path / "file"
+    a_file.write_bytes(b"not a directory")
+    under_file = run("produce", str(a_file / "q"), input="x\n")
+    assert under_file.exit_code == 2
+    one_error_line(under_file.stderr, "cannot create store root", str(a_file / "q"))
+    proc = run_process("produce", "ftp://host/dir", input=b"x\n")
+    assert proc.returncode == 2 and proc.stdout == b""
+    one_error_line(proc.stderr.decode(), "ftp://host/dir")
+    assert a_file.read_bytes() == b"not a directory"
 
 
 def test_bad_path_in_a_subprocess() -> None:

@@ -23,6 +23,7 @@ class OsqueueSourceProvider extends TableProvider with DataSourceRegister {
   override def supportsExternalMetadata(): Boolean = true
 
   override def getTable(schema: StructType, partitioning: Array[Transform], properties: util.Map[String, String]): Table = {
+    SparkVersionCheck.ensureSupported()
     val options = OsqueueOptions.normalize(properties.asScala)
     OsqueueOptions.validateGeneral(options)
     new OsqueueTable(options, Option(schema))

@@ -1,0 +1,48 @@
+"""What README.md tells Python users about handles and `pip install .` holds for the code."""
+from __future__ import annotations
+
+import concurrent.futures
+import pathlib
+import re
+
+import pytest
+
+from osqueue.producer import Producer, WriteHandle
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def test_readme_names_the_handle_calls_that_exist() -> None:
+    for name in ("wait_durable", "result", "try_result", "done", "add_done_callback"):
+        assert f"`{name}(" in README, name
+        assert callable(getattr(WriteHandle, name)), name
+    assert "`concurrent.futures.Future`" in README and issubclass(WriteHandle, concurrent.futures.Future)
+
+
+def test_result_blocks_and_try_result_does_not_as_the_readme_says(tmp_path: pathlib.Path) -> None:
+    assert re.search(r"`result\(timeout\)` \*\*block\*\*", README)
+    with Producer(str(tmp_path / "q"), flush_interval=3600) as producer:
+        handle = producer.produce([b"x"])
+        assert handle.try_result() is None
+        with pytest.raises(concurrent.futures.TimeoutError):
+            handle.result(timeout=0.05)
+        producer.flush(timeout=30)
+        assert handle.try_result() == handle.result(timeout=0) == handle.wait_durable(0)
+
+
+def test_readme_names_what_pip_install_needs_and_the_build_reads_it() -> None:
+    assert "JDK 17 and Maven" in README and "`OSQUEUE_JAR`" in README
+    backend = (ROOT / "python" / "build_backend" / "osqueue_build_backend.py").read_text()
+    assert 'os.environ.get("OSQUEUE_JAR")' in backend and ".ci\" / \"sbt\"" in backend
+
+
+def test_readme_states_the_spark_version_the_jar_and_the_wrapper_check() -> None:
+    from osqueue.spark import SUPPORTED_SCALA_VERSION, SUPPORTED_SPARK_VERSION
+
+    assert f"Spark {SUPPORTED_SPARK_VERSION}.x with Scala {SUPPORTED_SCALA_VERSION}" in README
+    check = (ROOT / "jvm" / "spark" / "src" / "main" / "scala" / "osqueue" / "spark" / "SparkVersionCheck.scala").read_text()
+    assert f'val BuiltForSpark = "{SUPPORTED_SPARK_VERSION}"' in check
+    assert f'val BuiltForScala = "{SUPPORTED_SCALA_VERSION}"' in check
+    build = (ROOT / "build.sbt").read_text()
+    assert f'val sparkVersion = "{SUPPORTED_SPARK_VERSION}.' in build
