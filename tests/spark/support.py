@@ -42,6 +42,18 @@ def produce_entries(path: str, batches: int, per_batch: int, store_options=None,
 
 
 @contextlib.contextmanager
+def make_input(d: pathlib.Path, files: int, lines: int, tag: str = "f") -> list[str]:
+    d.mkdir(parents=True, exist_ok=True)
+    expected = []
+    for f in range(files):
+        rows = [f"{tag}{f}-line{i}" for i in range(lines)]
+        path = d / f"{tag}{f}.txt"
+        path.write_text("\n".join(rows) + "\n")
+        os.utime(path, (1_700_000_000 + f * 10, 1_700_000_000 + f * 10))  # the file source reads oldest first
+        expected += rows
+    return expected
+
+
 def standalone_cluster(work_dir: pathlib.Path):
     """A Spark standalone master and one worker (2 cores) on loopback, from pyspark's own scripts.
 

@@ -14,21 +14,9 @@ import pytest
 import osqueue
 from osqueue.format import decode_manifest
 
-from .support import standalone_cluster
+from .support import make_input, standalone_cluster
 
 HERE = pathlib.Path(__file__).resolve().parent
-
-
-def make_input(d: pathlib.Path, files: int, lines: int, tag: str = "f") -> list[str]:
-    d.mkdir(parents=True, exist_ok=True)
-    expected = []
-    for f in range(files):
-        rows = [f"{tag}{f}-line{i}" for i in range(lines)]
-        path = d / f"{tag}{f}.txt"
-        path.write_text("\n".join(rows) + "\n")
-        os.utime(path, (1_700_000_000 + f * 10, 1_700_000_000 + f * 10))  # the file source reads oldest first
-        expected += rows
-    return expected
 
 
 def sink_job(input_dir, queue, ckpt, *extra, timeout=300):

@@ -4,7 +4,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import pathlib
 
 import pytest
@@ -12,17 +11,7 @@ import pytest
 import osqueue
 from osqueue.format import decode_manifest
 
-
-def make_input(d: pathlib.Path, files: int, lines: int, tag: str = "f") -> list[str]:
-    d.mkdir(parents=True, exist_ok=True)
-    expected = []
-    for f in range(files):
-        rows = [f"{tag}{f}-line{i}" for i in range(lines)]
-        path = d / f"{tag}{f}.txt"
-        path.write_text("\n".join(rows) + "\n")
-        os.utime(path, (1_700_000_000 + f * 10, 1_700_000_000 + f * 10))  # the file source reads oldest first
-        expected += rows
-    return expected
+from .support import make_input
 
 
 def start_stream(spark, inp, queue, ckpt, **options):
