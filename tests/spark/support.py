@@ -41,7 +41,6 @@ def produce_entries(path: str, batches: int, per_batch: int, store_options=None,
     return values
 
 
-@contextlib.contextmanager
 def make_input(d: pathlib.Path, files: int, lines: int, tag: str = "f") -> list[str]:
     d.mkdir(parents=True, exist_ok=True)
     expected = []
@@ -54,6 +53,7 @@ def make_input(d: pathlib.Path, files: int, lines: int, tag: str = "f") -> list[
     return expected
 
 
+@contextlib.contextmanager
 def standalone_cluster(work_dir: pathlib.Path):
     """A Spark standalone master and one worker (2 cores) on loopback, from pyspark's own scripts.
 

@@ -93,6 +93,10 @@ object S3StoreConfig {
    * (environment, profile, web identity, container and instance roles). Hadoop's own default
    * list is made of these, so a configuration carrying it (or any subset) is accepted.
    */
+  // Built at run time: the jar's shading rewrites "software.amazon.awssdk.*" string constants to
+  // the relocated package, and user configurations name the original classes.
+  private val SdkV2Credentials = Seq("software", "amazon", "awssdk", "auth", "credentials").mkString(".")
+
   val EquivalentCredentialsProviders: Set[String] = Set(
     "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
     "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider",
@@ -103,13 +107,13 @@ object S3StoreConfig {
     "com.amazonaws.auth.WebIdentityTokenCredentialsProvider",
     "com.amazonaws.auth.DefaultAWSCredentialsProviderChain",
     "com.amazonaws.auth.profile.ProfileCredentialsProvider",
-    "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
-    "software.amazon.awssdk.auth.credentials.SystemPropertyCredentialsProvider",
-    "software.amazon.awssdk.auth.credentials.InstanceProfileCredentialsProvider",
-    "software.amazon.awssdk.auth.credentials.ContainerCredentialsProvider",
-    "software.amazon.awssdk.auth.credentials.WebIdentityTokenFileCredentialsProvider",
-    "software.amazon.awssdk.auth.credentials.ProfileCredentialsProvider",
-    "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider")
+    s"$SdkV2Credentials.EnvironmentVariableCredentialsProvider",
+    s"$SdkV2Credentials.SystemPropertyCredentialsProvider",
+    s"$SdkV2Credentials.InstanceProfileCredentialsProvider",
+    s"$SdkV2Credentials.ContainerCredentialsProvider",
+    s"$SdkV2Credentials.WebIdentityTokenFileCredentialsProvider",
+    s"$SdkV2Credentials.ProfileCredentialsProvider",
+    s"$SdkV2Credentials.DefaultCredentialsProvider")
 
   /**
    * Any other provider (assumed role, anonymous, a custom class) would pick an identity we
