@@ -206,6 +206,17 @@ def test_corrupt_batch_fails_the_query_naming_the_object(spark, queue_dir, tmp_p
     assert "corrupt data batch" in str(err.value)
 
 
+def test_corrupt_batch_fails_even_when_data_loss_is_allowed(spark, queue_dir, tmp_path):
+    """failOnDataLoss=false skips what is gone, not what is damaged: corruption still stops the query."""
+    produce_entries(str(queue_dir), batches=2, per_batch=1)
+    location = manifest_of(queue_dir).entries[1].location
+    (queue_dir / location).write_bytes(b"\x00\x01garbage\x00\x00\x00\x00\x01\x00")
+    with pytest.raises(Exception) as err:
+        run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"failOnDataLoss": "false"})
+    assert location in str(err.value)
+    assert "corrupt data batch" in str(err.value)
+
+
 def test_missing_batch_is_data_loss_unless_allowed(spark, queue_dir, tmp_path):
     expected = produce_entries(str(queue_dir), batches=3, per_batch=1)
     location = manifest_of(queue_dir).entries[1].location
@@ -323,6 +334,10 @@ def test_the_same_queue_under_another_spelling_of_its_path_resumes(spark, queue_
         ({"path": "/tmp/x", "minBatchesPerTrigger": "5", "maxBatchesPerTrigger": "2"}, "must not exceed"),
         ({"path": "/tmp/x", "maxTriggerDelay": "soon", "minBatchesPerTrigger": "2"}, "expected a duration"),
         ({"path": "/tmp/x", "failOnDataLoss": "maybe"}, "expected true or false"),
+        ({"path": "/tmp/x", "gc": "sometimes"}, "invalid value for option 'gc': 'sometimes'"),
+        ({"path": "/tmp/x", "gcInterval": "often"}, "invalid value for option 'gcinterval': 'often'"),
+        ({"path": "/tmp/x", "gcInterval": "0s"}, "invalid value for option 'gcinterval': '0s'"),
+        ({"path": "/tmp/x", "gcGracePeriod": "-1s"}, "invalid value for option 'gcgraceperiod': '-1s'"),
         ({"path": "/tmp/x", "maxBatchPerTrigger": "2"}, "unknown option 'maxbatchpertrigger'"),
         ({"path": "/tmp/x", "manifestPath": "../escape"}, "invalid value for option 'manifestpath'"),
         ({"path": "ftp://host/q"}, "ftp://host/q"),
