@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 import pytest
 
 import osqueue
-from osqueue.format import decode_manifest
+from osqueue.format import Compression, decode_batch, decode_manifest
 
 from .support import make_input, standalone_cluster
 
@@ -176,6 +177,36 @@ def test_batch_write_appends_once(spark, tmp_path):
     assert rows == [(f"r{i}", f"m{i % 2}") for i in range(10)]
     item_starts = [mi.start_index for mi in manifest(tmp_path / "q").entries[0].metadata]
     assert item_starts == list(range(10)), "alternating metadata: one range per row"
+
+
+def test_a_batch_write_of_several_tasks_appends_split_compressed_files_in_partition_order(spark, tmp_path):
+    """Three tasks, each over the flush size several times: their files enter the manifest by
+    partition id then file order, each file zstd-compressed under a ULID name, with one metadata
+    range per run of equal metadata."""
+    q = tmp_path / "q"
+    rows = [(f"p{i // 6}-r{i % 6}", f"g{i // 3}".encode()) for i in range(18)]
+    # parallelize slices a list into contiguous partitions: partition k holds rows 6k..6k+5.
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 3), "value string, metadata binary")
+    (df.write.format("osqueue").mode("append").option("compression", "zstd").option("flushSizeBytes", "20")
+       .save(str(q)))
+    m = manifest(q)
+    assert len(m.entries) > 3, "each task split its rows over several files"
+    assert [e.sequence for e in m.entries] == list(range(len(m.entries)))
+    delivered, metas = [], []
+    for e in m.entries:
+        assert re.fullmatch(r"ingest/[0-9A-HJKMNP-TV-Z]{26}\.batch", e.location), e.location
+        data = (q / e.location).read_bytes()
+        assert data[-7] == int(Compression.ZSTD), f"{e.location} is not zstd-compressed"
+        records = decode_batch(data, e.location)
+        starts = [mi.start_index for mi in e.metadata] + [len(records)]
+        payloads = [mi.payload for mi in e.metadata]
+        assert starts[0] == 0 and all(a < b for a, b in zip(starts, starts[1:])), starts
+        assert all(a != b for a, b in zip(payloads, payloads[1:])), f"{e.location}: equal neighbours not merged"
+        for k, payload in enumerate(payloads):
+            metas += [payload] * (starts[k + 1] - starts[k])
+        delivered += [r.decode() for r in records]
+    assert delivered == [v for v, _ in rows], "partition id order, then file order within a task"
+    assert metas == [meta for _, meta in rows]
 
 
 @pytest.mark.parametrize(
