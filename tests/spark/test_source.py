@@ -171,6 +171,20 @@ def test_progress_reports_queue_metrics(spark, queue_dir, tmp_path):
     assert int(metrics[-1]["batchesBehindLatest"]) == 0
 
 
+def test_progress_lag_covers_the_wait_and_outstanding_files_match_batches_behind(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=3, per_batch=1)
+    time.sleep(2)  # the entries age before any read; lagSeconds must see at least that age
+    _, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "1"})
+    metrics = [p["sources"][0]["metrics"] for p in query.recentProgress if p["sources"][0].get("metrics")]
+    behind = [m for m in metrics if int(m["batchesBehindLatest"]) >= 1]
+    assert behind, "no progress reported while batches were outstanding"
+    assert float(behind[0]["lagSeconds"]) >= 1.5
+    for m in metrics:
+        assert int(m["numFilesOutstanding"]) == int(m["batchesBehindLatest"])
+        # The manifest never holds more than was produced, nor fewer than what is still unread.
+        assert int(m["batchesBehindLatest"]) <= int(m["queueLength"]) <= 3
+
+
 def test_second_query_fences_the_first(spark, queue_dir, tmp_path):
     produce_entries(str(queue_dir), batches=2, per_batch=1)
     seen = []
