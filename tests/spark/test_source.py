@@ -79,6 +79,25 @@ def test_stream_delivers_every_entry_once_in_order_with_metadata(spark, queue_di
     assert manifest_of(queue_dir).entries[0].sequence <= rows[-1][0]
 
 
+def test_each_row_carries_the_metadata_and_ingestion_time_of_its_own_range(spark, queue_dir, tmp_path):
+    """Several produce() calls in one flushed batch: one file, several metadata ranges."""
+    calls = [(["a0", "a1"], b"first"), (["b0"], b"second"), (["c0", "c1", "c2"], b"third")]
+    with osqueue.Producer(str(queue_dir), flush_interval=3600) as p:
+        for values, meta in calls:
+            p.produce([v.encode() for v in values], metadata=meta)
+            time.sleep(0.05)  # distinct ingestion times per range
+        p.flush()
+    (entry,) = manifest_of(queue_dir).entries
+    assert [mi.start_index for mi in entry.metadata] == [0, 2, 3]
+    expected = [(i, v, meta.decode(), entry.metadata[k].ingestion_time_ms)
+                for k, (values, meta) in enumerate(calls) for v in values
+                for i in [sum(len(c[0]) for c in calls[:k]) + values.index(v)]]
+    batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    rows = flatten(batches)
+    assert [(r[1], r[2], r[3], round(r[4].timestamp() * 1000)) for r in rows] == expected
+    assert {r[5] for r in rows} == {entry.location}
+
+
 def test_stream_on_localstack_s3_via_s3a(spark, localstack, s3_queue, tmp_path):
     uri, options = s3_queue
     bucket, prefix = uri.removeprefix("s3a://").split("/", 1)
