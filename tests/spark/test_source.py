@@ -145,6 +145,45 @@ def test_max_batches_per_trigger_bounds_each_micro_batch(spark, queue_dir, tmp_p
     assert max(sizes) <= 2 and len(sizes) >= 4, sizes
 
 
+def _wait_for(predicate, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_min_batches_per_trigger_waits_for_enough_batches(spark, queue_dir, tmp_path):
+    first = produce_entries(str(queue_dir), batches=2, per_batch=2, tag="a")
+    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", available_now=False,
+                               options={"minBatchesPerTrigger": "3", "maxTriggerDelay": "1h"})
+    try:
+        assert _wait_for(lambda: len(query.recentProgress) >= 3, 60), "the query made no triggers"
+        # Spark may run an empty batch 0 (from the initial offset to itself): no rows in it.
+        assert not any(batches.values()), "2 batches available, 3 required: nothing may be read yet"
+        third = produce_entries(str(queue_dir), batches=1, per_batch=2, tag="b")
+        assert _wait_for(lambda: any(batches.values()), 60), "the third batch did not release the micro-batch"
+        (rows,) = [b for b in batches.values() if b]
+        assert sorted(r[2] for r in rows) == sorted(first + third), "one micro-batch with all three batches"
+    finally:
+        query.stop()
+
+
+def test_max_trigger_delay_releases_fewer_batches_than_the_minimum(spark, queue_dir, tmp_path):
+    expected = produce_entries(str(queue_dir), batches=2, per_batch=2)
+    started = time.monotonic()
+    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", available_now=False,
+                               options={"minBatchesPerTrigger": "5", "maxTriggerDelay": "3s"})
+    try:
+        assert _wait_for(lambda: any(batches.values()), 90), "maxTriggerDelay did not release the waiting batches"
+        assert time.monotonic() - started >= 2.5, "released before maxTriggerDelay"
+        (rows,) = [b for b in batches.values() if b]
+        assert [r[2] for r in sorted(rows)] == expected
+    finally:
+        query.stop()
+
+
 def test_available_now_drains_what_was_there_and_stops_while_producers_write(spark, queue_dir, tmp_path):
     expected = produce_entries(str(queue_dir), batches=5, per_batch=2)
     stop = threading.Event()
