@@ -126,6 +126,21 @@ def test_stream_on_localstack_s3_via_s3a(spark, localstack, s3_queue, tmp_path):
     assert [e.sequence for e in manifest().entries] == [4, 5], "the s3:// run did not ack what Spark committed"
 
 
+def test_s3_settings_come_from_the_session_when_the_reader_sets_none(spark, s3_queue, tmp_path):
+    """Users configure S3 once, as spark.hadoop.fs.s3a.*; the source reads no per-reader keys here."""
+    uri, options = s3_queue
+    expected = produce_entries(uri, batches=2, per_batch=2, store_options=options)
+    keys = {f"spark.hadoop.{k}": v for k, v in options.items()}
+    for k, v in keys.items():
+        spark.conf.set(k, v)
+    try:
+        batches, _ = run_query(spark, uri, tmp_path / "ckpt")
+        assert [r[2] for r in flatten(batches)] == expected
+    finally:
+        for k in keys:
+            spark.conf.unset(k)
+
+
 def test_restart_resumes_from_checkpoint_and_dequeues_leftovers(spark, queue_dir, tmp_path):
     first = produce_entries(str(queue_dir), batches=3, per_batch=2, tag="a")
     b1, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
