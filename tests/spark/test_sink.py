@@ -61,9 +61,16 @@ def test_sink_output_reads_back_through_the_source_with_metadata(spark, tmp_path
     rows = read_queue(spark, tmp_path / "q")
     assert [v for v, _ in rows] == expected
     assert all(m == v.split("-")[0] + ".txt" for v, m in rows)
-    # one epoch per input file (maxFilesPerTrigger=1), each appended in ONE manifest write
+    # One epoch per input file (maxFilesPerTrigger=1): every batch file holds rows of one epoch, and
+    # the files are enqueued in epoch order; each file's metadata range is its input file's name.
     m = manifest(tmp_path / "q")
-    assert len(m.entries) >= 3 and [e.sequence for e in m.entries] == list(range(len(m.entries)))
+    epochs = []
+    for e in m.entries:
+        records = decode_batch((tmp_path / "q" / e.location).read_bytes(), e.location)
+        (epoch,) = {r.decode().split("-")[0] for r in records}
+        assert [mi.payload for mi in e.metadata] == [f"{epoch}.txt".encode()]
+        epochs.append(epoch)
+    assert epochs == sorted(epochs) and set(epochs) == {"f0", "f1", "f2"}
 
 
 @pytest.mark.parametrize("point", ["during-task-write", "before-append", "after-append", "between-append-and-state"])
