@@ -240,6 +240,19 @@ def test_bad_sink_input_fails_before_any_write(spark, tmp_path, columns, options
     assert not (tmp_path / "q").exists() or not list((tmp_path / "q").rglob("*.batch")), "files were written"
 
 
+@pytest.mark.parametrize("columns, message", [("value as v", "needs a 'value' column"),
+                                              ("value, value as extra", "got 'extra'")])
+def test_bad_streaming_sink_input_fails_before_any_write(spark, tmp_path, columns, message):
+    make_input(tmp_path / "in", files=1, lines=2)
+    stream = spark.readStream.text(str(tmp_path / "in")).selectExpr(*[c.strip() for c in columns.split(",")])
+    with pytest.raises(Exception) as err:
+        q = (stream.writeStream.format("osqueue").option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start(str(tmp_path / "q")))
+        q.awaitTermination(120)
+    assert message in str(err.value)
+    assert not (tmp_path / "q").exists() or not list((tmp_path / "q").rglob("*.batch")), "files were written"
+
+
 def test_sink_on_a_standalone_cluster(tmp_path):
     expected = make_input(tmp_path / "in", files=3, lines=4)
     with standalone_cluster(tmp_path) as master:
