@@ -143,28 +143,37 @@ def test_an_old_driver_of_the_same_query_is_fenced_and_lands_nothing(spark, tmp_
 def test_two_sink_queries_and_a_native_producer_share_one_queue(spark, tmp_path):
     a = make_input(tmp_path / "a", files=4, lines=10, tag="a")
     b = make_input(tmp_path / "b", files=4, lines=10, tag="b")
-    native = [f"native-{i}" for i in range(60)]
+    native: list[str] = []
+    sinks_done = threading.Event()
 
-    def produce():
+    def produce():  # until both sink queries are done, so native appends contend with their commits
         with osqueue.Producer(str(tmp_path / "q"), flush_interval=0.005) as p:
-            for v in native:
+            while not sinks_done.is_set() or len(native) < 60:
+                v = f"native-{len(native)}"
                 p.produce([v.encode()]).wait_durable(60)
+                native.append(v)
 
     t = threading.Thread(target=produce)
     t.start()
     procs = [subprocess.Popen([sys.executable, str(HERE / "sink_job.py"), str(tmp_path / x), str(tmp_path / "q"),
                                str(tmp_path / f"ckpt-{x}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for x in ("a", "b")]
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
-    t.join(120)
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err[-3000:]
+    finally:
+        sinks_done.set()
+        t.join(120)
     values = [v for v, _ in read_queue(spark, tmp_path / "q")]
     assert sorted(values) == sorted(a + b + native) and len(values) == len(set(values))
     m = manifest(tmp_path / "q")
     assert [e.sequence for e in m.entries] == list(range(len(m.entries)))
     for tag, rows in (("a", a), ("b", b)):  # each writer's epochs stay in order
         assert [v for v in values if v.startswith(tag)] == rows
+    sink_positions = [i for i, v in enumerate(values) if not v.startswith("native")]
+    assert any(v.startswith("native") for v in values[sink_positions[0]:sink_positions[-1]]), \
+        "no native append landed between the sinks' commits: nothing contended"
 
 
 def test_sink_on_localstack(spark, s3_queue, tmp_path):
