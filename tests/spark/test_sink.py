@@ -78,6 +78,15 @@ def test_driver_crash_points_leave_each_row_exactly_once(spark, tmp_path, point)
     expected = make_input(tmp_path / "in", files=3, lines=4)
     crashed = sink_job(tmp_path / "in", tmp_path / "q", tmp_path / "ckpt", "--crash-at", point)
     assert crashed.returncode != 0, "the crash point was not reached"
+    # The state the named point implies for epoch 0: task files uploaded; appended or not.
+    uploaded = list((tmp_path / "q").rglob("*.batch"))
+    manifest_file = tmp_path / "q" / "ingest" / "manifest"
+    appended = len(manifest(tmp_path / "q").entries) if manifest_file.exists() else 0
+    assert uploaded, f"crash at {point}: no task file was uploaded"
+    if point in ("during-task-write", "before-append"):
+        assert appended == 0, f"crash at {point}: the epoch was already appended"
+    else:
+        assert appended >= 1, f"crash at {point}: the epoch was not appended yet"
     p = sink_job(tmp_path / "in", tmp_path / "q", tmp_path / "ckpt")
     assert p.returncode == 0, p.stderr[-3000:]
     assert [v for v, _ in read_queue(spark, tmp_path / "q")] == expected
@@ -87,6 +96,7 @@ def test_driver_crash_points_leave_each_row_exactly_once(spark, tmp_path, point)
         assert len(locations) > 3
     else:
         assert len(locations) == 3, "a replayed epoch was appended again"
+    assert native_values(tmp_path / "q") == expected, "native consumer: a row lost or delivered twice"
 
 
 def _wait_for(condition, timeout: float, what: str, proc=None, log=None) -> None:
