@@ -9,6 +9,7 @@ import socket
 import subprocess
 
 import osqueue
+from osqueue.format import decode_manifest
 
 # Spark otherwise binds to the first non-loopback interface; tests stay on loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -39,6 +40,21 @@ def produce_entries(path: str, batches: int, per_batch: int, store_options=None,
             p.flush()
             values += [e.decode() for e in entries]
     return values
+
+
+def native_values(queue, store_options=None):
+    c = osqueue.Consumer(str(queue), store_options=store_options)
+    values = []
+    while (b := c.next_batch()) is not None:
+        values += [v.decode() for v in b.entries]
+        c.ack(b.sequence)
+    c.close()
+    return values
+
+
+def manifest(queue: pathlib.Path):
+    """The queue's manifest at the RFC's default layout."""
+    return decode_manifest((queue / "ingest" / "manifest").read_bytes(), "manifest")
 
 
 def make_input(d: pathlib.Path, files: int, lines: int, tag: str = "f") -> list[str]:

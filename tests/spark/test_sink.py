@@ -13,9 +13,9 @@ import time
 import pytest
 
 import osqueue
-from osqueue.format import Compression, decode_batch, decode_manifest
+from osqueue.format import Compression, decode_batch
 
-from .support import make_input, standalone_cluster
+from .support import make_input, manifest, native_values, standalone_cluster
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -31,20 +31,6 @@ def read_queue(spark, queue, options=None):
         reader = reader.option(k, v)
     rows = reader.load(str(queue)).orderBy("sequence", "index").collect()
     return [(bytes(r.value).decode(), bytes(r.metadata).decode()) for r in rows]
-
-
-def native_values(queue, store_options=None):
-    c = osqueue.Consumer(str(queue), store_options=store_options)
-    values = []
-    while (b := c.next_batch()) is not None:
-        values += [v.decode() for v in b.entries]
-        c.ack(b.sequence)
-    c.close()
-    return values
-
-
-def manifest(queue: pathlib.Path):
-    return decode_manifest((queue / "ingest" / "manifest").read_bytes(), "manifest")
 
 
 def test_streaming_sink_round_trip_in_epoch_order_with_metadata(tmp_path):

@@ -9,9 +9,8 @@ import pathlib
 import pytest
 
 import osqueue
-from osqueue.format import decode_manifest
 
-from .support import make_input
+from .support import make_input, manifest, native_values
 
 
 def start_stream(spark, inp, queue, ckpt, **options):
@@ -31,20 +30,6 @@ def run_stream(spark, inp, queue, ckpt, **options):
 def read_values(spark, queue) -> list[str]:
     rows = spark.read.format("osqueue").load(str(queue)).orderBy("sequence", "index").collect()
     return [bytes(r.value).decode() for r in rows]
-
-
-def native_values(queue) -> list[str]:
-    c = osqueue.Consumer(str(queue))
-    values = []
-    while (b := c.next_batch()) is not None:
-        values += [v.decode() for v in b.entries]
-        c.ack(b.sequence)
-    c.close()
-    return values
-
-
-def manifest(queue: pathlib.Path):
-    return decode_manifest((queue / "ingest" / "manifest").read_bytes(), "manifest")
 
 
 def missing_files(queue: pathlib.Path) -> list[str]:
