@@ -10,6 +10,9 @@
 #  - cbor2 6.x dropped the module `cbor2._decoder` that LocalStack imports (the runtime then dies
 #    with "No component plugins found").
 #  - service_identity is imported by Twisted's TLS code (LocalStack's gateway) but not declared.
+#  - pyopenssl 26.1.0 is the newest release that keeps X509.add_extensions, which LocalStack calls
+#    to make its self-signed certificate at every start in a fresh state directory (26.2.0 removed
+#    it: the server then dies at start-up); 26.1.0 needs cryptography < 48, hence 47.0.0.
 #  - The other exact pins freeze what was verified, so a new upstream release cannot break CI.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,8 +21,8 @@ pins=(
   "localstack-core[base-runtime]==4.13.1"
   "cbor2==5.9.0"
   "service_identity==26.1.0"
-  "pyopenssl==26.4.0"
-  "cryptography==50.0.2"
+  "pyopenssl==26.1.0"
+  "cryptography==47.0.0"
   "localstack-twisted==26.4.0"
   "rolo==0.8.9"
   "werkzeug==3.1.9"
@@ -67,7 +70,14 @@ rm -rf "$venv"
 "$py" -m venv "$venv"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 "$venv/bin/python" -m pip install -q "${pins[@]}" </dev/null >&2
-# Importing the S3 provider catches broken pins here rather than at server start.
-"$venv/bin/python" -c 'import localstack.aws.components, localstack.services.s3.provider' </dev/null >&2
+# Importing the S3 provider and making a certificate the way the server does at start (in an empty
+# directory: no cached certificate can hide a broken pin) catch broken pins here, not in a test.
+"$venv/bin/python" - </dev/null >&2 <<'PY'
+import os, tempfile
+import localstack.aws.components, localstack.services.s3.provider  # noqa: F401
+from localstack.utils.crypto import generate_ssl_cert
+with tempfile.TemporaryDirectory() as d:
+    generate_ssl_cert(target_file=os.path.join(d, "server.test.pem"), serial_number=1)
+PY
 echo "$want" >"$stamp"
 echo "setup-localstack: installed $("$venv/bin/python" -c 'import localstack.version as v; print(v.version)') into $venv" >&2

@@ -70,8 +70,11 @@ def missing_reason(kind):
 
 
 @contextlib.contextmanager
-def run_s3_server(kind="moto"):
-    """Start s3server.py, yield an S3Server once its JSON line arrives, stop it on exit."""
+def run_s3_server(kind="moto", *, state_dir=None, env=None):
+    """Start s3server.py, yield an S3Server once its JSON line arrives, stop it on exit.
+
+    state_dir: where the server keeps its files (default: a fresh temp dir); env: the launcher's environment.
+    """
     reason = missing_reason(kind)
     if reason:
         if os.environ.get("CI"):
@@ -79,9 +82,10 @@ def run_s3_server(kind="moto"):
         pytest.skip(reason)
     with tempfile.TemporaryFile() as err:
         # stdin stays a pipe: closing it (or our death) is what stops the server.
+        extra = ["--state-dir", str(state_dir)] if state_dir else []
         proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--kind", kind],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+            [sys.executable, str(SCRIPT), "--kind", kind, *extra],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
         )
         try:
             line = proc.stdout.readline()  # s3server.py enforces the startup timeout itself

@@ -6,8 +6,11 @@
 When S3 answers a signed ListBuckets, ONE JSON line goes to stdout:
     {"endpoint": "http://127.0.0.1:PORT", "region": "us-east-1",
      "access_key": "test", "secret_key": "test", "kind": "moto"}
-Everything else goes to stderr; the server's own output goes to a log file in a
-fresh directory under the system temp dir (kept only when something failed).
+Everything else goes to stderr. The server keeps every file it writes (state, caches,
+certificates, its log) in one state directory this script creates and removes when the server
+stops (kept only when something failed): a fresh one under the system temp dir, or --state-dir.
+The server's HOME, XDG dirs and TMPDIR point into it, so nothing a server caches in a user's home
+can make a run pass here and fail on a machine that never ran it.
 The server runs until stdin reaches EOF (so a dying parent takes it down) or
 SIGTERM/SIGINT arrives; then its whole process tree is stopped and we exit 0.
 
@@ -59,11 +62,21 @@ def interpreter(kind):
     return os.environ.get("OSQUEUE_LOCALSTACK_PYTHON") or str(REPO / ".venv-localstack" / "bin" / "python")
 
 
+def confined_env(workdir):
+    """Environment that keeps a server's home, caches and temp files inside workdir."""
+    dirs = {"HOME": "home", "XDG_CACHE_HOME": "home/.cache", "XDG_CONFIG_HOME": "home/.config",
+            "XDG_DATA_HOME": "home/.local/share", "TMPDIR": "tmp"}
+    for sub in dirs.values():
+        (workdir / sub).mkdir(parents=True, exist_ok=True)
+    return {var: str(workdir / sub) for var, sub in dirs.items()}
+
+
 def server_command(kind, port, workdir):
     """argv and extra env for the server process."""
     if kind == "moto":
-        return [interpreter(kind), "-c", MOTO_SERIALIZED, HOST, str(port)], {}
+        return [interpreter(kind), "-c", MOTO_SERIALIZED, HOST, str(port)], confined_env(workdir)
     env = {
+        **confined_env(workdir),
         "GATEWAY_LISTEN": f"{HOST}:{port}",
         "GATEWAY_SERVER": "hypercorn",  # the default (twisted) ignores the host and binds 0.0.0.0
         "LOCALSTACK_HOST": f"{HOST}:{port}",  # host:port in the URLs it generates (e.g. Location)
@@ -73,12 +86,17 @@ def server_command(kind, port, workdir):
         "DNS_ADDRESS": "0",  # else it starts a DNS server on 0.0.0.0:53 and probes upstream DNS
         "DISABLE_EVENTS": "1",  # no analytics
         "SKIP_SSL_CERT_DOWNLOAD": "1",  # self-signed cert instead of a download
-        # Keep every file it writes inside our fresh dir (host mode defaults to site-packages).
+        # Keep every file it writes inside our fresh dir: host mode defaults to site-packages for
+        # its file system (whose cache/ holds the TLS certificate it makes at start) and to
+        # ~/.localstack for its config. TMPDIR (confined_env) is also where S3 spills object bodies.
         "LOCALSTACK_VOLUME_DIR": str(workdir / "volume"),
         "FILESYSTEM_ROOT": str(workdir / "fs"),
-        "TMPDIR": str(workdir / "tmp"),  # also where S3 spills object bodies
+        "CONFIG_DIR": str(workdir / "config"),
+        # Inside any container (this machine's cgroups say so) LocalStack believes it runs in its own
+        # Docker image and ignores FILESYSTEM_ROOT: it then caches its certificate in the system dir
+        # /var/lib/localstack/cache, where one made by an older pin hid a broken pin from CI.
+        "OVERRIDE_IN_DOCKER": "0",
     }
-    (workdir / "tmp").mkdir(exist_ok=True)
     return [interpreter(kind), "-m", "localstack.runtime.main"], env
 
 
@@ -255,6 +273,9 @@ def main():
     ap.add_argument("--kind", choices=sorted(START_TIMEOUT), required=True)
     ap.add_argument("--port", type=int, default=0, help="0 (default): pick a free port")
     ap.add_argument("--ignore-stdin", action="store_true", help="don't stop at stdin EOF (manual runs under nohup &)")
+    ap.add_argument("--state-dir", type=Path,
+                    help="where the server keeps every file (created; must not exist yet; removed at stop). "
+                         "Default: a fresh directory under the system temp dir")
     args = ap.parse_args()
     kind = args.kind
 
@@ -278,7 +299,15 @@ def main():
         log(f"error: {kind} interpreter not found: {python}{hint}")
         return 2
 
-    workdir = Path(tempfile.mkdtemp(prefix=f"osqueue-s3-{kind}-"))
+    if args.state_dir:
+        try:
+            args.state_dir.mkdir(parents=True)
+        except FileExistsError:
+            log(f"error: --state-dir {args.state_dir} already exists (it is created and removed here)")
+            return 2
+        workdir = args.state_dir.resolve()
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix=f"osqueue-s3-{kind}-"))
     logfile = workdir / "server.log"
     deadline = time.monotonic() + START_TIMEOUT[kind]
     started = time.monotonic()

@@ -1,5 +1,6 @@
 """The S3 test servers do real conditional writes, and stop without leaving anything behind."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -41,6 +42,38 @@ def test_conditional_writes_then_clean_stop(kind):
     assert server.proc.returncode == 0
     assert not s3server.port_open(port)
     assert not [p for p in tree if s3server.alive(p)], "child processes outlived s3server.py"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_server_starts_on_a_machine_that_never_ran_it_and_keeps_its_files_in_the_state_dir(kind, tmp_path):
+    """An empty home and an empty state dir: what a new machine has. LocalStack then makes its TLS
+    certificate at start (the code path a cached certificate once hid from CI); every file either
+    server writes is under the state dir, which is gone after the stop, and the home stays empty."""
+    home, state = tmp_path / "home", tmp_path / "state"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
+    env.update(HOME=str(home), TMPDIR=str(tmp_path))  # defaults that would otherwise land in home or /tmp
+    with run_s3_server(kind, state_dir=state, env=env) as server:
+        c = server.client()
+        b = new_bucket(server, c)
+        c.put_object(Bucket=b, Key="k", Body=b"v", IfNoneMatch="*")
+        assert c.get_object(Bucket=b, Key="k")["Body"].read() == b"v"
+        assert (state / "server.log").is_file()
+        if kind == "localstack":
+            certs = list(state.rglob("server.test.pem"))
+            assert certs and all(p.stat().st_size > 0 for p in certs), "LocalStack made no certificate in its state dir"
+        outside = sorted(str(p) for p in tmp_path.rglob("*") if state not in p.parents and p not in (state, home))
+        assert outside == [], f"{kind} wrote outside its state dir: {outside}"
+    assert server.proc.returncode == 0
+    assert not state.exists(), "the state dir outlived the server"
+    assert list(home.iterdir()) == []
+
+
+def test_state_dir_that_exists_is_refused(tmp_path):
+    (tmp_path / "state").mkdir()
+    done = subprocess.run([sys.executable, str(SCRIPT), "--kind", "moto", "--state-dir", str(tmp_path / "state")],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "already exists" in done.stderr
 
 
 def test_sigterm_stops_cleanly():
