@@ -17,6 +17,7 @@ import datetime
 import functools
 import json
 import os
+import re
 import sys
 import traceback
 import urllib.parse
@@ -125,6 +126,17 @@ class QueueTarget:
         return open_store(self.path, self.store_options)
 
 
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _absolute_if_local(path: str) -> str:
+    """A path with no URI scheme is a local directory: relative ones are taken from the working
+    directory, as every CLI does (the library itself wants absolute roots)."""
+    if path and not _URI_SCHEME.match(path) and not path.startswith("/"):
+        return os.path.abspath(path)
+    return path
+
+
 def _local_root(uri: str) -> str | None:
     """The directory of a local store URI (as :func:`osqueue.store.open_store` reads it)."""
     if uri.startswith("/"):
@@ -176,7 +188,7 @@ def queue_options(f: F) -> F:
     def wrapper(
         path: str, manifest_path: str, data_prefix: str, store_options: dict[str, str], **kwargs: Any
     ) -> Any:
-        target = QueueTarget(path, manifest_path, data_prefix.strip().rstrip("/"), store_options)
+        target = QueueTarget(_absolute_if_local(path), manifest_path, data_prefix.strip().rstrip("/"), store_options)
         return f(target=target, **kwargs)
 
     return wrapper  # type: ignore[return-value]

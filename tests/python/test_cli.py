@@ -423,11 +423,29 @@ def test_gc_dry_run_then_apply(queue: tuple[pathlib.Path, list[DurableWrite]]) -
 # -- errors ---------------------------------------------------------------------------------------
 
 
+def test_relative_paths_are_taken_from_the_working_directory(
+    queue: tuple[pathlib.Path, list[DurableWrite]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, results = queue
+    monkeypatch.chdir(root.parent)
+    inspected = run("inspect", "--json", root.name)
+    assert inspected.exit_code == 0, inspected.stderr
+    assert json.loads(inspected.stdout)["next_sequence"] == results[-1].sequence + 1
+    dotted = run("inspect", "--json", f"./{root.name}/../{root.name}")
+    assert dotted.exit_code == 0 and json.loads(dotted.stdout) == json.loads(inspected.stdout)
+    missing = run("inspect", "relative/dir")
+    assert missing.exit_code == 2
+    one_error_line(missing.stderr, "does not exist", str(root.parent / "relative" / "dir"))
+    produced = run("produce", "made/here", input="x\n")
+    assert produced.exit_code == 0, produced.stderr
+    assert (root.parent / "made" / "here" / "ingest" / "manifest").is_file()
+
+
 @pytest.mark.parametrize("command", ["inspect", "tail", "gc"])
 def test_bad_paths_are_one_line_and_exit_2(command: str, tmp_path: pathlib.Path) -> None:
-    relative = run(command, "relative/dir")
-    assert relative.exit_code == 2
-    one_error_line(relative.stderr, "invalid value for 'path'", "relative/dir")
+    unknown_scheme = run(command, "hdfs://nn/queue")
+    assert unknown_scheme.exit_code == 2
+    one_error_line(unknown_scheme.stderr, "invalid value for 'path'", "hdfs://nn/queue")
     missing = tmp_path / "nope"
     absent = run(command, str(missing))
     assert absent.exit_code == 2
@@ -441,9 +459,9 @@ def test_bad_paths_are_one_line_and_exit_2(command: str, tmp_path: pathlib.Path)
 def test_produce_to_bad_paths_is_one_line_and_exit_2(tmp_path: pathlib.Path) -> None:
     # produce creates a missing queue directory (it is the writer), so "missing" is not an error here;
     # a root that cannot be a directory is.
-    relative = run("produce", "relative/dir", input="x\n")
-    assert relative.exit_code == 2
-    one_error_line(relative.stderr, "invalid value for 'path'", "relative/dir")
+    unknown_scheme = run("produce", "hdfs://nn/queue", input="x\n")
+    assert unknown_scheme.exit_code == 2
+    one_error_line(unknown_scheme.stderr, "invalid value for 'path'", "hdfs://nn/queue")
     no_bucket = run("produce", "s3://", input="x\n")
     assert no_bucket.exit_code == 2
     one_error_line(no_bucket.stderr, "bucket")
