@@ -1,6 +1,6 @@
 // Benchmark 1 of issue 7 (bench/README.md): the JVM producer's MB/s against raw PUTs of objects of
 // the same sizes through the same store (osqueue.store.S3Store: the AWS SDK v2 client the producer
-// uses), timed inside one warm JVM. Run by `osqueue bench --only raw_put` with Java's single-file
+// uses), timed inside one warm JVM. Run by `python -m bench.harness run --only raw_put` with Java's single-file
 // source launcher and the connector jar on the class path; nothing is added to jvm/.
 //
 //   java -cp <connector jar>:<pyspark>/jars/* bench/jvm/ProducerVsRawPut.java \

@@ -1,8 +1,8 @@
-"""A JFR profile of the spark_file comparison (supplementary; not part of `osqueue bench`).
+"""A JFR profile of the spark_file comparison (supplementary; not part of `python -m bench.harness run`).
 
     PYTHONPATH=python .venv/bin/python bench/tools/profile_spark_file.py [MiB, default 1024]
 
-Builds the same data set as `osqueue bench --only spark_file`, warms both sources up, then records
+Builds the same data set as `python -m bench.harness run --only spark_file`, warms both sources up, then records
 JFR (`jcmd <driver pid> JFR.start settings=profile`) over 3 osqueue reads and, separately, 3 text
 reads, and prints the top frames and selected inclusive frames of `jdk.ExecutionSample`. JFR's
 profile settings slow both sides down (allocation events): read the shares, not the times.
@@ -13,19 +13,20 @@ import pathlib
 import re
 import subprocess
 import sys
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
-from osqueue import bench as b
-s = b.Settings(False, 0, print, spark_mb=int(sys.argv[1]) if len(sys.argv) > 1 else 1024)
+sys.path[:0] = [str(pathlib.Path(__file__).resolve().parents[2] / "python"), str(pathlib.Path(__file__).resolve().parents[2])]
+from bench.harness import spark_benchmarks as b
+from bench.harness.environment import Settings
+s = Settings(False, 0, print, spark_mb=int(sys.argv[1]) if len(sys.argv) > 1 else 1024)
 h = b.SparkHolder(s)
-ds = b._spark_dataset(h, s)
+ds = b.spark_dataset(h, s)
 spark = h.spark
 pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
 def text():
     df = spark.readStream.format("text").load(str(ds.text_dir)).select("value")
-    return b._stream_to_noop(spark, df, h.checkpoint("text"))
-b._osqueue_read(h, ds); text()
+    return b.stream_to_noop(spark, df, h.checkpoint("text"))
+b.osqueue_read(h, ds); text()
 out = {}
-for name, fn in (("osqueue", lambda: b._osqueue_read(h, ds)), ("text", text)):
+for name, fn in (("osqueue", lambda: b.osqueue_read(h, ds)), ("text", text)):
     f = str(h.tmp / f"prof-{name}.jfr")
     subprocess.run(["jcmd", str(pid), "JFR.start", f"name={name}", "settings=profile", f"filename={f}"], check=True, capture_output=True)
     walls = [fn()["wall_s"] for _ in range(3)]

@@ -1,17 +1,32 @@
-"""`osqueue bench --quick`: every benchmark reports its figures with spreads (no speed goals)."""
+"""The benchmark harness (bench/harness, a development tool run from the checkout):
+`python -m bench.harness run --quick` reports every benchmark's figures with spreads (no speed
+goals), and the installed package holds none of it."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import math
+import pathlib
+import re
+import sys
 
 from click.testing import CliRunner
 
 import pytest
 
-from osqueue.bench import CountingStore, normalize_names, summarize
-from osqueue.cli import cli
-from osqueue.store import InMemoryStore
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the harness is imported from the checkout, as `python -m bench.harness` does
+    sys.path.insert(0, str(ROOT))
+
+from bench.harness.__main__ import main as harness  # noqa: E402
+from bench.harness.client_benchmarks import CountingStore  # noqa: E402
+from bench.harness.report import replot  # noqa: E402
+from bench.harness.run import normalize_names  # noqa: E402
+from bench.harness.stats import summarize  # noqa: E402
+from osqueue.cli import cli  # noqa: E402
+from osqueue.store import InMemoryStore  # noqa: E402
 
 SPREAD_KEYS = ("median", "min", "max", "p25", "p75", "n")
 
@@ -47,14 +62,54 @@ def test_only_takes_comma_separated_names_with_either_separator() -> None:
         normalize_names(["depth,nope"])
 
 
-def test_cli_rejects_an_unknown_benchmark(tmp_path) -> None:
-    result = CliRunner().invoke(cli, ["bench", "--only", "nope", "--out", str(tmp_path)])
+def test_harness_rejects_an_unknown_benchmark(tmp_path) -> None:
+    result = CliRunner().invoke(harness, ["run", "--only", "nope", "--out", str(tmp_path)])
     assert result.exit_code != 0 and "unknown benchmark 'nope'" in result.output
+
+
+def test_bench_is_not_a_user_command() -> None:
+    result = CliRunner().invoke(cli, ["bench", "--quick"])
+    assert result.exit_code != 0 and "No such command 'bench'" in result.output
+
+
+def test_the_package_imports_neither_the_harness_nor_the_tests() -> None:
+    imports = []
+    for module in sorted((ROOT / "python" / "osqueue").rglob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text(), str(module))):
+            where = str(module.relative_to(ROOT))
+            if isinstance(node, ast.Import):
+                imports += [(where, alias.name) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imports += [(where, f"{node.module}.{alias.name}") for alias in node.names]
+    assert ("python/osqueue/cli.py", "click") in imports, "the scan is broken"
+    bad = [(m, name) for m, name in imports if name.split(".")[0] in ("bench", "tests") or name.startswith("osqueue.bench")]
+    assert bad == []
+
+
+def test_the_docs_name_harness_commands_and_modules_that_exist() -> None:
+    docs = "".join((ROOT / p).read_text() for p in ("README.md", "bench/README.md", "docs/performance.md"))
+    commands = set(re.findall(r"bench\.harness (\w+)", docs))
+    modules = set(re.findall(r"bench\.harness\.(\w+)", docs))
+    assert commands == {"run", "plots"}, commands
+    assert modules, "no bench.harness.<module> found: the pattern is broken"
+    assert commands <= set(harness.commands)
+    assert all(importlib.util.find_spec(f"bench.harness.{m}") for m in modules), modules
+
+
+def test_the_committed_results_replot(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    committed = ROOT / "bench" / "results" / "bench-20261121T145240Z.json"
+    copy = tmp_path / committed.name
+    copy.write_bytes(committed.read_bytes())
+    written = replot(str(copy))
+    assert written == [f"{copy.stem}-{n}.png" for n in ("contention", "depth", "latency", "ratios", "spark-sources")]
+    for name in written:
+        assert (tmp_path / name).stat().st_size > 1000
 
 
 def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
     out = tmp_path / "results"
-    result = CliRunner().invoke(cli, ["bench", "--quick", "--out", str(out)], catch_exceptions=False)
+    result = CliRunner().invoke(harness, ["run", "--quick", "--out", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "contention[shared] 8 producer(s)" in result.output  # progress as it goes
     [json_file] = list(out.glob("bench-*-quick.json"))

@@ -46,3 +46,11 @@ def test_readme_states_the_spark_version_the_jar_and_the_wrapper_check() -> None
     assert f'val BuiltForScala = "{SUPPORTED_SCALA_VERSION}"' in check
     build = (ROOT / "build.sbt").read_text()
     assert f'val sparkVersion = "{SUPPORTED_SPARK_VERSION}.' in build
+
+
+def test_readme_names_only_commands_the_cli_has() -> None:
+    from osqueue.cli import cli
+
+    named = set(re.findall(r"`osqueue ([a-z-]+)", README))
+    assert named, "no `osqueue <command>` found: the pattern is broken"
+    assert named <= set(cli.commands), sorted(named - set(cli.commands))
