@@ -16,20 +16,47 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from helpers import WrappedStore, assert_well_formed, lost_reply_hook, lying_precondition_hook
 
 from osqueue.consumer import Consumer
-from osqueue.errors import StoreError
+import osqueue.store as store_module
+from osqueue.errors import ConditionalWritesNotHonouredError, ConflictRetriesExhaustedError, ErrorKind, StoreError
 from osqueue.producer import Producer
-from osqueue.queue import QueueProducer, RetryPolicy
-from osqueue.store import PRECONDITION_FAILED, ObjectVersion, S3Store, Written, open_store
+from osqueue.queue import QueueConsumer, QueueProducer, RetryPolicy
+from osqueue.store import (
+    IF_MATCH_QUOTED,
+    IF_MATCH_UNQUOTED,
+    PRECONDITION_FAILED,
+    EndpointConditions,
+    ObjectVersion,
+    S3Store,
+    Written,
+    forget_endpoint_conditions,
+    open_store,
+)
 
 KEY = "ingest/manifest"
+
+
+class _Meta:
+    endpoint_url = "http://fake-s3.invalid"
+
+
+def _skip_probe(endpoint: str = _Meta.endpoint_url, forms: tuple[str, ...] = (IF_MATCH_QUOTED, IF_MATCH_UNQUOTED)) -> None:
+    """What a probe of the fake endpoint would have found (fake clients cannot be probed)."""
+    forget_endpoint_conditions(endpoint)
+    store_module._endpoint_conditions[endpoint] = EndpointConditions(endpoint, forms)
 
 
 class _FakeClient:
     """Raises a prepared error from put_object/get_object."""
 
+    meta = _Meta()
+
     def __init__(self, error: Exception) -> None:
         self.error = error
         self.calls: list[dict[str, Any]] = []
+        _skip_probe()
+
+    def head_object(self, **kw: Any) -> Any:
+        raise self.error
 
     def put_object(self, **kw: Any) -> Any:
         self.calls.append(kw)
@@ -110,6 +137,7 @@ def test_client_side_retry_of_a_landed_conditional_write_is_resolved(s3_store: S
             return 0  # "the reply was lost": retry at once
         return None
 
+    s3_store.conditions()  # the probe's conditional PUTs go before the hook
     s3_store.client.meta.events.register_first("needs-retry.s3.PutObject", force_retry)
     # Directly: the retried create-if-absent reports an unknown outcome.
     with pytest.raises(StoreError, match="outcome unknown"):
@@ -226,3 +254,114 @@ def test_a_server_that_never_answers_gives_store_error_after_the_read_timeout() 
             store.get(KEY)
         # 3 attempts of 0.3 s plus backoff, not the 60 s default (generous bound for a loaded machine)
         assert time.monotonic() - started < 20
+
+
+# --- What the endpoint does with conditional writes (docs/format.md §8) ---------------------------
+
+
+class _TagServer:
+    """A fake S3 client with one object whose If-Match matches only the ``form`` given (Ceph RGW:
+    unquoted), or never (``form=None``: a server that does not honour If-Match)."""
+
+    meta = _Meta()
+
+    def __init__(self, form: str | None) -> None:
+        self.form = form
+        self.etag = '"0cc175b9c0f1b6a831c399e269772661"'
+        self.if_match_sent: list[str] = []
+
+    def put_object(self, **kw: Any) -> Any:
+        sent = kw["IfMatch"]
+        self.if_match_sent.append(sent)
+        if self.form is None or sent != store_module.if_match_value(self.etag, self.form):
+            raise _client_error(412, "PreconditionFailed")
+        self.etag = f'"{len(self.if_match_sent):032x}"'
+        return {"ETag": self.etag}
+
+    def head_object(self, **kw: Any) -> Any:
+        return {"ETag": self.etag}
+
+
+def test_a_412_while_the_tag_is_unchanged_is_retried_once_in_the_other_form_which_is_then_kept() -> None:
+    server = _TagServer(IF_MATCH_UNQUOTED)
+    _skip_probe()  # as if the probe had found quoted first
+    store = S3Store("bucket", "", client=server)
+    first = store.put_if_version_matches("m", b"1", ObjectVersion(server.etag))
+    assert isinstance(first, Written)
+    assert server.if_match_sent == ['"0cc175b9c0f1b6a831c399e269772661"', "0cc175b9c0f1b6a831c399e269772661"]
+    assert store.conditions().if_match_form == IF_MATCH_UNQUOTED  # remembered for the endpoint
+    second = S3Store("bucket", "", client=server).put_if_version_matches("m", b"2", first.version)
+    assert isinstance(second, Written) and len(server.if_match_sent) == 3  # no quoted try any more
+    # A real conflict (the tag changed) is a plain failed precondition, with no retry.
+    assert store.put_if_version_matches("m", b"3", first.version) is PRECONDITION_FAILED
+    assert len(server.if_match_sent) == 4
+
+
+def test_if_match_failing_while_the_tag_never_changes_is_reported_as_not_honoured_not_as_contention() -> None:
+    server = _TagServer(None)
+    _skip_probe()
+    store = S3Store("bucket", "", client=server)
+    with pytest.raises(ConditionalWritesNotHonouredError) as info:
+        store.put_if_version_matches("m", b"1", ObjectVersion(server.etag))
+    assert info.value.endpoint == _Meta.endpoint_url and info.value.kind is ErrorKind.CONFIGURATION
+    assert "did not change" in str(info.value) and server.etag in str(info.value)
+    # Through the queue: the consumer's takeover says so at once, not "too many concurrent writers"
+    # (ConflictRetriesExhaustedError after the whole retry budget).
+    from osqueue.format import empty_manifest
+
+    raw = empty_manifest()
+    store.get = lambda key: store_module.VersionedObject(raw, ObjectVersion(server.etag))  # type: ignore[method-assign]
+    consumer = QueueConsumer(store, "ingest/manifest", retry=RetryPolicy(base_delay=0.001, max_delay=0.002, max_attempts=5))
+    sent = len(server.if_match_sent)
+    with pytest.raises(ConditionalWritesNotHonouredError):
+        consumer.initialize()
+    assert len(server.if_match_sent) == sent + 2  # one write, once in each form: no retry loop
+
+
+@pytest.mark.parametrize(
+    "drop,what",
+    [
+        (("if-match", "if-none-match"), "If-None-Match: * replaced it"),
+        (("if-none-match",), "If-None-Match: * replaced it"),
+        (("if-match",), "If-Match set to a wrong entity tag replaced it"),
+    ],
+)
+def test_the_probe_refuses_a_server_that_ignores_conditions(
+    s3_endpoint: dict[str, str], s3_bucket: str, s3_options: dict[str, str], drop: tuple[str, ...], what: str
+) -> None:
+    """Real HTTP: a loopback proxy in front of the test server drops the condition headers, so
+    the server answers 200 where S3 answers 412. No queue may be written through it."""
+    if s3_endpoint.get("kind") == "ceph":
+        pytest.skip("the proxy forwards SigV4 signatures over the dropped headers: only moto, which does not check them")
+    from ignoring_proxy import IgnoringProxy
+
+    with IgnoringProxy(s3_endpoint["endpoint"], drop) as proxy:
+        endpoint = proxy.endpoint
+        options = {**s3_options, "fs.s3a.endpoint": endpoint}
+        uri = f"s3://{s3_bucket}/team/q"
+        with pytest.raises(ConditionalWritesNotHonouredError) as info:
+            with Producer(uri, store_options=options, flush_interval=0.01) as p:
+                p.produce([b"x"]).wait_durable(30)
+        assert info.value.endpoint == endpoint and what in str(info.value)
+        assert f"team/q/{store_module.PROBE_KEY_PREFIX}" in str(info.value)  # the scratch object, under the queue's prefix
+        assert proxy.requests.count("PUT") >= 2
+        # The verdict is kept for the endpoint: the next store is refused without a conditional PUT.
+        puts = proxy.requests.count("PUT")
+        store = open_store(uri, options)
+        with pytest.raises(ConditionalWritesNotHonouredError):
+            store.put_if_absent("ingest/manifest", b"x")
+        with pytest.raises(ConditionalWritesNotHonouredError):
+            Consumer(uri, store_options=options)
+        assert proxy.requests.count("PUT") == puts
+    forget_endpoint_conditions(endpoint)
+    # No manifest was written, and the probe deleted its scratch object (the batch file is an orphan for GC).
+    keys = [o.key for o in S3Store(s3_bucket, "", s3_options).list("")]
+    assert keys and all(k.startswith("team/q/ingest/") and k.endswith(".batch") for k in keys), keys
+
+
+def test_the_probe_accepts_the_test_server_and_learns_its_if_match_form(s3_endpoint: dict[str, str], s3_store: S3Store) -> None:
+    forget_endpoint_conditions(s3_store.endpoint)
+    conditions = s3_store.conditions()
+    expected = IF_MATCH_UNQUOTED if s3_endpoint.get("kind") == "ceph" else IF_MATCH_QUOTED
+    assert conditions.refusal is None and conditions.if_match_form == expected
+    assert s3_store.list("") == []  # the scratch object is gone
