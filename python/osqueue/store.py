@@ -699,8 +699,6 @@ class S3Store:
             except InvalidObjectKeyError as e:
                 raise InvalidConfigError("path", f"s3://{bucket}/{prefix}", f"bad key prefix: {e}") from e
         self._client = client if client is not None else _make_s3_client(options)
-        meta = getattr(self._client, "meta", None)
-        self._endpoint = str(getattr(meta, "endpoint_url", None) or "AWS S3")
 
     @property
     def uri(self) -> str:
@@ -709,7 +707,7 @@ class S3Store:
     @property
     def endpoint(self) -> str:
         """The endpoint URL (the key of what was learned about conditional writes)."""
-        return self._endpoint
+        return str(getattr(getattr(self._client, "meta", None), "endpoint_url", None) or "AWS S3")
 
     @property
     def client(self) -> Any:
@@ -778,10 +776,12 @@ class S3Store:
         return Written(ObjectVersion(r["ETag"]))
 
     def put_if_absent(self, key: str, data: bytes) -> CasOutcome:
+        validate_key(key)
         self.conditions()
         return self._conditional(key, data, IfNoneMatch="*")
 
     def put_if_version_matches(self, key: str, data: bytes, expected_version: ObjectVersion) -> CasOutcome:
+        validate_key(key)
         conditions = self.conditions()
         tried = conditions.if_match_form
         outcome = self._conditional(key, data, IfMatch=if_match_value(expected_version.token, tried))
@@ -799,7 +799,7 @@ class S3Store:
         if not self._still_at(key, expected_version):
             return outcome
         raise ConditionalWritesNotHonouredError(
-            self._endpoint,
+            self.endpoint,
             f"a PUT of '{self._full(key)}' in bucket '{self._bucket}' with If-Match set to the object's current "
             f"entity tag {expected_version.token} failed with 412 in every form tried "
             f"({', '.join(conditions.if_match_forms)}) while the object did not change",
@@ -822,12 +822,12 @@ class S3Store:
             ConditionalWritesNotHonouredError: The endpoint does not honour them.
             StoreError: The probe could not run (nothing was learned; the next call tries again).
         """
-        found = _endpoint_conditions.get(self._endpoint)
+        found = _endpoint_conditions.get(self.endpoint)
         if found is None:
             with _endpoint_conditions_lock:
-                found = _endpoint_conditions.get(self._endpoint)
+                found = _endpoint_conditions.get(self.endpoint)
                 if found is None:
-                    found = _endpoint_conditions[self._endpoint] = self._probe()
+                    found = _endpoint_conditions[self.endpoint] = self._probe()
         if found.refusal is not None:
             raise ConditionalWritesNotHonouredError(found.endpoint, found.refusal)
         return found
@@ -852,15 +852,15 @@ class S3Store:
                 if status == 501:  # NotImplemented: the server says it has no conditional PUTs
                     raise _Refused(f"a PUT of {where} with {_header(condition)} answered 501 ({e})") from e
                 raise StoreError(
-                    f"probing conditional writes at {self._endpoint} with {where} failed: {e}", outcome_known=True
+                    f"probing conditional writes at {self.endpoint} with {where} failed: {e}", outcome_known=True
                 ) from e
             except BotoCoreError as e:
                 raise StoreError(
-                    f"probing conditional writes at {self._endpoint} with {where} failed: {e}", outcome_known=True
+                    f"probing conditional writes at {self.endpoint} with {where} failed: {e}", outcome_known=True
                 ) from e
 
         def refuse(detail: str) -> EndpointConditions:
-            return EndpointConditions(self._endpoint, (), detail)
+            return EndpointConditions(self.endpoint, (), detail)
 
         try:
             created = put(b"osqueue probe 1", IfNoneMatch="*")
@@ -880,7 +880,7 @@ class S3Store:
                 return refuse(f"a PUT of {where} with If-Match set to a wrong entity tag replaced it (S3 answers 412)")
             for form in honoured:
                 if put(b"osqueue probe 4", IfMatch=if_match_value(current, form)) is not None:
-                    return EndpointConditions(self._endpoint, (form,) + tuple(f for f in honoured if f != form))
+                    return EndpointConditions(self.endpoint, (form,) + tuple(f for f in honoured if f != form))
             return refuse(
                 f"a PUT of {where} with If-Match set to its own entity tag {current} failed in every form "
                 f"({', '.join(honoured)})"
