@@ -365,3 +365,63 @@ def test_the_probe_accepts_the_test_server_and_learns_its_if_match_form(s3_endpo
     expected = IF_MATCH_UNQUOTED if s3_endpoint.get("kind") == "ceph" else IF_MATCH_QUOTED
     assert conditions.refusal is None and conditions.if_match_form == expected
     assert s3_store.list("") == []  # the scratch object is gone
+
+
+_PRODUCER_PROCESS = """
+import sys
+from osqueue.producer import Producer
+uri, endpoint, name, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+options = {"fs.s3a.endpoint": endpoint, "fs.s3a.access.key": "test", "fs.s3a.secret.key": "test",
+           "fs.s3a.path.style.access": "true", "fs.s3a.endpoint.region": "us-east-1"}
+with Producer(uri, store_options=options, flush_interval=0.005) as p:
+    handles = [p.produce([f"{name}-{i:04d}".encode()]) for i in range(count)]
+    for h in handles:
+        h.wait_durable(120)
+"""
+
+
+def test_two_producer_processes_then_a_consumer_reads_each_entry_once_in_order_and_a_second_consumer_fences_it(
+    s3_endpoint: dict[str, str], s3_bucket: str, s3_options: dict[str, str]
+) -> None:
+    """The issue's acceptance run (Ceph RGW with OSQUEUE_S3_KIND=ceph): 2 processes x 500 entries,
+    each flush a manifest CAS contending with the other process."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    from osqueue.errors import FencedError
+
+    uri, per_process = f"s3://{s3_bucket}/acceptance/q", 500
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[2] / "python"),
+                                                       os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", _PRODUCER_PROCESS, uri, s3_endpoint["endpoint"], name, str(per_process)],
+                              env=env, stderr=subprocess.PIPE) for name in ("a", "b")]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode(errors="replace")[-3000:]
+    got: list[bytes] = []
+    first = Consumer(uri, store_options=s3_options)
+    batch = first.next_batch()
+    while batch is not None:
+        got.extend(batch.entries)
+        first.ack(batch.sequence)
+        batch = first.next_batch()
+    assert len(got) == 2 * per_process and len(set(got)) == len(got)
+    for name in ("a", "b"):
+        mine = [e for e in got if e.startswith(f"{name}-".encode())]
+        assert mine == [f"{name}-{i:04d}".encode() for i in range(per_process)]  # in order per producer
+    first.flush()  # the acks are durable: a new consumer starts after them
+    with Producer(uri, store_options=s3_options, flush_interval=0.01) as p:
+        p.produce([b"late"]).wait_durable(60)
+    second = Consumer(uri, store_options=s3_options)
+    assert second.epoch == first.epoch + 1
+    with pytest.raises(FencedError):
+        late = first.next_batch()
+        assert late is not None
+        first.ack(late.sequence)
+        first.flush()
+    late = second.next_batch()
+    assert late is not None and late.entries == [b"late"]
+    second.ack(late.sequence)
+    second.close()
