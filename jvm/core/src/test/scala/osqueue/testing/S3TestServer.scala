@@ -54,8 +54,8 @@ final class S3TestServer private (
       .endpointOverride(java.net.URI.create(endpoint))
       .region(Region.of(region))
       .credentialsProvider(StaticCredentialsProvider.create(AwsBasicCredentials.create(accessKey, secretKey)))
-      .serviceConfiguration(S3Configuration.builder().pathStyleAccessEnabled(true).build())
-      // As the store: Ceph RGW 16 answers 400 to the SDK's default trailing-checksum uploads.
+      .serviceConfiguration(S3Configuration.builder().pathStyleAccessEnabled(true).chunkedEncodingEnabled(false).build())
+      // As the store: Ceph RGW 16 answers 400 to the SDK's default aws-chunked, trailing-checksum uploads.
       .requestChecksumCalculation(RequestChecksumCalculation.WHEN_REQUIRED)
       .responseChecksumValidation(ResponseChecksumValidation.WHEN_REQUIRED)
       .build()
