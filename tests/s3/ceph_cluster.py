@@ -45,6 +45,8 @@ mon data avail crit = 0
 [client.rgw]
 rgw frontends = beast endpoint={host}:{rgw_port}
 rgw enable usage log = false
+# Stopped together with the monitor and OSD: do not wait for them on the way out.
+rgw exit timeout secs = 1
 """
 KEYS = (  # entity, caps
     ("client.admin", ("mon", "allow *", "osd", "allow *", "mgr", "allow *")),
