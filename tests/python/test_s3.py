@@ -425,3 +425,33 @@ def test_two_producer_processes_then_a_consumer_reads_each_entry_once_in_order_a
     assert late is not None and late.entries == [b"late"]
     second.ack(late.sequence)
     second.close()
+
+
+def test_a_server_whose_if_match_never_matches_is_refused_by_the_probe_and_at_run_time(
+    s3_endpoint: dict[str, str], s3_bucket: str, s3_options: dict[str, str]
+) -> None:
+    """Real HTTP: a proxy sends every If-Match with a tag no object has. The probe refuses the
+    endpoint; and a store past the probe (the verdict seeded) gets the same error from a write
+    instead of a retry loop ending in "too many concurrent writers"."""
+    if s3_endpoint.get("kind") == "ceph":
+        pytest.skip("the proxy forwards SigV4 signatures over the changed header: only moto, which does not check them")
+    from ignoring_proxy import IgnoringProxy
+
+    with IgnoringProxy(s3_endpoint["endpoint"], drop=(), spoil_if_match=True) as proxy:
+        options = {**s3_options, "fs.s3a.endpoint": proxy.endpoint}
+        try:
+            store = S3Store(s3_bucket, "q", options)
+            with pytest.raises(ConditionalWritesNotHonouredError, match="with If-Match set to its own entity tag"):
+                store.conditions()
+            _skip_probe(proxy.endpoint)
+            from osqueue.format import empty_manifest
+
+            created = store.put_if_absent("ingest/manifest", empty_manifest())
+            assert isinstance(created, Written)
+            with pytest.raises(ConditionalWritesNotHonouredError, match="while the object did not change"):
+                store.put_if_version_matches("ingest/manifest", b"n", created.version)
+            consumer = QueueConsumer(store, "ingest/manifest", retry=RetryPolicy(base_delay=0.001, max_delay=0.002))
+            with pytest.raises(ConditionalWritesNotHonouredError):
+                consumer.initialize()
+        finally:
+            forget_endpoint_conditions(proxy.endpoint)

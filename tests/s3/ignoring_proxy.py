@@ -2,7 +2,10 @@
 """A loopback HTTP proxy in front of an S3 server that drops conditional-write headers: an S3
 store that accepts If-Match / If-None-Match and overwrites anyway (for the probe tests).
 
-    python tests/s3/ignoring_proxy.py --upstream http://127.0.0.1:PORT [--drop if-match,if-none-match]
+    python tests/s3/ignoring_proxy.py --upstream http://127.0.0.1:PORT [--drop if-match,if-none-match] [--spoil-if-match]
+
+--spoil-if-match replaces every If-Match value by a tag no object has: a server whose If-Match never
+matches, not even the object's own tag (the header is still sent, so a wrong tag still fails).
 
 Prints ONE JSON line, {"endpoint": "http://127.0.0.1:PORT"}, once it listens, and runs until stdin
 reaches EOF or SIGTERM/SIGINT arrives. Every request is forwarded as it came (SigV4 signatures
@@ -24,7 +27,10 @@ CONDITIONS = ("if-match", "if-none-match")
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
 
-def handler_for(upstream, drop, seen):
+SPOILED_TAG = '"00000000000000000000000000000000"'
+
+
+def handler_for(upstream, drop, seen, spoil_if_match=False):
     target = urllib.parse.urlsplit(upstream)
 
     class Forward(http.server.BaseHTTPRequestHandler):
@@ -51,6 +57,8 @@ def handler_for(upstream, drop, seen):
             body = self._body()
             headers = {k: v for k, v in self.headers.items()
                        if k.lower() not in drop and k.lower() not in HOP_BY_HOP and k.lower() != "content-length"}
+            if spoil_if_match:
+                headers = {k: (SPOILED_TAG if k.lower() == "if-match" else v) for k, v in headers.items()}
             if body or self.command in ("PUT", "POST"):
                 headers["Content-Length"] = str(len(body))
             conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
@@ -78,10 +86,10 @@ class IgnoringProxy:
     """`with IgnoringProxy("http://127.0.0.1:PORT") as proxy:` serves `proxy.endpoint`;
     `proxy.requests` lists the method of every request forwarded."""
 
-    def __init__(self, upstream, drop=CONDITIONS):
+    def __init__(self, upstream, drop=CONDITIONS, spoil_if_match=False):
         self.requests = []  # the method of every request forwarded
         self.server = http.server.ThreadingHTTPServer(
-            (HOST, 0), handler_for(upstream, {d.lower() for d in drop}, self.requests))
+            (HOST, 0), handler_for(upstream, {d.lower() for d in drop}, self.requests, spoil_if_match))
         self.server.daemon_threads = True
         self.endpoint = f"http://{HOST}:{self.server.server_address[1]}"
 
@@ -98,6 +106,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--upstream", required=True, help="the S3 server, http://127.0.0.1:PORT")
     ap.add_argument("--drop", default=",".join(CONDITIONS), help="headers to drop (default: %(default)s)")
+    ap.add_argument("--spoil-if-match", action="store_true", help="send every If-Match with a tag no object has")
     args = ap.parse_args()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -112,7 +121,8 @@ def main():
         stop.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
-    with IgnoringProxy(args.upstream, [d.strip() for d in args.drop.split(",") if d.strip()]) as proxy:
+    drop = [d.strip() for d in args.drop.split(",") if d.strip()]
+    with IgnoringProxy(args.upstream, drop, args.spoil_if_match) as proxy:
         print(json.dumps({"endpoint": proxy.endpoint}), flush=True)
         stop.wait()
     return 0

@@ -53,6 +53,9 @@ object EndpointConditions {
     }
   }
 
+  /** Sets what is known about an endpoint, as if its probe had found it (tests). */
+  private[osqueue] def remember(conditions: EndpointConditions): Unit = { known.put(conditions.endpoint, conditions); () }
+
   /** Drops what was learned about `endpoint`, so the next conditional write probes again (tests). */
   def forget(endpoint: String): Unit = { known.remove(endpoint); () }
 

@@ -68,6 +68,26 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
     }
   }
 
+  test("should say the server does not honour If-Match when it fails while the tag is unchanged, not 'too many writers'") {
+    assume(server.kind != "ceph", "the proxy forwards SigV4 signatures over the changed header: only moto and LocalStack skip checking them")
+    val (endpoint, proxy) = S3TestServer.ignoringProxy(server.endpoint, drop = "", spoilIfMatch = true)
+    val config = S3StoreConfig.fromOptions(server.options + ("fs.s3a.endpoint" -> endpoint))
+    try Using.resource(new S3Store(server.freshBucket(), "q", config)) { s =>
+      val refused = intercept[ConditionalWritesNotHonouredException](s.conditions())
+      assert(refused.getMessage.contains("with If-Match set to its own entity tag"), refused.getMessage)
+      // Past the probe (as if it had passed), a write says the same at once, not after the CAS budget.
+      EndpointConditions.remember(new EndpointConditions(s.endpoint, IfMatchForm.all, None))
+      def consumer() = new osqueue.queue.QueueConsumer(new osqueue.queue.ManifestStore(s, "ingest/manifest"),
+        osqueue.queue.RetryPolicy(baseDelayMs = 1, maxDelayMs = 2), osqueue.SystemClock, new osqueue.metrics.MetricsRegistry)
+      consumer().initialize(None) // creates the manifest: If-None-Match still works
+      val e = intercept[ConditionalWritesNotHonouredException](consumer().initialize(None))
+      assert(e.getMessage.contains("while the object did not change") && e.endpoint === s.endpoint, e.getMessage)
+    } finally {
+      proxy.close()
+      Using.resource(new S3Store("unused", "", config))(s => EndpointConditions.forget(s.endpoint))
+    }
+  }
+
   for ((drop, what) <- Seq(
       "if-match,if-none-match" -> "If-None-Match: * replaced it",
       "if-none-match" -> "If-None-Match: * replaced it",

@@ -108,11 +108,13 @@ object S3TestServer {
 
   /**
    * A loopback proxy in front of `upstream` that drops the given condition headers
-   * (`tests/s3/ignoring_proxy.py`): an S3 store that accepts conditions and overwrites anyway.
+   * (`tests/s3/ignoring_proxy.py`): an S3 store that accepts conditions and overwrites anyway; with
+   * `spoilIfMatch`, one whose If-Match never matches (every If-Match is sent with a tag no object has).
    * Returns the proxy's endpoint; close the returned AutoCloseable to stop it.
    */
-  def ignoringProxy(upstream: String, drop: String = "if-match,if-none-match"): (String, AutoCloseable) = {
-    val (process, fields, _) = launch("tests/s3/ignoring_proxy.py", Seq("--upstream", upstream, "--drop", drop), 30.seconds)
+  def ignoringProxy(upstream: String, drop: String = "if-match,if-none-match", spoilIfMatch: Boolean = false): (String, AutoCloseable) = {
+    val args = Seq("--upstream", upstream, "--drop", drop) ++ (if (spoilIfMatch) Seq("--spoil-if-match") else Nil)
+    val (process, fields, _) = launch("tests/s3/ignoring_proxy.py", args, 30.seconds)
     val stop: AutoCloseable = () => {
       try process.getOutputStream.close() catch { case _: java.io.IOException => () }
       if (!process.waitFor(10, TimeUnit.SECONDS)) process.destroyForcibly()
