@@ -106,5 +106,18 @@ else
   log "skipping LocalStack's venv (--no-s3)"
 fi
 
+# Ceph RGW (one-node cluster started per test session by tests/s3/s3server.py --kind ceph). Without
+# it the Ceph tests are reported as skipped with this reason, so a missing install never fails setup.
+ceph_packages=(radosgw ceph-mon ceph-osd ceph-common)
+if [ "$with_s3" = 1 ] && ! command -v radosgw >/dev/null 2>&1; then
+  if can_apt; then
+    log "installing Ceph RGW with apt (64 packages, ~260 MB installed)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${ceph_packages[@]}" >/dev/null || log "Ceph RGW could not be installed; its tests will be skipped"
+  else
+    echo "osqueue's Ceph RGW tests need ${ceph_packages[*]} (apt, as root); they will be skipped" >&2
+  fi
+fi
+
 # sbt itself needs no step here: .ci/sbt fetches its launcher through Maven on first use.
 log "environment ready"

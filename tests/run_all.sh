@@ -24,6 +24,12 @@ rm -rf "$reports/jvm-localstack"; mkdir -p "$reports/jvm-localstack"
 cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
    jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-localstack/" 2>/dev/null || true
 
+echo "== JVM S3 suites again, against Ceph RGW (cancelled with the reason when Ceph is not installed)"
+OSQUEUE_S3_KIND=ceph bash .ci/sbt "core/testOnly osqueue.store.S3StoreSuite osqueue.queue.QueueProducerSuite" || status=1
+rm -rf "$reports/jvm-ceph"; mkdir -p "$reports/jvm-ceph"
+cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
+   jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-ceph/" 2>/dev/null || true
+
 echo "== Installing the osqueue wheel (bundles the jar) into .venv"
 .venv/bin/python -m pip install -q --no-deps --force-reinstall . || status=1
 
@@ -35,6 +41,10 @@ case $rc in
   5) echo "pytest collected no tests" ;;  # only possible with a filter passed in "$@"
   *) status=1 ;;
 esac
+
+echo "== Python S3 tests again, against Ceph RGW (skipped with the reason when Ceph is not installed)"
+OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
+  tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || status=1
 
 # Closing lines over both runners (JUnit XML from sbt and pytest): each failure with the
 # start of its message (CI shows only the end of the log), then one count line.

@@ -12,6 +12,7 @@ from osqueue.errors import (
     AmbiguousCommitError,
     BatchNotFoundError,
     ConflictRetriesExhaustedError,
+    ConditionalWritesNotHonouredError,
     CorruptBatchError,
     CorruptManifestError,
     ErrorKind,
@@ -112,5 +113,6 @@ __all__ = [
     "ConflictRetriesExhaustedError",
     "AmbiguousCommitError",
     "StoreError",
+    "ConditionalWritesNotHonouredError",
     "IllegalQueueStateError",
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "ConflictRetriesExhaustedError",
     "AmbiguousCommitError",
     "StoreError",
+    "ConditionalWritesNotHonouredError",
     "IllegalQueueStateError",
 ]
 
@@ -217,6 +218,28 @@ class StoreError(OsqueueError):
     def __init__(self, message: str, *, outcome_known: bool = False) -> None:
         self.outcome_known = outcome_known
         super().__init__(message, ErrorKind.TRANSIENT)
+
+
+class ConditionalWritesNotHonouredError(OsqueueError):
+    """The S3 endpoint does not honour conditional writes (``If-None-Match: *``, ``If-Match``).
+
+    A store that accepts a condition and overwrites anyway would lose entries without an error,
+    so osqueue refuses it (docs/format.md §8). Raised by the probe a store runs before its first
+    conditional write, and when ``If-Match`` with the object's current entity tag keeps failing.
+
+    Attributes:
+        endpoint: The S3 endpoint.
+        detail: What the endpoint did.
+    """
+
+    def __init__(self, endpoint: str, detail: str) -> None:
+        self.endpoint = endpoint
+        self.detail = detail
+        super().__init__(
+            f"the S3 endpoint {endpoint} does not honour conditional writes: {detail}. osqueue needs "
+            "If-None-Match: * and If-Match on PUT to keep its manifest consistent and will not use this store",
+            ErrorKind.CONFIGURATION,
+        )
 
 
 class IllegalQueueStateError(OsqueueError):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Union, runtime_checkable
 from collections.abc import Iterator, Mapping
 
-from osqueue.errors import InvalidConfigError, InvalidObjectKeyError, StoreError
+from osqueue.errors import ConditionalWritesNotHonouredError, InvalidConfigError, InvalidObjectKeyError, StoreError
 
 __all__ = [
     "ObjectVersion",
@@ -43,6 +43,8 @@ __all__ = [
     "InMemoryStore",
     "LocalFileSystemStore",
     "S3Store",
+    "EndpointConditions",
+    "forget_endpoint_conditions",
     "open_store",
 ]
 
@@ -590,6 +592,70 @@ def _make_s3_client(options: Mapping[str, Any] | None) -> Any:
     return session.client("s3", **kwargs)
 
 
+# ---------------------------------------------------------------------------------------------
+# What an S3 endpoint does with conditional writes (docs/format.md §8): learned by a probe before
+# the first conditional write to an endpoint, kept per endpoint for the life of the process.
+
+IF_MATCH_QUOTED = "quoted"  # If-Match: "<hex>", as S3 returns ETags (AWS, LocalStack, moto)
+IF_MATCH_UNQUOTED = "unquoted"  # If-Match: <hex> (Ceph RGW matches only this form)
+_IF_MATCH_FORMS = (IF_MATCH_QUOTED, IF_MATCH_UNQUOTED)
+PROBE_KEY_PREFIX = ".osqueue-probe-"
+
+
+def bare_etag(tag: str) -> str:
+    """An entity tag without its quotes (and weak ``W/`` mark): for comparing tags."""
+    t = tag.strip()
+    if t.startswith("W/"):
+        t = t[2:]
+    if len(t) >= 2 and t[0] == '"' and t[-1] == '"':
+        t = t[1:-1]
+    return t
+
+
+def if_match_value(tag: str, form: str) -> str:
+    """The ``If-Match`` header value for ``tag`` in ``form`` (quoted or unquoted)."""
+    bare = bare_etag(tag)
+    return f'"{bare}"' if form == IF_MATCH_QUOTED else bare
+
+
+class EndpointConditions:
+    """What one endpoint does with conditional writes.
+
+    Attributes:
+        endpoint: The endpoint.
+        if_match_forms: The ``If-Match`` forms that refuse a wrong tag, the one that matched
+            the object's own tag first (the form sent); empty when refused.
+        refusal: Why the endpoint is refused, or None.
+    """
+
+    def __init__(self, endpoint: str, if_match_forms: tuple[str, ...], refusal: str | None = None) -> None:
+        self.endpoint = endpoint
+        self.if_match_forms = if_match_forms
+        self.refusal = refusal
+
+    @property
+    def if_match_form(self) -> str:
+        return self.if_match_forms[0]
+
+    def learned(self, form: str) -> None:
+        """``form`` matched where the current one did not: send it from now on."""
+        self.if_match_forms = (form,) + tuple(f for f in self.if_match_forms if f != form)
+
+
+_endpoint_conditions: dict[str, EndpointConditions] = {}
+_endpoint_conditions_lock = threading.Lock()  # held during a probe: one probe per endpoint
+
+
+def forget_endpoint_conditions(endpoint: str | None = None) -> None:
+    """Drops what was learned about ``endpoint`` (all endpoints if None), so the next conditional
+    write probes again (tests; a server that was reconfigured)."""
+    with _endpoint_conditions_lock:
+        if endpoint is None:
+            _endpoint_conditions.clear()
+        else:
+            _endpoint_conditions.pop(endpoint, None)
+
+
 class S3Store:
     """A store in an S3 bucket (or an S3-compatible server), under an optional key prefix.
 
@@ -597,6 +663,15 @@ class S3Store:
     is a failed precondition, unless the client had retried the request (the first try may
     have landed): then the outcome is unknown and ``StoreError`` is raised. Every other
     failure is a ``StoreError``.
+
+    Before its first conditional write to an endpoint, a store probes the endpoint with a
+    scratch object under its prefix (docs/format.md §8): an endpoint that lets a conditional
+    write through where it must fail is refused with
+    :class:`~osqueue.errors.ConditionalWritesNotHonouredError`; the probe also learns whether
+    the endpoint matches ``If-Match`` quoted (S3) or unquoted (Ceph RGW). The verdict is kept
+    per endpoint for the process. A 412 on ``If-Match`` while the object still has the expected
+    tag is retried once in the other form (which is then kept); if that fails too, the endpoint
+    does not honour ``If-Match`` and ``ConditionalWritesNotHonouredError`` is raised.
 
     Args:
         bucket: The bucket.
@@ -628,6 +703,11 @@ class S3Store:
     @property
     def uri(self) -> str:
         return f"s3://{self._bucket}/{self._prefix}" if self._prefix else f"s3://{self._bucket}"
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint URL (the key of what was learned about conditional writes)."""
+        return str(getattr(getattr(self._client, "meta", None), "endpoint_url", None) or "AWS S3")
 
     @property
     def client(self) -> Any:
@@ -696,10 +776,122 @@ class S3Store:
         return Written(ObjectVersion(r["ETag"]))
 
     def put_if_absent(self, key: str, data: bytes) -> CasOutcome:
+        validate_key(key)
+        self.conditions()
         return self._conditional(key, data, IfNoneMatch="*")
 
     def put_if_version_matches(self, key: str, data: bytes, expected_version: ObjectVersion) -> CasOutcome:
-        return self._conditional(key, data, IfMatch=expected_version.token)
+        validate_key(key)
+        conditions = self.conditions()
+        tried = conditions.if_match_form
+        outcome = self._conditional(key, data, IfMatch=if_match_value(expected_version.token, tried))
+        if isinstance(outcome, Written) or not self._still_at(key, expected_version):
+            return outcome
+        # 412 although the object still has the expected tag: this form is not the one the server
+        # matches (Ceph RGW matches only unquoted tags). Once in each other form, then give up.
+        for form in conditions.if_match_forms:
+            if form == tried:
+                continue
+            outcome = self._conditional(key, data, IfMatch=if_match_value(expected_version.token, form))
+            if isinstance(outcome, Written):
+                conditions.learned(form)
+                return outcome
+        if not self._still_at(key, expected_version):
+            return outcome
+        raise ConditionalWritesNotHonouredError(
+            self.endpoint,
+            f"a PUT of '{self._full(key)}' in bucket '{self._bucket}' with If-Match set to the object's current "
+            f"entity tag {expected_version.token} failed with 412 in every form tried "
+            f"({', '.join(conditions.if_match_forms)}) while the object did not change",
+        )
+
+    def _still_at(self, key: str, version: ObjectVersion) -> bool:
+        """Whether the object's entity tag (HEAD) is still ``version``; False when that cannot be told."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            r = self._client.head_object(Bucket=self._bucket, Key=self._full(key))
+        except (ClientError, BotoCoreError):
+            return False
+        return bare_etag(r.get("ETag", "")) == bare_etag(version.token)
+
+    def conditions(self) -> EndpointConditions:
+        """What this store's endpoint does with conditional writes, probed on first use.
+
+        Raises:
+            ConditionalWritesNotHonouredError: The endpoint does not honour them.
+            StoreError: The probe could not run (nothing was learned; the next call tries again).
+        """
+        found = _endpoint_conditions.get(self.endpoint)
+        if found is None:
+            with _endpoint_conditions_lock:
+                found = _endpoint_conditions.get(self.endpoint)
+                if found is None:
+                    found = _endpoint_conditions[self.endpoint] = self._probe()
+        if found.refusal is not None:
+            raise ConditionalWritesNotHonouredError(found.endpoint, found.refusal)
+        return found
+
+    def _probe(self) -> EndpointConditions:
+        """A scratch object under the prefix: a conditional create that must fail, conditional
+        replaces with a wrong tag that must fail, and one with the object's own tag that must land."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = self._full(PROBE_KEY_PREFIX + secrets.token_hex(8))
+        where = f"'{full}' in bucket '{self._bucket}'"
+
+        def put(body: bytes, **condition: str) -> str | None:
+            """The new ETag, or None when the condition failed."""
+            try:
+                return str(self._client.put_object(Bucket=self._bucket, Key=full, Body=body, **condition)["ETag"])
+            except ClientError as e:
+                meta = e.response.get("ResponseMetadata", {})
+                status = meta.get("HTTPStatusCode")
+                if status in (412, 409, 404) and not meta.get("RetryAttempts"):
+                    return None
+                if status == 501:  # NotImplemented: the server says it has no conditional PUTs
+                    raise _Refused(f"a PUT of {where} with {_header(condition)} answered 501 ({e})") from e
+                raise StoreError(
+                    f"probing conditional writes at {self.endpoint} with {where} failed: {e}", outcome_known=True
+                ) from e
+            except BotoCoreError as e:
+                raise StoreError(
+                    f"probing conditional writes at {self.endpoint} with {where} failed: {e}", outcome_known=True
+                ) from e
+
+        def refuse(detail: str) -> EndpointConditions:
+            return EndpointConditions(self.endpoint, (), detail)
+
+        try:
+            created = put(b"osqueue probe 1", IfNoneMatch="*")
+            if created is None:
+                return refuse(f"a PUT of the new object {where} with If-None-Match: * failed")
+            if put(b"osqueue probe 2", IfNoneMatch="*") is not None:
+                return refuse(f"a PUT of the existing object {where} with If-None-Match: * replaced it (S3 answers 412)")
+            wrong = hashlib.md5(secrets.token_bytes(16)).hexdigest()
+            current, honoured = created, []
+            for form in _IF_MATCH_FORMS:
+                replaced = put(b"osqueue probe 3", IfMatch=if_match_value(wrong, form))
+                if replaced is None:
+                    honoured.append(form)
+                else:  # this form is ignored: never sent
+                    current = replaced
+            if not honoured:
+                return refuse(f"a PUT of {where} with If-Match set to a wrong entity tag replaced it (S3 answers 412)")
+            for form in honoured:
+                if put(b"osqueue probe 4", IfMatch=if_match_value(current, form)) is not None:
+                    return EndpointConditions(self.endpoint, (form,) + tuple(f for f in honoured if f != form))
+            return refuse(
+                f"a PUT of {where} with If-Match set to its own entity tag {current} failed in every form "
+                f"({', '.join(honoured)})"
+            )
+        except _Refused as e:
+            return refuse(str(e))
+        finally:
+            try:
+                self._client.delete_object(Bucket=self._bucket, Key=full)
+            except (ClientError, BotoCoreError):
+                pass  # a scratch object left behind is harmless (GC deletes only batch files)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -739,6 +931,14 @@ class S3Store:
         close = getattr(self._client, "close", None)
         if close is not None:
             close()
+
+
+class _Refused(Exception):
+    """The probe saw the endpoint refuse conditional PUTs outright."""
+
+
+def _header(condition: Mapping[str, str]) -> str:
+    return ", ".join(("If-None-Match" if k == "IfNoneMatch" else "If-Match") + f": {v}" for k, v in condition.items())
 
 
 # ---------------------------------------------------------------------------------------------

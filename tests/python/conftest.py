@@ -2,8 +2,10 @@
 
 S3: when ``OSQUEUE_S3_TEST_ENDPOINT`` holds a JSON object like
 ``{"endpoint": "http://127.0.0.1:PORT", "region": "us-east-1", "access_key": "test",
-"secret_key": "test"}`` the S3 tests run against that server; otherwise an in-process moto
-server is started once per session. Every S3 test gets a fresh bucket.
+"secret_key": "test"}`` the S3 tests run against that server; else when ``OSQUEUE_S3_KIND`` names
+a kind of ``tests/s3/s3server.py`` (``ceph``, ``localstack``, ``moto``) one such server is started
+for the session (skipped, with the reason, when it is not installed); otherwise an in-process
+moto server is started once per session. Every S3 test gets a fresh bucket.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-for p in (ROOT / "python", pathlib.Path(__file__).resolve().parent):
+for p in (ROOT / "python", pathlib.Path(__file__).resolve().parent, ROOT / "tests" / "s3"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
@@ -84,6 +86,14 @@ def s3_endpoint() -> Iterator[dict[str, str]]:
     configured = os.environ.get("OSQUEUE_S3_TEST_ENDPOINT")
     if configured:
         yield json.loads(configured)
+        return
+    kind = os.environ.get("OSQUEUE_S3_KIND")
+    if kind:
+        from fixtures import run_s3_server
+
+        with run_s3_server(kind) as server:
+            yield {"endpoint": server.endpoint, "region": server.region, "access_key": server.access_key,
+                   "secret_key": server.secret_key, "kind": kind}
         return
     server_mod = pytest.importorskip("moto.server")
     _serialize_moto_conditional_puts()

@@ -16,20 +16,47 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from helpers import WrappedStore, assert_well_formed, lost_reply_hook, lying_precondition_hook
 
 from osqueue.consumer import Consumer
-from osqueue.errors import StoreError
+import osqueue.store as store_module
+from osqueue.errors import ConditionalWritesNotHonouredError, ConflictRetriesExhaustedError, ErrorKind, StoreError
 from osqueue.producer import Producer
-from osqueue.queue import QueueProducer, RetryPolicy
-from osqueue.store import PRECONDITION_FAILED, ObjectVersion, S3Store, Written, open_store
+from osqueue.queue import QueueConsumer, QueueProducer, RetryPolicy
+from osqueue.store import (
+    IF_MATCH_QUOTED,
+    IF_MATCH_UNQUOTED,
+    PRECONDITION_FAILED,
+    EndpointConditions,
+    ObjectVersion,
+    S3Store,
+    Written,
+    forget_endpoint_conditions,
+    open_store,
+)
 
 KEY = "ingest/manifest"
+
+
+class _Meta:
+    endpoint_url = "http://fake-s3.invalid"
+
+
+def _skip_probe(endpoint: str = _Meta.endpoint_url, forms: tuple[str, ...] = (IF_MATCH_QUOTED, IF_MATCH_UNQUOTED)) -> None:
+    """What a probe of the fake endpoint would have found (fake clients cannot be probed)."""
+    forget_endpoint_conditions(endpoint)
+    store_module._endpoint_conditions[endpoint] = EndpointConditions(endpoint, forms)
 
 
 class _FakeClient:
     """Raises a prepared error from put_object/get_object."""
 
+    meta = _Meta()
+
     def __init__(self, error: Exception) -> None:
         self.error = error
         self.calls: list[dict[str, Any]] = []
+        _skip_probe()
+
+    def head_object(self, **kw: Any) -> Any:
+        raise self.error
 
     def put_object(self, **kw: Any) -> Any:
         self.calls.append(kw)
@@ -110,6 +137,7 @@ def test_client_side_retry_of_a_landed_conditional_write_is_resolved(s3_store: S
             return 0  # "the reply was lost": retry at once
         return None
 
+    s3_store.conditions()  # the probe's conditional PUTs go before the hook
     s3_store.client.meta.events.register_first("needs-retry.s3.PutObject", force_retry)
     # Directly: the retried create-if-absent reports an unknown outcome.
     with pytest.raises(StoreError, match="outcome unknown"):
@@ -226,3 +254,204 @@ def test_a_server_that_never_answers_gives_store_error_after_the_read_timeout() 
             store.get(KEY)
         # 3 attempts of 0.3 s plus backoff, not the 60 s default (generous bound for a loaded machine)
         assert time.monotonic() - started < 20
+
+
+# --- What the endpoint does with conditional writes (docs/format.md §8) ---------------------------
+
+
+class _TagServer:
+    """A fake S3 client with one object whose If-Match matches only the ``form`` given (Ceph RGW:
+    unquoted), or never (``form=None``: a server that does not honour If-Match)."""
+
+    meta = _Meta()
+
+    def __init__(self, form: str | None) -> None:
+        self.form = form
+        self.etag = '"0cc175b9c0f1b6a831c399e269772661"'
+        self.if_match_sent: list[str] = []
+
+    def put_object(self, **kw: Any) -> Any:
+        sent = kw["IfMatch"]
+        self.if_match_sent.append(sent)
+        if self.form is None or sent != store_module.if_match_value(self.etag, self.form):
+            raise _client_error(412, "PreconditionFailed")
+        self.etag = f'"{len(self.if_match_sent):032x}"'
+        return {"ETag": self.etag}
+
+    def head_object(self, **kw: Any) -> Any:
+        return {"ETag": self.etag}
+
+
+def test_a_412_while_the_tag_is_unchanged_is_retried_once_in_the_other_form_which_is_then_kept() -> None:
+    server = _TagServer(IF_MATCH_UNQUOTED)
+    _skip_probe()  # as if the probe had found quoted first
+    store = S3Store("bucket", "", client=server)
+    first = store.put_if_version_matches("m", b"1", ObjectVersion(server.etag))
+    assert isinstance(first, Written)
+    assert server.if_match_sent == ['"0cc175b9c0f1b6a831c399e269772661"', "0cc175b9c0f1b6a831c399e269772661"]
+    assert store.conditions().if_match_form == IF_MATCH_UNQUOTED  # remembered for the endpoint
+    second = S3Store("bucket", "", client=server).put_if_version_matches("m", b"2", first.version)
+    assert isinstance(second, Written) and len(server.if_match_sent) == 3  # no quoted try any more
+    # A real conflict (the tag changed) is a plain failed precondition, with no retry.
+    assert store.put_if_version_matches("m", b"3", first.version) is PRECONDITION_FAILED
+    assert len(server.if_match_sent) == 4
+
+
+def test_if_match_failing_while_the_tag_never_changes_is_reported_as_not_honoured_not_as_contention() -> None:
+    server = _TagServer(None)
+    _skip_probe()
+    store = S3Store("bucket", "", client=server)
+    with pytest.raises(ConditionalWritesNotHonouredError) as info:
+        store.put_if_version_matches("m", b"1", ObjectVersion(server.etag))
+    assert info.value.endpoint == _Meta.endpoint_url and info.value.kind is ErrorKind.CONFIGURATION
+    assert "did not change" in str(info.value) and server.etag in str(info.value)
+    # Through the queue: the consumer's takeover says so at once, not "too many concurrent writers"
+    # (ConflictRetriesExhaustedError after the whole retry budget).
+    from osqueue.format import empty_manifest
+
+    raw = empty_manifest()
+    store.get = lambda key: store_module.VersionedObject(raw, ObjectVersion(server.etag))  # type: ignore[method-assign]
+    consumer = QueueConsumer(store, "ingest/manifest", retry=RetryPolicy(base_delay=0.001, max_delay=0.002, max_attempts=5))
+    sent = len(server.if_match_sent)
+    with pytest.raises(ConditionalWritesNotHonouredError):
+        consumer.initialize()
+    assert len(server.if_match_sent) == sent + 2  # one write, once in each form: no retry loop
+
+
+@pytest.mark.parametrize(
+    "drop,what",
+    [
+        (("if-match", "if-none-match"), "If-None-Match: * replaced it"),
+        (("if-none-match",), "If-None-Match: * replaced it"),
+        (("if-match",), "If-Match set to a wrong entity tag replaced it"),
+    ],
+)
+def test_the_probe_refuses_a_server_that_ignores_conditions(
+    s3_endpoint: dict[str, str], s3_bucket: str, s3_options: dict[str, str], drop: tuple[str, ...], what: str
+) -> None:
+    """Real HTTP: a loopback proxy in front of the test server drops the condition headers, so
+    the server answers 200 where S3 answers 412. No queue may be written through it."""
+    if s3_endpoint.get("kind") == "ceph":
+        pytest.skip("the proxy forwards SigV4 signatures over the dropped headers: only moto, which does not check them")
+    from ignoring_proxy import IgnoringProxy
+
+    with IgnoringProxy(s3_endpoint["endpoint"], drop) as proxy:
+        endpoint = proxy.endpoint
+        options = {**s3_options, "fs.s3a.endpoint": endpoint}
+        uri = f"s3://{s3_bucket}/team/q"
+        with pytest.raises(ConditionalWritesNotHonouredError) as info:
+            with Producer(uri, store_options=options, flush_interval=0.01) as p:
+                p.produce([b"x"]).wait_durable(30)
+        assert info.value.endpoint == endpoint and what in str(info.value)
+        assert f"team/q/{store_module.PROBE_KEY_PREFIX}" in str(info.value)  # the scratch object, under the queue's prefix
+        assert proxy.requests.count("PUT") >= 2
+        # The verdict is kept for the endpoint: the next store is refused without a conditional PUT.
+        puts = proxy.requests.count("PUT")
+        store = open_store(uri, options)
+        with pytest.raises(ConditionalWritesNotHonouredError):
+            store.put_if_absent("ingest/manifest", b"x")
+        with pytest.raises(ConditionalWritesNotHonouredError):
+            Consumer(uri, store_options=options)
+        assert proxy.requests.count("PUT") == puts
+    forget_endpoint_conditions(endpoint)
+    # No manifest was written, and the probe deleted its scratch object (the batch file is an orphan for GC).
+    keys = [o.key for o in S3Store(s3_bucket, "", s3_options).list("")]
+    assert keys and all(k.startswith("team/q/ingest/") and k.endswith(".batch") for k in keys), keys
+
+
+def test_the_probe_accepts_the_test_server_and_learns_its_if_match_form(s3_endpoint: dict[str, str], s3_store: S3Store) -> None:
+    forget_endpoint_conditions(s3_store.endpoint)
+    conditions = s3_store.conditions()
+    expected = IF_MATCH_UNQUOTED if s3_endpoint.get("kind") == "ceph" else IF_MATCH_QUOTED
+    assert conditions.refusal is None and conditions.if_match_form == expected
+    assert s3_store.list("") == []  # the scratch object is gone
+
+
+_PRODUCER_PROCESS = """
+import sys
+from osqueue.producer import Producer
+uri, endpoint, name, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+options = {"fs.s3a.endpoint": endpoint, "fs.s3a.access.key": "test", "fs.s3a.secret.key": "test",
+           "fs.s3a.path.style.access": "true", "fs.s3a.endpoint.region": "us-east-1"}
+with Producer(uri, store_options=options, flush_interval=0.005) as p:
+    handles = [p.produce([f"{name}-{i:04d}".encode()]) for i in range(count)]
+    for h in handles:
+        h.wait_durable(120)
+"""
+
+
+def test_two_producer_processes_then_a_consumer_reads_each_entry_once_in_order_and_a_second_consumer_fences_it(
+    s3_endpoint: dict[str, str], s3_bucket: str, s3_options: dict[str, str]
+) -> None:
+    """The issue's acceptance run (Ceph RGW with OSQUEUE_S3_KIND=ceph): 2 processes x 500 entries,
+    each flush a manifest CAS contending with the other process."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    from osqueue.errors import FencedError
+
+    uri, per_process = f"s3://{s3_bucket}/acceptance/q", 500
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[2] / "python"),
+                                                       os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", _PRODUCER_PROCESS, uri, s3_endpoint["endpoint"], name, str(per_process)],
+                              env=env, stderr=subprocess.PIPE) for name in ("a", "b")]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode(errors="replace")[-3000:]
+    got: list[bytes] = []
+    first = Consumer(uri, store_options=s3_options)
+    batch = first.next_batch()
+    while batch is not None:
+        got.extend(batch.entries)
+        first.ack(batch.sequence)
+        batch = first.next_batch()
+    assert len(got) == 2 * per_process and len(set(got)) == len(got)
+    for name in ("a", "b"):
+        mine = [e for e in got if e.startswith(f"{name}-".encode())]
+        assert mine == [f"{name}-{i:04d}".encode() for i in range(per_process)]  # in order per producer
+    first.flush()  # the acks are durable: a new consumer starts after them
+    with Producer(uri, store_options=s3_options, flush_interval=0.01) as p:
+        p.produce([b"late"]).wait_durable(60)
+    second = Consumer(uri, store_options=s3_options)
+    assert second.epoch == first.epoch + 1
+    with pytest.raises(FencedError):
+        late = first.next_batch()
+        assert late is not None
+        first.ack(late.sequence)
+        first.flush()
+    late = second.next_batch()
+    assert late is not None and late.entries == [b"late"]
+    second.ack(late.sequence)
+    second.close()
+
+
+def test_a_server_whose_if_match_never_matches_is_refused_by_the_probe_and_at_run_time(
+    s3_endpoint: dict[str, str], s3_bucket: str, s3_options: dict[str, str]
+) -> None:
+    """Real HTTP: a proxy sends every If-Match with a tag no object has. The probe refuses the
+    endpoint; and a store past the probe (the verdict seeded) gets the same error from a write
+    instead of a retry loop ending in "too many concurrent writers"."""
+    if s3_endpoint.get("kind") == "ceph":
+        pytest.skip("the proxy forwards SigV4 signatures over the changed header: only moto, which does not check them")
+    from ignoring_proxy import IgnoringProxy
+
+    with IgnoringProxy(s3_endpoint["endpoint"], drop=(), spoil_if_match=True) as proxy:
+        options = {**s3_options, "fs.s3a.endpoint": proxy.endpoint}
+        try:
+            store = S3Store(s3_bucket, "q", options)
+            with pytest.raises(ConditionalWritesNotHonouredError, match="with If-Match set to its own entity tag"):
+                store.conditions()
+            _skip_probe(proxy.endpoint)
+            from osqueue.format import empty_manifest
+
+            created = store.put_if_absent("ingest/manifest", empty_manifest())
+            assert isinstance(created, Written)
+            with pytest.raises(ConditionalWritesNotHonouredError, match="while the object did not change"):
+                store.put_if_version_matches("ingest/manifest", b"n", created.version)
+            consumer = QueueConsumer(store, "ingest/manifest", retry=RetryPolicy(base_delay=0.001, max_delay=0.002))
+            with pytest.raises(ConditionalWritesNotHonouredError):
+                consumer.initialize()
+        finally:
+            forget_endpoint_conditions(proxy.endpoint)

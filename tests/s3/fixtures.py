@@ -6,7 +6,7 @@ Use from any pytest suite (both import styles work):
     # or: sys.path.insert(0, "<repo>/tests/s3"); from fixtures import ...
 
     def test_x(s3_bucket):
-        b = s3_bucket("moto")          # or "localstack"; a fresh, uniquely named bucket
+        b = s3_bucket("moto")          # or "localstack", "ceph"; a fresh, uniquely named bucket
         b.client.put_object(Bucket=b.name, Key="k", Body=b"v", IfNoneMatch="*")
 
 `s3_server(kind)` starts each kind once per session; `run_s3_server(kind)` is the plain context manager.
@@ -29,7 +29,7 @@ except ImportError:  # imported as a top-level module with tests/s3 on sys.path
     import s3server
 
 SCRIPT = Path(s3server.__file__).resolve()
-KINDS = ("moto", "localstack")
+KINDS = ("moto", "localstack", "ceph")
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,11 @@ class S3Bucket:
 
 
 def missing_reason(kind):
-    """Why `kind` cannot run here, or None. Missing LocalStack is a skip locally but a failure in CI."""
+    """Why `kind` cannot run here, or None. Missing LocalStack is a skip locally but a failure in CI;
+    missing Ceph is always a skip (it installs only as root: .ci/setup.sh)."""
+    if kind == "ceph" and s3server.ceph_missing():
+        return (f"Ceph RGW is not installed (missing {', '.join(s3server.ceph_missing())}): "
+                f"apt-get install {s3server.CEPH_PACKAGES}, or run .ci/setup.sh as root")
     python = s3server.interpreter(kind)
     if kind == "localstack" and not Path(python).exists():
         return f"LocalStack interpreter {python} not found: run .ci/setup-localstack.sh"
@@ -77,7 +81,7 @@ def run_s3_server(kind="moto", *, state_dir=None, env=None):
     """
     reason = missing_reason(kind)
     if reason:
-        if os.environ.get("CI"):
+        if os.environ.get("CI") and kind != "ceph":
             pytest.fail(reason)
         pytest.skip(reason)
     with tempfile.TemporaryFile() as err:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Run ONE S3-compatible server (moto or LocalStack) on 127.0.0.1 for tests.
+"""Run ONE S3-compatible server (moto, LocalStack or Ceph RGW) on 127.0.0.1 for tests.
 
-    python tests/s3/s3server.py --kind moto|localstack [--port 0]
+    python tests/s3/s3server.py --kind moto|localstack|ceph [--port 0]
 
 When S3 answers a signed ListBuckets, ONE JSON line goes to stdout:
     {"endpoint": "http://127.0.0.1:PORT", "region": "us-east-1",
@@ -37,10 +37,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 HOST, REGION, ACCESS_KEY, SECRET_KEY = "127.0.0.1", "us-east-1", "test", "test"
-START_TIMEOUT = {"moto": 30.0, "localstack": 180.0}
+START_TIMEOUT = {"moto": 30.0, "localstack": 180.0, "ceph": 120.0}
 # Seconds between SIGTERM and SIGKILL. LocalStack's hypercorn shutdown hangs now and then (~1 in 7
 # stops: loop.stop() from another thread never wakes the loop); its state is throwaway, so don't wait long.
-STOP_GRACE = {"moto": 10.0, "localstack": 5.0}
+STOP_GRACE = {"moto": 10.0, "localstack": 5.0, "ceph": 10.0}
+# What a one-node Ceph RADOS Gateway needs on PATH (Debian: radosgw ceph-mon ceph-osd ceph-common).
+CEPH_PROGRAMS = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "ceph-authtool", "monmaptool", "ceph")
+CEPH_PACKAGES = "radosgw ceph-mon ceph-osd ceph-common"
 try:  # resolved here, not in the forked child
     import ctypes
 
@@ -56,7 +59,9 @@ def log(msg):
 
 
 def interpreter(kind):
-    """The Python that runs the server (moto: ours; localstack: its own >= 3.12 venv)."""
+    """The Python that runs the server (moto, ceph's supervisor: ours; localstack: its own >= 3.12 venv)."""
+    if kind == "ceph":
+        return sys.executable
     if kind == "moto":
         return os.environ.get("OSQUEUE_MOTO_PYTHON") or sys.executable
     return os.environ.get("OSQUEUE_LOCALSTACK_PYTHON") or str(REPO / ".venv-localstack" / "bin" / "python")
@@ -75,6 +80,9 @@ def server_command(kind, port, workdir):
     """argv and extra env for the server process."""
     if kind == "moto":
         return [interpreter(kind), "-c", MOTO_SERIALIZED, HOST, str(port)], confined_env(workdir)
+    if kind == "ceph":  # tests/s3/ceph_cluster.py: mon + memstore OSD + RGW, state in workdir
+        cluster = str(Path(__file__).resolve().with_name("ceph_cluster.py"))
+        return [interpreter(kind), cluster, str(workdir), HOST, str(port), str(free_port())], confined_env(workdir)
     env = {
         **confined_env(workdir),
         "GATEWAY_LISTEN": f"{HOST}:{port}",
@@ -113,6 +121,11 @@ def serialized(environ, start_response):
         return list(app(environ, start_response))
 run_simple(sys.argv[1], int(sys.argv[2]), serialized, threaded=True)
 """
+
+
+def ceph_missing():
+    """The Ceph programs that are not on PATH."""
+    return [p for p in CEPH_PROGRAMS if not shutil.which(p)]
 
 
 def free_port():
@@ -293,6 +306,10 @@ def main():
 
         threading.Thread(target=watch_stdin, daemon=True).start()
 
+    if kind == "ceph" and ceph_missing():
+        log(f"error: Ceph RGW is not installed (missing {', '.join(ceph_missing())}): "
+            f"apt-get install {CEPH_PACKAGES}, or run .ci/setup.sh as root")
+        return 2
     python = interpreter(kind)
     if not Path(python).exists() and not shutil.which(python):
         hint = " (run .ci/setup-localstack.sh)" if kind == "localstack" else ""

@@ -1,4 +1,4 @@
-"""Spark fixtures: a local SparkSession with the installed osqueue jar, queues, a LocalStack S3 server."""
+"""Spark fixtures: a local SparkSession with the installed osqueue jar, queues, LocalStack and Ceph RGW S3 servers."""
 from __future__ import annotations
 
 import pathlib
@@ -38,16 +38,34 @@ def localstack():
         yield server
 
 
+def queue_on(server):
+    """A fresh bucket on `server`: (s3a:// root URI, store options for osqueue and Spark)."""
+    bucket = new_bucket(server)
+    options = {
+        "fs.s3a.endpoint": server.endpoint,
+        "fs.s3a.access.key": server.access_key,
+        "fs.s3a.secret.key": server.secret_key,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.endpoint.region": server.region,
+    }
+    return f"s3a://{bucket}/q-{uuid.uuid4().hex[:8]}", options
+
+
 @pytest.fixture
 def s3_queue(localstack):
     """A fresh bucket on LocalStack: (s3a:// root URI, store options for osqueue and Spark)."""
-    bucket = new_bucket(localstack)
-    options = {
-        "fs.s3a.endpoint": localstack.endpoint,
-        "fs.s3a.access.key": localstack.access_key,
-        "fs.s3a.secret.key": localstack.secret_key,
-        "fs.s3a.path.style.access": "true",
-        "fs.s3a.endpoint.region": localstack.region,
-    }
-    return f"s3a://{bucket}/q-{uuid.uuid4().hex[:8]}", options
+    return queue_on(localstack)
+
+
+@pytest.fixture(scope="session")
+def ceph():
+    """A one-node Ceph RGW (skipped, with the reason, when Ceph is not installed)."""
+    with run_s3_server("ceph") as server:
+        yield server
+
+
+@pytest.fixture
+def ceph_queue(ceph):
+    """A fresh bucket on Ceph RGW: (s3a:// root URI, store options for osqueue and Spark)."""
+    return queue_on(ceph)
 

@@ -18,9 +18,9 @@ import software.amazon.awssdk.http.urlconnection.UrlConnectionHttpClient
 import software.amazon.awssdk.regions.Region
 import software.amazon.awssdk.regions.providers.DefaultAwsRegionProviderChain
 import software.amazon.awssdk.services.s3.{S3Client, S3Configuration}
-import software.amazon.awssdk.services.s3.model.{DeleteObjectRequest, GetObjectRequest, ListObjectsV2Request, NoSuchBucketException, NoSuchKeyException, PutObjectRequest}
+import software.amazon.awssdk.services.s3.model.{DeleteObjectRequest, GetObjectRequest, HeadObjectRequest, ListObjectsV2Request, NoSuchBucketException, NoSuchKeyException, PutObjectRequest}
 
-import osqueue.{InvalidConfigException, StoreException}
+import osqueue.{ConditionalWritesNotHonouredException, InvalidConfigException, StoreException}
 
 /**
  * An object store in an S3 bucket (or an S3-compatible server) under a key prefix, through the
@@ -32,6 +32,14 @@ import osqueue.{InvalidConfigException, StoreException}
  * attempt landed would come back as 412 and hide the success, so an unknown outcome surfaces as
  * a [[osqueue.StoreException]] and the queue resolves it by re-reading. All other operations keep
  * the SDK's retries. Every failure names the operation, the object and the endpoint.
+ *
+ * Before its first conditional write to an endpoint, a store probes the endpoint with a scratch
+ * object under its prefix (docs/format.md §8): an endpoint that lets a conditional write through
+ * where it must fail is refused with [[osqueue.ConditionalWritesNotHonouredException]]; the probe
+ * also learns whether the endpoint matches `If-Match` quoted (S3) or unquoted (Ceph RGW). The
+ * verdict is kept per endpoint for the JVM ([[EndpointConditions]]). A 412 on `If-Match` while the
+ * object still has the expected tag is retried once in the other form (which is then kept); if
+ * that fails too, the endpoint does not honour `If-Match`.
  */
 final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfig) extends ObjectStore {
   if (bucket == null || bucket.isEmpty || bucket.contains("/"))
@@ -50,6 +58,9 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
     case Some(e) => s"endpoint $e"
     case None => s"AWS S3${config.region.fold("")(r => s" ($r)")}"
   }
+
+  /** The endpoint, as what was learned about its conditional writes is keyed. */
+  val endpoint: String = config.endpoint.fold(where)(_.toString)
 
   private val http: SdkHttpClient = UrlConnectionHttpClient.builder()
     .connectionTimeout(config.connectTimeout.toJava)
@@ -76,11 +87,103 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
     catch { case e @ (_: SdkException | _: UncheckedIOException) => throw failure("PUT", full, e) }
   }
 
-  override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome =
+  override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome = {
+    ObjectKeys.validate(key) // before any I/O, the probe's included
+    conditions()
     conditionalPut(key, bytes, "PUT If-None-Match: *")(_.ifNoneMatch("*"))
+  }
 
-  override def putIfVersionMatches(key: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome =
-    conditionalPut(key, bytes, s"PUT If-Match: ${expected.token}")(_.ifMatch(expected.token))
+  override def putIfVersionMatches(key: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome = {
+    ObjectKeys.validate(key)
+    val known = conditions()
+    def attempt(form: IfMatchForm): CasOutcome = {
+      val value = form.value(expected.token)
+      conditionalPut(key, bytes, s"PUT If-Match: $value")(_.ifMatch(value))
+    }
+    val tried = known.ifMatchForm
+    val outcome = attempt(tried)
+    if (outcome != CasOutcome.PreconditionFailed || !stillAt(key, expected)) return outcome
+    // 412 although the object still has the expected tag: this form is not the one the server
+    // matches (Ceph RGW matches only unquoted tags). Once in each other form, then give up.
+    val retried = known.ifMatchForms.iterator.filterNot(_ == tried).map(form => form -> attempt(form))
+      .collectFirst { case (form, written: CasOutcome.Written) => form -> written }
+    retried match {
+      case Some((form, written)) => known.learned(form); written
+      case None if !stillAt(key, expected) => CasOutcome.PreconditionFailed
+      case None => throw new ConditionalWritesNotHonouredException(endpoint,
+        s"a PUT of '${fullKey(key)}' in bucket '$bucket' with If-Match set to the object's current entity tag " +
+          s"${expected.token} failed with 412 in every form tried (${known.ifMatchForms.mkString(", ")}) " +
+          "while the object did not change")
+    }
+  }
+
+  /**
+   * What this store's endpoint does with conditional writes, probed on first use. Throws
+   * [[osqueue.ConditionalWritesNotHonouredException]] for an endpoint that does not honour them,
+   * StoreException when the probe could not run (nothing is kept; the next call probes again).
+   */
+  def conditions(): EndpointConditions = {
+    val known = EndpointConditions.getOrProbe(endpoint)(probe())
+    known.refusal.foreach(r => throw new ConditionalWritesNotHonouredException(endpoint, r))
+    known
+  }
+
+  /** Whether the object's entity tag (HEAD) is still `version`; false when that cannot be told. */
+  private def stillAt(key: String, version: ObjectVersion): Boolean =
+    try {
+      val tag = client.headObject(HeadObjectRequest.builder().bucket(bucket).key(fullKey(key)).build()).eTag()
+      tag != null && IfMatchForm.bare(tag) == IfMatchForm.bare(version.token)
+    } catch { case _: SdkException | _: UncheckedIOException => false }
+
+  /**
+   * A scratch object under the prefix: a conditional create that must fail, conditional replaces
+   * with a wrong tag that must fail (in each form), and one with the object's own tag that must land.
+   */
+  private def probe(): EndpointConditions = {
+    val full = rootPrefix + S3Store.ProbeKeyPrefix + java.util.UUID.randomUUID().toString.replace("-", "").take(16)
+    val at = s"'$full' in bucket '$bucket'"
+    final class Refused(val detail: String) extends RuntimeException(detail)
+    /** The new ETag, or None when the condition failed. */
+    def put(body: String, condition: String)(set: PutObjectRequest.Builder => PutObjectRequest.Builder): Option[String] =
+      try Some(casClient.putObject(set(PutObjectRequest.builder().bucket(bucket).key(full)).build(), RequestBody.fromString(body)).eTag())
+      catch {
+        case e: AwsServiceException
+            if e.statusCode() == 412 || e.statusCode() == 409 || (e.statusCode() == 404 && !isNoSuchBucket(e)) => None
+        case e: AwsServiceException if e.statusCode() == 501 =>
+          throw new Refused(s"a PUT of $at with $condition answered 501 (${e.getMessage})")
+        case e @ (_: SdkException | _: UncheckedIOException) => throw failure(s"PUT $condition (probing conditional writes)", full, e)
+      }
+    def refuse(detail: String) = new EndpointConditions(endpoint, Vector.empty, Some(detail))
+    try {
+      put("osqueue probe 1", "If-None-Match: *")(_.ifNoneMatch("*")) match {
+        case None => refuse(s"a PUT of the new object $at with If-None-Match: * failed")
+        case Some(created) =>
+          if (put("osqueue probe 2", "If-None-Match: *")(_.ifNoneMatch("*")).isDefined)
+            refuse(s"a PUT of the existing object $at with If-None-Match: * replaced it (S3 answers 412)")
+          else {
+            val wrong = java.util.UUID.randomUUID().toString.replace("-", "")
+            var current = created
+            val honoured = IfMatchForm.all.filter { form =>
+              put("osqueue probe 3", s"If-Match: ${form.value(wrong)}")(_.ifMatch(form.value(wrong))) match {
+                case None => true
+                case Some(replaced) => current = replaced; false // this form is ignored: never sent
+              }
+            }
+            if (honoured.isEmpty) refuse(s"a PUT of $at with If-Match set to a wrong entity tag replaced it (S3 answers 412)")
+            else honoured.find(form => put("osqueue probe 4", s"If-Match: ${form.value(current)}")(_.ifMatch(form.value(current))).isDefined) match {
+              case Some(form) => new EndpointConditions(endpoint, form +: honoured.filterNot(_ == form), None)
+              case None => refuse(s"a PUT of $at with If-Match set to its own entity tag $current failed in every form (${honoured.mkString(", ")})")
+            }
+          }
+      }
+    } catch {
+      case r: Refused => refuse(r.detail)
+    } finally {
+      // A scratch object left behind is harmless (GC deletes only batch files).
+      try client.deleteObject(DeleteObjectRequest.builder().bucket(bucket).key(full).build())
+      catch { case _: SdkException | _: UncheckedIOException => () }
+    }
+  }
 
   override def list(prefix: String): Seq[ObjectInfo] = {
     ObjectKeys.validatePrefix(prefix)
@@ -154,6 +257,8 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
 }
 
 object S3Store {
+  /** The probe's scratch objects: `<prefix>/.osqueue-probe-<random>`. */
+  val ProbeKeyPrefix = ".osqueue-probe-"
 
   /**
    * Whether a cause means the calling thread was interrupted. Socket and connect timeouts are

@@ -80,6 +80,7 @@ class QueueProducerSuite extends AnyFunSuite {
   }
 
   test("should append exactly the union of 8 contending producers on a real S3 server") {
+    osqueue.testing.S3TestServer.missingReason.foreach(reason => cancel(reason))
     val server = osqueue.testing.S3TestServer.shared
     val store = osqueue.store.ObjectStores.open(s"s3a://${server.freshBucket()}/queue", server.options)
     try assertExactUnion(store, hammer(store, threads = 8, perThread = 8))

@@ -9,7 +9,7 @@ import org.scalatest.BeforeAndAfterAll
 import software.amazon.awssdk.core.sync.RequestBody
 import software.amazon.awssdk.services.s3.model.{GetObjectRequest, PutObjectRequest}
 
-import osqueue.StoreException
+import osqueue.{ConditionalWritesNotHonouredException, ErrorKind, StoreException}
 import osqueue.testing.S3TestServer
 
 /**
@@ -19,13 +19,108 @@ import osqueue.testing.S3TestServer
 class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
   private var server: S3TestServer = _
 
-  override def beforeAll(): Unit = server = S3TestServer.start()
+  override def beforeAll(): Unit = if (S3TestServer.missingReason.isEmpty) server = S3TestServer.start()
   override def afterAll(): Unit = if (server != null) server.close()
+
+  /** Every test is cancelled (reported as skipped, with the reason) when the server kind is not installed. */
+  override def withFixture(test: NoArgTest) = {
+    S3TestServer.missingReason.foreach(reason => cancel(reason))
+    super.withFixture(test)
+  }
 
   override def casIncrementsPerThread: Int = 25
 
   /** Each store gets its own bucket, and a prefix so that key mapping is exercised too. */
   override def newStore(): ObjectStore = new S3Store(server.freshBucket(), "some/prefix", server.storeConfig)
+
+  private def s3Store(): S3Store = new S3Store(server.freshBucket(), "some/prefix", server.storeConfig)
+
+  test("should learn the If-Match form the server matches: quoted on S3, moto and LocalStack, unquoted on Ceph RGW") {
+    Using.resource(s3Store()) { s =>
+      EndpointConditions.forget(s.endpoint)
+      val conditions = s.conditions()
+      val expected = if (server.kind == "ceph") IfMatchForm.Unquoted else IfMatchForm.Quoted
+      assert(conditions.refusal === None && conditions.ifMatchForm === expected)
+      assert(s.list("") === Seq.empty, "the probe deletes its scratch object")
+      // And the queue's compare-and-swap works through it.
+      val CasOutcome.Written(v1) = s.putIfAbsent("m", bytes("1")): @unchecked
+      assert(s.putIfVersionMatches("m", bytes("2"), v1).isInstanceOf[CasOutcome.Written])
+      assert(s.putIfVersionMatches("m", bytes("3"), v1) === CasOutcome.PreconditionFailed)
+      assert(text(s.get("m")) === Some("2"))
+    }
+  }
+
+  test("should retry a 412 whose re-read shows the same tag once in the other form, and keep that form") {
+    Using.resource(s3Store()) { s =>
+      val learned = s.conditions()
+      val right = learned.ifMatchForm
+      // As if the endpoint's form had been learned wrong: the first write corrects it.
+      learned.learned(IfMatchForm.all.find(_ != right).get)
+      val CasOutcome.Written(v1) = s.putIfAbsent("m", bytes("1")): @unchecked
+      if (server.kind == "ceph") {
+        assert(s.putIfVersionMatches("m", bytes("2"), v1).isInstanceOf[CasOutcome.Written])
+        assert(learned.ifMatchForm === right)
+      } else { // moto and LocalStack match both forms: the first one tried lands
+        assert(s.putIfVersionMatches("m", bytes("2"), v1).isInstanceOf[CasOutcome.Written])
+        learned.learned(right)
+      }
+      assert(text(s.get("m")) === Some("2"))
+    }
+  }
+
+  test("should say the server does not honour If-Match when it fails while the tag is unchanged, not 'too many writers'") {
+    assume(server.kind != "ceph", "the proxy forwards SigV4 signatures over the changed header: only moto and LocalStack skip checking them")
+    val (endpoint, proxy) = S3TestServer.ignoringProxy(server.endpoint, drop = "", spoilIfMatch = true)
+    val config = S3StoreConfig.fromOptions(server.options + ("fs.s3a.endpoint" -> endpoint))
+    try Using.resource(new S3Store(server.freshBucket(), "q", config)) { s =>
+      val refused = intercept[ConditionalWritesNotHonouredException](s.conditions())
+      assert(refused.getMessage.contains("with If-Match set to its own entity tag"), refused.getMessage)
+      // Past the probe (as if it had passed), a write says the same at once, not after the CAS budget.
+      EndpointConditions.remember(new EndpointConditions(s.endpoint, IfMatchForm.all, None))
+      def consumer() = new osqueue.queue.QueueConsumer(new osqueue.queue.ManifestStore(s, "ingest/manifest"),
+        osqueue.queue.RetryPolicy(baseDelayMs = 1, maxDelayMs = 2), osqueue.SystemClock, new osqueue.metrics.MetricsRegistry)
+      consumer().initialize(None) // creates the manifest: If-None-Match still works
+      val e = intercept[ConditionalWritesNotHonouredException](consumer().initialize(None))
+      assert(e.getMessage.contains("while the object did not change") && e.endpoint === s.endpoint, e.getMessage)
+    } finally {
+      proxy.close()
+      Using.resource(new S3Store("unused", "", config))(s => EndpointConditions.forget(s.endpoint))
+    }
+  }
+
+  for ((drop, what) <- Seq(
+      "if-match,if-none-match" -> "If-None-Match: * replaced it",
+      "if-none-match" -> "If-None-Match: * replaced it",
+      "if-match" -> "If-Match set to a wrong entity tag replaced it")) {
+    test(s"should refuse a server that ignores conditional writes (dropped: $drop), naming the endpoint and what it did") {
+      assume(server.kind != "ceph", "the proxy forwards SigV4 signatures over the dropped headers: only moto and LocalStack skip checking them")
+      val (endpoint, proxy) = S3TestServer.ignoringProxy(server.endpoint, drop)
+      try {
+        val config = S3StoreConfig.fromOptions(server.options + ("fs.s3a.endpoint" -> endpoint))
+        val bucket = server.freshBucket()
+        Using.resource(new S3Store(bucket, "team/q", config)) { s =>
+          val e = intercept[ConditionalWritesNotHonouredException](s.putIfAbsent("ingest/manifest", bytes("m")))
+          assert(e.kind === ErrorKind.Configuration)
+          assert(e.endpoint === s.endpoint && e.getMessage.contains(endpoint), e.getMessage)
+          assert(e.getMessage.contains(what) && e.getMessage.contains(s"team/q/${S3Store.ProbeKeyPrefix}"), e.getMessage)
+          assert(s.get("ingest/manifest") === None, "nothing written")
+          assert(s.list("") === Seq.empty, "the probe deletes its scratch object")
+        }
+        // The verdict is kept for the endpoint: a queue opened later is refused at its first write,
+        // a consumer's takeover at once (not after the CAS loop's budget as "too many writers").
+        Using.resource(ObjectStores.open(s"s3a://$bucket/other", server.options + ("fs.s3a.endpoint" -> endpoint))) { s =>
+          val consumer = new osqueue.queue.QueueConsumer(new osqueue.queue.ManifestStore(s, "ingest/manifest"),
+            osqueue.queue.RetryPolicy(baseDelayMs = 1, maxDelayMs = 2), osqueue.SystemClock, new osqueue.metrics.MetricsRegistry)
+          intercept[ConditionalWritesNotHonouredException](consumer.initialize(None))
+          assert(s.get("ingest/manifest") === None)
+        }
+      } finally {
+        proxy.close()
+        Using.resource(new S3Store("unused", "", S3StoreConfig.fromOptions(server.options + ("fs.s3a.endpoint" -> endpoint))))(
+          s => EndpointConditions.forget(s.endpoint))
+      }
+    }
+  }
 
   test("should keep keys under the prefix and not see objects outside it") {
     val bucket = server.freshBucket()

@@ -11,6 +11,7 @@ import scala.concurrent.duration._
 import scala.util.Using
 
 import software.amazon.awssdk.auth.credentials.{AwsBasicCredentials, StaticCredentialsProvider}
+import software.amazon.awssdk.core.checksums.{RequestChecksumCalculation, ResponseChecksumValidation}
 import software.amazon.awssdk.http.urlconnection.UrlConnectionHttpClient
 import software.amazon.awssdk.regions.Region
 import software.amazon.awssdk.services.s3.{S3Client, S3Configuration}
@@ -23,7 +24,7 @@ import osqueue.store.S3StoreConfig
  * The launcher prints one JSON line (endpoint, region, credentials, kind) when the server is
  * ready and stops it when its stdin closes, so closing our end of the pipe (or this JVM dying)
  * tears the server down. The interpreter is `$OSQUEUE_PYTHON` (else `python3`) and the server
- * kind `$OSQUEUE_S3_KIND` (moto, or localstack when that is set up). The launcher's stderr goes
+ * kind `$OSQUEUE_S3_KIND` (moto; localstack or ceph when installed). The launcher's stderr goes
  * to a temp file whose tail is shown if the server does not come up.
  */
 final class S3TestServer private (
@@ -53,7 +54,10 @@ final class S3TestServer private (
       .endpointOverride(java.net.URI.create(endpoint))
       .region(Region.of(region))
       .credentialsProvider(StaticCredentialsProvider.create(AwsBasicCredentials.create(accessKey, secretKey)))
-      .serviceConfiguration(S3Configuration.builder().pathStyleAccessEnabled(true).build())
+      .serviceConfiguration(S3Configuration.builder().pathStyleAccessEnabled(true).chunkedEncodingEnabled(false).build())
+      // As the store: Ceph RGW 16 answers 400 to the SDK's default aws-chunked, trailing-checksum uploads.
+      .requestChecksumCalculation(RequestChecksumCalculation.WHEN_REQUIRED)
+      .responseChecksumValidation(ResponseChecksumValidation.WHEN_REQUIRED)
       .build()
 
   /** Creates a bucket with a name no other test uses and returns the name. */
@@ -83,14 +87,56 @@ object S3TestServer {
     server
   }
 
+  /** The server kind of this test run: `$OSQUEUE_S3_KIND`, else moto. */
+  def kind: String = sys.env.getOrElse("OSQUEUE_S3_KIND", "moto")
+
+  private val CephPrograms = Seq("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "ceph-authtool", "monmaptool", "ceph")
+
+  /**
+   * Why this run's server kind cannot start here, or None. Ceph installs only as root (.ci/setup.sh):
+   * its tests are cancelled (reported as skipped) with this reason, never silently left out.
+   */
+  lazy val missingReason: Option[String] =
+    if (kind != "ceph") None
+    else {
+      val path = sys.env.getOrElse("PATH", "").split(java.io.File.pathSeparator).toSeq
+      val missing = CephPrograms.filterNot(p => path.exists(d => Files.isExecutable(Paths.get(d, p))))
+      if (missing.isEmpty) None
+      else Some(s"Ceph RGW is not installed (missing ${missing.mkString(", ")}): " +
+        "apt-get install radosgw ceph-mon ceph-osd ceph-common, or run .ci/setup.sh as root")
+    }
+
+  /**
+   * A loopback proxy in front of `upstream` that drops the given condition headers
+   * (`tests/s3/ignoring_proxy.py`): an S3 store that accepts conditions and overwrites anyway; with
+   * `spoilIfMatch`, one whose If-Match never matches (every If-Match is sent with a tag no object has).
+   * Returns the proxy's endpoint; close the returned AutoCloseable to stop it.
+   */
+  def ignoringProxy(upstream: String, drop: String = "if-match,if-none-match", spoilIfMatch: Boolean = false): (String, AutoCloseable) = {
+    val args = Seq("--upstream", upstream, "--drop", drop) ++ (if (spoilIfMatch) Seq("--spoil-if-match") else Nil)
+    val (process, fields, _) = launch("tests/s3/ignoring_proxy.py", args, 30.seconds)
+    val stop: AutoCloseable = () => {
+      try process.getOutputStream.close() catch { case _: java.io.IOException => () }
+      if (!process.waitFor(10, TimeUnit.SECONDS)) process.destroyForcibly()
+      ()
+    }
+    (fields("endpoint"), stop)
+  }
+
   /** Starts a server (the caller closes it). Fails, with the launcher's stderr, if it is not up in time. */
   def start(timeout: FiniteDuration = 180.seconds): S3TestServer = {
+    val (process, fields, json) = launch("tests/s3/s3server.py", Seq("--kind", kind), timeout)
+    def field(name: String) = fields.getOrElse(name, throw new IllegalStateException(s"no '$name' in the launcher's line: $json"))
+    new S3TestServer(process, field("endpoint"), field("region"), field("access_key"), field("secret_key"), fields.getOrElse("kind", kind))
+  }
+
+  /** Runs a stdlib-only Python script of tests/s3 that prints one JSON line when ready: (process, fields, line). */
+  private def launch(scriptPath: String, args: Seq[String], timeout: FiniteDuration): (Process, Map[String, String], String) = {
     val python = sys.env.getOrElse("OSQUEUE_PYTHON", "python3")
-    val kind = sys.env.getOrElse("OSQUEUE_S3_KIND", "moto")
-    val script = repoRoot.resolve("tests/s3/s3server.py")
+    val script = repoRoot.resolve(scriptPath)
     require(Files.isRegularFile(script), s"$script does not exist")
     val stderr = Files.createTempFile("osqueue-s3server-", ".log")
-    val process = new ProcessBuilder(python, script.toString, "--kind", kind)
+    val process = new ProcessBuilder((Seq(python, script.toString) ++ args): _*)
       .directory(repoRoot.toFile)
       .redirectError(stderr.toFile)
       .start()
@@ -115,11 +161,9 @@ object S3TestServer {
         case e @ (_: TimeoutException | _: java.util.concurrent.ExecutionException) =>
           process.destroyForcibly()
           val log = new String(Files.readAllBytes(stderr), StandardCharsets.UTF_8).takeRight(4000)
-          throw new IllegalStateException(s"$python $script --kind $kind did not report a server within $timeout: $e\n$log", e)
+          throw new IllegalStateException(s"$python $script ${args.mkString(" ")} did not report a server within $timeout: $e\n$log", e)
       }
-    val fields = Field.findAllMatchIn(json).map(m => m.group(1) -> m.group(2)).toMap
-    def field(name: String) = fields.getOrElse(name, throw new IllegalStateException(s"no '$name' in the launcher's line: $json"))
-    new S3TestServer(process, field("endpoint"), field("region"), field("access_key"), field("secret_key"), fields.getOrElse("kind", kind))
+    (process, Field.findAllMatchIn(json).map(m => m.group(1) -> m.group(2)).toMap, json)
   }
 
   /** The directory holding build.sbt, found by walking up from the working directory. */

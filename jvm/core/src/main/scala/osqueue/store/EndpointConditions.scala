@@ -1,0 +1,64 @@
+package osqueue.store
+
+import java.util.concurrent.ConcurrentHashMap
+
+/** The two forms an entity tag can take in `If-Match` (docs/format.md §8). */
+sealed abstract class IfMatchForm(val name: String) {
+  /** The header value for `tag` in this form. */
+  def value(tag: String): String
+  override def toString: String = name
+}
+
+object IfMatchForm {
+  /** `If-Match: "<hex>"`, as S3 returns ETags (AWS, LocalStack, moto). */
+  case object Quoted extends IfMatchForm("quoted") { def value(tag: String): String = "\"" + bare(tag) + "\"" }
+  /** `If-Match: <hex>` (Ceph RGW matches only this form). */
+  case object Unquoted extends IfMatchForm("unquoted") { def value(tag: String): String = bare(tag) }
+  val all: Vector[IfMatchForm] = Vector(Quoted, Unquoted)
+
+  /** An entity tag without its quotes (and weak `W/` mark): for comparing tags. */
+  def bare(tag: String): String = {
+    val t = tag.trim.stripPrefix("W/")
+    if (t.length >= 2 && t.head == '"' && t.last == '"') t.substring(1, t.length - 1) else t
+  }
+}
+
+/**
+ * What one endpoint does with conditional writes, as its probe found: the `If-Match` forms that
+ * refuse a wrong tag (the one sent first), or why the endpoint is refused.
+ */
+final class EndpointConditions(val endpoint: String, initialForms: Vector[IfMatchForm], val refusal: Option[String]) {
+  @volatile private var forms: Vector[IfMatchForm] = initialForms
+
+  def ifMatchForms: Vector[IfMatchForm] = forms
+  def ifMatchForm: IfMatchForm = forms.head
+
+  /** `form` matched where the current one did not: send it from now on. */
+  def learned(form: IfMatchForm): Unit = synchronized { forms = form +: forms.filterNot(_ == form) }
+}
+
+/** What was learned per endpoint, for the life of the JVM. */
+object EndpointConditions {
+  private val known = new ConcurrentHashMap[String, EndpointConditions]()
+  private val probing = new Object
+
+  /** The endpoint's conditions, from `probe` the first time (one probe at a time; a failed probe is not kept). */
+  private[store] def getOrProbe(endpoint: String)(probe: => EndpointConditions): EndpointConditions = {
+    val found = known.get(endpoint)
+    if (found != null) found
+    else probing.synchronized {
+      val again = known.get(endpoint)
+      if (again != null) again
+      else { val probed = probe; known.put(endpoint, probed); probed }
+    }
+  }
+
+  /** Sets what is known about an endpoint, as if its probe had found it (tests). */
+  private[osqueue] def remember(conditions: EndpointConditions): Unit = { known.put(conditions.endpoint, conditions); () }
+
+  /** Drops what was learned about `endpoint`, so the next conditional write probes again (tests). */
+  def forget(endpoint: String): Unit = { known.remove(endpoint); () }
+
+  /** What was learned about `endpoint`, if it was probed. */
+  def get(endpoint: String): Option[EndpointConditions] = Option(known.get(endpoint))
+}
