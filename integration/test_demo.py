@@ -22,4 +22,5 @@ def test_demo_command_counts_exactly_across_a_mid_stream_crash(tmp_path):
     assert committed >= 1, "the restart would not resume from a checkpoint"
     assert counted < total, "nothing was left to count after the crash"
     assert "exact: every event counted exactly once" in p.stdout
+    assert "queue after the drain (osqueue inspect --json): 0 entries queued" in p.stdout
     assert (tmp_path / "demo" / "queue" / "ingest" / "manifest").exists()

@@ -1,10 +1,13 @@
 """A streaming query from an osqueue queue into per-batch JSON files, run as its own process.
 
-`python stream_job.py QUEUE CHECKPOINT OUT [--available-now] [--max-batches N] [--option k=v ...]`
+`python stream_job.py QUEUE CHECKPOINT OUT [--available-now] [--max-batches N] [--option k=v ...]
+[--hold-at-sequence S]`
 
 Each micro-batch's rows go to OUT/batch-<id>.json, written atomically (temp + rename), so a
 replayed batch id overwrites the same file: the sink is idempotent per batch id, as Spark's
-exactly-once contract requires of sinks.
+exactly-once contract requires of sinks. With `--hold-at-sequence S`, the micro-batch that holds
+sequence S writes its file and then never returns: its sink wrote, but Spark never writes its
+commit log (a test kills the job there).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import json
 import os
 import pathlib
 import sys
+import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from support import spark_builder  # noqa: E402
@@ -27,6 +31,7 @@ def main() -> None:
     ap.add_argument("--max-batches", type=int)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--option", action="append", default=[])
+    ap.add_argument("--hold-at-sequence", type=int)
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -56,6 +61,10 @@ def main() -> None:
         tmp.write_text(json.dumps(rows))
         os.replace(tmp, out / f"batch-{batch_id}.json")
         print(f"batch {batch_id}: {len(rows)} rows", flush=True)
+        if args.hold_at_sequence is not None and any(r["sequence"] == args.hold_at_sequence for r in rows):
+            print(f"holding batch {batch_id}", flush=True)
+            while True:
+                time.sleep(60)
 
     writer = df.writeStream.foreachBatch(write_batch).option("checkpointLocation", args.checkpoint)
     writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")

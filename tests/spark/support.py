@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import signal
 import socket
 import subprocess
+import sys
 
 import osqueue
 from osqueue.format import decode_manifest
@@ -55,6 +57,21 @@ def native_values(queue, store_options=None):
 def manifest(queue: pathlib.Path):
     """The queue's manifest at the RFC's default layout."""
     return decode_manifest((queue / "ingest" / "manifest").read_bytes(), "manifest")
+
+
+def inspect_json(queue, store_options=None) -> dict:
+    """`osqueue inspect QUEUE --json`, run as a user runs it (its own process): the manifest as JSON."""
+    args = [sys.executable, "-m", "osqueue", "inspect", str(queue), "--json"]
+    for k, v in (store_options or {}).items():
+        args += ["--store-option", f"{k}={v}"]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(p.stdout)
+
+
+def queued_sequences(queue, store_options=None) -> list[int]:
+    """The sequences `osqueue inspect --json` shows queued."""
+    return [e["sequence"] for e in inspect_json(queue, store_options)["entries"]]
 
 
 def make_input(d: pathlib.Path, files: int, lines: int, tag: str = "f") -> list[str]:

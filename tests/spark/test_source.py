@@ -74,9 +74,8 @@ def test_stream_delivers_every_entry_once_in_order_with_metadata(spark, queue_di
         assert meta == "meta-e" + value[1:].split("-")[0]
         assert before - 1 <= ingestion.timestamp() <= time.time() + 1
         assert location.startswith("ingest/") and location.endswith(".batch")
-    # Spark commits a batch's offsets to the source when it builds the next one: everything
-    # except the last batch is dequeued, and nothing beyond what Spark committed.
-    assert manifest_of(queue_dir).entries[0].sequence <= rows[-1][0]
+    # The run ended with its micro-batch committed in the checkpoint: everything it read is dequeued.
+    assert manifest_of(queue_dir).entries == []
 
 
 def test_each_row_carries_the_metadata_and_ingestion_time_of_its_own_range(spark, queue_dir, tmp_path):
@@ -117,13 +116,13 @@ def test_stream_on_localstack_s3_via_s3a(spark, localstack, s3_queue, tmp_path):
         assert meta == "meta-e" + value[1:].split("-")[0]
         assert before - 1 <= ingestion.timestamp() <= time.time() + 1
         assert location == locations[seq]
-    # One batch per micro-batch: Spark committed all but the last, so exactly that one is left.
-    assert [e.sequence for e in manifest().entries] == [3]
+    # One batch per micro-batch; the last one, committed in the checkpoint, is dequeued when the run ends.
+    assert manifest().entries == []
     # The same queue spelled s3:// resumes the s3a:// checkpoint (queues are told apart by id).
     more = produce_entries(uri, batches=2, per_batch=1, store_options=options, tag="m")
     again, _ = run_query(spark, "s3://" + uri.removeprefix("s3a://"), tmp_path / "ckpt", options=options)
     assert [r[2] for r in flatten(again)] == more
-    assert [e.sequence for e in manifest().entries] == [4, 5], "the s3:// run did not ack what Spark committed"
+    assert manifest().entries == [], "the s3:// run did not ack what Spark committed"
 
 
 def test_s3_settings_come_from_the_session_when_the_reader_sets_none(spark, s3_queue, tmp_path):
@@ -144,12 +143,12 @@ def test_s3_settings_come_from_the_session_when_the_reader_sets_none(spark, s3_q
 def test_restart_resumes_from_checkpoint_and_dequeues_leftovers(spark, queue_dir, tmp_path):
     first = produce_entries(str(queue_dir), batches=3, per_batch=2, tag="a")
     b1, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    assert manifest_of(queue_dir).entries == [], "the first run's committed batch is dequeued when it ends"
     second = produce_entries(str(queue_dir), batches=2, per_batch=2, tag="b")
     b2, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
     assert [r[2] for r in flatten(b1)] == first
     assert [r[2] for r in flatten(b2)] == second, "restart must resume from the checkpoint, not the head"
-    # The first run's entries were committed by Spark before the second run read more: gone now.
-    assert manifest_of(queue_dir).entries[0].sequence >= 3
+    assert [e.sequence for e in manifest_of(queue_dir).entries] == [] and manifest_of(queue_dir).next_sequence == 5
 
 
 def test_max_batches_per_trigger_bounds_each_micro_batch(spark, queue_dir, tmp_path):
@@ -371,8 +370,9 @@ def test_checkpoint_ahead_of_a_reset_queue_continues_at_its_first_entry_when_all
     assert [r[2] for r in flatten(batches)] == reset, "the reset queue's entries were skipped"
     assert [r[0] for r in flatten(batches)] == [0, 1]
     assert source_metric(query, "dataLossEvents") == 1
-    # The old checkpoint position acked nothing; Spark's commit of [0, 1) acked sequence 0 only.
-    assert [e.sequence for e in manifest_of(queue_dir).entries] == [1]
+    # The old checkpoint position acked nothing; Spark's commits of [0, 1) and (at the end of the
+    # run) [1, 2) acked the reset queue's two entries, which the run read.
+    assert [e.sequence for e in manifest_of(queue_dir).entries] == []
     more = produce_entries(str(queue_dir), batches=1, per_batch=1, tag="c")
     batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", options=allowed)
     assert [r[2] for r in flatten(batches)] == more, "a restart after the reset re-read or skipped entries"
@@ -522,11 +522,13 @@ def test_kill_dash_nine_mid_stream_and_restart_delivers_each_entry_exactly_once(
     rows = _output_rows(out)
     assert [r["value"] for r in rows] == expected
     assert len({(r["sequence"], r["index"]) for r in rows}) == len(rows)
-    # Nothing past Spark's committed offsets was dequeued; everything before the last batch was.
+    # The final run ended with its last batch committed: the queue holds nothing it delivered.
     offsets_dir = ckpt / "offsets"
     last = max(int(p.name) for p in offsets_dir.iterdir() if p.name.isdigit())
-    prev_end = json.loads((offsets_dir / str(last - 1)).read_text().splitlines()[-1])["nextSequence"]
-    assert manifest_of(queue_dir).entries[0].sequence == prev_end
+    assert (ckpt / "commits" / str(last)).exists()
+    last_end = json.loads((offsets_dir / str(last)).read_text().splitlines()[-1])["nextSequence"]
+    assert last_end == manifest_of(queue_dir).next_sequence == 30
+    assert manifest_of(queue_dir).entries == []
 
 
 def test_standalone_cluster_executors_in_another_jvm(queue_dir, tmp_path):
@@ -576,11 +578,11 @@ def test_gc_runs_a_cycle_when_the_stream_starts(spark, queue_dir, tmp_path, gc):
     produce_apart(str(queue_dir), batches=4, per_batch=1)
     locations = [e.location for e in manifest_of(queue_dir).entries]
     run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "1"})
-    assert [e.sequence for e in manifest_of(queue_dir).entries] == [3]  # 0..2 consumed, their files still there
+    assert manifest_of(queue_dir).entries == []  # all consumed, their files still there
     assert all((queue_dir / loc).exists() for loc in locations)
     run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"gc": gc, "gcGracePeriod": "1ms"})
     kept = [(queue_dir / loc).exists() for loc in locations]
-    assert kept == ([False, False, False, True] if gc == "true" else [True] * 4)
+    assert kept == ([False] * 4 if gc == "true" else [True] * 4)
 
 
 def test_gc_with_a_tiny_grace_period_keeps_what_a_replayed_batch_reads(spark, queue_dir, tmp_path):

@@ -5,6 +5,7 @@ import java.util.concurrent.{Executors, ScheduledExecutorService, TimeUnit}
 import java.util.concurrent.atomic.AtomicLong
 
 import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
@@ -24,10 +25,14 @@ import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
  * the only resume point. The first offset request bumps the manifest epoch (fencing any earlier
  * reader), after Spark has handed over the checkpoint's offsets, so a query refused for a foreign
  * checkpoint fences nobody. `commit(end)` dequeues through `end - 1` in one manifest write, and
- * nothing is dequeued before Spark has committed the batch. The driver reads only the manifest;
- * executors fetch and decode the batch files.
+ * nothing is dequeued before Spark has committed the batch; when the query ends, `stop()` dequeues
+ * through its last committed batch, read from the checkpoint's commit log (docs/adr/0003). The
+ * driver reads only the manifest; executors fetch and decode the batch files.
+ *
+ * `sourceCheckpoint` is the location Spark gives `toMicroBatchStream`: `<checkpoint>/sources/<index>`.
  */
-private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, readers: OsqueueReaderFactory)
+private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, readers: OsqueueReaderFactory,
+    sourceCheckpoint: String)
     extends MicroBatchStream with SupportsTriggerAvailableNow with ReportsSourceMetrics with Logging {
 
   private val location = options.location
@@ -48,9 +53,10 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
   private val preResetOffsets = java.util.concurrent.ConcurrentHashMap.newKeySet[Long]()
   private val duplicateCopiesSkipped = new AtomicLong()
   /** Batch files the executors found missing and skipped (failOnDataLoss=false), summed on the driver. */
+  private val session = SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
   private val missingBatches: Option[LongAccumulator] =
-    SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
-      .map(_.sparkContext.longAccumulator(s"osqueue missing batches ${location.identity}"))
+    session.map(_.sparkContext.longAccumulator(s"osqueue missing batches ${location.identity}"))
+  private val checkpoint = session.flatMap(SparkCheckpointLogs.forSource(_, sourceCheckpoint))
 
   /**
    * Takes over the queue (epoch bump) on first use, then runs one GC cycle at once and every
@@ -194,11 +200,41 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
     }
   }
 
-  /** Stops GC; a cycle already running (such as the one at start) may finish first. */
-  override def stop(): Unit = gc.foreach { ex =>
-    ex.shutdown()
-    if (!ex.awaitTermination(GcStopWaitSeconds, TimeUnit.SECONDS)) ex.shutdownNow()
-  }
+  /**
+   * The query ended (AvailableNow or Once finished, `query.stop()`, a failure): Spark commits a
+   * batch to the source only when it plans the next one, so the last batch it committed is
+   * dequeued here, then GC stops (a cycle already running, such as the one at start, may finish).
+   */
+  override def stop(): Unit =
+    try dequeueLastCommittedBatch()
+    finally gc.foreach { ex =>
+      ex.shutdown()
+      if (!ex.awaitTermination(GcStopWaitSeconds, TimeUnit.SECONDS)) ex.shutdownNow()
+    }
+
+  /**
+   * Dequeues through the end of the last micro-batch whose entry in the checkpoint's commit log
+   * exists — Spark's own test of "done" on restart — and never further: a batch whose sink commit
+   * did not complete has no entry and stays queued for the restart to re-read (docs/adr/0003).
+   * Only a reader that took over the queue acks; any failure leaves the batch queued (the next
+   * run's first plan, or its stop, dequeues it) and is logged, not thrown over the query's outcome.
+   */
+  private def dequeueLastCommittedBatch(): Unit =
+    if (queue.ownEpoch.isDefined) {
+      try checkpoint match {
+        case None => logWarning(s"cannot locate the commit log from '$sourceCheckpoint': the last micro-batch " +
+            s"stays in '${location.identity}' until the next run of this query")
+        case Some(logs) => logs.lastCommittedEnd().foreach { case (batchId, json) =>
+            val end = ours(deserializeOffset(json))
+            logInfo(s"query ended: dequeuing '${location.identity}' through ${end.nextSequence - 1}, the end of " +
+              s"micro-batch $batchId, the last one committed in ${logs.root}")
+            commit(end)
+          }
+      } catch {
+        case NonFatal(e) => logWarning(s"could not dequeue the last committed micro-batch of '${location.identity}' " +
+            "when the query ended; it stays queued until the next run of this query", e)
+      }
+    }
 
   override def metrics(latestConsumedOffset: Optional[Offset]): JMap[String, String] =
     lastManifest.map(m => metricsOf(m, latestConsumedOffset)).getOrElse(Map.empty[String, String]).asJava
@@ -211,7 +247,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
     val lagSeconds = oldestUnread.map(t => math.max(0L, System.currentTimeMillis() - t) / 1000.0).getOrElse(0.0)
     val missing = missingBatches.fold(0L)(_.value.longValue)
     Map(
-      "queueLength" -> m.entries.size.toString,
+      "queueLength" -> m.entries.count(_.sequence >= consumed).toString, // committed batches count as consumed
       "batchesBehindLatest" -> behind.toString,
       "numFilesOutstanding" -> behind.toString,
       "lagSeconds" -> f"$lagSeconds%.3f",
