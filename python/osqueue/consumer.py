@@ -137,6 +137,10 @@ class Consumer:
     Args:
         path: The queue's store root (see :func:`osqueue.store.open_store`); or pass ``store``.
         last_acked_sequence: Resume after this sequence (None: from the first entry).
+        incarnation: The manifest incarnation ``last_acked_sequence`` belongs to (store it with
+            the sequence: :attr:`incarnation`). A different one means the queue was reset:
+            :class:`ResumePointError`. Without it, the incarnation the last consumer recorded is
+            checked instead (docs/format.md §5.2).
         manifest_path: The manifest's key.
         data_path_prefix: Where batches live (for GC).
         gc_interval: Seconds between GC cycles when ``run_gc``.
@@ -159,6 +163,7 @@ class Consumer:
         path: str | None = None,
         *,
         last_acked_sequence: int | None = None,
+        incarnation: int | None = None,
         manifest_path: str = DEFAULT_MANIFEST_PATH,
         data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
         gc_interval: float = 300.0,
@@ -183,6 +188,10 @@ class Consumer:
             isinstance(last_acked_sequence, bool) or not isinstance(last_acked_sequence, int) or last_acked_sequence < 0
         ):
             raise InvalidConfigError("last_acked_sequence", last_acked_sequence, "use None or a sequence >= 0")
+        if incarnation is not None and (
+            isinstance(incarnation, bool) or not isinstance(incarnation, int) or not 0 <= incarnation < 1 << 32
+        ):
+            raise InvalidConfigError("incarnation", incarnation, "use None or the consumer's incarnation (0..2^32-1)")
         if (path is None) == (store is None):
             raise InvalidConfigError("path", path, "give either a path or a store")
         self._owns_store = store is None
@@ -197,7 +206,7 @@ class Consumer:
         )
         self._fetcher = FetchHandle(self._store, manifest_path, self._metrics)
         try:
-            manifest = self._queue.initialize(last_acked_sequence)
+            manifest = self._queue.initialize(last_acked_sequence, incarnation)
         except BaseException:
             if self._owns_store:
                 self._store.close()
@@ -230,6 +239,14 @@ class Consumer:
         epoch = self._queue.epoch
         assert epoch is not None
         return epoch
+
+    @property
+    def incarnation(self) -> int:
+        """The incarnation of the queue's manifest (docs/format.md §5.2): store it with
+        :attr:`last_acked_sequence` and pass both back when resuming."""
+        incarnation = self._queue.incarnation
+        assert incarnation is not None
+        return incarnation
 
     @property
     def last_acked_sequence(self) -> int | None:

@@ -47,6 +47,9 @@ __all__ = [
     "dequeue_through",
     "with_epoch",
     "next_epoch",
+    "incarnation_of",
+    "new_incarnation_epoch",
+    "INCARNATION_SUFFIX",
     "iter_entry_locations",
     "empty_manifest",
     "encode_batch",
@@ -441,6 +444,7 @@ def append_entries(
     raw: bytes | None,
     new_entries: Sequence[tuple[str, Sequence[MetadataItem]]],
     key: str = "manifest",
+    new_epoch: int = 0,
 ) -> tuple[bytes, int]:
     """Appends entries to a manifest without decoding its existing entries.
 
@@ -451,11 +455,13 @@ def append_entries(
         raw: The current manifest bytes, or None when the object is missing (empty manifest).
         new_entries: ``(location, metadata)`` pairs, in order.
         key: The manifest's key, for error messages.
+        new_epoch: The epoch of a manifest this append creates (``raw`` None): writers pass
+            :func:`new_incarnation_epoch`.
 
     Returns:
         The new manifest bytes and the sequence of the first new entry.
     """
-    footer = ManifestFooter(0, 0, 0) if raw is None else read_manifest_footer(raw, key)
+    footer = ManifestFooter(0, 0, new_epoch) if raw is None else read_manifest_footer(raw, key)
     first = footer.next_sequence
     k = len(new_entries)
     if footer.entry_count + k > _U32_MAX:
@@ -539,6 +545,25 @@ def with_epoch(raw: bytes | None, epoch: int, key: str = "manifest") -> bytes:
         return empty_manifest(epoch)
     footer = read_manifest_footer(raw, key)
     return raw[: len(raw) - MANIFEST_FOOTER_LEN] + _footer_bytes(footer.entry_count, footer.next_sequence, epoch)
+
+
+INCARNATION_SUFFIX = ".incarnation"
+"""``<manifest>.incarnation``: the incarnation the last consumer initialized (docs/format.md §5.2)."""
+
+
+def incarnation_of(epoch: int) -> int:
+    """The manifest incarnation an epoch belongs to: its high 32 bits (docs/format.md §5.2).
+
+    0 for a manifest created by the reference implementation or an osqueue before incarnations.
+    """
+    return epoch >> 32
+
+
+def new_incarnation_epoch() -> int:
+    """The epoch of a manifest being created: a fresh random incarnation in [1, 2^31) in the high
+    32 bits, 0 in the low ones (kept below 2^63 so the JVM's signed Long holds it). Not drawn from
+    an injected ``random.Random``: two seeded test queues must not share an incarnation."""
+    return (1 + secrets.randbelow((1 << 31) - 1)) << 32
 
 
 def next_epoch(epoch: int) -> int:

@@ -33,6 +33,7 @@ from osqueue.errors import (
     StoreError,
 )
 from osqueue.format import (
+    INCARNATION_SUFFIX,
     RECEIPTS_SUFFIX,
     DequeueReceipts,
     Manifest,
@@ -41,7 +42,9 @@ from osqueue.format import (
     decode_manifest,
     dequeue_through,
     encode_entry,
+    incarnation_of,
     iter_entry_locations,
+    new_incarnation_epoch,
     next_epoch,
     parse_batch_ulid_ms,
     read_manifest_footer,
@@ -193,6 +196,22 @@ class ManifestStore:
 
     def write_receipts(self, receipts: DequeueReceipts) -> None:
         self.store.put(self.receipts_key, receipts.encode())
+
+    @property
+    def incarnation_key(self) -> str:
+        """``<manifest>.incarnation``: the incarnation the last consumer initialized (§5.2)."""
+        return self.key + INCARNATION_SUFFIX
+
+    def read_recorded_incarnation(self) -> int | None:
+        """The recorded incarnation; None when absent or not a decimal number."""
+        obj = self.store.get(self.incarnation_key)
+        if obj is None:
+            return None
+        text = obj.data.decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+
+    def record_incarnation(self, incarnation: int) -> None:
+        self.store.put(self.incarnation_key, str(incarnation).encode("ascii"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,7 +434,9 @@ class _GroupCommitter:
                         unknown_base = None
             self._refresh_stale(group)
             locations = tuple(p.location for p in group)
-            new_raw, base = append_entries(raw, [(p.location, p.metadata) for p in group], key)
+            new_raw, base = append_entries(
+                raw, [(p.location, p.metadata) for p in group], key, new_incarnation_epoch() if raw is None else 0
+            )
             tried.append(locations)
             min_base = base if min_base is None else min(min_base, base)
             try:
@@ -647,7 +668,7 @@ class QueueConsumer:
         if error.outcome_known or not budget.retry():
             raise error
 
-    def initialize(self, last_acked: int | None = None) -> Manifest:
+    def initialize(self, last_acked: int | None = None, incarnation: int | None = None) -> Manifest:
         """Bumps the epoch (fencing every older consumer) and applies the resume point.
 
         With ``first`` the first entry's sequence (or ``next_sequence`` when empty):
@@ -655,17 +676,28 @@ class QueueConsumer:
         :class:`ResumePointError`; otherwise entries ``<= last_acked`` are dequeued in the same
         write as the epoch bump.
 
+        A resume point belongs to one incarnation of the manifest (docs/format.md §5.2): with
+        ``incarnation`` given it must be the manifest's; without it, the one recorded in
+        ``<manifest>.incarnation`` by the last consumer must be (no record: not checked).
+        Either mismatch means the queue was reset since: :class:`ResumePointError`.
+
         Returns:
             The manifest as written.
         """
         if last_acked is not None and last_acked < 0:
             raise InvalidConfigError("last_acked_sequence", last_acked, "sequences are >= 0")
+        if incarnation is not None and last_acked is None:
+            raise InvalidConfigError("incarnation", incarnation, "is only meaningful with a resume point")
         budget = _Budget(self._policy, self._clock, self._rng)
         key = self.manifest.key
+        recorded = self.manifest.read_recorded_incarnation()
         while True:
             raw, version = self.manifest.read_raw()
             current = self.manifest.decode(raw)
+            # A missing manifest is created as a new incarnation (§5.2).
+            base_epoch = new_incarnation_epoch() if raw is None else current.epoch
             if last_acked is not None:
+                self._check_incarnation(last_acked, incarnation, recorded, incarnation_of(base_epoch), raw is None)
                 first = current.first_sequence
                 if last_acked >= current.next_sequence:
                     raise ResumePointError(
@@ -678,7 +710,7 @@ class QueueConsumer:
                         f"{last_acked + 1}..{first - 1} were removed without being acknowledged by this "
                         "resume point (data loss)"
                     )
-            new_epoch = next_epoch(current.epoch)
+            new_epoch = next_epoch(base_epoch)
             new_raw = raw
             if raw is not None and last_acked is not None:
                 new_raw, removed = dequeue_through(raw, last_acked, key)
@@ -695,8 +727,36 @@ class QueueConsumer:
                 self._metrics.counter(m.MANIFEST_WRITES, role="consumer").inc()
                 self._epoch = new_epoch
                 self._fenced = None
+                if recorded != incarnation_of(new_epoch):
+                    try:
+                        self.manifest.record_incarnation(incarnation_of(new_epoch))
+                    except StoreError as e:  # only weakens the check of resume points given without one
+                        _log.warning("could not record the incarnation of '%s': %s", key, e)
                 return decode_manifest(new_raw, key)
             self._conflict(budget)
+
+    def _check_incarnation(
+        self, last_acked: int, given: int | None, recorded: int | None, current: int, missing: bool
+    ) -> None:
+        key = self.manifest.key
+        if given is not None and given != current:
+            raise ResumePointError(
+                f"resume point {last_acked} belongs to incarnation {given} of '{key}', but the manifest is "
+                f"incarnation {current}{' (missing, so it would be created anew)' if missing else ''}: the queue "
+                "was reset or recreated since, and its entries are not the ones this resume point acknowledged"
+            )
+        if given is None and recorded is not None and recorded != current:
+            raise ResumePointError(
+                f"resume point {last_acked} was given without an incarnation, and '{key}' was reset or recreated "
+                f"since the last consumer ran (recorded incarnation {recorded}, manifest incarnation {current}"
+                f"{', missing' if missing else ''}); pass the incarnation the resume point belongs to, or start "
+                "without a resume point to read the new queue from its first entry"
+            )
+
+    @property
+    def incarnation(self) -> int | None:
+        """The incarnation of the manifest this consumer owns (None before :meth:`initialize`)."""
+        return None if self._epoch is None else incarnation_of(self._epoch)
 
     def _record_receipts(self, raw: bytes, through: int) -> None:
         """Before a dequeue: which location held each sequence it removes (docs/format.md §5.1),

@@ -73,7 +73,7 @@ def test_empty_queue(mem_store: InMemoryStore) -> None:
     with Consumer(store=mem_store) as c:
         assert c.next_batch() is None
         assert c.next_descriptors(5) == []
-        assert c.epoch == 1
+        assert c.epoch & 0xFFFFFFFF == 1 and c.epoch >> 32 == c.incarnation
 
 
 def test_acks_must_be_in_order_and_handed_out(mem_store: InMemoryStore) -> None:
@@ -239,7 +239,7 @@ def test_old_consumer_is_fenced_on_every_operation_and_writes_nothing(mem_store:
     before = mem_store.get(KEY).data
     with pytest.raises(FencedError) as info:
         old.ack(ACK_DEQUEUE_INTERVAL - 1)  # the 100th ack's dequeue finds the fence
-    assert (info.value.own_epoch, info.value.current_epoch) == (1, 2)
+    assert (info.value.own_epoch, info.value.current_epoch) == (old.epoch, old.epoch + 1)
     for op in (old.next_batch, lambda: old.ack(ACK_DEQUEUE_INTERVAL), lambda: old.ack_through(50), old.flush, lambda: old.next_descriptors(1)):
         with pytest.raises(FencedError):
             op()
@@ -387,3 +387,77 @@ def test_a_copy_at_the_tail_is_acked_with_the_entry_before_it(mem_store: InMemor
         c.ack(2)
         assert c.last_acked_sequence == 3
     assert _sequences(mem_store) == []
+
+
+# -- resets (docs/format.md §5.2) --------------------------------------------------------------
+
+
+def _produce(path: str, values: list[str]) -> None:
+    from osqueue.producer import Producer
+
+    with Producer(path) as p:
+        for v in values:
+            p.produce([v.encode()]).result(30)
+
+
+def _drain(path: str) -> tuple[int, int]:
+    """Consumes and acks everything; returns (last acked sequence, incarnation)."""
+    with Consumer(path) as c:
+        last = None
+        for b in c:
+            c.ack(b.sequence)
+            last = b.sequence
+        assert last is not None
+        return last, c.incarnation
+
+
+def _reset(path: str) -> None:
+    """An operator reset: the manifest (and its receipts) deleted, the other sidecars kept."""
+    import pathlib
+
+    for name in ("manifest", "manifest.dequeued"):
+        (pathlib.Path(path) / "ingest" / name).unlink(missing_ok=True)
+
+
+def test_a_reset_queue_longer_than_the_resume_point_is_refused(tmp_path: Any) -> None:
+    path = str(tmp_path)
+    _produce(path, [f"old-{i}" for i in range(5)])
+    last, _ = _drain(path)
+    assert last == 4
+    _reset(path)
+    _produce(path, [f"new-{i}" for i in range(8)])  # the new queue reaches past the old resume point
+    with pytest.raises(ResumePointError, match="reset or recreated"):
+        Consumer(path, last_acked_sequence=4)
+    # Nothing was dequeued: a fresh start reads the new queue from its first entry.
+    with Consumer(path) as c:
+        assert [b.entries[0].decode() for b in c] == [f"new-{i}" for i in range(8)]
+
+
+def test_a_resume_point_with_its_incarnation_detects_a_reset_whoever_ran_since(tmp_path: Any) -> None:
+    path = str(tmp_path)
+    _produce(path, [f"old-{i}" for i in range(5)])
+    last, old_incarnation = _drain(path)
+    _reset(path)
+    _produce(path, [f"new-{i}" for i in range(8)])
+    with Consumer(path) as c:  # another consumer took the new queue over (and recorded it)
+        assert c.incarnation != old_incarnation
+        assert c.next_batch() is not None
+    with pytest.raises(ResumePointError, match=f"incarnation {old_incarnation}"):
+        Consumer(path, last_acked_sequence=last, incarnation=old_incarnation)
+
+
+def test_a_resume_point_of_the_same_incarnation_resumes(tmp_path: Any) -> None:
+    path = str(tmp_path)
+    _produce(path, [f"a-{i}" for i in range(3)])
+    with Consumer(path) as c:
+        b = c.next_batch()
+        assert b is not None
+        c.ack(b.sequence)
+        incarnation = c.incarnation
+    assert incarnation > 0
+    with Consumer(path, last_acked_sequence=0, incarnation=incarnation) as c:
+        assert [b.entries[0].decode() for b in c] == ["a-1", "a-2"]
+        assert c.incarnation == incarnation
+        assert c.epoch & 0xFFFFFFFF == 2, "the low 32 bits count the takeovers"
+    with Consumer(path, last_acked_sequence=0) as c:  # without it: checked against the record
+        assert c.next_batch() is not None

@@ -544,12 +544,17 @@ def _seed(store: Any, n: int, first: int = 0, epoch: int = 0) -> None:
     store.put(KEY, encode_manifest(Manifest(entries, first + n, epoch)))
 
 
-def test_initialize_creates_missing_manifest_with_epoch_1(mem_store: InMemoryStore) -> None:
+def test_initialize_creates_missing_manifest_as_a_new_incarnation_at_its_first_epoch(mem_store: InMemoryStore) -> None:
     c = _consumer(mem_store)
     assert c.epoch is None
     c.initialize()
-    assert c.epoch == 1
-    assert mem_store.get(KEY).data == encode_manifest(Manifest([], 0, 1))
+    assert c.epoch is not None and c.epoch & 0xFFFFFFFF == 1 and c.incarnation == c.epoch >> 32
+    assert 1 <= c.incarnation < 1 << 31
+    assert mem_store.get(KEY).data == encode_manifest(Manifest([], 0, c.epoch))
+    assert mem_store.get(KEY + ".incarnation").data == str(c.incarnation).encode()
+    other = InMemoryStore()
+    _consumer(other).initialize()
+    assert decode_manifest(other.get(KEY).data, KEY).epoch >> 32 != c.incarnation, "a fresh random incarnation each"
 
 
 def test_initialize_bumps_and_wraps_the_epoch(mem_store: InMemoryStore) -> None:
