@@ -53,9 +53,13 @@ final class Consumer(
   private var gcExecutor: Option[ScheduledExecutorService] = None
   @volatile private var closed = false
 
-  /** Takes over the queue; entries `<= lastAcked` are dequeued in the same manifest write. */
-  def initialize(lastAckedSequence: Option[Long] = None): Long = synchronized {
-    val epoch = queue.initialize(lastAckedSequence)
+  /**
+   * Takes over the queue; entries `<= lastAcked` are dequeued in the same manifest write.
+   * `incarnation` is the manifest incarnation the resume point belongs to ([[incarnation]] when it
+   * was acked; docs/format.md §5.2): another one means the queue was reset (ResumePointException).
+   */
+  def initialize(lastAckedSequence: Option[Long] = None, incarnation: Option[Long] = None): Long = synchronized {
+    val epoch = queue.initialize(lastAckedSequence, incarnation)
     lastAcked = lastAckedSequence
     lastDequeued = lastAckedSequence
     lastHandedOut = lastAckedSequence
@@ -64,6 +68,9 @@ final class Consumer(
   }
 
   def epoch: Option[Long] = queue.ownEpoch
+
+  /** The incarnation of the queue's manifest: store it with the acked sequence and pass both to `initialize`. */
+  def incarnation: Option[Long] = queue.ownIncarnation
 
   /** Up to `max` descriptors after the last handed out, from one manifest read. Never reissued. */
   def nextDescriptors(max: Int): IndexedSeq[BatchDescriptor] = synchronized {

@@ -3,7 +3,7 @@ package osqueue.queue
 import scala.collection.mutable.ArrayBuffer
 
 import osqueue.{AmbiguousCommitException, Clock, StoreException}
-import osqueue.format.{BatchNames, ManifestCodec, NewEntry, RawManifest}
+import osqueue.format.{BatchNames, Incarnation, ManifestCodec, NewEntry, RawManifest}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -63,7 +63,9 @@ final class ManifestAppender(
           beforeWrite()
           refreshStaleUploads(group)
           val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
-          val (bytes, base) = RawManifest.append(snapshot.raw, entries, manifest.key)
+          // Creating the manifest starts a new incarnation (docs/format.md §5.2).
+          val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
+          val (bytes, base) = RawManifest.append(raw, entries, manifest.key)
           lastSent = Some((base, entries.map(_.location)))
           CasStep.Write(bytes, () => base until base + group.size)
       }
