@@ -229,6 +229,12 @@ class Consumer:
                 clock=self._clock,
                 metrics=self._metrics,
             )
+            try:
+                self._gc.check_owner()  # a data prefix another queue owns is refused at open (§6)
+            except BaseException:
+                if self._owns_store:
+                    self._store.close()
+                raise
             self._gc.start(gc_interval)
 
     # -- state ----------------------------------------------------------------------------------

@@ -9,6 +9,13 @@ manifest), lists ``<data_path_prefix>/`` and deletes a key only if all of these 
    empty);
 4. ``t0 - ulid_time >= grace_period``, measured from the snapshot, not the delete.
 
+Before any of that, a cycle proves the files it may delete belong to its queue: it deletes
+nothing when the manifest is missing (a wrong path reads as an empty queue), and nothing unless
+``<data_path_prefix>/osqueue.owner`` names its manifest. The first GC of a queue writes that
+record (create-if-absent), as does every producer; a queue whose data prefix is owned by another
+manifest is refused with :class:`~osqueue.errors.InvalidConfigError` naming both
+(docs/format.md §6).
+
 Producers complete the rule by never starting a manifest write with a location older than
 ``grace_period / 2`` (they re-upload it under a fresh name), so a file GC may delete can never
 be enqueued. Failed deletes are counted and retried next cycle.
@@ -22,9 +29,16 @@ import time
 from dataclasses import dataclass
 
 from osqueue import metrics as m
-from osqueue.errors import InvalidConfigError, OsqueueError
+from osqueue.errors import IllegalQueueStateError, InvalidConfigError, OsqueueError
 from osqueue.format import parse_batch_ulid_ms
-from osqueue.queue import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, Clock, ManifestStore, SystemClock
+from osqueue.queue import (
+    DEFAULT_DATA_PATH_PREFIX,
+    DEFAULT_MANIFEST_PATH,
+    Clock,
+    ManifestStore,
+    SystemClock,
+    claim_data_prefix,
+)
 from osqueue.store import ObjectStore, validate_key
 
 __all__ = ["GarbageCollector", "GcResult"]
@@ -99,7 +113,14 @@ class GarbageCollector:
         """
         started = time.monotonic()
         t0 = self._clock.now_ms()
-        manifest, _ = self._manifest.read()
+        raw, _ = self._manifest.read_raw()
+        if raw is None:  # a wrong path reads as an empty queue: everything would look unreferenced
+            raise IllegalQueueStateError(
+                f"GC found no manifest at '{self._manifest.key}': it deletes nothing without its queue's manifest "
+                "(is the manifest path right?)"
+            )
+        manifest = self._manifest.decode(raw)
+        self.check_owner()
         referenced = {e.location for e in manifest.entries}
         referenced_times = [t for t in (parse_batch_ulid_ms(loc) for loc in referenced) if t is not None]
         oldest = min(referenced_times) if referenced_times else None
@@ -112,6 +133,7 @@ class GarbageCollector:
                 kept_other += 1
             elif info.key in referenced:
                 kept_referenced += 1
+
             elif manifest.entries and (oldest is None or created >= oldest):
                 # With entries but no ULID-named one there is no "oldest": keep everything.
                 kept_newer += 1
@@ -138,6 +160,10 @@ class GarbageCollector:
         return GcResult(
             tuple(deleted), tuple(failed), kept_referenced, kept_newer, kept_grace, kept_other, t0, dry_run
         )
+
+    def check_owner(self) -> None:
+        """Proves the data prefix belongs to this queue (see :func:`osqueue.queue.claim_data_prefix`)."""
+        claim_data_prefix(self._store, self._manifest.key, self._prefix, self._clock)
 
     def start(self, interval: float) -> None:
         """Runs a cycle every ``interval`` seconds in a daemon thread ``osqueue-gc``."""

@@ -34,6 +34,7 @@ from osqueue.queue import (
     QueueProducer,
     RetryPolicy,
     SystemClock,
+    claim_data_prefix,
 )
 from osqueue.store import ObjectStore, open_store, validate_key
 
@@ -245,6 +246,8 @@ class Producer:
         self._rng = rng
         self._metrics = metrics or m.REGISTRY
         try:
+            # Claimed before the first upload, so GC can prove this producer's files are its queue's (§6).
+            claim_data_prefix(self._store, manifest_path, data_path_prefix, self._clock)
             self._queue = QueueProducer(
                 self._store, manifest_path, clock=self._clock, rng=rng, retry=retry, metrics=self._metrics
             )

@@ -13,6 +13,7 @@ Time and randomness come from an injectable :class:`Clock` and ``random.Random``
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -214,6 +215,63 @@ class ManifestStore:
         self.store.put(self.incarnation_key, str(incarnation).encode("ascii"))
 
 
+OWNER_NAME = "osqueue.owner"
+"""``<data_path_prefix>/osqueue.owner``: which manifest owns the batch files under the prefix."""
+
+
+def claim_data_prefix(
+    store: ObjectStore, manifest_key: str, data_prefix: str, clock: Clock | None = None, create: bool = True
+) -> int | None:
+    """Proves ``data_prefix`` holds this queue's batches (docs/format.md §6).
+
+    ``<data_prefix>/osqueue.owner`` (JSON ``{"version":1,"manifest":…,"claimedAtMs":…}``) names the
+    one manifest whose producers may write there and whose GC may delete there; it is created
+    (if absent) by the first producer or GC of the queue.
+
+    Args:
+        create: Write the record when there is none (else only check an existing one).
+
+    Returns:
+        ``claimedAtMs`` (informational; None when there is no record and ``create`` is False).
+
+    Raises:
+        InvalidConfigError: Another manifest owns the prefix (two queues sharing a data prefix),
+            or the record is not readable.
+        StoreError: The store failed.
+    """
+    prefix = data_prefix.rstrip("/")
+    key = validate_key(f"{prefix}/{OWNER_NAME}")
+    now_ms = (clock or SystemClock()).now_ms()
+    for _ in range(2):  # a lost create race is settled by reading the winner's record
+        obj = store.get(key)
+        if obj is None:
+            if not create:
+                return None
+            record = {"version": 1, "manifest": manifest_key, "claimedAtMs": now_ms}
+            if isinstance(store.put_if_absent(key, json.dumps(record).encode()), Written):
+                return now_ms
+            continue
+        try:
+            found = json.loads(obj.data.decode("utf-8"))
+            owner, claimed_at = found["manifest"], found["claimedAtMs"]
+            if not isinstance(owner, str) or isinstance(claimed_at, bool) or not isinstance(claimed_at, int):
+                raise ValueError
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise InvalidConfigError(
+                "data_path_prefix", prefix, f"its owner record '{key}' is not osqueue's (expected JSON with "
+                "manifest and claimedAtMs); GC will not delete there and producers will not write there"
+            ) from None
+        if owner == manifest_key:
+            return claimed_at
+        raise InvalidConfigError(
+            "data_path_prefix",
+            prefix,
+            f"holds the batches of the queue whose manifest is '{owner}' (per '{key}'), not of '{manifest_key}': "
+            "two queues sharing a data prefix would delete each other's batches in GC; give each queue its own",
+        )
+    raise IllegalQueueStateError(f"could not create or read '{key}'")
+
+
 # ---------------------------------------------------------------------------------------------
 # Producer side: group commit
 
@@ -261,6 +319,7 @@ class _GroupCommitter:
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._thread: threading.Thread | None = None
+        self._claimed: set[str] = set()  # data prefixes proven to be this queue's
 
     def submit(self, pending: _Pending) -> None:
         with self._cond:
@@ -387,7 +446,17 @@ class _GroupCommitter:
         except Exception:
             return None
 
+    def _claim_prefixes(self, group: Sequence[_Pending]) -> None:
+        """Refuses to enqueue into a data prefix another queue owns (docs/format.md §6)."""
+        for p in group:
+            prefix = p.location.rpartition("/")[0]
+            if prefix and prefix not in self._claimed:
+                # Only checked here: producers and GC create the record (no extra conditional write per queue).
+                claim_data_prefix(self.manifest.store, self.manifest.key, prefix, self.clock, create=False)
+                self._claimed.add(prefix)
+
     def _commit(self, group: list[_Pending]) -> list[EnqueueResult]:
+        self._claim_prefixes(group)
         budget = _Budget(self.policy, self.clock, self.rng)
         key = self.manifest.key
         tried: list[tuple[str, ...]] = []

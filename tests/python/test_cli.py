@@ -398,7 +398,7 @@ def test_gc_dry_run_then_apply(queue: tuple[pathlib.Path, list[DurableWrite]]) -
     assert f"  ingest/{old}  (age " in dry.stdout
     assert (
         "kept: 3 referenced by the manifest, 1 not older than the oldest referenced batch, "
-        "0 within the grace period, 1 other files under ingest/ (not <ULID>.batch) besides the manifest"
+        "0 within the grace period, 2 other files under ingest/ (not <ULID>.batch) besides the manifest"
     ) in dry.stdout
     assert "dry run: nothing was deleted" in dry.stdout
     assert (data / old).exists()
@@ -563,3 +563,15 @@ def test_s3_missing_bucket_and_unreachable_endpoint(s3_endpoint: dict[str, str])
     proc = run_process("inspect", "s3://bucket/q", *unreachable)
     assert proc.returncode == 2
     one_error_line(proc.stderr.decode(), "127.0.0.1:9")
+
+
+def test_gc_apply_with_a_manifest_path_that_holds_no_manifest_deletes_nothing(
+    queue: tuple[pathlib.Path, list[DurableWrite]],
+) -> None:
+    root, _ = queue
+    batches = sorted(p.name for p in (root / "ingest").glob("*.batch"))
+    assert len(batches) == 3
+    result = run("gc", str(root), "--manifest-path", "elsewhere/manifest", "--grace-period", "0", "--apply")
+    assert result.exit_code == 2
+    assert "no manifest at 'elsewhere/manifest'" in result.stderr
+    assert sorted(p.name for p in (root / "ingest").glob("*.batch")) == batches, "GC deleted the queue's batches"
