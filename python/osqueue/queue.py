@@ -218,21 +218,47 @@ class ManifestStore:
 OWNER_NAME = "osqueue.owner"
 """``<data_path_prefix>/osqueue.owner``: which manifest owns the batch files under the prefix."""
 
+DEFAULT_GC_GRACE_PERIOD_MS = 600_000
+"""The default GC grace period; GC never records a shorter one for its queue (docs/format.md §6)."""
+
+
+@dataclass(frozen=True)
+class QueueOwner:
+    """``<data_path_prefix>/osqueue.owner`` (docs/format.md §6).
+
+    Attributes:
+        manifest: The manifest whose queue owns the data prefix.
+        claimed_at_ms: When it was claimed (informational).
+        gc_grace_period_ms: The queue's one GC grace period: producers re-upload a batch older than
+            half of it (or of their own, if shorter) and GC never uses a shorter one.
+    """
+
+    manifest: str
+    claimed_at_ms: int
+    gc_grace_period_ms: int
+
 
 def claim_data_prefix(
-    store: ObjectStore, manifest_key: str, data_prefix: str, clock: Clock | None = None, create: bool = True
-) -> int | None:
-    """Proves ``data_prefix`` holds this queue's batches (docs/format.md §6).
+    store: ObjectStore,
+    manifest_key: str,
+    data_prefix: str,
+    clock: Clock | None = None,
+    *,
+    create_with_grace_ms: int | None = None,
+) -> QueueOwner | None:
+    """Proves ``data_prefix`` holds this queue's batches and reads the queue's grace period.
 
-    ``<data_prefix>/osqueue.owner`` (JSON ``{"version":1,"manifest":…,"claimedAtMs":…}``) names the
-    one manifest whose producers may write there and whose GC may delete there; it is created
-    (if absent) by the first producer or GC of the queue.
+    ``<data_prefix>/osqueue.owner`` (JSON ``{"version":1,"manifest":…,"claimedAtMs":…,
+    "gcGracePeriodMs":…}``) names the one manifest whose producers may write there and whose GC may
+    delete there, and the grace period every producer and GC of the queue uses. The first
+    producer or GC of the queue creates it (create-if-absent).
 
     Args:
-        create: Write the record when there is none (else only check an existing one).
+        create_with_grace_ms: Create the record with this grace period when there is none (None:
+            only check an existing one).
 
     Returns:
-        ``claimedAtMs`` (informational; None when there is no record and ``create`` is False).
+        The record (None when there is none and ``create_with_grace_ms`` is None).
 
     Raises:
         InvalidConfigError: Another manifest owns the prefix (two queues sharing a data prefix),
@@ -241,33 +267,42 @@ def claim_data_prefix(
     """
     prefix = data_prefix.rstrip("/")
     key = validate_key(f"{prefix}/{OWNER_NAME}")
-    now_ms = (clock or SystemClock()).now_ms()
     for _ in range(2):  # a lost create race is settled by reading the winner's record
         obj = store.get(key)
         if obj is None:
-            if not create:
+            if create_with_grace_ms is None:
                 return None
-            record = {"version": 1, "manifest": manifest_key, "claimedAtMs": now_ms}
-            if isinstance(store.put_if_absent(key, json.dumps(record).encode()), Written):
-                return now_ms
+            created = QueueOwner(manifest_key, (clock or SystemClock()).now_ms(), create_with_grace_ms)
+            record = {
+                "version": 1,
+                "manifest": created.manifest,
+                "claimedAtMs": created.claimed_at_ms,
+                "gcGracePeriodMs": created.gc_grace_period_ms,
+            }
+            if isinstance(store.put_if_absent(key, json.dumps(record, separators=(",", ":")).encode()), Written):
+                return created
             continue
         try:
             found = json.loads(obj.data.decode("utf-8"))
-            owner, claimed_at = found["manifest"], found["claimedAtMs"]
-            if not isinstance(owner, str) or isinstance(claimed_at, bool) or not isinstance(claimed_at, int):
+            owner = QueueOwner(found["manifest"], found["claimedAtMs"], found["gcGracePeriodMs"])
+            if not isinstance(owner.manifest, str) or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 0
+                for v in (owner.claimed_at_ms, owner.gc_grace_period_ms)
+            ):
                 raise ValueError
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             raise InvalidConfigError(
                 "data_path_prefix", prefix, f"its owner record '{key}' is not osqueue's (expected JSON with "
-                "manifest and claimedAtMs); GC will not delete there and producers will not write there"
+                "manifest, claimedAtMs and gcGracePeriodMs); GC will not delete there and producers will not write there"
             ) from None
-        if owner == manifest_key:
-            return claimed_at
+        if owner.manifest == manifest_key:
+            return owner
         raise InvalidConfigError(
             "data_path_prefix",
             prefix,
-            f"holds the batches of the queue whose manifest is '{owner}' (per '{key}'), not of '{manifest_key}': "
-            "two queues sharing a data prefix would delete each other's batches in GC; give each queue its own",
+            f"holds the batches of the queue whose manifest is '{owner.manifest}' (per '{key}'), not of "
+            f"'{manifest_key}': two queues sharing a data prefix would delete each other's batches in GC; give each "
+            "queue its own",
         )
     raise IllegalQueueStateError(f"could not create or read '{key}'")
 
@@ -319,7 +354,8 @@ class _GroupCommitter:
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._thread: threading.Thread | None = None
-        self._claimed: set[str] = set()  # data prefixes proven to be this queue's
+        # Data prefixes proven to be this queue's, with the queue's grace period (None: no record yet).
+        self._claimed: dict[str, int | None] = {}
 
     def submit(self, pending: _Pending) -> None:
         with self._cond:
@@ -350,20 +386,28 @@ class _GroupCommitter:
 
     # -- one group ------------------------------------------------------------------------
 
+    def _max_age_ms(self, p: _Pending) -> int | None:
+        """Half the queue's grace period if it is shorter than the one the caller was given (§6)."""
+        grace = self._claimed.get(p.location.rpartition("/")[0])
+        if grace is None:
+            return p.max_age_ms
+        return grace // 2 if p.max_age_ms is None else min(p.max_age_ms, grace // 2)
+
     def _refresh_stale(self, group: Sequence[_Pending]) -> None:
         for p in group:
-            if p.max_age_ms is None or p.reupload is None:
+            max_age_ms = self._max_age_ms(p)
+            if max_age_ms is None or p.reupload is None:
                 continue
             # The fresh copy is named before its upload, so a slow re-upload is stale too: check again.
             reuploads = 0
             while True:
                 created = parse_batch_ulid_ms(p.location)
-                if created is None or self.clock.now_ms() - created < p.max_age_ms:
+                if created is None or self.clock.now_ms() - created < max_age_ms:
                     break
                 if reuploads == MAX_REUPLOADS:
                     raise StoreError(
                         f"batch '{p.location}': {reuploads + 1} uploads in a row took longer than half the GC "
-                        f"grace period ({p.max_age_ms} ms), so GC could delete it before it is enqueued; "
+                        f"grace period ({max_age_ms} ms), so GC could delete it before it is enqueued; "
                         "increase gc_grace_period or make uploads faster"
                     )
                 p.location = p.reupload()
@@ -452,8 +496,8 @@ class _GroupCommitter:
             prefix = p.location.rpartition("/")[0]
             if prefix and prefix not in self._claimed:
                 # Only checked here: producers and GC create the record (no extra conditional write per queue).
-                claim_data_prefix(self.manifest.store, self.manifest.key, prefix, self.clock, create=False)
-                self._claimed.add(prefix)
+                owner = claim_data_prefix(self.manifest.store, self.manifest.key, prefix, self.clock)
+                self._claimed[prefix] = None if owner is None else owner.gc_grace_period_ms
 
     def _commit(self, group: list[_Pending]) -> list[EnqueueResult]:
         self._claim_prefixes(group)

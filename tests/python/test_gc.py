@@ -93,7 +93,8 @@ def test_empty_manifest_skips_the_oldest_rule(mem_store: InMemoryStore, clock: M
     result = GarbageCollector(mem_store, grace_period=600, clock=clock).run_once()
     assert result.deleted == (old,)
     assert result.kept_in_grace == 2  # future-dated files count as young
-    assert GarbageCollector(mem_store, grace_period=60, clock=clock).run_once().deleted == (young,)
+    # A shorter option does not shorten the queue's grace period (docs/format.md §6).
+    assert GarbageCollector(mem_store, grace_period=60, clock=clock).run_once().deleted == ()
 
 
 def test_grace_is_measured_from_the_snapshot_not_the_delete(mem_store: InMemoryStore, clock: ManualClock) -> None:
@@ -276,6 +277,7 @@ def test_gc_races_producers_with_stalls_and_a_dequeuing_consumer_on_real_threads
     assert stalls, "no upload stalled"
     assert not set(stalls) & set(batches_delivered), "a stalled (stale) upload was enqueued instead of a fresh copy"
     assert store.put_calls >= len(batches_delivered) + len(stalls), "stalled uploads were not uploaded again"
+    threading.Event().wait(grace)  # the queue's grace period applies even to a GC given 0 (§6)
     final = GarbageCollector(inner, grace_period=0).run_once()
     assert deleted or final.deleted, "GC never deleted anything"
 
@@ -318,3 +320,42 @@ def test_two_queues_cannot_share_a_data_prefix(tmp_path: Any) -> None:
         GarbageCollector(store, "b/manifest", "ingest", grace_period=0).run_once()
     assert store.get(a_batches[0]) is not None
     assert GarbageCollector(store, "a/manifest", "ingest", grace_period=0).run_once().kept_referenced == 1
+
+
+# -- one grace period per queue (docs/format.md §6) ----------------------------------------------
+
+
+def test_gc_uses_the_queues_grace_period_when_its_own_is_shorter(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    Producer(store=mem_store, clock=clock).close()  # claims the queue with the default 10 min
+    _manifest(mem_store, [])
+    in_flight = _name(clock, 2 * MIN, 1)  # uploaded, its manifest write still running
+    mem_store.put(in_flight, b"x")
+    result = GarbageCollector(mem_store, grace_period=1, clock=clock).run_once()
+    assert result.deleted == () and result.kept_in_grace == 1 and result.grace_period_ms == 10 * MIN
+    assert GarbageCollector(mem_store, grace_period=3600, clock=clock).run_once().grace_period_ms == 60 * MIN
+
+
+def test_gc_claiming_a_queue_never_records_less_than_the_default(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    from osqueue.queue import claim_data_prefix
+
+    _manifest(mem_store, [])
+    GarbageCollector(mem_store, grace_period=0, clock=clock).run_once()
+    owner = claim_data_prefix(mem_store, KEY, "ingest")
+    assert owner is not None and owner.gc_grace_period_ms == 10 * MIN
+
+
+def test_a_producer_told_a_longer_grace_period_reuploads_by_the_queues(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    from osqueue.queue import QueueProducer
+
+    Producer(store=mem_store, clock=clock).close()  # the queue's: 10 min
+    six_minutes_old = _name(clock, 6 * MIN, 1)
+    mem_store.put(six_minutes_old, b"x")
+    fresh = _name(clock, 0, 2)
+
+    def reupload() -> str:
+        mem_store.put(fresh, b"x")
+        return fresh
+
+    with QueueProducer(mem_store, KEY, clock=clock) as qp:
+        result = qp.enqueue_async(six_minutes_old, reupload=reupload, max_age_ms=10 * MIN).result(30)  # told 20 min
+    assert result.location == fresh, "a batch older than half the queue's grace period was enqueued"

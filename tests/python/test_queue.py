@@ -692,3 +692,4 @@ def test_invalid_entry_is_rejected_at_submit_not_in_the_shared_write(mem_store: 
         qp.enqueue_async("ingest/a.batch", [MetadataItem(-1, 0, b"")])
     assert qp.enqueue("ingest/ok.batch", timeout=10).sequence == 0
     qp.close()
+

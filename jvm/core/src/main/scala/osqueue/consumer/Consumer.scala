@@ -211,6 +211,7 @@ final class Consumer(
 
   private def startGc(): Unit = {
     val gc = new GarbageCollector(store, config.manifestPath, config.dataPathPrefix, config.gcGracePeriod, clock, metrics)
+    val _ = gc.checkOwner() // a data prefix another queue owns is refused at start (docs/format.md §6)
     val ex = Executors.newSingleThreadScheduledExecutor { r =>
       val t = new Thread(r, "osqueue-gc"); t.setDaemon(true); t
     }

@@ -8,7 +8,7 @@ import scala.util.control.NonFatal
 import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException, SystemClock}
 import osqueue.format.{BatchCodec, BatchNames, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.queue.{ManifestStore, PendingLocation, QueueProducer}
+import osqueue.queue.{DataPrefixOwner, ManifestStore, PendingLocation, QueueProducer}
 import osqueue.store.ObjectStore
 
 /**
@@ -28,8 +28,12 @@ final class Producer(
 
   import Producer._
 
+  // Claimed before the first upload, so GC can prove this producer's files are its queue's, and the
+  // queue's grace period (what GC uses) caps ours (docs/format.md §6).
+  private val gracePeriodMs: Long = math.min(config.gcGracePeriod.toMillis, DataPrefixOwner.claim(store,
+    config.manifestPath, config.dataPathPrefix, clock, Some(config.gcGracePeriod.toMillis)).fold(Long.MaxValue)(_.gcGracePeriodMs))
   private val queueProducer = new QueueProducer(
-    new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, config.gcGracePeriod.toMillis)
+    new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs)
   private val inbox = new LinkedBlockingQueue[Message]()
   private val permits = new Semaphore(config.maxBufferedInputs)
   private val batchesFlushed = metrics.counter(MetricNames.BatchesFlushed)
