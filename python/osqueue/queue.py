@@ -545,7 +545,19 @@ class _GroupCommitter:
                         ) from last_error
                     if verdict == "lost":
                         unknown_base = None
-            self._refresh_stale(group)
+            try:
+                self._refresh_stale(group)
+            except Exception as e:
+                if unknown_base is None:
+                    raise
+                # An earlier write is undecided: "not written" would invite a duplicate retry (§5).
+                landed = self._last_look(tried, min_base)
+                if landed is not None:
+                    return landed
+                raise AmbiguousCommitError(
+                    f"a write to manifest '{key}' at sequence {unknown_base} had an unknown outcome and may still "
+                    f"land, and preparing its retry failed: {e}"
+                ) from e
             locations = tuple(p.location for p in group)
             new_raw, base = append_entries(
                 raw, [(p.location, p.metadata) for p in group], key, new_incarnation_epoch() if raw is None else 0

@@ -693,3 +693,28 @@ def test_invalid_entry_is_rejected_at_submit_not_in_the_shared_write(mem_store: 
     assert qp.enqueue("ingest/ok.batch", timeout=10).sequence == 0
     qp.close()
 
+
+def test_a_failed_reupload_while_a_write_is_undecided_is_an_ambiguous_commit(mem_store: InMemoryStore) -> None:
+    """The first write's outcome is unknown (not applied yet, may still land); before the retry the
+    batch has grown stale and its re-upload fails. That must not read as "not written" (docs/format.md §5)."""
+    clock = ManualClock()
+    store = WrappedStore(mem_store)
+    calls = 0
+
+    def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        nonlocal calls
+        calls += 1
+        clock.advance(301)  # the request took long: the location is older than half the grace period now
+        raise StoreError("read timeout (test)")  # outcome unknown, and not applied
+
+    def reupload() -> str:
+        raise StoreError("503 SlowDown on the re-upload (test)")
+
+    store.on_conditional = hook
+    old = new_batch_key("ingest", clock)
+    mem_store.put(old, b"batch-bytes")
+    qp = _producer(store, clock=clock, retry=RetryPolicy(base_delay=0.0, max_delay=0.0, max_attempts=5, max_elapsed=10_000))
+    with pytest.raises(AmbiguousCommitError, match="preparing its retry failed"):
+        qp.enqueue_async(old, reupload=reupload, max_age_ms=300_000).result(10)
+    qp.close()
+    assert calls == 1
