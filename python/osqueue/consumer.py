@@ -37,7 +37,7 @@ from osqueue.errors import (
     InvalidObjectKeyError,
     ResumePointError,
 )
-from osqueue.format import Delivered, EntryTag, MetadataItem, decode_batch
+from osqueue.format import Delivered, EntryTag, ManifestEntry, MetadataItem, decode_batch
 from osqueue.gc import GarbageCollector
 from osqueue.queue import (
     DEFAULT_DATA_PATH_PREFIX,
@@ -219,6 +219,10 @@ class Consumer:
         self._delivered = Delivered()
         # Sequences read and skipped as replayed copies, ascending, not yet passed by the ack frontier.
         self._skipped: deque[int] = deque()
+        # Entries read from the manifest and not handed out yet: handed out before the manifest is read
+        # again, so draining a backlog of N entries decodes the manifest O(1) times per N, not per batch.
+        self._buffer: list[ManifestEntry] = []
+        self._buffer_start = 0
         self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
         if run_gc:
             self._gc = GarbageCollector(
@@ -276,16 +280,28 @@ class Consumer:
         if fenced is not None:
             raise FencedError(fenced.own_epoch, fenced.current_epoch)
 
+    def _buffered(self) -> list[ManifestEntry]:
+        """The entries after the last one handed out: those already read, or (when none are left)
+        those of a fresh, epoch-checked manifest read."""
+        if self._buffer_start >= len(self._buffer):
+            manifest = self._queue.read()
+            self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+            after = self._last_handed_out
+            self._buffer = [e for e in manifest.entries if after is None or e.sequence > after]
+            self._buffer_start = 0
+        return self._buffer
+
     def _scan(self, max_count: int) -> _Scan:
-        """Reads the entries after the last one handed out, through the ``max_count``-th
-        deliverable one, applying the reader rule. Changes no state (see :meth:`_commit`)."""
-        manifest = self._queue.read()
-        self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+        """The entries after the last one handed out, through the ``max_count``-th deliverable
+        one, applying the reader rule; from those already read if any are left, else from a
+        manifest read. Moves no cursor (see :meth:`_commit`)."""
+        entries = self._buffered()
         after = self._last_handed_out
         descriptors: list[BatchDescriptor] = []
         skipped: list[int] = []
         state, last = self._delivered, after
-        for e in manifest.entries:
+        for i in range(self._buffer_start, len(entries)):
+            e = entries[i]
             if len(descriptors) >= max_count:
                 break
             if after is not None and e.sequence <= after:
@@ -303,6 +319,10 @@ class Consumer:
     def _commit(self, scan: _Scan) -> None:
         """Moves the read cursor past everything ``scan`` read (skipped copies included)."""
         self._last_handed_out = scan.last
+        while self._buffer_start < len(self._buffer) and (
+            scan.last is not None and self._buffer[self._buffer_start].sequence <= scan.last
+        ):
+            self._buffer_start += 1
         self._delivered = scan.delivered
         self._skipped.extend(scan.skipped)
         self._metrics.counter(m.DUPLICATE_COPIES_SKIPPED).inc(len(scan.skipped))
@@ -397,8 +417,9 @@ class Consumer:
     # -- read-ahead path ------------------------------------------------------------------------
 
     def next_descriptors(self, max_count: int) -> list[BatchDescriptor]:
-        """Hands out up to ``max_count`` entries after the last one handed out (one manifest
-        read, no fetch). The cursor moves at handout: a descriptor is never handed out twice.
+        """Hands out up to ``max_count`` entries after the last one handed out, no fetch: those
+        already read while any are left (possibly fewer than ``max_count``), else from one manifest
+        read. The cursor moves at handout: a descriptor is never handed out twice.
 
         Raises:
             FencedError: Another consumer initialized the queue.
@@ -450,6 +471,9 @@ class Consumer:
                 raise IllegalQueueStateError(
                     f"non-monotonic ack_through({sequence}): the frontier is already at {self._next_ack - 1}"
                 )
+            if self._last_handed_out is None or sequence > self._last_handed_out:
+                # As on the JVM (docs/format.md §5): acking what was never handed out would dequeue it unread.
+                raise IllegalQueueStateError(f"cannot ack_through({sequence}): it was not handed out yet")
             self._queue.dequeue_through(sequence)
             acked = sequence - self._next_ack + 1
             self._last_acked = sequence

@@ -117,14 +117,15 @@ def test_ack_through_moves_the_frontier_in_one_write(mem_store: InMemoryStore) -
     store = WrappedStore(mem_store)
     metrics = MetricsRegistry()
     c = Consumer(store=store, metrics=metrics)
+    assert [d.sequence for d in c.next_descriptors(4)] == [0, 1, 2, 3]
     writes = store.conditional_calls
     c.ack_through(3)
     assert store.conditional_calls == writes + 1 and _sequences(mem_store) == [4, 5]
     assert metrics.counter("buffer.acks").value == 4
     with pytest.raises(IllegalQueueStateError, match="non-monotonic"):
         c.ack_through(3)
-    with pytest.raises(IllegalQueueStateError, match="only reached"):
-        c.ack_through(6)
+    with pytest.raises(IllegalQueueStateError, match="not handed out"):
+        c.ack_through(5)
     assert c.last_acked_sequence == 3
     b = c.next_batch()
     assert b is not None and b.sequence == 4  # acked entries are not handed out again
@@ -221,6 +222,7 @@ def test_resume_point_ahead(mem_store: InMemoryStore, last_acked: int, match: st
 def test_resume_point_behind(mem_store: InMemoryStore) -> None:
     _fill(mem_store, 5)
     with Consumer(store=mem_store) as c:
+        c.next_descriptors(4)
         c.ack_through(3)
     with pytest.raises(ResumePointError, match="removed"):
         Consumer(store=mem_store, last_acked_sequence=1)
@@ -251,11 +253,14 @@ def test_old_consumer_is_fenced_on_every_operation_and_writes_nothing(mem_store:
     new.close()
 
 
-def test_fenced_serial_consumer_learns_on_next_batch(mem_store: InMemoryStore) -> None:
+def test_fenced_serial_consumer_learns_at_its_next_manifest_read(mem_store: InMemoryStore) -> None:
     _fill(mem_store, 3)
     old = Consumer(store=mem_store)
     assert old.next_batch().sequence == 0  # type: ignore[union-attr]
     Consumer(store=mem_store).close()
+    # Entries it already read are handed out without a manifest read (docs/format.md §5); reading is
+    # harmless, and the next manifest read (its buffer is empty now) finds the fence.
+    assert [old.next_batch().sequence for _ in range(2)] == [1, 2]  # type: ignore[union-attr]
     with pytest.raises(FencedError):
         old.next_batch()
     with pytest.raises(FencedError):
@@ -461,3 +466,31 @@ def test_a_resume_point_of_the_same_incarnation_resumes(tmp_path: Any) -> None:
         assert c.epoch & 0xFFFFFFFF == 2, "the low 32 bits count the takeovers"
     with Consumer(path, last_acked_sequence=0) as c:  # without it: checked against the record
         assert c.next_batch() is not None
+
+
+def test_ack_through_past_what_was_handed_out_is_refused(mem_store: InMemoryStore) -> None:
+    """docs/format.md §5, as on the JVM: it would dequeue entries nobody read."""
+    _fill(mem_store, 5)
+    with Consumer(store=mem_store) as c:
+        with pytest.raises(IllegalQueueStateError, match="not handed out"):
+            c.ack_through(0)
+        c.next_descriptors(2)
+        with pytest.raises(IllegalQueueStateError, match="not handed out"):
+            c.ack_through(2)
+        c.ack_through(1)
+    assert _sequences(mem_store) == [2, 3, 4]
+
+
+def test_draining_a_backlog_reads_the_manifest_once_per_backlog_not_per_batch(mem_store: InMemoryStore) -> None:
+    _fill(mem_store, 50)
+    store = WrappedStore(mem_store)
+    with Consumer(store=store) as c:
+        reads = store.get_calls
+        got = [b.sequence for b in c]  # 50 next_batch() calls, then one that finds nothing new
+        manifest_reads = store.get_calls - reads - 50  # minus the 50 batch fetches
+        assert got == list(range(50))
+        assert manifest_reads == 2, f"{manifest_reads} manifest reads for one backlog"
+        for s in got:
+            c.ack(s)
+        reads = store.get_calls
+        assert c.next_descriptors(10) == [] and store.get_calls == reads + 1  # nothing buffered: one read
