@@ -70,6 +70,8 @@ MANIFEST_FOOTER_LEN = 22
 BATCH_FOOTER_LEN = 7
 MAX_SEQUENCE = (1 << 63) - 1
 """Sequences (and ``next_sequence``) above this are rejected as corrupt, as on the JVM."""
+MAX_START_INDEX = (1 << 31) - 1
+"""``start_index`` above this is rejected (both languages): a batch's block is < 2 GiB, so it holds fewer records."""
 MAX_DECOMPRESSED_BLOCK = (1 << 31) - 1
 """A zstd record block that decompresses past 2 GiB − 1 is rejected."""
 
@@ -356,6 +358,8 @@ def decode_manifest(data: bytes, key: str) -> Manifest:
                 raise CorruptManifestError(
                     key, f"entry {i}: metadata item {j} payload ({payload_len} bytes) runs past the entry's end"
                 )
+            if start_index > MAX_START_INDEX:  # as on the JVM (docs/format.md §2)
+                raise CorruptManifestError(key, f"entry {i}: metadata item {j} start_index is out of range")
             metadata.append(MetadataItem(start_index, ingestion_time_ms, bytes(mv[p : p + payload_len])))
             p += payload_len
         extension = bytes(mv[p:entry_end])
@@ -401,8 +405,10 @@ def encode_entry(
         raise InvalidConfigError("metadata", len(metadata), "at most 2^32 - 1 metadata items per entry")
     parts = [b"", struct.pack("<QH", sequence, len(loc)), loc, _U32.pack(len(metadata))]
     for m in metadata:
-        if not 0 <= m.start_index <= _U32_MAX:
-            raise InvalidConfigError("start_index", m.start_index, "start_index is a u32")
+        if not 0 <= m.start_index <= MAX_START_INDEX:
+            raise InvalidConfigError(
+                "start_index", m.start_index, "must be below 2^31: no batch holds that many records (docs/format.md §2)"
+            )
         if not _I64_MIN <= m.ingestion_time_ms <= _I64_MAX:
             raise InvalidConfigError("ingestion_time_ms", m.ingestion_time_ms, "ingestion_time_ms is an i64")
         if len(m.payload) > _U32_MAX:
