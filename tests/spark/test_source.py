@@ -632,6 +632,7 @@ def test_gc_with_a_tiny_grace_period_keeps_what_a_replayed_batch_reads(spark, qu
     failed_run = dict(out)
     assert sorted(failed_run) == [0, 1]
     out.clear()
+    time.sleep(1.0)  # batch 0's files are past the queue's 1 s grace period whatever the first run's speed
     q = start(fail_at=None)
     assert q.awaitTermination(120) and q.exception() is None
     assert sorted(out)[0] == 1, "the restart did not replay the failed batch"
