@@ -278,7 +278,8 @@ def bench_requests(env: Env, s: Settings) -> dict[str, Any]:
         base = env.store(prefix)
         produce_store = CountingStore(base)
         registry = m.MetricsRegistry()
-        with Producer(store=produce_store, flush_interval=0.1, metrics=registry) as p:
+        # The queue's grace period (recorded by its first producer) bounds GC from below: 1 s here.
+        with Producer(store=produce_store, flush_interval=0.1, metrics=registry, gc_grace_period=1.0) as p:
             for start in range(0, count, per_call):
                 p.produce([b"y" * 100] * per_call, b"bench")
                 time.sleep(0.02)
@@ -289,6 +290,7 @@ def bench_requests(env: Env, s: Settings) -> dict[str, Any]:
                 consumed += len(batch.entries)
                 c.ack(batch.sequence)
         gc_store = CountingStore(base)
+        time.sleep(1.0)  # every batch past the queue's 1 s grace period
         GarbageCollector(gc_store, MANIFEST, PREFIX, grace_period=0).run_once()
         base.close()
         if consumed != count:

@@ -670,7 +670,8 @@ def _tail_acking(
     type=click.FloatRange(min=0),
     default=600.0,
     show_default=True,
-    help="Seconds a file must have existed (by its ULID time) before it may be deleted.",
+    help="Seconds a file must have existed (by its ULID time) before it may be deleted; "
+    "the queue's own grace period applies when it is longer.",
 )
 def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:
     """Delete batch files no manifest entry references (a dry run unless --apply).
@@ -688,7 +689,8 @@ def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:
     verb = "would delete" if result.dry_run else "deleted"
     click.echo(
         f"{verb} {_plural(len(result.deleted), 'unreferenced batch file', 'unreferenced batch files')} "
-        f"older than the oldest referenced batch and the {grace_period:g} s grace period"
+        f"older than the oldest referenced batch and the {result.grace_period_ms / 1000:g} s grace period"
+        + (f" (the queue's; --grace-period {grace_period:g} is shorter)" if result.grace_period_ms > grace_period * 1000 else "")
         + (":" if result.deleted else "")
     )
     for key in result.deleted:

@@ -37,7 +37,7 @@ from osqueue.errors import (
     InvalidObjectKeyError,
     ResumePointError,
 )
-from osqueue.format import Delivered, EntryTag, MetadataItem, decode_batch
+from osqueue.format import Delivered, EntryTag, ManifestEntry, MetadataItem, decode_batch
 from osqueue.gc import GarbageCollector
 from osqueue.queue import (
     DEFAULT_DATA_PATH_PREFIX,
@@ -137,6 +137,10 @@ class Consumer:
     Args:
         path: The queue's store root (see :func:`osqueue.store.open_store`); or pass ``store``.
         last_acked_sequence: Resume after this sequence (None: from the first entry).
+        incarnation: The manifest incarnation ``last_acked_sequence`` belongs to (store it with
+            the sequence: :attr:`incarnation`). A different one means the queue was reset:
+            :class:`ResumePointError`. Without it, the incarnation the last consumer recorded is
+            checked instead (docs/format.md §5.2).
         manifest_path: The manifest's key.
         data_path_prefix: Where batches live (for GC).
         gc_interval: Seconds between GC cycles when ``run_gc``.
@@ -159,6 +163,7 @@ class Consumer:
         path: str | None = None,
         *,
         last_acked_sequence: int | None = None,
+        incarnation: int | None = None,
         manifest_path: str = DEFAULT_MANIFEST_PATH,
         data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
         gc_interval: float = 300.0,
@@ -183,6 +188,10 @@ class Consumer:
             isinstance(last_acked_sequence, bool) or not isinstance(last_acked_sequence, int) or last_acked_sequence < 0
         ):
             raise InvalidConfigError("last_acked_sequence", last_acked_sequence, "use None or a sequence >= 0")
+        if incarnation is not None and (
+            isinstance(incarnation, bool) or not isinstance(incarnation, int) or not 0 <= incarnation < 1 << 32
+        ):
+            raise InvalidConfigError("incarnation", incarnation, "use None or the consumer's incarnation (0..2^32-1)")
         if (path is None) == (store is None):
             raise InvalidConfigError("path", path, "give either a path or a store")
         self._owns_store = store is None
@@ -197,7 +206,7 @@ class Consumer:
         )
         self._fetcher = FetchHandle(self._store, manifest_path, self._metrics)
         try:
-            manifest = self._queue.initialize(last_acked_sequence)
+            manifest = self._queue.initialize(last_acked_sequence, incarnation)
         except BaseException:
             if self._owns_store:
                 self._store.close()
@@ -210,6 +219,10 @@ class Consumer:
         self._delivered = Delivered()
         # Sequences read and skipped as replayed copies, ascending, not yet passed by the ack frontier.
         self._skipped: deque[int] = deque()
+        # Entries read from the manifest and not handed out yet: handed out before the manifest is read
+        # again, so draining a backlog of N entries decodes the manifest O(1) times per N, not per batch.
+        self._buffer: list[ManifestEntry] = []
+        self._buffer_start = 0
         self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
         if run_gc:
             self._gc = GarbageCollector(
@@ -220,6 +233,12 @@ class Consumer:
                 clock=self._clock,
                 metrics=self._metrics,
             )
+            try:
+                self._gc.check_owner()  # a data prefix another queue owns is refused at open (§6)
+            except BaseException:
+                if self._owns_store:
+                    self._store.close()
+                raise
             self._gc.start(gc_interval)
 
     # -- state ----------------------------------------------------------------------------------
@@ -230,6 +249,14 @@ class Consumer:
         epoch = self._queue.epoch
         assert epoch is not None
         return epoch
+
+    @property
+    def incarnation(self) -> int:
+        """The incarnation of the queue's manifest (docs/format.md §5.2): store it with
+        :attr:`last_acked_sequence` and pass both back when resuming."""
+        incarnation = self._queue.incarnation
+        assert incarnation is not None
+        return incarnation
 
     @property
     def last_acked_sequence(self) -> int | None:
@@ -253,16 +280,28 @@ class Consumer:
         if fenced is not None:
             raise FencedError(fenced.own_epoch, fenced.current_epoch)
 
+    def _buffered(self) -> list[ManifestEntry]:
+        """The entries after the last one handed out: those already read, or (when none are left)
+        those of a fresh, epoch-checked manifest read."""
+        if self._buffer_start >= len(self._buffer):
+            manifest = self._queue.read()
+            self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+            after = self._last_handed_out
+            self._buffer = [e for e in manifest.entries if after is None or e.sequence > after]
+            self._buffer_start = 0
+        return self._buffer
+
     def _scan(self, max_count: int) -> _Scan:
-        """Reads the entries after the last one handed out, through the ``max_count``-th
-        deliverable one, applying the reader rule. Changes no state (see :meth:`_commit`)."""
-        manifest = self._queue.read()
-        self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+        """The entries after the last one handed out, through the ``max_count``-th deliverable
+        one, applying the reader rule; from those already read if any are left, else from a
+        manifest read. Moves no cursor (see :meth:`_commit`)."""
+        entries = self._buffered()
         after = self._last_handed_out
         descriptors: list[BatchDescriptor] = []
         skipped: list[int] = []
         state, last = self._delivered, after
-        for e in manifest.entries:
+        for i in range(self._buffer_start, len(entries)):
+            e = entries[i]
             if len(descriptors) >= max_count:
                 break
             if after is not None and e.sequence <= after:
@@ -280,6 +319,10 @@ class Consumer:
     def _commit(self, scan: _Scan) -> None:
         """Moves the read cursor past everything ``scan`` read (skipped copies included)."""
         self._last_handed_out = scan.last
+        while self._buffer_start < len(self._buffer) and (
+            scan.last is not None and self._buffer[self._buffer_start].sequence <= scan.last
+        ):
+            self._buffer_start += 1
         self._delivered = scan.delivered
         self._skipped.extend(scan.skipped)
         self._metrics.counter(m.DUPLICATE_COPIES_SKIPPED).inc(len(scan.skipped))
@@ -374,8 +417,9 @@ class Consumer:
     # -- read-ahead path ------------------------------------------------------------------------
 
     def next_descriptors(self, max_count: int) -> list[BatchDescriptor]:
-        """Hands out up to ``max_count`` entries after the last one handed out (one manifest
-        read, no fetch). The cursor moves at handout: a descriptor is never handed out twice.
+        """Hands out up to ``max_count`` entries after the last one handed out, no fetch: those
+        already read while any are left (possibly fewer than ``max_count``), else from one manifest
+        read. The cursor moves at handout: a descriptor is never handed out twice.
 
         Raises:
             FencedError: Another consumer initialized the queue.
@@ -427,6 +471,9 @@ class Consumer:
                 raise IllegalQueueStateError(
                     f"non-monotonic ack_through({sequence}): the frontier is already at {self._next_ack - 1}"
                 )
+            if self._last_handed_out is None or sequence > self._last_handed_out:
+                # As on the JVM (docs/format.md §5): acking what was never handed out would dequeue it unread.
+                raise IllegalQueueStateError(f"cannot ack_through({sequence}): it was not handed out yet")
             self._queue.dequeue_through(sequence)
             acked = sequence - self._next_ack + 1
             self._last_acked = sequence

@@ -47,6 +47,9 @@ __all__ = [
     "dequeue_through",
     "with_epoch",
     "next_epoch",
+    "incarnation_of",
+    "new_incarnation_epoch",
+    "INCARNATION_SUFFIX",
     "iter_entry_locations",
     "empty_manifest",
     "encode_batch",
@@ -67,6 +70,8 @@ MANIFEST_FOOTER_LEN = 22
 BATCH_FOOTER_LEN = 7
 MAX_SEQUENCE = (1 << 63) - 1
 """Sequences (and ``next_sequence``) above this are rejected as corrupt, as on the JVM."""
+MAX_START_INDEX = (1 << 31) - 1
+"""``start_index`` above this is rejected (both languages): a batch's block is < 2 GiB, so it holds fewer records."""
 MAX_DECOMPRESSED_BLOCK = (1 << 31) - 1
 """A zstd record block that decompresses past 2 GiB − 1 is rejected."""
 
@@ -353,6 +358,8 @@ def decode_manifest(data: bytes, key: str) -> Manifest:
                 raise CorruptManifestError(
                     key, f"entry {i}: metadata item {j} payload ({payload_len} bytes) runs past the entry's end"
                 )
+            if start_index > MAX_START_INDEX:  # as on the JVM (docs/format.md §2)
+                raise CorruptManifestError(key, f"entry {i}: metadata item {j} start_index is out of range")
             metadata.append(MetadataItem(start_index, ingestion_time_ms, bytes(mv[p : p + payload_len])))
             p += payload_len
         extension = bytes(mv[p:entry_end])
@@ -398,8 +405,10 @@ def encode_entry(
         raise InvalidConfigError("metadata", len(metadata), "at most 2^32 - 1 metadata items per entry")
     parts = [b"", struct.pack("<QH", sequence, len(loc)), loc, _U32.pack(len(metadata))]
     for m in metadata:
-        if not 0 <= m.start_index <= _U32_MAX:
-            raise InvalidConfigError("start_index", m.start_index, "start_index is a u32")
+        if not 0 <= m.start_index <= MAX_START_INDEX:
+            raise InvalidConfigError(
+                "start_index", m.start_index, "must be below 2^31: no batch holds that many records (docs/format.md §2)"
+            )
         if not _I64_MIN <= m.ingestion_time_ms <= _I64_MAX:
             raise InvalidConfigError("ingestion_time_ms", m.ingestion_time_ms, "ingestion_time_ms is an i64")
         if len(m.payload) > _U32_MAX:
@@ -441,6 +450,7 @@ def append_entries(
     raw: bytes | None,
     new_entries: Sequence[tuple[str, Sequence[MetadataItem]]],
     key: str = "manifest",
+    new_epoch: int = 0,
 ) -> tuple[bytes, int]:
     """Appends entries to a manifest without decoding its existing entries.
 
@@ -451,11 +461,13 @@ def append_entries(
         raw: The current manifest bytes, or None when the object is missing (empty manifest).
         new_entries: ``(location, metadata)`` pairs, in order.
         key: The manifest's key, for error messages.
+        new_epoch: The epoch of a manifest this append creates (``raw`` None): writers pass
+            :func:`new_incarnation_epoch`.
 
     Returns:
         The new manifest bytes and the sequence of the first new entry.
     """
-    footer = ManifestFooter(0, 0, 0) if raw is None else read_manifest_footer(raw, key)
+    footer = ManifestFooter(0, 0, new_epoch) if raw is None else read_manifest_footer(raw, key)
     first = footer.next_sequence
     k = len(new_entries)
     if footer.entry_count + k > _U32_MAX:
@@ -539,6 +551,25 @@ def with_epoch(raw: bytes | None, epoch: int, key: str = "manifest") -> bytes:
         return empty_manifest(epoch)
     footer = read_manifest_footer(raw, key)
     return raw[: len(raw) - MANIFEST_FOOTER_LEN] + _footer_bytes(footer.entry_count, footer.next_sequence, epoch)
+
+
+INCARNATION_SUFFIX = ".incarnation"
+"""``<manifest>.incarnation``: the incarnation the last consumer initialized (docs/format.md §5.2)."""
+
+
+def incarnation_of(epoch: int) -> int:
+    """The manifest incarnation an epoch belongs to: its high 32 bits (docs/format.md §5.2).
+
+    0 for a manifest created by the reference implementation or an osqueue before incarnations.
+    """
+    return epoch >> 32
+
+
+def new_incarnation_epoch() -> int:
+    """The epoch of a manifest being created: a fresh random incarnation in [1, 2^31) in the high
+    32 bits, 0 in the low ones (kept below 2^63 so the JVM's signed Long holds it). Not drawn from
+    an injected ``random.Random``: two seeded test queues must not share an incarnation."""
+    return (1 + secrets.randbelow((1 << 31) - 1)) << 32
 
 
 def next_epoch(epoch: int) -> int:

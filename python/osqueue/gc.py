@@ -9,6 +9,13 @@ manifest), lists ``<data_path_prefix>/`` and deletes a key only if all of these 
    empty);
 4. ``t0 - ulid_time >= grace_period``, measured from the snapshot, not the delete.
 
+Before any of that, a cycle proves the files it may delete belong to its queue: it deletes
+nothing when the manifest is missing (a wrong path reads as an empty queue), and nothing unless
+``<data_path_prefix>/osqueue.owner`` names its manifest. The first GC of a queue writes that
+record (create-if-absent), as does every producer; a queue whose data prefix is owned by another
+manifest is refused with :class:`~osqueue.errors.InvalidConfigError` naming both
+(docs/format.md §6).
+
 Producers complete the rule by never starting a manifest write with a location older than
 ``grace_period / 2`` (they re-upload it under a fresh name), so a file GC may delete can never
 be enqueued. Failed deletes are counted and retried next cycle.
@@ -22,9 +29,17 @@ import time
 from dataclasses import dataclass
 
 from osqueue import metrics as m
-from osqueue.errors import InvalidConfigError, OsqueueError
+from osqueue.errors import IllegalQueueStateError, InvalidConfigError, OsqueueError
 from osqueue.format import parse_batch_ulid_ms
-from osqueue.queue import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, Clock, ManifestStore, SystemClock
+from osqueue.queue import (
+    DEFAULT_DATA_PATH_PREFIX,
+    DEFAULT_MANIFEST_PATH,
+    DEFAULT_GC_GRACE_PERIOD_MS,
+    Clock,
+    ManifestStore,
+    SystemClock,
+    claim_data_prefix,
+)
 from osqueue.store import ObjectStore, validate_key
 
 __all__ = ["GarbageCollector", "GcResult"]
@@ -45,6 +60,7 @@ class GcResult:
         kept_not_batch: Listed keys that are not ``<ULID>.batch`` directly under the prefix.
         snapshot_time_ms: ``t0``, when the manifest snapshot was taken.
         dry_run: Nothing was deleted.
+        grace_period_ms: The grace period the cycle used: the queue's, or the collector's if longer.
     """
 
     deleted: tuple[str, ...]
@@ -55,6 +71,7 @@ class GcResult:
     kept_not_batch: int
     snapshot_time_ms: int
     dry_run: bool = False
+    grace_period_ms: int = 0
 
 
 class GarbageCollector:
@@ -64,7 +81,8 @@ class GarbageCollector:
         store: The object store.
         manifest_path: The manifest's key.
         data_path_prefix: Where batches live.
-        grace_period: Minimum age in seconds (at snapshot time) before a file may be deleted.
+        grace_period: Minimum age in seconds (at snapshot time) before a file may be deleted; the
+            queue's recorded grace period applies when it is longer (docs/format.md §6).
         clock: Time seam.
         metrics: Metrics registry.
     """
@@ -99,7 +117,14 @@ class GarbageCollector:
         """
         started = time.monotonic()
         t0 = self._clock.now_ms()
-        manifest, _ = self._manifest.read()
+        raw, _ = self._manifest.read_raw()
+        if raw is None:  # a wrong path reads as an empty queue: everything would look unreferenced
+            raise IllegalQueueStateError(
+                f"GC found no manifest at '{self._manifest.key}': it deletes nothing without its queue's manifest "
+                "(is the manifest path right?)"
+            )
+        manifest = self._manifest.decode(raw)
+        grace_ms = self.check_owner()
         referenced = {e.location for e in manifest.entries}
         referenced_times = [t for t in (parse_batch_ulid_ms(loc) for loc in referenced) if t is not None]
         oldest = min(referenced_times) if referenced_times else None
@@ -112,10 +137,11 @@ class GarbageCollector:
                 kept_other += 1
             elif info.key in referenced:
                 kept_referenced += 1
+
             elif manifest.entries and (oldest is None or created >= oldest):
                 # With entries but no ULID-named one there is no "oldest": keep everything.
                 kept_newer += 1
-            elif t0 - created < self._grace_ms:
+            elif t0 - created < grace_ms:
                 kept_grace += 1
             else:
                 candidates.append(info.key)
@@ -136,8 +162,23 @@ class GarbageCollector:
             self._metrics.counter(m.GC_FILES_FAILED).inc(len(failed))
         self._metrics.histogram(m.GC_DURATION).observe(time.monotonic() - started)
         return GcResult(
-            tuple(deleted), tuple(failed), kept_referenced, kept_newer, kept_grace, kept_other, t0, dry_run
+            tuple(deleted), tuple(failed), kept_referenced, kept_newer, kept_grace, kept_other, t0, dry_run, grace_ms
         )
+
+    def check_owner(self) -> int:
+        """Proves the data prefix belongs to this queue (see :func:`osqueue.queue.claim_data_prefix`).
+
+        Returns:
+            The grace period this cycle uses (ms): the queue's, or this collector's if longer. A
+            collector creating the record gives the queue its own grace period, but never less
+            than the default (a GC started with a tiny one must not shorten what producers are told).
+        """
+        owner = claim_data_prefix(
+            self._store, self._manifest.key, self._prefix, self._clock,
+            create_with_grace_ms=max(self._grace_ms, DEFAULT_GC_GRACE_PERIOD_MS),
+        )
+        assert owner is not None
+        return max(self._grace_ms, owner.gc_grace_period_ms)
 
     def start(self, interval: float) -> None:
         """Runs a cycle every ``interval`` seconds in a daemon thread ``osqueue-gc``."""

@@ -34,6 +34,7 @@ from osqueue.queue import (
     QueueProducer,
     RetryPolicy,
     SystemClock,
+    claim_data_prefix,
 )
 from osqueue.store import ObjectStore, open_store, validate_key
 
@@ -245,6 +246,13 @@ class Producer:
         self._rng = rng
         self._metrics = metrics or m.REGISTRY
         try:
+            # Claimed before the first upload, so GC can prove this producer's files are its queue's (§6).
+            owner = claim_data_prefix(
+                self._store, manifest_path, data_path_prefix, self._clock, create_with_grace_ms=self._grace_ms
+            )
+            assert owner is not None
+            # The queue's grace period is the one GC uses: a longer option of ours must not count (§6).
+            self._grace_ms = min(self._grace_ms, owner.gc_grace_period_ms)
             self._queue = QueueProducer(
                 self._store, manifest_path, clock=self._clock, rng=rng, retry=retry, metrics=self._metrics
             )

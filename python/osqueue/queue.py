@@ -13,6 +13,7 @@ Time and randomness come from an injectable :class:`Clock` and ``random.Random``
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -33,6 +34,7 @@ from osqueue.errors import (
     StoreError,
 )
 from osqueue.format import (
+    INCARNATION_SUFFIX,
     RECEIPTS_SUFFIX,
     DequeueReceipts,
     Manifest,
@@ -41,7 +43,9 @@ from osqueue.format import (
     decode_manifest,
     dequeue_through,
     encode_entry,
+    incarnation_of,
     iter_entry_locations,
+    new_incarnation_epoch,
     next_epoch,
     parse_batch_ulid_ms,
     read_manifest_footer,
@@ -194,6 +198,114 @@ class ManifestStore:
     def write_receipts(self, receipts: DequeueReceipts) -> None:
         self.store.put(self.receipts_key, receipts.encode())
 
+    @property
+    def incarnation_key(self) -> str:
+        """``<manifest>.incarnation``: the incarnation the last consumer initialized (§5.2)."""
+        return self.key + INCARNATION_SUFFIX
+
+    def read_recorded_incarnation(self) -> int | None:
+        """The recorded incarnation; None when absent or not a decimal number."""
+        obj = self.store.get(self.incarnation_key)
+        if obj is None:
+            return None
+        text = obj.data.decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+
+    def record_incarnation(self, incarnation: int) -> None:
+        self.store.put(self.incarnation_key, str(incarnation).encode("ascii"))
+
+
+OWNER_NAME = "osqueue.owner"
+"""``<data_path_prefix>/osqueue.owner``: which manifest owns the batch files under the prefix."""
+
+DEFAULT_GC_GRACE_PERIOD_MS = 600_000
+"""The default GC grace period; GC never records a shorter one for its queue (docs/format.md §6)."""
+
+
+@dataclass(frozen=True)
+class QueueOwner:
+    """``<data_path_prefix>/osqueue.owner`` (docs/format.md §6).
+
+    Attributes:
+        manifest: The manifest whose queue owns the data prefix.
+        claimed_at_ms: When it was claimed (informational).
+        gc_grace_period_ms: The queue's one GC grace period: producers re-upload a batch older than
+            half of it (or of their own, if shorter) and GC never uses a shorter one.
+    """
+
+    manifest: str
+    claimed_at_ms: int
+    gc_grace_period_ms: int
+
+
+def claim_data_prefix(
+    store: ObjectStore,
+    manifest_key: str,
+    data_prefix: str,
+    clock: Clock | None = None,
+    *,
+    create_with_grace_ms: int | None = None,
+) -> QueueOwner | None:
+    """Proves ``data_prefix`` holds this queue's batches and reads the queue's grace period.
+
+    ``<data_prefix>/osqueue.owner`` (JSON ``{"version":1,"manifest":…,"claimedAtMs":…,
+    "gcGracePeriodMs":…}``) names the one manifest whose producers may write there and whose GC may
+    delete there, and the grace period every producer and GC of the queue uses. The first
+    producer or GC of the queue creates it (create-if-absent).
+
+    Args:
+        create_with_grace_ms: Create the record with this grace period when there is none (None:
+            only check an existing one).
+
+    Returns:
+        The record (None when there is none and ``create_with_grace_ms`` is None).
+
+    Raises:
+        InvalidConfigError: Another manifest owns the prefix (two queues sharing a data prefix),
+            or the record is not readable.
+        StoreError: The store failed.
+    """
+    prefix = data_prefix.rstrip("/")
+    key = validate_key(f"{prefix}/{OWNER_NAME}")
+    for _ in range(2):  # a lost create race is settled by reading the winner's record
+        obj = store.get(key)
+        if obj is None:
+            if create_with_grace_ms is None:
+                return None
+            created = QueueOwner(manifest_key, (clock or SystemClock()).now_ms(), create_with_grace_ms)
+            record = {
+                "version": 1,
+                "manifest": created.manifest,
+                "claimedAtMs": created.claimed_at_ms,
+                "gcGracePeriodMs": created.gc_grace_period_ms,
+            }
+            if isinstance(store.put_if_absent(key, json.dumps(record, separators=(",", ":")).encode()), Written):
+                return created
+            continue
+        try:
+            found = json.loads(obj.data.decode("utf-8"))
+            owner = QueueOwner(found["manifest"], found["claimedAtMs"], found["gcGracePeriodMs"])
+            if not isinstance(owner.manifest, str) or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 0
+                for v in (owner.claimed_at_ms, owner.gc_grace_period_ms)
+            ):
+                raise ValueError
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise InvalidConfigError(
+                "data_path_prefix", prefix, f"its owner record '{key}' is not osqueue's (expected JSON with "
+                "manifest, claimedAtMs and gcGracePeriodMs); GC will not delete there and producers will not write there"
+            ) from None
+        if owner.manifest == manifest_key:
+            return owner
+        raise InvalidConfigError(
+            "data_path_prefix",
+            prefix,
+            f"holds the batches of the queue whose manifest is '{owner.manifest}' (per '{key}'), not of "
+            f"'{manifest_key}': two queues sharing a data prefix would delete each other's batches in GC; give each "
+            "queue its own",
+        )
+    raise IllegalQueueStateError(f"could not create or read '{key}'")
+
 
 # ---------------------------------------------------------------------------------------------
 # Producer side: group commit
@@ -242,6 +354,8 @@ class _GroupCommitter:
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._thread: threading.Thread | None = None
+        # Data prefixes proven to be this queue's, with the queue's grace period (None: no record yet).
+        self._claimed: dict[str, int | None] = {}
 
     def submit(self, pending: _Pending) -> None:
         with self._cond:
@@ -272,20 +386,28 @@ class _GroupCommitter:
 
     # -- one group ------------------------------------------------------------------------
 
+    def _max_age_ms(self, p: _Pending) -> int | None:
+        """Half the queue's grace period if it is shorter than the one the caller was given (§6)."""
+        grace = self._claimed.get(p.location.rpartition("/")[0])
+        if grace is None:
+            return p.max_age_ms
+        return grace // 2 if p.max_age_ms is None else min(p.max_age_ms, grace // 2)
+
     def _refresh_stale(self, group: Sequence[_Pending]) -> None:
         for p in group:
-            if p.max_age_ms is None or p.reupload is None:
+            max_age_ms = self._max_age_ms(p)
+            if max_age_ms is None or p.reupload is None:
                 continue
             # The fresh copy is named before its upload, so a slow re-upload is stale too: check again.
             reuploads = 0
             while True:
                 created = parse_batch_ulid_ms(p.location)
-                if created is None or self.clock.now_ms() - created < p.max_age_ms:
+                if created is None or self.clock.now_ms() - created < max_age_ms:
                     break
                 if reuploads == MAX_REUPLOADS:
                     raise StoreError(
                         f"batch '{p.location}': {reuploads + 1} uploads in a row took longer than half the GC "
-                        f"grace period ({p.max_age_ms} ms), so GC could delete it before it is enqueued; "
+                        f"grace period ({max_age_ms} ms), so GC could delete it before it is enqueued; "
                         "increase gc_grace_period or make uploads faster"
                     )
                 p.location = p.reupload()
@@ -368,7 +490,17 @@ class _GroupCommitter:
         except Exception:
             return None
 
+    def _claim_prefixes(self, group: Sequence[_Pending]) -> None:
+        """Refuses to enqueue into a data prefix another queue owns (docs/format.md §6)."""
+        for p in group:
+            prefix = p.location.rpartition("/")[0]
+            if prefix and prefix not in self._claimed:
+                # Only checked here: producers and GC create the record (no extra conditional write per queue).
+                owner = claim_data_prefix(self.manifest.store, self.manifest.key, prefix, self.clock)
+                self._claimed[prefix] = None if owner is None else owner.gc_grace_period_ms
+
     def _commit(self, group: list[_Pending]) -> list[EnqueueResult]:
+        self._claim_prefixes(group)
         budget = _Budget(self.policy, self.clock, self.rng)
         key = self.manifest.key
         tried: list[tuple[str, ...]] = []
@@ -413,9 +545,23 @@ class _GroupCommitter:
                         ) from last_error
                     if verdict == "lost":
                         unknown_base = None
-            self._refresh_stale(group)
+            try:
+                self._refresh_stale(group)
+            except Exception as e:
+                if unknown_base is None:
+                    raise
+                # An earlier write is undecided: "not written" would invite a duplicate retry (§5).
+                landed = self._last_look(tried, min_base)
+                if landed is not None:
+                    return landed
+                raise AmbiguousCommitError(
+                    f"a write to manifest '{key}' at sequence {unknown_base} had an unknown outcome and may still "
+                    f"land, and preparing its retry failed: {e}"
+                ) from e
             locations = tuple(p.location for p in group)
-            new_raw, base = append_entries(raw, [(p.location, p.metadata) for p in group], key)
+            new_raw, base = append_entries(
+                raw, [(p.location, p.metadata) for p in group], key, new_incarnation_epoch() if raw is None else 0
+            )
             tried.append(locations)
             min_base = base if min_base is None else min(min_base, base)
             try:
@@ -647,7 +793,7 @@ class QueueConsumer:
         if error.outcome_known or not budget.retry():
             raise error
 
-    def initialize(self, last_acked: int | None = None) -> Manifest:
+    def initialize(self, last_acked: int | None = None, incarnation: int | None = None) -> Manifest:
         """Bumps the epoch (fencing every older consumer) and applies the resume point.
 
         With ``first`` the first entry's sequence (or ``next_sequence`` when empty):
@@ -655,17 +801,28 @@ class QueueConsumer:
         :class:`ResumePointError`; otherwise entries ``<= last_acked`` are dequeued in the same
         write as the epoch bump.
 
+        A resume point belongs to one incarnation of the manifest (docs/format.md §5.2): with
+        ``incarnation`` given it must be the manifest's; without it, the one recorded in
+        ``<manifest>.incarnation`` by the last consumer must be (no record: not checked).
+        Either mismatch means the queue was reset since: :class:`ResumePointError`.
+
         Returns:
             The manifest as written.
         """
         if last_acked is not None and last_acked < 0:
             raise InvalidConfigError("last_acked_sequence", last_acked, "sequences are >= 0")
+        if incarnation is not None and last_acked is None:
+            raise InvalidConfigError("incarnation", incarnation, "is only meaningful with a resume point")
         budget = _Budget(self._policy, self._clock, self._rng)
         key = self.manifest.key
+        recorded = self.manifest.read_recorded_incarnation()
         while True:
             raw, version = self.manifest.read_raw()
             current = self.manifest.decode(raw)
+            # A missing manifest is created as a new incarnation (§5.2).
+            base_epoch = new_incarnation_epoch() if raw is None else current.epoch
             if last_acked is not None:
+                self._check_incarnation(last_acked, incarnation, recorded, incarnation_of(base_epoch), raw is None)
                 first = current.first_sequence
                 if last_acked >= current.next_sequence:
                     raise ResumePointError(
@@ -678,7 +835,7 @@ class QueueConsumer:
                         f"{last_acked + 1}..{first - 1} were removed without being acknowledged by this "
                         "resume point (data loss)"
                     )
-            new_epoch = next_epoch(current.epoch)
+            new_epoch = next_epoch(base_epoch)
             new_raw = raw
             if raw is not None and last_acked is not None:
                 new_raw, removed = dequeue_through(raw, last_acked, key)
@@ -695,8 +852,36 @@ class QueueConsumer:
                 self._metrics.counter(m.MANIFEST_WRITES, role="consumer").inc()
                 self._epoch = new_epoch
                 self._fenced = None
+                if recorded != incarnation_of(new_epoch):
+                    try:
+                        self.manifest.record_incarnation(incarnation_of(new_epoch))
+                    except StoreError as e:  # only weakens the check of resume points given without one
+                        _log.warning("could not record the incarnation of '%s': %s", key, e)
                 return decode_manifest(new_raw, key)
             self._conflict(budget)
+
+    def _check_incarnation(
+        self, last_acked: int, given: int | None, recorded: int | None, current: int, missing: bool
+    ) -> None:
+        key = self.manifest.key
+        if given is not None and given != current:
+            raise ResumePointError(
+                f"resume point {last_acked} belongs to incarnation {given} of '{key}', but the manifest is "
+                f"incarnation {current}{' (missing, so it would be created anew)' if missing else ''}: the queue "
+                "was reset or recreated since, and its entries are not the ones this resume point acknowledged"
+            )
+        if given is None and recorded is not None and recorded != current:
+            raise ResumePointError(
+                f"resume point {last_acked} was given without an incarnation, and '{key}' was reset or recreated "
+                f"since the last consumer ran (recorded incarnation {recorded}, manifest incarnation {current}"
+                f"{', missing' if missing else ''}); pass the incarnation the resume point belongs to, or start "
+                "without a resume point to read the new queue from its first entry"
+            )
+
+    @property
+    def incarnation(self) -> int | None:
+        """The incarnation of the manifest this consumer owns (None before :meth:`initialize`)."""
+        return None if self._epoch is None else incarnation_of(self._epoch)
 
     def _record_receipts(self, raw: bytes, through: int) -> None:
         """Before a dequeue: which location held each sequence it removes (docs/format.md §5.1),

@@ -325,10 +325,11 @@ class LocalFileSystemStore:
         if any(s.startswith(".") for s in segments):
             raise InvalidObjectKeyError(key, "names starting with '.' are reserved for the local store's internal files")
         path = os.path.join(self._root, *segments)
-        # A symlinked directory inside the root must not lead the key outside it.
+        # No symlink (a directory on the way, or the file itself) may lead the key outside the root; a
+        # dangling link counts as missing, as on the JVM (docs/format.md §1).
         real_root = os.path.realpath(self._root)
-        parent = os.path.realpath(os.path.dirname(path))
-        if parent != real_root and not parent.startswith(real_root + os.sep):
+        target = os.path.realpath(path if os.path.exists(path) else os.path.dirname(path))
+        if target != real_root and not target.startswith(real_root + os.sep):
             raise InvalidObjectKeyError(key, "resolves outside the store root (through a symlink)")
         return path
 

@@ -114,7 +114,7 @@ def queue(tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[DurableWrite]]:
 # -- inspect --------------------------------------------------------------------------------------
 
 
-def _expected_json(results: list[DurableWrite]) -> dict[str, Any]:
+def _expected_json(results: list[DurableWrite], epoch: int) -> dict[str, Any]:
     loc = [results[0].location, results[2].location, results[3].location]
 
     def item(start: int, t: int, payload: bytes) -> dict[str, Any]:
@@ -122,7 +122,7 @@ def _expected_json(results: list[DurableWrite]) -> dict[str, Any]:
 
     return {
         "version": 1,
-        "epoch": 0,
+        "epoch": epoch,  # the producer created the manifest: a fresh incarnation, no consumer yet
         "next_sequence": 3,
         "entries": [
             {"sequence": 0, "location": loc[0], "metadata": [item(0, T0_MS, b"m0"), item(2, T0_MS, b"m1")],
@@ -138,7 +138,7 @@ def test_inspect_json_dumps_the_manifest_exactly(queue: tuple[pathlib.Path, list
     assert results[0].location == results[1].location  # a, b and c share the first batch
     result = run("inspect", str(root), "--json")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout) == _expected_json(results)
+    assert json.loads(result.stdout) == _expected_json(results, decode_manifest(manifest_bytes(root), MANIFEST).epoch)
     assert result.stderr == ""
 
 
@@ -164,7 +164,7 @@ def test_inspect_json_in_a_subprocess(queue: tuple[pathlib.Path, list[DurableWri
     root, results = queue
     proc = run_process("inspect", f"file:{root}", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == _expected_json(results)
+    assert json.loads(proc.stdout) == _expected_json(results, decode_manifest(manifest_bytes(root), MANIFEST).epoch)
 
 
 def test_inspect_table(queue: tuple[pathlib.Path, list[DurableWrite]]) -> None:
@@ -183,7 +183,7 @@ def test_inspect_table(queue: tuple[pathlib.Path, list[DurableWrite]]) -> None:
     assert rows["entries"] == "3"
     assert rows["sequences"] == "0..2"
     assert rows["next sequence"] == "3"
-    assert rows["epoch"] == "0"
+    assert rows["epoch"] == str(decode_manifest(manifest_bytes(root), MANIFEST).epoch)
     assert rows["queued bytes"].startswith(f"{queued} (")
     assert rows["oldest entry"].startswith("2026-01-01T00:00:00.000Z (age ")
     assert rows["newest entry"].startswith("2026-01-01T00:00:02.000Z (age ")
@@ -311,12 +311,12 @@ def test_tail_ack_dequeues_what_it_printed(queue: tuple[pathlib.Path, list[Durab
     assert "dequeued through sequence 1" in first.stderr
     manifest = decode_manifest(manifest_bytes(root), MANIFEST)
     assert [e.sequence for e in manifest.entries] == [2]
-    assert manifest.epoch == 1  # tail --ack took the queue over as its consumer
+    assert manifest.epoch & 0xFFFFFFFF == 1  # tail --ack took the queue over as its consumer
     proc = run_process("tail", str(root), "--ack")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"e\nf\n"
     manifest = decode_manifest(manifest_bytes(root), MANIFEST)
-    assert manifest.entries == [] and manifest.next_sequence == 3 and manifest.epoch == 2
+    assert manifest.entries == [] and manifest.next_sequence == 3 and manifest.epoch & 0xFFFFFFFF == 2
     assert run("tail", str(root)).stdout == ""
 
 
@@ -398,7 +398,7 @@ def test_gc_dry_run_then_apply(queue: tuple[pathlib.Path, list[DurableWrite]]) -
     assert f"  ingest/{old}  (age " in dry.stdout
     assert (
         "kept: 3 referenced by the manifest, 1 not older than the oldest referenced batch, "
-        "0 within the grace period, 1 other files under ingest/ (not <ULID>.batch) besides the manifest"
+        "0 within the grace period, 2 other files under ingest/ (not <ULID>.batch) besides the manifest"
     ) in dry.stdout
     assert "dry run: nothing was deleted" in dry.stdout
     assert (data / old).exists()
@@ -581,3 +581,15 @@ def test_s3_missing_bucket_and_unreachable_endpoint(s3_endpoint: dict[str, str])
     proc = run_process("inspect", "s3://bucket/q", *unreachable)
     assert proc.returncode == 2
     one_error_line(proc.stderr.decode(), "127.0.0.1:9")
+
+
+def test_gc_apply_with_a_manifest_path_that_holds_no_manifest_deletes_nothing(
+    queue: tuple[pathlib.Path, list[DurableWrite]],
+) -> None:
+    root, _ = queue
+    batches = sorted(p.name for p in (root / "ingest").glob("*.batch"))
+    assert len(batches) == 3
+    result = run("gc", str(root), "--manifest-path", "elsewhere/manifest", "--grace-period", "0", "--apply")
+    assert result.exit_code == 2
+    assert "no manifest at 'elsewhere/manifest'" in result.stderr
+    assert sorted(p.name for p in (root / "ingest").glob("*.batch")) == batches, "GC deleted the queue's batches"

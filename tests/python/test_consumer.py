@@ -73,7 +73,7 @@ def test_empty_queue(mem_store: InMemoryStore) -> None:
     with Consumer(store=mem_store) as c:
         assert c.next_batch() is None
         assert c.next_descriptors(5) == []
-        assert c.epoch == 1
+        assert c.epoch & 0xFFFFFFFF == 1 and c.epoch >> 32 == c.incarnation
 
 
 def test_acks_must_be_in_order_and_handed_out(mem_store: InMemoryStore) -> None:
@@ -117,14 +117,15 @@ def test_ack_through_moves_the_frontier_in_one_write(mem_store: InMemoryStore) -
     store = WrappedStore(mem_store)
     metrics = MetricsRegistry()
     c = Consumer(store=store, metrics=metrics)
+    assert [d.sequence for d in c.next_descriptors(4)] == [0, 1, 2, 3]
     writes = store.conditional_calls
     c.ack_through(3)
     assert store.conditional_calls == writes + 1 and _sequences(mem_store) == [4, 5]
     assert metrics.counter("buffer.acks").value == 4
     with pytest.raises(IllegalQueueStateError, match="non-monotonic"):
         c.ack_through(3)
-    with pytest.raises(IllegalQueueStateError, match="only reached"):
-        c.ack_through(6)
+    with pytest.raises(IllegalQueueStateError, match="not handed out"):
+        c.ack_through(5)
     assert c.last_acked_sequence == 3
     b = c.next_batch()
     assert b is not None and b.sequence == 4  # acked entries are not handed out again
@@ -221,6 +222,7 @@ def test_resume_point_ahead(mem_store: InMemoryStore, last_acked: int, match: st
 def test_resume_point_behind(mem_store: InMemoryStore) -> None:
     _fill(mem_store, 5)
     with Consumer(store=mem_store) as c:
+        c.next_descriptors(4)
         c.ack_through(3)
     with pytest.raises(ResumePointError, match="removed"):
         Consumer(store=mem_store, last_acked_sequence=1)
@@ -239,7 +241,7 @@ def test_old_consumer_is_fenced_on_every_operation_and_writes_nothing(mem_store:
     before = mem_store.get(KEY).data
     with pytest.raises(FencedError) as info:
         old.ack(ACK_DEQUEUE_INTERVAL - 1)  # the 100th ack's dequeue finds the fence
-    assert (info.value.own_epoch, info.value.current_epoch) == (1, 2)
+    assert (info.value.own_epoch, info.value.current_epoch) == (old.epoch, old.epoch + 1)
     for op in (old.next_batch, lambda: old.ack(ACK_DEQUEUE_INTERVAL), lambda: old.ack_through(50), old.flush, lambda: old.next_descriptors(1)):
         with pytest.raises(FencedError):
             op()
@@ -251,11 +253,14 @@ def test_old_consumer_is_fenced_on_every_operation_and_writes_nothing(mem_store:
     new.close()
 
 
-def test_fenced_serial_consumer_learns_on_next_batch(mem_store: InMemoryStore) -> None:
+def test_fenced_serial_consumer_learns_at_its_next_manifest_read(mem_store: InMemoryStore) -> None:
     _fill(mem_store, 3)
     old = Consumer(store=mem_store)
     assert old.next_batch().sequence == 0  # type: ignore[union-attr]
     Consumer(store=mem_store).close()
+    # Entries it already read are handed out without a manifest read (docs/format.md §5); reading is
+    # harmless, and the next manifest read (its buffer is empty now) finds the fence.
+    assert [old.next_batch().sequence for _ in range(2)] == [1, 2]  # type: ignore[union-attr]
     with pytest.raises(FencedError):
         old.next_batch()
     with pytest.raises(FencedError):
@@ -387,3 +392,105 @@ def test_a_copy_at_the_tail_is_acked_with_the_entry_before_it(mem_store: InMemor
         c.ack(2)
         assert c.last_acked_sequence == 3
     assert _sequences(mem_store) == []
+
+
+# -- resets (docs/format.md §5.2) --------------------------------------------------------------
+
+
+def _produce(path: str, values: list[str]) -> None:
+    from osqueue.producer import Producer
+
+    with Producer(path) as p:
+        for v in values:
+            p.produce([v.encode()]).result(30)
+
+
+def _drain(path: str) -> tuple[int, int]:
+    """Consumes and acks everything; returns (last acked sequence, incarnation)."""
+    with Consumer(path) as c:
+        last = None
+        for b in c:
+            c.ack(b.sequence)
+            last = b.sequence
+        assert last is not None
+        return last, c.incarnation
+
+
+def _reset(path: str) -> None:
+    """An operator reset: the manifest (and its receipts) deleted, the other sidecars kept."""
+    import pathlib
+
+    for name in ("manifest", "manifest.dequeued"):
+        (pathlib.Path(path) / "ingest" / name).unlink(missing_ok=True)
+
+
+def test_a_reset_queue_longer_than_the_resume_point_is_refused(tmp_path: Any) -> None:
+    path = str(tmp_path)
+    _produce(path, [f"old-{i}" for i in range(5)])
+    last, _ = _drain(path)
+    assert last == 4
+    _reset(path)
+    _produce(path, [f"new-{i}" for i in range(8)])  # the new queue reaches past the old resume point
+    with pytest.raises(ResumePointError, match="reset or recreated"):
+        Consumer(path, last_acked_sequence=4)
+    # Nothing was dequeued: a fresh start reads the new queue from its first entry.
+    with Consumer(path) as c:
+        assert [b.entries[0].decode() for b in c] == [f"new-{i}" for i in range(8)]
+
+
+def test_a_resume_point_with_its_incarnation_detects_a_reset_whoever_ran_since(tmp_path: Any) -> None:
+    path = str(tmp_path)
+    _produce(path, [f"old-{i}" for i in range(5)])
+    last, old_incarnation = _drain(path)
+    _reset(path)
+    _produce(path, [f"new-{i}" for i in range(8)])
+    with Consumer(path) as c:  # another consumer took the new queue over (and recorded it)
+        assert c.incarnation != old_incarnation
+        assert c.next_batch() is not None
+    with pytest.raises(ResumePointError, match=f"incarnation {old_incarnation}"):
+        Consumer(path, last_acked_sequence=last, incarnation=old_incarnation)
+
+
+def test_a_resume_point_of_the_same_incarnation_resumes(tmp_path: Any) -> None:
+    path = str(tmp_path)
+    _produce(path, [f"a-{i}" for i in range(3)])
+    with Consumer(path) as c:
+        b = c.next_batch()
+        assert b is not None
+        c.ack(b.sequence)
+        incarnation = c.incarnation
+    assert incarnation > 0
+    with Consumer(path, last_acked_sequence=0, incarnation=incarnation) as c:
+        assert [b.entries[0].decode() for b in c] == ["a-1", "a-2"]
+        assert c.incarnation == incarnation
+        assert c.epoch & 0xFFFFFFFF == 2, "the low 32 bits count the takeovers"
+    with Consumer(path, last_acked_sequence=0) as c:  # without it: checked against the record
+        assert c.next_batch() is not None
+
+
+def test_ack_through_past_what_was_handed_out_is_refused(mem_store: InMemoryStore) -> None:
+    """docs/format.md §5, as on the JVM: it would dequeue entries nobody read."""
+    _fill(mem_store, 5)
+    with Consumer(store=mem_store) as c:
+        with pytest.raises(IllegalQueueStateError, match="not handed out"):
+            c.ack_through(0)
+        c.next_descriptors(2)
+        with pytest.raises(IllegalQueueStateError, match="not handed out"):
+            c.ack_through(2)
+        c.ack_through(1)
+    assert _sequences(mem_store) == [2, 3, 4]
+
+
+def test_draining_a_backlog_reads_the_manifest_once_per_backlog_not_per_batch(mem_store: InMemoryStore) -> None:
+    _fill(mem_store, 50)
+    store = WrappedStore(mem_store)
+    with Consumer(store=store) as c:
+        reads = store.get_calls
+        got = [b.sequence for b in c]  # 50 next_batch() calls, then one that finds nothing new
+        manifest_reads = store.get_calls - reads - 50  # minus the 50 batch fetches
+        assert got == list(range(50))
+        assert manifest_reads == 2, f"{manifest_reads} manifest reads for one backlog"
+        for s in got:
+            c.ack(s)
+        reads = store.get_calls
+        assert c.next_descriptors(10) == [] and store.get_calls == reads + 1  # nothing buffered: one read

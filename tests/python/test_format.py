@@ -46,7 +46,7 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 
 metadata_items = st.builds(
     MetadataItem,
-    st.integers(0, 0xFFFFFFFF),
+    st.integers(0, 0x7FFFFFFF),
     st.integers(-(1 << 63), (1 << 63) - 1),
     st.binary(max_size=12),
 )
@@ -529,3 +529,15 @@ def test_concatenated_zstd_frames_decode_to_the_concatenated_blocks() -> None:
     b = encode_batch([b"yz"], Compression.NONE)[:-7]
     z = zstandard.ZstdCompressor(level=3).compress(a) + zstandard.ZstdCompressor(level=1).compress(b)
     assert decode_batch(z + struct.pack("<BIH", 1, 3, 1), "k") == [b"x", b"", b"yz"]
+
+
+def test_start_index_of_2_pow_31_or_more_is_refused_by_the_writer_and_the_reader() -> None:
+    """docs/format.md §2, as on the JVM (issue 14 item 7): Python used to write what the JVM rejects."""
+    with pytest.raises(InvalidConfigError, match="below 2\\^31"):
+        fmt.encode_entry(0, "ingest/a.batch", [MetadataItem(1 << 31, 0, b"")])
+    ok = encode_manifest(Manifest([ManifestEntry(0, "ingest/a.batch", [MetadataItem((1 << 31) - 1, 0, b"")])], 1, 0))
+    assert decode_manifest(ok, "m").entries[0].metadata[0].start_index == (1 << 31) - 1
+    at = ok.index(struct.pack("<I", (1 << 31) - 1))
+    bad = ok[:at] + struct.pack("<I", 1 << 31) + ok[at + 4 :]
+    with pytest.raises(CorruptManifestError, match="start_index is out of range"):
+        decode_manifest(bad, "m")

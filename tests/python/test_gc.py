@@ -8,6 +8,8 @@ from typing import Any
 
 from helpers import ManualClock, WrappedStore
 
+import pytest
+
 from osqueue.consumer import Consumer
 from osqueue.errors import StoreError
 from osqueue.format import Manifest, ManifestEntry, encode_batch, encode_manifest, encode_ulid
@@ -63,7 +65,7 @@ def test_gc_rules(mem_store: InMemoryStore, clock: ManualClock) -> None:
     assert set(result.deleted) == set(dry.deleted) == {orphan, orphan2, was_referenced}
     assert result.kept_referenced == 2
     assert result.kept_newer_than_oldest == 2  # young_orphan and newer_than_oldest
-    assert result.kept_not_batch == len(others) + 1  # + the manifest itself
+    assert result.kept_not_batch == len(others) + 2  # + the manifest itself and the owner record
     assert result.failed == ()
     for k in [oldest_ref, referenced_new, young_orphan, newer_than_oldest, *others, outside, KEY]:
         assert mem_store.get(k) is not None, k
@@ -87,16 +89,18 @@ def test_empty_manifest_skips_the_oldest_rule(mem_store: InMemoryStore, clock: M
     old, young, future = _name(clock, 11 * MIN, 1), _name(clock, 2 * MIN, 2), _name(clock, -5 * MIN, 3)
     for k in (old, young, future):
         mem_store.put(k, b"x")
-    result = GarbageCollector(mem_store, grace_period=600, clock=clock).run_once()  # no manifest at all
+    _manifest(mem_store, [])
+    result = GarbageCollector(mem_store, grace_period=600, clock=clock).run_once()
     assert result.deleted == (old,)
     assert result.kept_in_grace == 2  # future-dated files count as young
-    _manifest(mem_store, [])
-    assert GarbageCollector(mem_store, grace_period=60, clock=clock).run_once().deleted == (young,)
+    # A shorter option does not shorten the queue's grace period (docs/format.md §6).
+    assert GarbageCollector(mem_store, grace_period=60, clock=clock).run_once().deleted == ()
 
 
 def test_grace_is_measured_from_the_snapshot_not_the_delete(mem_store: InMemoryStore, clock: ManualClock) -> None:
     almost = _name(clock, 10 * MIN - 1000, 1)  # 1 s short of the grace period at snapshot time
     mem_store.put(almost, b"x")
+    _manifest(mem_store, [])
     store = WrappedStore(mem_store)
     store.on_list = lambda prefix: clock.advance(3600)  # a very slow listing
     result = GarbageCollector(store, grace_period=600, clock=clock).run_once()
@@ -108,6 +112,7 @@ def test_failed_deletes_are_counted_and_retried_next_cycle(mem_store: InMemorySt
     a, b = _name(clock, 20 * MIN, 1), _name(clock, 20 * MIN, 2)
     for k in (a, b):
         mem_store.put(k, b"x")
+    _manifest(mem_store, [])
     store = WrappedStore(mem_store)
     fail = {a}
 
@@ -248,6 +253,8 @@ def test_gc_races_producers_with_stalls_and_a_dequeuing_consumer_on_real_threads
     def collect() -> None:
         gc = GarbageCollector(inner, grace_period=grace)
         try:
+            while inner.get("ingest/manifest") is None and not stop.is_set():  # GC needs its manifest
+                threading.Event().wait(0.005)
             while not stop.is_set():
                 deleted.extend(gc.run_once().deleted)
         except BaseException as e:  # noqa: BLE001 - asserted below
@@ -270,5 +277,85 @@ def test_gc_races_producers_with_stalls_and_a_dequeuing_consumer_on_real_threads
     assert stalls, "no upload stalled"
     assert not set(stalls) & set(batches_delivered), "a stalled (stale) upload was enqueued instead of a fresh copy"
     assert store.put_calls >= len(batches_delivered) + len(stalls), "stalled uploads were not uploaded again"
+    threading.Event().wait(grace)  # the queue's grace period applies even to a GC given 0 (§6)
     final = GarbageCollector(inner, grace_period=0).run_once()
     assert deleted or final.deleted, "GC never deleted anything"
+
+
+# -- attribution (docs/format.md §6) ---------------------------------------------------------------
+
+
+def test_gc_deletes_nothing_when_its_manifest_is_missing(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    from osqueue.errors import IllegalQueueStateError
+
+    referenced = [_name(clock, 30 * MIN, i) for i in range(3)]
+    for k in referenced:
+        mem_store.put(k, b"x")
+    _manifest(mem_store, referenced)
+    gc = GarbageCollector(mem_store, "wrong/manifest", "ingest", grace_period=0, clock=clock)
+    with pytest.raises(IllegalQueueStateError, match="no manifest at 'wrong/manifest'"):
+        gc.run_once()
+    assert all(mem_store.get(k) is not None for k in referenced), "GC deleted the real queue's batches"
+
+
+def test_two_queues_cannot_share_a_data_prefix(tmp_path: Any) -> None:
+    """Queue b's producer is refused at open once queue a owns the prefix, so a's GC (which now
+    deletes only under a prefix it owns) can never delete a batch of b's."""
+    from osqueue.errors import InvalidConfigError
+
+    path = str(tmp_path)
+    with Producer(path, manifest_path="a/manifest") as pa:
+        pa.produce([b"a0"]).result(30)
+    with pytest.raises(InvalidConfigError, match="a/manifest") as err:
+        Producer(path, manifest_path="b/manifest")
+    assert err.value.option == "data_path_prefix"
+    # A queue b written by an older osqueue into the same prefix: its GC is refused too, and a's batch stays.
+    from osqueue.store import LocalFileSystemStore
+
+    store = LocalFileSystemStore(tmp_path)
+    store.put("b/manifest", encode_manifest(Manifest([], 0, 0)))
+    a_batches = [k.key for k in store.list("ingest/") if k.key.endswith(".batch")]
+    assert len(a_batches) == 1
+    with pytest.raises(InvalidConfigError, match="holds the batches of the queue whose manifest is 'a/manifest'"):
+        GarbageCollector(store, "b/manifest", "ingest", grace_period=0).run_once()
+    assert store.get(a_batches[0]) is not None
+    assert GarbageCollector(store, "a/manifest", "ingest", grace_period=0).run_once().kept_referenced == 1
+
+
+# -- one grace period per queue (docs/format.md §6) ----------------------------------------------
+
+
+def test_gc_uses_the_queues_grace_period_when_its_own_is_shorter(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    Producer(store=mem_store, clock=clock).close()  # claims the queue with the default 10 min
+    _manifest(mem_store, [])
+    in_flight = _name(clock, 2 * MIN, 1)  # uploaded, its manifest write still running
+    mem_store.put(in_flight, b"x")
+    result = GarbageCollector(mem_store, grace_period=1, clock=clock).run_once()
+    assert result.deleted == () and result.kept_in_grace == 1 and result.grace_period_ms == 10 * MIN
+    assert GarbageCollector(mem_store, grace_period=3600, clock=clock).run_once().grace_period_ms == 60 * MIN
+
+
+def test_gc_claiming_a_queue_never_records_less_than_the_default(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    from osqueue.queue import claim_data_prefix
+
+    _manifest(mem_store, [])
+    GarbageCollector(mem_store, grace_period=0, clock=clock).run_once()
+    owner = claim_data_prefix(mem_store, KEY, "ingest")
+    assert owner is not None and owner.gc_grace_period_ms == 10 * MIN
+
+
+def test_a_producer_told_a_longer_grace_period_reuploads_by_the_queues(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    from osqueue.queue import QueueProducer
+
+    Producer(store=mem_store, clock=clock).close()  # the queue's: 10 min
+    six_minutes_old = _name(clock, 6 * MIN, 1)
+    mem_store.put(six_minutes_old, b"x")
+    fresh = _name(clock, 0, 2)
+
+    def reupload() -> str:
+        mem_store.put(fresh, b"x")
+        return fresh
+
+    with QueueProducer(mem_store, KEY, clock=clock) as qp:
+        result = qp.enqueue_async(six_minutes_old, reupload=reupload, max_age_ms=10 * MIN).result(30)  # told 20 min
+    assert result.location == fresh, "a batch older than half the queue's grace period was enqueued"

@@ -130,8 +130,8 @@ def test_manifest_failure_fails_every_handle(mem_store: InMemoryStore) -> None:
     def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
         raise StoreError("403 (test)", outcome_known=True)
 
-    store.on_conditional = hook
     p = _producer(store, flush_interval=HOUR)
+    store.on_conditional = hook  # after the producer claimed the data prefix
     hs = [p.produce([b"a"]), p.produce([b"b"])]
     with pytest.raises(StoreError):
         p.close()

@@ -544,12 +544,17 @@ def _seed(store: Any, n: int, first: int = 0, epoch: int = 0) -> None:
     store.put(KEY, encode_manifest(Manifest(entries, first + n, epoch)))
 
 
-def test_initialize_creates_missing_manifest_with_epoch_1(mem_store: InMemoryStore) -> None:
+def test_initialize_creates_missing_manifest_as_a_new_incarnation_at_its_first_epoch(mem_store: InMemoryStore) -> None:
     c = _consumer(mem_store)
     assert c.epoch is None
     c.initialize()
-    assert c.epoch == 1
-    assert mem_store.get(KEY).data == encode_manifest(Manifest([], 0, 1))
+    assert c.epoch is not None and c.epoch & 0xFFFFFFFF == 1 and c.incarnation == c.epoch >> 32
+    assert 1 <= c.incarnation < 1 << 31
+    assert mem_store.get(KEY).data == encode_manifest(Manifest([], 0, c.epoch))
+    assert mem_store.get(KEY + ".incarnation").data == str(c.incarnation).encode()
+    other = InMemoryStore()
+    _consumer(other).initialize()
+    assert decode_manifest(other.get(KEY).data, KEY).epoch >> 32 != c.incarnation, "a fresh random incarnation each"
 
 
 def test_initialize_bumps_and_wraps_the_epoch(mem_store: InMemoryStore) -> None:
@@ -687,3 +692,29 @@ def test_invalid_entry_is_rejected_at_submit_not_in_the_shared_write(mem_store: 
         qp.enqueue_async("ingest/a.batch", [MetadataItem(-1, 0, b"")])
     assert qp.enqueue("ingest/ok.batch", timeout=10).sequence == 0
     qp.close()
+
+
+def test_a_failed_reupload_while_a_write_is_undecided_is_an_ambiguous_commit(mem_store: InMemoryStore) -> None:
+    """The first write's outcome is unknown (not applied yet, may still land); before the retry the
+    batch has grown stale and its re-upload fails. That must not read as "not written" (docs/format.md §5)."""
+    clock = ManualClock()
+    store = WrappedStore(mem_store)
+    calls = 0
+
+    def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        nonlocal calls
+        calls += 1
+        clock.advance(301)  # the request took long: the location is older than half the grace period now
+        raise StoreError("read timeout (test)")  # outcome unknown, and not applied
+
+    def reupload() -> str:
+        raise StoreError("503 SlowDown on the re-upload (test)")
+
+    store.on_conditional = hook
+    old = new_batch_key("ingest", clock)
+    mem_store.put(old, b"batch-bytes")
+    qp = _producer(store, clock=clock, retry=RetryPolicy(base_delay=0.0, max_delay=0.0, max_attempts=5, max_elapsed=10_000))
+    with pytest.raises(AmbiguousCommitError, match="preparing its retry failed"):
+        qp.enqueue_async(old, reupload=reupload, max_age_ms=300_000).result(10)
+    qp.close()
+    assert calls == 1

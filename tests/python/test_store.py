@@ -343,3 +343,26 @@ def test_local_store_refuses_reserved_names_and_symlink_escapes(tmp_path):
     with pytest.raises(InvalidObjectKeyError, match="outside the store root"):
         store.put("link/evil.batch", b"x")
     assert list(outside.iterdir()) == []
+
+
+def test_local_store_refuses_a_file_symlink_that_points_outside_the_root(tmp_path):
+    """Issue 14 item 7, decided as the JVM does (docs/format.md §1): reading through a file link that
+    leaves the root is refused; a link inside the root, or a dangling one (missing), is fine."""
+    from osqueue.errors import InvalidObjectKeyError
+    from osqueue.store import LocalFileSystemStore
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "ingest").mkdir(parents=True); outside.mkdir()
+    (outside / "secret.batch").write_bytes(b"not yours")
+    (root / "ingest" / "escape.batch").symlink_to(outside / "secret.batch")
+    (root / "ingest" / "inside.batch").write_bytes(b"ok")
+    (root / "ingest" / "alias.batch").symlink_to(root / "ingest" / "inside.batch")
+    (root / "ingest" / "dangling.batch").symlink_to(outside / "gone.batch")
+    store = LocalFileSystemStore(str(root))
+    with pytest.raises(InvalidObjectKeyError, match="outside the store root"):
+        store.get("ingest/escape.batch")
+    with pytest.raises(InvalidObjectKeyError, match="outside the store root"):
+        store.put("ingest/escape.batch", b"overwrite")
+    assert (outside / "secret.batch").read_bytes() == b"not yours"
+    assert store.get("ingest/alias.batch").data == b"ok"
+    assert store.get("ingest/dangling.batch") is None

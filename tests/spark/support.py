@@ -32,10 +32,12 @@ def spark_builder(app: str, master: str = "local[2]"):
     )
 
 
-def produce_entries(path: str, batches: int, per_batch: int, store_options=None, tag: str = "e") -> list[str]:
-    """Writes `batches` batches of `per_batch` entries; returns the entries in queue order."""
+def produce_entries(path: str, batches: int, per_batch: int, store_options=None, tag: str = "e",
+                    gc_grace_period: float = 600.0) -> list[str]:
+    """Writes `batches` batches of `per_batch` entries; returns the entries in queue order. The first
+    producer of a queue records its grace period, which no GC can shorten (docs/format.md §6)."""
     values = []
-    with osqueue.Producer(path, flush_interval=3600, store_options=store_options) as p:
+    with osqueue.Producer(path, flush_interval=3600, store_options=store_options, gc_grace_period=gc_grace_period) as p:
         for b in range(batches):
             entries = [f"{tag}{b}-{i}".encode() for i in range(per_batch)]
             p.produce(entries, metadata=f"meta-{tag}{b}".encode())

@@ -379,6 +379,32 @@ def test_checkpoint_ahead_of_a_reset_queue_continues_at_its_first_entry_when_all
     assert source_metric(query, "dataLossEvents") == 0
 
 
+def test_checkpoint_inside_a_reset_queue_that_grew_past_it_is_data_loss(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=3, per_batch=1, tag="a")
+    run_query(spark, str(queue_dir), tmp_path / "ckpt")  # the checkpoint ends at sequence 3
+    _reset_queue(queue_dir)
+    produce_entries(str(queue_dir), batches=6, per_batch=1, tag="b")  # sequences 0..5: past the checkpoint
+    with pytest.raises(Exception) as err:
+        run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    assert "OSQUEUE_DATA_LOSS" in str(err.value) and "incarnation" in str(err.value)
+    assert [e.sequence for e in manifest_of(queue_dir).entries] == list(range(6)), "the failed query dequeued entries"
+
+
+def test_checkpoint_inside_a_reset_queue_reads_it_from_its_first_entry_when_allowed(spark, queue_dir, tmp_path):
+    produce_entries(str(queue_dir), batches=3, per_batch=1, tag="a")
+    run_query(spark, str(queue_dir), tmp_path / "ckpt")
+    _reset_queue(queue_dir)
+    reset = produce_entries(str(queue_dir), batches=6, per_batch=1, tag="b")
+    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"failOnDataLoss": "false"})
+    assert [r[2] for r in flatten(batches)] == reset, "the reset queue's entries below the old checkpoint were skipped"
+    assert source_metric(query, "dataLossEvents") == 1
+    more = produce_entries(str(queue_dir), batches=1, per_batch=1, tag="c")
+    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"failOnDataLoss": "false"})
+    assert [r[2] for r in flatten(batches)] == more and source_metric(query, "dataLossEvents") == 0
+    # Planning that batch committed the previous one: the six read entries are dequeued, nothing else.
+    assert [e.sequence for e in manifest_of(queue_dir).entries] == [6]
+
+
 def test_checkpoint_of_another_queue_is_refused(spark, tmp_path):
     qa, qb = tmp_path / "qa", tmp_path / "qb"
     produce_entries(str(qa), batches=1, per_batch=1)
@@ -544,7 +570,7 @@ def test_standalone_cluster_executors_in_another_jvm(queue_dir, tmp_path):
 
 
 def test_gc_with_the_stream_deletes_consumed_batches_and_nothing_unread(spark, queue_dir, tmp_path):
-    expected = produce_entries(str(queue_dir), batches=5, per_batch=2)
+    expected = produce_entries(str(queue_dir), batches=5, per_batch=2, gc_grace_period=1.0)  # the queue's grace
     seen = []
     q = (spark.readStream.format("osqueue").option("gcInterval", "200ms").option("gcGracePeriod", "1s")
          .option("maxBatchesPerTrigger", "2").load(str(queue_dir)).writeStream
@@ -563,21 +589,22 @@ def test_gc_with_the_stream_deletes_consumed_batches_and_nothing_unread(spark, q
         q.stop()
 
 
-def produce_apart(path, batches: int, per_batch: int) -> list[str]:
+def produce_apart(path, batches: int, per_batch: int, gc_grace_period: float = 600.0) -> list[str]:
     """Like produce_entries, but each batch file in a later millisecond: GC orders files by their ULID time."""
     values = []
     for b in range(batches):
         time.sleep(0.002)
-        values += produce_entries(path, batches=1, per_batch=per_batch, tag=f"e{b}.")
+        values += produce_entries(path, batches=1, per_batch=per_batch, tag=f"e{b}.", gc_grace_period=gc_grace_period)
     return values
 
 
 @pytest.mark.parametrize("gc", ["true", "false"])
 def test_gc_runs_a_cycle_when_the_stream_starts(spark, queue_dir, tmp_path, gc):
     """A short AvailableNow run collects what earlier runs consumed, without waiting a gcInterval."""
-    produce_apart(str(queue_dir), batches=4, per_batch=1)
+    produce_apart(str(queue_dir), batches=4, per_batch=1, gc_grace_period=1.0)  # the queue's grace: 1 s
     locations = [e.location for e in manifest_of(queue_dir).entries]
     run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "1"})
+    time.sleep(1.0)  # the consumed files are past the queue's grace period (gcGracePeriod cannot shorten it)
     assert manifest_of(queue_dir).entries == []  # all consumed, their files still there
     assert all((queue_dir / loc).exists() for loc in locations)
     run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"gc": gc, "gcGracePeriod": "1ms"})
@@ -587,7 +614,7 @@ def test_gc_runs_a_cycle_when_the_stream_starts(spark, queue_dir, tmp_path, gc):
 
 def test_gc_with_a_tiny_grace_period_keeps_what_a_replayed_batch_reads(spark, queue_dir, tmp_path):
     """A micro-batch fails after its offsets were logged; the restart replays it while GC runs hard."""
-    expected = produce_apart(str(queue_dir), batches=6, per_batch=2)
+    expected = produce_apart(str(queue_dir), batches=6, per_batch=2, gc_grace_period=1.0)  # the queue's grace: 1 s
     locations = [e.location for e in manifest_of(queue_dir).entries]
     out: dict[int, list] = {}
     ckpt = str(tmp_path / "ckpt")
@@ -607,6 +634,7 @@ def test_gc_with_a_tiny_grace_period_keeps_what_a_replayed_batch_reads(spark, qu
     failed_run = dict(out)
     assert sorted(failed_run) == [0, 1]
     out.clear()
+    time.sleep(1.0)  # batch 0's files are past the queue's 1 s grace period whatever the first run's speed
     q = start(fail_at=None)
     assert q.awaitTermination(120) and q.exception() is None
     assert sorted(out)[0] == 1, "the restart did not replay the failed batch"

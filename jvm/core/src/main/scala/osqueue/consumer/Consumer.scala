@@ -8,7 +8,7 @@ import org.slf4j.LoggerFactory
 
 import osqueue.{Clock, FencedException, IllegalQueueStateException, SystemClock}
 import osqueue.consumer.Consumer.Scan
-import osqueue.format.EntryTag
+import osqueue.format.{EntryTag, ManifestEntry}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{ManifestStore, QueueConsumer}
@@ -53,9 +53,13 @@ final class Consumer(
   private var gcExecutor: Option[ScheduledExecutorService] = None
   @volatile private var closed = false
 
-  /** Takes over the queue; entries `<= lastAcked` are dequeued in the same manifest write. */
-  def initialize(lastAckedSequence: Option[Long] = None): Long = synchronized {
-    val epoch = queue.initialize(lastAckedSequence)
+  /**
+   * Takes over the queue; entries `<= lastAcked` are dequeued in the same manifest write.
+   * `incarnation` is the manifest incarnation the resume point belongs to ([[incarnation]] when it
+   * was acked; docs/format.md §5.2): another one means the queue was reset (ResumePointException).
+   */
+  def initialize(lastAckedSequence: Option[Long] = None, incarnation: Option[Long] = None): Long = synchronized {
+    val epoch = queue.initialize(lastAckedSequence, incarnation)
     lastAcked = lastAckedSequence
     lastDequeued = lastAckedSequence
     lastHandedOut = lastAckedSequence
@@ -65,7 +69,13 @@ final class Consumer(
 
   def epoch: Option[Long] = queue.ownEpoch
 
-  /** Up to `max` descriptors after the last handed out, from one manifest read. Never reissued. */
+  /** The incarnation of the queue's manifest: store it with the acked sequence and pass both to `initialize`. */
+  def incarnation: Option[Long] = queue.ownIncarnation
+
+  /**
+   * Up to `max` descriptors after the last handed out: those already read while any are left
+   * (possibly fewer than `max`), else from one manifest read. Never reissued.
+   */
   def nextDescriptors(max: Int): IndexedSeq[BatchDescriptor] = synchronized {
     checkUsable()
     if (max <= 0) IndexedSeq.empty
@@ -148,16 +158,36 @@ final class Consumer(
   /** The first sequence handed out after `initialize(None)`: where in-order acks start. */
   private var firstHandedOut: Option[Long] = None
 
-  /** Reads entries after `after` through the `max`-th deliverable one, applying the reader rule; no cursor moves. */
+  /**
+   * Entries read from the manifest and not handed out yet (from `bufferStart` on): handed out before
+   * the manifest is read again, so draining a backlog of N entries decodes the manifest O(1) times
+   * per N entries instead of once per batch (docs/performance.md).
+   */
+  private var buffer: IndexedSeq[ManifestEntry] = IndexedSeq.empty
+  private var bufferStart = 0
+
+  /** The entries after `after`: those already read, or (none left) those of a fresh, epoch-checked read. */
+  private def buffered(after: Option[Long]): Iterator[ManifestEntry] = {
+    if (bufferStart >= buffer.size) {
+      val manifest = queue.read()
+      queueLength.set(manifest.entries.size)
+      buffer = manifest.entries
+      bufferStart = 0
+    }
+    (bufferStart until buffer.size).iterator.map(buffer).filter(e => after.forall(e.sequence > _))
+  }
+
+  /**
+   * Entries after `after` through the `max`-th deliverable one, applying the reader rule, from those
+   * already read if any are left, else from one manifest read; no cursor moves.
+   */
   private def scan(after: Option[Long], max: Int): Scan = {
-    val manifest = queue.read()
-    queueLength.set(manifest.entries.size)
     val ds = IndexedSeq.newBuilder[BatchDescriptor]
     val skips = IndexedSeq.newBuilder[Long]
     var state = delivered
     var last = after
     var n = 0
-    val it = manifest.entries.iterator.filter(e => after.forall(e.sequence > _))
+    val it = buffered(after)
     while (n < max && it.hasNext) {
       val e = it.next()
       val (admit, next) = state.admit(EntryTag.decode(e.extension))
@@ -174,6 +204,7 @@ final class Consumer(
   /** Moves the read cursor past everything `s` read (skipped copies included) and keeps its decisions. */
   private def commit(s: Scan): Unit = {
     lastHandedOut = s.last
+    while (bufferStart < buffer.size && s.last.exists(buffer(bufferStart).sequence <= _)) bufferStart += 1
     delivered = s.delivered
     skipped ++= s.skipped
     duplicatesSkipped.add(s.skipped.size)
@@ -204,6 +235,7 @@ final class Consumer(
 
   private def startGc(): Unit = {
     val gc = new GarbageCollector(store, config.manifestPath, config.dataPathPrefix, config.gcGracePeriod, clock, metrics)
+    val _ = gc.checkOwner() // a data prefix another queue owns is refused at start (docs/format.md §6)
     val ex = Executors.newSingleThreadScheduledExecutor { r =>
       val t = new Thread(r, "osqueue-gc"); t.setDaemon(true); t
     }

@@ -5,9 +5,10 @@ import scala.util.control.NonFatal
 
 import org.slf4j.LoggerFactory
 
-import osqueue.Clock
+import osqueue.{Clock, IllegalQueueStateException}
 import osqueue.format.{BatchNames, ManifestCodec}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
+import osqueue.queue.DataPrefixOwner
 import osqueue.store.ObjectStore
 
 /** What one GC cycle found and did (counts by reason a file was kept). */
@@ -17,13 +18,17 @@ final case class GcResult(
     keptReferenced: Int,
     keptInGrace: Int,
     keptNewerThanOldest: Int,
-    skippedNotBatch: Int)
+    skippedNotBatch: Int,
+    /** The grace period the cycle used: the queue's (docs/format.md §6), or the collector's if longer. */
+    gracePeriodMs: Long = 0L)
 
 /**
  * Deletes batch files no manifest entry references (docs/format.md §6). It only reads the
  * manifest, so a fenced consumer's GC has no write power over it; ages are measured from the
  * snapshot time so a slow cycle cannot widen the window, and producers re-upload anything
- * older than half the grace period before enqueueing it.
+ * older than half the grace period before enqueueing it. It deletes nothing without its
+ * manifest (a wrong path would read as an empty queue) and nothing under a data prefix another
+ * queue owns ([[DataPrefixOwner]]).
  */
 final class GarbageCollector(
     store: ObjectStore,
@@ -38,10 +43,26 @@ final class GarbageCollector(
   private val failedCounter = metrics.counter(MetricNames.GcFilesFailed)
   private val duration = metrics.histogram(MetricNames.GcDuration)
 
+  /**
+   * Proves the data prefix is this queue's (claiming it if unclaimed); InvalidConfigException if not.
+   * Returns the grace period a cycle uses: the queue's, or ours if longer. Creating the record gives
+   * the queue ours, but never less than the default (a GC with a tiny one must not shorten what
+   * producers are told).
+   */
+  def checkOwner(): Long = {
+    val own = gracePeriod.toMillis
+    val owner = DataPrefixOwner.claim(store, manifestPath, dataPathPrefix, clock,
+      Some(math.max(own, DataPrefixOwner.DefaultGracePeriodMs)))
+    math.max(own, owner.fold(own)(_.gcGracePeriodMs))
+  }
+
   def runOnce(dryRun: Boolean = false): GcResult = {
     val started = clock.nanoTime()
     val snapshotTime = clock.nowMillis()
-    val manifest = store.get(manifestPath).map(o => ManifestCodec.decode(o.bytes, manifestPath))
+    val manifest = Some(store.get(manifestPath).getOrElse(throw new IllegalQueueStateException(
+      s"GC found no manifest at '$manifestPath': it deletes nothing without its queue's manifest (is the manifest path right?)")))
+      .map(o => ManifestCodec.decode(o.bytes, manifestPath))
+    val graceMs = checkOwner()
     val referenced = manifest.map(_.entries.map(_.location).toSet).getOrElse(Set.empty[String])
     val oldestReferenced = manifest.toSeq.flatMap(_.entries).flatMap(e => BatchNames.ulidTimeMs(e.location)).minOption
     val listPrefix = if (dataPathPrefix.isEmpty) "" else dataPathPrefix.stripSuffix("/") + "/"
@@ -53,7 +74,7 @@ final class GarbageCollector(
       else {
         val ts = BatchNames.ulidTimeMs(key).get
         if (oldestReferenced.exists(ts >= _)) { keptNewer += 1; false }
-        else if (snapshotTime - ts < gracePeriod.toMillis) { keptInGrace += 1; false }
+        else if (snapshotTime - ts < graceMs) { keptInGrace += 1; false }
         else true
       }
     }
@@ -65,6 +86,6 @@ final class GarbageCollector(
       }
     if (!dryRun) { deletedCounter.add(deleted.size); failedCounter.add(failed.size) }
     duration.observe((clock.nanoTime() - started) / 1e9)
-    GcResult(deleted, failed, keptReferenced, keptInGrace, keptNewer, skipped)
+    GcResult(deleted, failed, keptReferenced, keptInGrace, keptNewer, skipped, graceMs)
   }
 }

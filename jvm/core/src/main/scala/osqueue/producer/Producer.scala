@@ -8,7 +8,7 @@ import scala.util.control.NonFatal
 import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException, SystemClock}
 import osqueue.format.{BatchCodec, BatchNames, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.queue.{ManifestStore, PendingLocation, QueueProducer}
+import osqueue.queue.{DataPrefixOwner, ManifestStore, PendingLocation, QueueProducer}
 import osqueue.store.ObjectStore
 
 /**
@@ -28,8 +28,12 @@ final class Producer(
 
   import Producer._
 
+  // Claimed before the first upload, so GC can prove this producer's files are its queue's, and the
+  // queue's grace period (what GC uses) caps ours (docs/format.md §6).
+  private val gracePeriodMs: Long = math.min(config.gcGracePeriod.toMillis, DataPrefixOwner.claim(store,
+    config.manifestPath, config.dataPathPrefix, clock, Some(config.gcGracePeriod.toMillis)).fold(Long.MaxValue)(_.gcGracePeriodMs))
   private val queueProducer = new QueueProducer(
-    new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, config.gcGracePeriod.toMillis)
+    new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs)
   private val inbox = new LinkedBlockingQueue[Message]()
   private val permits = new Semaphore(config.maxBufferedInputs)
   private val batchesFlushed = metrics.counter(MetricNames.BatchesFlushed)
@@ -168,6 +172,7 @@ final class Producer(
 
   /** Encodes and uploads the open batch, then hands its location to the group committer. */
   private def flushBatch(): Unit = if (batchRecords.nonEmpty) {
+    awaitUncommittedBelowCap()
     val started = clock.nanoTime()
     val inputs = batchInputs.toIndexedSeq
     val metadata = batchMetadata.toIndexedSeq
@@ -201,6 +206,20 @@ final class Producer(
     }
   }
 
+  /**
+   * At most [[MaxUncommittedBatches]] uploaded batches wait for their manifest write, as in Python
+   * (docs/format.md §5): while the manifest is slow, the flush thread pauses (and `produce()` blocks
+   * once the input buffer is full) instead of holding ever more encoded batches in memory.
+   */
+  private def awaitUncommittedBelowCap(): Unit = {
+    inFlight.filterInPlace(!_.isDone)
+    while (inFlight.size >= MaxUncommittedBatches) {
+      try CompletableFuture.anyOf(inFlight.toSeq: _*).join()
+      catch { case NonFatal(_) => () } // the failed batch's handles carry its error
+      inFlight.filterInPlace(!_.isDone)
+    }
+  }
+
   private def completeAfterInFlight(done: CompletableFuture[Void]): Unit = {
     val all = CompletableFuture.allOf(inFlight.toSeq: _*)
     inFlight.clear()
@@ -209,6 +228,9 @@ final class Producer(
 }
 
 private object Producer {
+  /** Uploaded batches that may wait for their manifest write before the flush thread pauses (as in Python). */
+  val MaxUncommittedBatches = 8
+
   sealed trait Message
   final case class Input(entries: IndexedSeq[Array[Byte]], metadata: Array[Byte], ingestionTimeMs: Long, handle: WriteHandle)
       extends Message

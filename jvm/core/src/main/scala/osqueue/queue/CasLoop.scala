@@ -52,7 +52,15 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
       val snapshot =
         try manifest.read()
         catch { case e: StoreException => throw settled(settle, previous, e) }
-      step(snapshot, previous) match {
+      // Whatever the step throws (a failed stale re-upload, the sink's owner check) while an earlier
+      // write is undecided is ambiguous too: "not written" would invite a duplicate retry.
+      val next =
+        try step(snapshot, previous)
+        catch {
+          case e: AmbiguousCommitException => throw e
+          case e: Exception => throw settled(settle, previous, e)
+        }
+      next match {
         case CasStep.Done(result) => return result
         case CasStep.Write(bytes, result) =>
           attempts += 1

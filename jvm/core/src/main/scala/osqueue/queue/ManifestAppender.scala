@@ -3,7 +3,7 @@ package osqueue.queue
 import scala.collection.mutable.ArrayBuffer
 
 import osqueue.{AmbiguousCommitException, Clock, StoreException}
-import osqueue.format.{BatchNames, ManifestCodec, NewEntry, RawManifest}
+import osqueue.format.{BatchNames, Incarnation, ManifestCodec, NewEntry, RawManifest}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -29,7 +29,31 @@ final class ManifestAppender(
 
   import ManifestAppender.Attempt
 
+  /** Data prefixes proven to be this queue's, with the queue's grace period (Long.MaxValue: no record yet). */
+  private val claimed = new java.util.concurrent.ConcurrentHashMap[String, java.lang.Long]()
+
+  private def prefixOf(location: String): Option[String] = {
+    val slash = location.lastIndexOf('/')
+    if (slash > 0) Some(location.substring(0, slash)) else None
+  }
+
+  /**
+   * Refuses to enqueue into a data prefix another queue owns, and learns the queue's grace period.
+   * Only checked: producers and GC create the record (docs/format.md §6).
+   */
+  private def checkPrefixes(group: IndexedSeq[PendingLocation]): Unit = group.flatMap(p => prefixOf(p.location)).foreach { prefix =>
+    if (!claimed.containsKey(prefix)) {
+      val owner = DataPrefixOwner.claim(manifest.store, manifest.key, prefix, clock, None)
+      claimed.put(prefix, owner.fold(Long.MaxValue)(_.gcGracePeriodMs))
+    }
+  }
+
+  /** Half the grace period: ours, or the queue's if shorter (what GC uses). */
+  private def maxAgeMs(location: String): Long =
+    math.min(gcGracePeriodMs, prefixOf(location).flatMap(p => Option(claimed.get(p))).fold(Long.MaxValue)(_.longValue)) / 2
+
   def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = {
+    checkPrefixes(group)
     val attempts = ArrayBuffer.empty[Attempt]
     var lastSent: Option[(Long, IndexedSeq[String])] = None
     /** Records how the last sent write ended, once (the loop may report it to more than one callback). */
@@ -63,7 +87,9 @@ final class ManifestAppender(
           beforeWrite()
           refreshStaleUploads(group)
           val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
-          val (bytes, base) = RawManifest.append(snapshot.raw, entries, manifest.key)
+          // Creating the manifest starts a new incarnation (docs/format.md §5.2).
+          val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
+          val (bytes, base) = RawManifest.append(raw, entries, manifest.key)
           lastSent = Some((base, entries.map(_.location)))
           CasStep.Write(bytes, () => base until base + group.size)
       }
@@ -118,13 +144,14 @@ final class ManifestAppender(
    * up to [[ManifestAppender.MaxReuploads]] times.
    */
   private def refreshStaleUploads(group: IndexedSeq[PendingLocation]): Unit = group.foreach { p =>
-    def stale = BatchNames.ulidTimeMs(p.location).exists(clock.nowMillis() - _ >= gcGracePeriodMs / 2)
+    val maxAge = maxAgeMs(p.location)
+    def stale = BatchNames.ulidTimeMs(p.location).exists(clock.nowMillis() - _ >= maxAge)
     var reuploads = 0
     while (stale) {
       if (reuploads == ManifestAppender.MaxReuploads)
         throw new StoreException(
           s"batch '${p.location}': ${reuploads + 1} uploads in a row took longer than half the GC grace period " +
-            s"(${gcGracePeriodMs / 2} ms), so GC could delete it before it is enqueued; " +
+            s"($maxAge ms), so GC could delete it before it is enqueued; " +
             "increase the GC grace period or make uploads faster")
       p.location = p.reupload()
       reuploaded.increment()

@@ -1,6 +1,6 @@
 package osqueue.queue
 
-import osqueue.format.{DequeueReceipts, Manifest, ManifestCodec}
+import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec}
 import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
 
 /** The manifest's bytes as read, with the version a conditional write must match (None = absent). */
@@ -28,6 +28,18 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
   def readReceipts(): Option[DequeueReceipts] = store.get(receiptsKey).flatMap(o => DequeueReceipts.decode(o.bytes))
 
   def writeReceipts(r: DequeueReceipts): Unit = store.put(receiptsKey, r.encode)
+
+  /** `<manifest>.incarnation`: the incarnation the last consumer initialized (docs/format.md §5.2). */
+  val incarnationKey: String = key + Incarnation.Suffix
+
+  /** The recorded incarnation; None when absent or not a decimal number. Throws StoreException. */
+  def readRecordedIncarnation(): Option[Long] = store.get(incarnationKey).flatMap { o =>
+    val text = new String(o.bytes, java.nio.charset.StandardCharsets.US_ASCII).trim
+    if (text.nonEmpty && text.length <= 19 && text.forall(_.isDigit)) Some(text.toLong) else None
+  }
+
+  def recordIncarnation(incarnation: Long): Unit =
+    store.put(incarnationKey, incarnation.toString.getBytes(java.nio.charset.StandardCharsets.US_ASCII))
 
   /** Where the manifest lives, for messages. */
   def describe: String = s"${store.uri.stripSuffix("/")}/$key"

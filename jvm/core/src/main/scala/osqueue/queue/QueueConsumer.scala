@@ -1,7 +1,7 @@
 package osqueue.queue
 
 import osqueue.{Clock, FencedException, IllegalQueueStateException, ResumePointException, StoreException}
-import osqueue.format.{DequeueReceipts, Manifest, ManifestCodec, RawManifest}
+import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, RawManifest}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -21,23 +21,59 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
   def fenced: Option[FencedException] = fencedBy
   def manifestKey: String = manifest.key
 
+  /** The incarnation of the manifest this consumer owns (docs/format.md §5.2); None before `initialize`. */
+  def ownIncarnation: Option[Long] = epoch.map(Incarnation.of)
+
   /**
    * Takes over the queue: epoch + 1, and entries `<= lastAcked` dequeued in the same write.
-   * A resume point the queue cannot honour raises [[ResumePointException]] (docs/format.md §5).
+   * A resume point the queue cannot honour raises [[ResumePointException]] (docs/format.md §5):
+   * also one of another incarnation of the manifest (`incarnation` given, or else the one the last
+   * consumer recorded in `<manifest>.incarnation`; no record: not checked), i.e. the queue was reset.
    */
-  def initialize(lastAcked: Option[Long]): Long = {
+  def initialize(lastAcked: Option[Long], incarnation: Option[Long] = None): Long = {
+    if (incarnation.isDefined && lastAcked.isEmpty)
+      throw new IllegalArgumentException("an incarnation is only meaningful with a resume point")
+    val recorded = manifest.readRecordedIncarnation()
     val newEpoch = loop.run[Long] { (snapshot, _) =>
       // After an unknown outcome we bump again rather than guess: fencing our own earlier try is harmless.
-      val footer = ManifestCodec.decodeFooter(snapshot.raw, manifest.key)
-      val first = RawManifest.locations(snapshot.raw, manifest.key).headOption.map(_._1).getOrElse(footer.nextSequence)
-      lastAcked.foreach(checkResumePoint(_, first, footer.nextSequence))
+      // A missing manifest is created as a new incarnation.
+      val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
+      val footer = ManifestCodec.decodeFooter(raw, manifest.key)
+      val first = RawManifest.locations(raw, manifest.key).headOption.map(_._1).getOrElse(footer.nextSequence)
+      lastAcked.foreach { l =>
+        checkIncarnation(l, incarnation, recorded, Incarnation.of(footer.epoch), snapshot.version.isEmpty)
+        checkResumePoint(l, first, footer.nextSequence)
+      }
       val next = QueueConsumer.nextEpoch(footer.epoch)
-      lastAcked.foreach(recordReceipts(snapshot.raw, _))
-      CasStep.Write(RawManifest.withEpoch(snapshot.raw, next, lastAcked, manifest.key), () => next)
+      lastAcked.foreach(recordReceipts(raw, _))
+      CasStep.Write(RawManifest.withEpoch(raw, next, lastAcked, manifest.key), () => next)
     }
     epoch = Some(newEpoch)
     fencedBy = None
+    if (!recorded.contains(Incarnation.of(newEpoch)))
+      try manifest.recordIncarnation(Incarnation.of(newEpoch))
+      catch { // only weakens the check of resume points given without an incarnation
+        case e: StoreException =>
+          System.err.println(s"osqueue: could not record the incarnation of '${manifest.describe}': ${e.getMessage}")
+      }
     newEpoch
+  }
+
+  private def checkIncarnation(lastAcked: Long, given: Option[Long], recorded: Option[Long], current: Long,
+      missing: Boolean): Unit = {
+    given.filter(_ != current).foreach { g =>
+      throw new ResumePointException(
+        s"resume point $lastAcked belongs to incarnation $g of '${manifest.describe}', but the manifest is incarnation " +
+          s"$current${if (missing) " (missing, so it would be created anew)" else ""}: the queue was reset or recreated " +
+          "since, and its entries are not the ones this resume point acknowledged")
+    }
+    if (given.isEmpty) recorded.filter(_ != current).foreach { r =>
+      throw new ResumePointException(
+        s"resume point $lastAcked was given without an incarnation, and '${manifest.describe}' was reset or recreated " +
+          s"since the last consumer ran (recorded incarnation $r, manifest incarnation $current" +
+          s"${if (missing) ", missing" else ""}); pass the incarnation the resume point belongs to, or start without " +
+          "a resume point to read the new queue from its first entry")
+    }
   }
 
   /** The manifest, after checking this consumer still owns it. */

@@ -36,7 +36,8 @@ class ConsumerSuite extends AnyFunSuite {
   test("should read batches in order with their metadata and dequeue acked ones") {
     val store = queueWith(5)
     val c = new Consumer(store, noGc)
-    assert(c.initialize() == 1L)
+    val epoch = c.initialize()
+    assert((epoch & 0xFFFFFFFFL) == 1L && c.incarnation.contains(epoch >>> 32), "the first takeover of a new incarnation")
     val batches = Iterator.continually(c.nextBatch()).takeWhile(_.isDefined).flatten.toList
     assert(batches.map(_.sequence) == List(0, 1, 2, 3, 4))
     assert(text(batches(2)) == Seq("b2-0", "b2-1", "b2-2"))
@@ -81,6 +82,9 @@ class ConsumerSuite extends AnyFunSuite {
     val fresh = new Consumer(store, noGc)
     val newEpoch = fresh.initialize()
     assert(newEpoch == oldEpoch + 1)
+    // Entries it already read are handed out without a manifest read (harmless: nothing is written);
+    // its next manifest read finds the fence.
+    assert(Seq(old.nextBatch(), old.nextBatch()).map(_.map(_.sequence)) == Seq(Some(1L), Some(2L)))
     val e = intercept[FencedException](old.nextBatch())
     assert(e.ownEpoch == oldEpoch && e.currentEpoch == newEpoch && e.kind == ErrorKind.Fenced)
     val afterFence = store.get("ingest/manifest").get.version
@@ -154,6 +158,78 @@ class ConsumerSuite extends AnyFunSuite {
     assert(corrupt.getMessage.contains(m.entries(0).location))
     store.put(m.entries(0).location, Array[Byte](1, 2))
     intercept[CorruptBatchException](c.nextBatch())
+  }
+
+  /** Produces `values` (one batch each) into `store`. */
+  private def produce(store: InMemoryStore, values: Seq[String]): Unit = {
+    val p = new Producer(store, ProducerConfig(flushInterval = 1.hour))
+    values.foreach { v => p.produce(Seq(v.getBytes)); p.flush() }
+    p.close()
+  }
+
+  /** Consumes and acks everything; (last acked, incarnation). */
+  private def drain(store: InMemoryStore): (Long, Long) = {
+    val c = new Consumer(store, noGc)
+    c.initialize()
+    val batches = Iterator.continually(c.nextBatch()).takeWhile(_.isDefined).flatten.toList
+    batches.foreach(b => c.ack(b.sequence))
+    c.close()
+    (batches.last.sequence, c.incarnation.get)
+  }
+
+  /** An operator reset: the manifest and its receipts deleted, the other sidecars kept. */
+  private def reset(store: InMemoryStore): Unit = {
+    store.delete("ingest/manifest"); store.delete("ingest/manifest.dequeued")
+  }
+
+  test("should refuse a resume point into a reset queue that has grown past it (docs/format.md 5.2)") {
+    val store = InMemoryStore.fresh()
+    produce(store, (0 until 5).map(i => s"old-$i"))
+    val (last, _) = drain(store)
+    assert(last == 4L)
+    reset(store)
+    produce(store, (0 until 8).map(i => s"new-$i"))
+    val e = intercept[ResumePointException](new Consumer(store, noGc).initialize(Some(4L)))
+    assert(e.getMessage.contains("reset or recreated"), e.getMessage)
+    val c = new Consumer(store, noGc) // nothing was dequeued: a fresh start reads the new queue whole
+    c.initialize()
+    val values = Iterator.continually(c.nextBatch()).takeWhile(_.isDefined).flatten.map(b => text(b).head).toList
+    assert(values == (0 until 8).map(i => s"new-$i"))
+  }
+
+  test("should refuse a resume point of another incarnation whoever took the new queue over since") {
+    val store = InMemoryStore.fresh()
+    produce(store, (0 until 5).map(i => s"old-$i"))
+    val (last, oldIncarnation) = drain(store)
+    reset(store)
+    produce(store, (0 until 8).map(i => s"new-$i"))
+    val other = new Consumer(store, noGc)
+    other.initialize() // records the new incarnation
+    assert(!other.incarnation.contains(oldIncarnation))
+    val e = intercept[ResumePointException](new Consumer(store, noGc).initialize(Some(last), Some(oldIncarnation)))
+    assert(e.getMessage.contains(s"incarnation $oldIncarnation"), e.getMessage)
+    val same = new Consumer(store, noGc) // the new incarnation's own resume point is fine
+    same.initialize(Some(1L), other.incarnation)
+    assert(same.nextBatch().map(b => text(b).head).contains("new-2"))
+  }
+
+  test("should hand out what it already read before reading the manifest again (no quadratic drain)") {
+    val inner = queueWith(50)
+    val manifestReads = new java.util.concurrent.atomic.AtomicInteger()
+    val store = new FaultInjectingStore(inner, (_, _) => FaultInjectingStore.Fault.None) {
+      override def get(k: String): Option[osqueue.store.VersionedObject] = {
+        if (k == "ingest/manifest") manifestReads.incrementAndGet()
+        super.get(k)
+      }
+    }
+    val c = new Consumer(store, ConsumerConfig(runGc = false, ackBatchSize = 1000))
+    c.initialize()
+    val before = manifestReads.get()
+    val got = Iterator.continually(c.nextBatch()).takeWhile(_.isDefined).flatten.map(_.sequence).toList
+    assert(got == (0L until 50L).toList)
+    assert(manifestReads.get() - before == 2, s"${manifestReads.get() - before} manifest reads for one backlog of 50")
+    c.ackThrough(49)
+    c.close()
   }
 
   test("should wrap the epoch past 2^64 - 2 to 0") {

@@ -110,4 +110,14 @@ class ManifestCodecSuite extends AnyFunSuite {
     for (raw <- Seq(Array.emptyByteArray, tag.encode :+ 0.toByte, tag.encode.dropRight(1), bad, "OSQ2".getBytes ++ tag.encode.drop(4)))
       assert(EntryTag.decode(raw).isEmpty)
   }
+
+  test("should reject a start_index of 2^31 or more, as the Python reader does (docs/format.md 2)") {
+    val ok = ManifestCodec.encode(Manifest(IndexedSeq(ManifestEntry(0, "ingest/a.batch",
+      IndexedSeq(MetadataItem(Int.MaxValue, 0, Array.emptyByteArray)))), 1, 0))
+    assert(ManifestCodec.decode(ok, key).entries.head.metadata.head.startIndex == Int.MaxValue)
+    val at = ok.indexOfSlice(Array[Byte](-1, -1, -1, 0x7f))
+    val bad = ok.clone(); bad(at + 3) = 0x80.toByte; bad(at) = 0; bad(at + 1) = 0; bad(at + 2) = 0
+    val e = intercept[CorruptManifestException](ManifestCodec.decode(bad, key))
+    assert(e.getMessage.contains("start_index is out of range"), e.getMessage)
+  }
 }

@@ -45,7 +45,7 @@ class GarbageCollectorSuite extends AnyFunSuite {
     assert(r.deleted == Seq(orphan))
     assert(store.get(orphan).isEmpty)
     Seq(referenced, newerThanOldest, inGrace).foreach(k => assert(store.get(k).isDefined, k))
-    assert(r.keptReferenced == 1 && r.keptNewerThanOldest == 2 && r.skippedNotBatch == 3)
+    assert(r.keptReferenced == 1 && r.keptNewerThanOldest == 2 && r.skippedNotBatch == 4) // + ingest/osqueue.owner
   }
 
   test("should skip the oldest-entry rule on an empty manifest but keep the grace period") {
@@ -74,8 +74,9 @@ class GarbageCollectorSuite extends AnyFunSuite {
       c.ackThrough(b.sequence)
       gc.runOnce()
     }
-    assert(store.list("ingest/").map(_.key).sorted == Seq("ingest/manifest", "ingest/manifest.dequeued"),
-      "consumed batches were not collected (only the manifest and its dequeue receipts may remain)")
+    assert(store.list("ingest/").map(_.key).sorted ==
+      Seq("ingest/manifest", "ingest/manifest.dequeued", "ingest/manifest.incarnation", "ingest/osqueue.owner"),
+      "consumed batches were not collected (only the manifest and its sidecars may remain)")
   }
 
   test("should never let a stalled producer enqueue a batch GC deleted") {
@@ -83,6 +84,7 @@ class GarbageCollectorSuite extends AnyFunSuite {
     val clock = new ManualClock(System.currentTimeMillis())
     // The stalled producer's upload happened long ago; GC has since deleted it as an orphan.
     val stale = batchAt(store, clock.nowMillis() - 20.minutes.toMillis)
+    store.put("ingest/manifest", ManifestCodec.EmptyBytes)
     assert(new GarbageCollector(store, "ingest/manifest", "ingest", grace, clock).runOnce().deleted == Seq(stale))
     val reupload = () => batchAt(store, clock.nowMillis())
     val qp = new osqueue.queue.QueueProducer(new osqueue.queue.ManifestStore(store, "ingest/manifest"),
@@ -153,5 +155,71 @@ class GarbageCollectorSuite extends AnyFunSuite {
       assert(store.get(referenced).isDefined && store.get(newer).isDefined)
       assert(store.get(orphan).isEmpty && metrics.counterValue(MetricNames.GcFilesDeleted) == 1)
     } finally old.close()
+  }
+
+  test("should delete nothing when its manifest is missing (a wrong manifest path)") {
+    val store = InMemoryStore.fresh()
+    val clock = new ManualClock(t0 + 1.hour.toMillis)
+    val referenced = (0 until 3).map(i => batchAt(store, t0 + i))
+    enqueue(store, referenced: _*)
+    val e = intercept[osqueue.IllegalQueueStateException](
+      new GarbageCollector(store, "wrong/manifest", "ingest", Duration.Zero, clock).runOnce())
+    assert(e.getMessage.contains("no manifest at 'wrong/manifest'"), e.getMessage)
+    referenced.foreach(k => assert(store.get(k).isDefined, s"GC deleted the real queue's batch $k"))
+  }
+
+  test("should refuse a second queue on a data prefix another queue owns: its producer and its GC") {
+    val store = InMemoryStore.fresh()
+    val clock = new ManualClock(t0 + 1.hour.toMillis)
+    val a = new Producer(store, ProducerConfig(manifestPath = "a/manifest", flushInterval = 1.hour), clock)
+    a.produce(Seq("a0".getBytes)); a.flush(); a.close()
+    val e = intercept[osqueue.InvalidConfigException](
+      new Producer(store, ProducerConfig(manifestPath = "b/manifest", flushInterval = 1.hour), clock))
+    assert(e.option == "dataPathPrefix" && e.getMessage.contains("a/manifest"), e.getMessage)
+    // A queue b written by an older osqueue into the same prefix: its GC is refused, a's batch stays.
+    store.put("b/manifest", ManifestCodec.EmptyBytes)
+    val aBatches = store.list("ingest/").map(_.key).filter(_.endsWith(".batch"))
+    assert(aBatches.size == 1)
+    val refused = intercept[osqueue.InvalidConfigException](
+      new GarbageCollector(store, "b/manifest", "ingest", Duration.Zero, clock).runOnce())
+    assert(refused.getMessage.contains("whose manifest is 'a/manifest'"), refused.getMessage)
+    assert(store.get(aBatches.head).isDefined)
+    assert(new GarbageCollector(store, "a/manifest", "ingest", Duration.Zero, clock).runOnce().keptReferenced == 1)
+  }
+
+  test("should use the queue's grace period when its own option is shorter (GC 1 s, producers told 10 min)") {
+    val store = InMemoryStore.fresh()
+    val clock = new ManualClock(t0 + 1.hour.toMillis)
+    new Producer(store, ProducerConfig(flushInterval = 1.hour), clock).close() // claims the queue: 10 min
+    store.put("ingest/manifest", ManifestCodec.EmptyBytes)
+    val inFlight = batchAt(store, clock.nowMillis() - 2.minutes.toMillis) // uploaded, its manifest write still running
+    val r = new GarbageCollector(store, "ingest/manifest", "ingest", 1.second, clock).runOnce()
+    assert(r.deleted.isEmpty && r.keptInGrace == 1 && r.gracePeriodMs == 10.minutes.toMillis)
+    assert(store.get(inFlight).isDefined, "GC deleted a batch a producer may still enqueue")
+    val longer = new GarbageCollector(store, "ingest/manifest", "ingest", 1.hour, clock).runOnce()
+    assert(longer.gracePeriodMs == 1.hour.toMillis, "an option may raise the grace period")
+  }
+
+  test("should never record a grace period below the default when GC claims the queue") {
+    val store = InMemoryStore.fresh()
+    val clock = new ManualClock(t0)
+    store.put("ingest/manifest", ManifestCodec.EmptyBytes)
+    new GarbageCollector(store, "ingest/manifest", "ingest", Duration.Zero, clock).runOnce()
+    val owner = osqueue.queue.DataPrefixOwner.claim(store, "ingest/manifest", "ingest", clock, None)
+    assert(owner.map(_.gcGracePeriodMs).contains(10.minutes.toMillis))
+  }
+
+  test("should re-upload by half the queue's grace period when a producer was given a longer one") {
+    val store = InMemoryStore.fresh()
+    val clock = new ManualClock(t0 + 1.hour.toMillis)
+    new Producer(store, ProducerConfig(flushInterval = 1.hour), clock).close() // the queue's: 10 min
+    val sixMinutesOld = batchAt(store, clock.nowMillis() - 6.minutes.toMillis)
+    val reupload = () => batchAt(store, clock.nowMillis())
+    val qp = new osqueue.queue.QueueProducer(new osqueue.queue.ManifestStore(store, "ingest/manifest"),
+      osqueue.queue.RetryPolicy(), clock, new osqueue.metrics.MetricsRegistry, 20.minutes.toMillis) // told 20 min
+    val pending = new osqueue.queue.PendingLocation(sixMinutesOld, IndexedSeq.empty, reupload)
+    qp.enqueue(pending).get()
+    qp.close()
+    assert(pending.location != sixMinutesOld, "a batch older than half the queue's grace period was enqueued")
   }
 }

@@ -152,6 +152,25 @@ class ProducerSuite extends AnyFunSuite {
     assert(m.entries.map(_.sequence) == m.entries.indices.map(_.toLong))
     assert(m.entries.map(_.location).distinct.size == m.entries.size)
   }
+
+  test("should keep at most 8 uploaded batches waiting for their manifest write, as the Python producer does") {
+    val inner = InMemoryStore.fresh()
+    val release = new CountDownLatch(1)
+    val batchPuts = new java.util.concurrent.atomic.AtomicInteger()
+    val store = new osqueue.testing.FaultInjectingStore(inner, (_, _) => osqueue.testing.FaultInjectingStore.Fault.None) {
+      override def put(k: String, b: Array[Byte]): Unit = { if (k.endsWith(".batch")) batchPuts.incrementAndGet(); super.put(k, b) }
+      override def putIfAbsent(k: String, b: Array[Byte]): CasOutcome =
+        if (k == "ingest/manifest") { release.await(30, TimeUnit.SECONDS); super.putIfAbsent(k, b) } else super.putIfAbsent(k, b)
+    }
+    val p = new Producer(store, ProducerConfig(flushSizeBytes = 1, flushInterval = 1.hour))
+    val handles = (0 until 20).map(i => p.produce(Seq(s"e$i".getBytes)))
+    Thread.sleep(500) // the manifest write hangs: the flush thread must pause, not upload all 20
+    assert(batchPuts.get() == 8, s"${batchPuts.get()} batches uploaded while the manifest write hung")
+    release.countDown()
+    handles.foreach(_.awaitDurable(30.seconds))
+    p.close()
+    assert(manifest(inner).entries.size == 20 && batchPuts.get() == 20)
+  }
 }
 
 /** A producer in its own JVM for the cross-process test: `ProduceMain <root> <tag> <count>`. */
@@ -162,4 +181,5 @@ object ProduceMain {
     (0 until count.toInt).map(i => p.produce(Seq(s"$tag-$i".getBytes))).foreach(_.awaitDurable(60.seconds))
     p.close()
   }
+
 }

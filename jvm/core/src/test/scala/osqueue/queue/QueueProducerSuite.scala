@@ -207,6 +207,26 @@ class QueueProducerSuite extends AnyFunSuite {
     assert(faulty.injected.get() == 4 && inner.get(key).isEmpty)
   }
 
+  test("should raise AmbiguousCommit, not the re-upload's error, when a stale re-upload fails while a write is undecided") {
+    val inner = InMemoryStore.fresh()
+    val clock = new osqueue.testing.ManualClock(System.currentTimeMillis())
+    val faulty = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def putIfAbsent(k: String, b: Array[Byte]): CasOutcome = {
+        clock.advance(301000) // a slow request: the batch is older than half the grace period now
+        throw new osqueue.StoreException("injected: read timeout, not applied (yet)")
+      }
+    }
+    val old = BatchNames.newKey("ingest", clock.nowMillis()); inner.put(old, Array[Byte](1))
+    val failingReupload = () => throw new osqueue.StoreException("injected: 503 on the re-upload")
+    val a = new QueueProducer(new ManifestStore(faulty, key), RetryPolicy(baseDelayMs = 1, maxDelayMs = 2, maxAttempts = 5),
+      clock, new MetricsRegistry, 10.minutes.toMillis)
+    val e = intercept[java.util.concurrent.ExecutionException](
+      a.enqueue(new PendingLocation(old, IndexedSeq.empty, failingReupload)).get(30, TimeUnit.SECONDS))
+    a.close()
+    assert(e.getCause.isInstanceOf[AmbiguousCommitException], e.getCause)
+    assert(e.getCause.getCause.getMessage.contains("503 on the re-upload"), e.getCause)
+  }
+
   test("should raise AmbiguousCommit when conflicts exhaust the budget while an unknown write may still land") {
     val inner = InMemoryStore.fresh()
     val first = pending(inner)

@@ -15,7 +15,7 @@ import org.apache.spark.util.LongAccumulator
 
 import osqueue.SystemClock
 import osqueue.consumer.BatchDescriptor
-import osqueue.format.{EntryTag, Manifest}
+import osqueue.format.{EntryTag, Incarnation, Manifest}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.MetricsRegistry
 import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
@@ -70,7 +70,12 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
   }
   private def takeOver(): Unit = { val _ = epoch }
 
-  private def offset(next: Long) = OsqueueSourceOffset(location.identity, queueId, next)
+  private def offset(next: Long, m: Manifest) =
+    OsqueueSourceOffset(location.identity, queueId, next, incarnation = Some(Incarnation.of(m.epoch)))
+
+  /** The position is from another incarnation of the manifest (docs/format.md §5.2): the queue was reset. */
+  private def fromAnotherIncarnation(o: OsqueueSourceOffset, m: Manifest): Boolean =
+    o.incarnation.exists(_ != Incarnation.of(m.epoch))
 
   /** After a restart Spark hands back offsets read from the checkpoint as `SerializedOffset`s. */
   private def ours(o: Offset): OsqueueSourceOffset = o match {
@@ -86,7 +91,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
     m
   }
 
-  override def initialOffset(): Offset = offset(readManifest().firstSequence)
+  override def initialOffset(): Offset = { val m = readManifest(); offset(m.firstSequence, m) }
 
   /** The queue id decides; the URI differs for the same queue (`s3://` and `s3a://`, `/dir` and `file:/dir`). */
   override def deserializeOffset(json: String): Offset = {
@@ -137,7 +142,8 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
     if (waitForMore) startOffset
     else {
       if (end > start) lastTriggerMs = now
-      OsqueueSourceOffset(location.identity, queueId, end, SinkCopies.select(m.entries, start, end, delivered)._2)
+      OsqueueSourceOffset(location.identity, queueId, end, SinkCopies.select(m.entries, start, end, delivered)._2,
+        Some(Incarnation.of(m.epoch)))
     }
   }
 
@@ -148,7 +154,10 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
    */
   private def resumePoint(startAt: OsqueueSourceOffset, m: Manifest): (Long, EntryTag.Delivered) = {
     val start = startAt.nextSequence
-    if (start > m.nextSequence) {
+    if (fromAnotherIncarnation(startAt, m)) {
+      reportDataLoss("reset", start, resetMessage(startAt, m) + s"; continuing at its first entry ${m.firstSequence}")
+      (m.firstSequence, EntryTag.Delivered.Empty)
+    } else if (start > m.nextSequence) {
       reportDataLoss("ahead", start, aheadMessage(start, m) + s"; continuing at its first entry ${m.firstSequence}")
       preResetOffsets.add(start)
       (m.firstSequence, EntryTag.Delivered.Empty) // a new queue: the old writers' copies mean nothing
@@ -158,16 +167,24 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
     } else (start, startAt.delivered)
   }
 
-  override def reportLatestOffset(): Offset = lastManifest.map(m => offset(m.nextSequence)).orNull
+  override def reportLatestOffset(): Offset = lastManifest.map(m => offset(m.nextSequence, m)).orNull
 
   override def planInputPartitions(start: Offset, end: Offset): Array[InputPartition] = {
     val startAt = ours(start)
-    val to = sequenceOf(end)
+    val endAt = ours(end)
+    val to = endAt.nextSequence
     val m = readManifest()
-    // A start beyond the end marks the batch latestOffset planned after finding the checkpoint ahead
-    // of a reset queue (already reported): it reads the queue's entries below `to`, from the first.
+    // A batch planned against an earlier incarnation (replayed after a reset) reads nothing: its entries are gone.
+    if (fromAnotherIncarnation(endAt, m)) {
+      reportDataLoss("reset", to, resetMessage(endAt, m))
+      return Array.empty
+    }
+    // A start beyond the end, or from another incarnation than the end, marks the batch latestOffset
+    // planned after finding the checkpoint from before a reset (already reported): it reads the
+    // queue's entries below `to`, from the first.
     val (from, delivered) =
-      if (startAt.nextSequence > to) (0L, EntryTag.Delivered.Empty)
+      if (startAt.nextSequence > to || startAt.incarnation.exists(i => endAt.incarnation.exists(_ != i)))
+        (0L, EntryTag.Delivered.Empty)
       else {
         val from = startAt.nextSequence
         if (from > m.nextSequence) reportDataLoss("ahead", from, aheadMessage(from, m))
@@ -188,12 +205,15 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
    * the ones Spark processed (even if producers have since written that far).
    */
   override def commit(end: Offset): Unit = {
-    val next = sequenceOf(end)
+    val endAt = ours(end)
+    val next = endAt.nextSequence
     if (preResetOffsets.remove(next)) // once: the reset queue may later reach this sequence itself
       logWarning(s"not dequeuing through ${next - 1}: that position is from before '${location.identity}' was reset")
     else if (next > 0) {
       val m = lastManifest.filter(_.nextSequence >= next).getOrElse(readManifest())
-      if (next > m.nextSequence) {
+      if (fromAnotherIncarnation(endAt, m))
+        logWarning(s"not dequeuing through ${next - 1}: ${resetMessage(endAt, m)}")
+      else if (next > m.nextSequence) {
         reportDataLoss("ahead", next, aheadMessage(next, m))
         logWarning(s"not dequeuing through ${next - 1}: '${location.identity}' has only assigned up to ${m.nextSequence - 1}")
       } else queue.dequeueThrough(next - 1)
@@ -262,6 +282,10 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
   private def aheadMessage(start: Long, m: Manifest): String =
     s"the checkpoint is at sequence $start but '${location.identity}' has only assigned up to " +
       s"${m.nextSequence - 1}: the queue was reset or recreated"
+
+  private def resetMessage(o: OsqueueSourceOffset, m: Manifest): String =
+    s"the checkpoint is at sequence ${o.nextSequence} of incarnation ${o.incarnation.getOrElse("?")} of " +
+      s"'${location.identity}', but the manifest is incarnation ${Incarnation.of(m.epoch)}: the queue was reset or recreated"
 
   private def removedMessage(from: Long, through: Long): String =
     s"entries $from to $through of '${location.identity}' were removed before this query read them"

@@ -14,13 +14,16 @@ import osqueue.format.EntryTag
  * recreated queue is detected, and carries a format version so newer offsets are refused.
  * `delivered` records, per sink writer, which copy of its batches was read (docs/adr/0002), so a
  * second copy appended by a replayed sink epoch is skipped, consistently across restarts.
+ * `incarnation` is the manifest incarnation the position belongs to (docs/format.md §5.2), so a
+ * reset queue is detected whatever its length; offsets written before it have none (None).
  */
 private[spark] final case class OsqueueSourceOffset(queue: String, queueId: String, nextSequence: Long,
-    delivered: EntryTag.Delivered = EntryTag.Delivered.Empty) extends Offset {
+    delivered: EntryTag.Delivered = EntryTag.Delivered.Empty, incarnation: Option[Long] = None) extends Offset {
   override val json: String = {
     val node = OsqueueSourceOffset.mapper.createObjectNode()
     node.put("version", OsqueueSourceOffset.Version).put("queue", queue).put("queueId", queueId)
       .put("nextSequence", nextSequence)
+    incarnation.foreach(node.put("incarnation", _))
     if (delivered.writers.nonEmpty) {
       val writers = node.putObject("writers")
       delivered.writers.toSeq.sortBy(_._1).foreach { case (w, (batch, attempt)) =>
@@ -55,7 +58,13 @@ private[spark] object OsqueueSourceOffset {
             throw OsqueueExceptions.badOffset(json, s"writer '${e.getKey}' is not [batchId, attemptId]")
           e.getKey -> (v.get(0).asLong(), v.get(1).asText)
         }.toMap).getOrElse(Map.empty)
-        OsqueueSourceOffset(o.get("queue").asText, o.get("queueId").asText, next.asLong(), EntryTag.Delivered(writers))
+        val incarnation = Option(o.get("incarnation")).map { i =>
+          if (!i.isIntegralNumber || !i.canConvertToLong || i.asLong() < 0)
+            throw OsqueueExceptions.badOffset(json, s"incarnation ${i.toString} is not an incarnation")
+          i.asLong()
+        }
+        OsqueueSourceOffset(o.get("queue").asText, o.get("queueId").asText, next.asLong(), EntryTag.Delivered(writers),
+          incarnation)
       case _ => throw OsqueueExceptions.badOffset(json, "expected {version, queue, queueId, nextSequence}")
     }
   }

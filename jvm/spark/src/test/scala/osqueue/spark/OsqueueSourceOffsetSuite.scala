@@ -20,6 +20,14 @@ class OsqueueSourceOffsetSuite extends AnyFunSuite {
     assert(OsqueueSourceOffset.parse(offset.copy(delivered = EntryTag.Delivered.Empty).json).delivered.writers.isEmpty)
   }
 
+  test("should round-trip the manifest incarnation, and read an offset written before incarnations as None") {
+    val withIncarnation = offset.copy(incarnation = Some(1234567L))
+    assert(withIncarnation.json.contains("\"incarnation\":1234567"))
+    assert(OsqueueSourceOffset.parse(withIncarnation.json) == withIncarnation)
+    assert(OsqueueSourceOffset.parse(offset.json).incarnation.isEmpty)
+    assert(refused(withIncarnation.json.replace("1234567", "\"x\"")).contains("incarnation \"x\" is not an incarnation"))
+  }
+
   test("should refuse an offset written by a newer format version, naming both versions") {
     val msg = refused(offset.json.replace("\"version\":1", "\"version\":2"))
     assert(msg.contains("version 2 was written by a newer osqueue") && msg.contains("reads up to 1"), msg)
