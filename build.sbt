@@ -74,6 +74,7 @@ val fatJarSettings = Seq(
 def javaRelease(scala: String): String = "17"
 def compileSettings(scala: String) = Seq(
   scalaVersion := scala,
+  Compile / packageDoc / publishArtifact := false, // scaladoc would double the publish time
   javacOptions ++= Seq("--release", javaRelease(scala)),
   scalacOptions ++= Seq("-release", javaRelease(scala), "-deprecation", "-feature", "-unchecked", "-Xlint:-unused,_")
 )

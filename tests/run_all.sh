@@ -13,8 +13,8 @@ rm -rf "$reports" jvm/*/target/test-reports
 mkdir -p "$reports"
 
 status=0
-echo "== JVM tests and connector jar (sbt)"
-bash .ci/sbt test spark/assembly || status=1
+echo "== JVM tests and connector jars (sbt): the core (Scala 2.13); each Spark line's suite, the full one on the newest"
+bash .ci/sbt test spark/assembly spark/package core/assembly core_2_12/assembly || status=1
 keep_jvm_reports() { mkdir -p "$reports/$1"; cp jvm/*/target/test-reports/*.xml "$reports/$1/" 2>/dev/null || true; }
 keep_jvm_reports jvm
 echo "== JVM S3 suites again, against LocalStack's S3 (the run above used moto)"
@@ -24,8 +24,11 @@ rm -rf "$reports/jvm-localstack"; mkdir -p "$reports/jvm-localstack"
 cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
    jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-localstack/" 2>/dev/null || true
 
-echo "== Installing the osqueue wheel (bundles the jar) into .venv"
-.venv/bin/python -m pip install -q --no-deps --force-reinstall . || status=1
+echo "== Building the osqueue wheel (bundles the jars) and installing it into .venv"
+rm -rf target/wheel
+.venv/bin/python -m pip wheel -q --no-deps -w target/wheel . || status=1
+wheel="$(ls target/wheel/osqueue-*.whl 2>/dev/null | head -1)"
+.venv/bin/python -m pip install -q --no-deps --force-reinstall "$wheel" || status=1
 
 echo "== Python tests (pytest)"
 .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/python tests/s3 tests/faults tests/spark integration "$@"
@@ -35,6 +38,9 @@ case $rc in
   5) echo "pytest collected no tests" ;;  # only possible with a filter passed in "$@"
   *) status=1 ;;
 esac
+
+echo "== The connector in the pyspark of every other Spark line (3.5, 4.0, 4.2, 4.3)"
+bash tests/spark_lines.sh "$wheel" "$reports" || status=1
 
 # Closing lines over both runners (JUnit XML from sbt and pytest): each failure with the
 # start of its message (CI shows only the end of the log), then one count line.
