@@ -14,7 +14,7 @@ mkdir -p "$reports"
 
 status=0
 echo "== JVM tests and connector jars (sbt): the core (Scala 2.13); each Spark line's suite, the full one on the newest"
-bash .ci/sbt test spark/assembly spark/package core/assembly core_2_12/assembly || status=1
+bash .ci/sbt test spark/assembly spark/package core/assembly core_2_12/assembly publishBuildRepo || status=1
 keep_jvm_reports() { mkdir -p "$reports/$1"; cp jvm/*/target/test-reports/*.xml "$reports/$1/" 2>/dev/null || true; }
 keep_jvm_reports jvm
 echo "== JVM S3 suites again, against LocalStack's S3 (the run above used moto)"
