@@ -9,7 +9,7 @@ cd "$root"
 bash .ci/setup.sh || exit 1
 export OSQUEUE_PYTHON="$root/.venv/bin/python"
 reports="$root/target/test-reports"
-rm -rf "$reports" jvm/*/target/test-reports
+rm -rf "$reports" jvm/*/target/test-reports jvm/spark/target/line-*/test-reports
 mkdir -p "$reports"
 
 status=0
@@ -17,6 +17,10 @@ echo "== JVM tests and connector jars (sbt): the core (Scala 2.13); each Spark l
 bash .ci/sbt test spark/assembly spark/package core/assembly core_2_12/assembly publishBuildRepo || status=1
 keep_jvm_reports() { mkdir -p "$reports/$1"; cp jvm/*/target/test-reports/*.xml "$reports/$1/" 2>/dev/null || true; }
 keep_jvm_reports jvm
+for d in jvm/spark/target/line-*/test-reports; do  # one per Spark line (the same suite names)
+  [ -d "$d" ] || continue
+  line="$(basename "$(dirname "$d")")"; mkdir -p "$reports/jvm-$line"; cp "$d"/*.xml "$reports/jvm-$line/" 2>/dev/null || true
+done
 echo "== JVM S3 suites again, against LocalStack's S3 (the run above used moto)"
 OSQUEUE_S3_KIND=localstack OSQUEUE_LOCALSTACK_PYTHON="$root/.venv-localstack/bin/python" \
   bash .ci/sbt "core/testOnly osqueue.store.S3StoreSuite osqueue.queue.QueueProducerSuite" || status=1
