@@ -1,6 +1,8 @@
-"""`pip install` of the built wheel into a fresh venv gives the client, the CLI and a jar with the core,
-and nothing that is not for users (the benchmark harness, the tests)."""
+"""`pip install` of the built wheel into a fresh venv gives the client, the CLI, and the connector jars
+of every Spark line (a relocated core per Scala version, a thin connector per line) that jar_path()
+joins into one jar with the core; and nothing that is not for users (the benchmark harness, the tests)."""
 import ast
+import os
 import pathlib
 import subprocess
 import sys
@@ -17,7 +19,9 @@ def wheel(tmp_path_factory) -> pathlib.Path:
     wheels = tmp_path_factory.mktemp("wheels")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
                    check=True, timeout=900)
-    return next(wheels.glob("osqueue-*.whl"))
+    wheel = next(wheels.glob("osqueue-*.whl"))
+    assert wheel.stat().st_size < 40 * 2**20, f"the wheel is {wheel.stat().st_size} bytes"
+    return wheel
 
 
 def test_wheel_in_a_fresh_venv_bundles_the_connector_jar_with_the_core(wheel, tmp_path):
@@ -26,7 +30,12 @@ def test_wheel_in_a_fresh_venv_bundles_the_connector_jar_with_the_core(wheel, tm
     py = env_dir / "bin" / "python"
     subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, timeout=900)
     check = (
-        "import zipfile, osqueue\n"
+        "import zipfile, osqueue, osqueue._jar as j\n"
+        "bundled = sorted(p.name for p in j.JARS_DIR.glob('*.jar'))\n"
+        "expected = sorted([f'osqueue-core-assembly_{s}-{osqueue.__version__}.jar' for s in ('2.12', '2.13')]\n"
+        "                  + [f'osqueue-spark-{l}_{s}-{osqueue.__version__}.jar' for l, s in j.SPARK_LINES])\n"
+        "assert bundled == expected, bundled\n"
+        "print(j.JARS_DIR)\n"
         "path = osqueue.jar_path()\n"
         "names = set(zipfile.ZipFile(path).namelist())\n"
         "assert 'osqueue/format/ManifestCodec$.class' in names, 'core classes missing'\n"
@@ -36,9 +45,13 @@ def test_wheel_in_a_fresh_venv_bundles_the_connector_jar_with_the_core(wheel, tm
         "assert not any(n.startswith('scala/') for n in names), 'Scala library must come from Spark'\n"
         "print(path)\n"
     )
-    out = subprocess.run([str(py), "-c", check], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    env = dict(os.environ, OSQUEUE_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([str(py), "-c", check], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
-    assert str(env_dir) in out.stdout
+    bundled_dir, joined = out.stdout.split()
+    assert bundled_dir.startswith(str(env_dir))
+    # No pyspark in this venv: the newest line's jar, joined in the cache directory.
+    assert joined.startswith(str(tmp_path / "cache" / "osqueue-spark-4.2-assembly_2.13-")), joined
     cli = subprocess.run([str(env_dir / "bin" / "osqueue"), "--help"], capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0 and "inspect" in cli.stdout
     assert "bench" not in cli.stdout  # a development tool of the checkout, not a user command

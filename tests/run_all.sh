@@ -9,14 +9,18 @@ cd "$root"
 bash .ci/setup.sh || exit 1
 export OSQUEUE_PYTHON="$root/.venv/bin/python"
 reports="$root/target/test-reports"
-rm -rf "$reports" jvm/*/target/test-reports
+rm -rf "$reports" jvm/*/target/test-reports jvm/spark/target/line-*/test-reports
 mkdir -p "$reports"
 
 status=0
-echo "== JVM tests and connector jar (sbt)"
-bash .ci/sbt test spark/assembly || status=1
+echo "== JVM tests and connector jars (sbt): the core (Scala 2.13); each Spark line's suite, the full one on the newest"
+bash .ci/sbt test spark/assembly spark/package core/assembly core_2_12/assembly publishBuildRepo || status=1
 keep_jvm_reports() { mkdir -p "$reports/$1"; cp jvm/*/target/test-reports/*.xml "$reports/$1/" 2>/dev/null || true; }
 keep_jvm_reports jvm
+for d in jvm/spark/target/line-*/test-reports; do  # one per Spark line (the same suite names)
+  [ -d "$d" ] || continue
+  line="$(basename "$(dirname "$d")")"; mkdir -p "$reports/jvm-$line"; cp "$d"/*.xml "$reports/jvm-$line/" 2>/dev/null || true
+done
 echo "== JVM S3 suites again, against LocalStack's S3 (the run above used moto)"
 OSQUEUE_S3_KIND=localstack OSQUEUE_LOCALSTACK_PYTHON="$root/.venv-localstack/bin/python" \
   bash .ci/sbt "core/testOnly osqueue.store.S3StoreSuite osqueue.queue.QueueProducerSuite" || status=1
@@ -30,8 +34,11 @@ rm -rf "$reports/jvm-ceph"; mkdir -p "$reports/jvm-ceph"
 cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
    jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-ceph/" 2>/dev/null || true
 
-echo "== Installing the osqueue wheel (bundles the jar) into .venv"
-.venv/bin/python -m pip install -q --no-deps --force-reinstall . || status=1
+echo "== Building the osqueue wheel (bundles the jars) and installing it into .venv"
+rm -rf target/wheel
+.venv/bin/python -m pip wheel -q --no-deps -w target/wheel . || status=1
+wheel="$(ls target/wheel/osqueue-*.whl 2>/dev/null | head -1)"
+.venv/bin/python -m pip install -q --no-deps --force-reinstall "$wheel" || status=1
 
 echo "== Python tests (pytest)"
 .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/python tests/s3 tests/faults tests/spark integration "$@"
@@ -45,6 +52,9 @@ esac
 echo "== Python S3 tests again, against Ceph RGW (skipped with the reason when Ceph is not installed)"
 OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
   tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || status=1
+
+echo "== The connector in the pyspark of every other Spark line (3.5, 4.0, 4.2, 4.3)"
+bash tests/spark_lines.sh "$wheel" "$reports" || status=1
 
 # Closing lines over both runners (JUnit XML from sbt and pytest): each failure with the
 # start of its message (CI shows only the end of the log), then one count line.

@@ -1,7 +1,10 @@
-"""PEP 517 backend: setuptools, plus the Spark connector jar built by sbt and bundled in the wheel.
+"""PEP 517 backend: setuptools, plus the Spark connector jars built by sbt and bundled in the wheel.
 
-The jar is rebuilt only when a JVM source or build file is newer than it. `OSQUEUE_JAR` names a
-prebuilt jar to bundle instead (release pipelines, or machines without a JDK).
+The wheel carries one relocated core per Scala version (the AWS SDK is most of its size) and one
+thin connector per Spark line; `osqueue.jar_path()` joins the two a Spark needs. The jars are
+rebuilt only when a JVM source or build file is newer than one of them. `OSQUEUE_JAR` names a
+directory of prebuilt jars (the same names) to bundle instead (release pipelines, or machines
+without a JDK).
 """
 from __future__ import annotations
 
@@ -27,31 +30,59 @@ def _version() -> str:
 
 def _newest_source_mtime() -> float:
     paths = [ROOT / "build.sbt", ROOT / "project" / "plugins.sbt", ROOT / "project" / "build.properties"]
+    paths.extend((ROOT / "project").glob("*.scala"))
     for base in (ROOT / "jvm" / "core" / "src" / "main", ROOT / "jvm" / "spark" / "src" / "main"):
         paths.extend(p for p in base.rglob("*") if p.is_file())
     return max(p.stat().st_mtime for p in paths if p.exists())
 
 
-def ensure_jar() -> pathlib.Path:
-    name = f"osqueue-spark_2.13-{_version()}.jar"
+# build.sbt's sparkLines: (Spark line, Scala binary version); python/osqueue/_jar.py lists the same.
+SPARK_LINES = (("3.5", "2.12"), ("3.5", "2.13"), ("4.0", "2.13"), ("4.1", "2.13"), ("4.2", "2.13"))
+SBT_TASKS = ["core/assembly", "core_2_12/assembly", "spark/package"]
+
+
+def built_jars(version: str) -> dict[str, pathlib.Path]:
+    """Every jar the wheel bundles, by file name, at the path sbt builds it."""
+    core_targets = {"2.13": ROOT / "jvm" / "core" / "target", "2.12": ROOT / "jvm" / "core" / "target" / "cross-2.12"}
+    jars = {}
+    for scala, target in core_targets.items():
+        name = f"osqueue-core-assembly_{scala}-{version}.jar"
+        jars[name] = target / f"scala-{scala}" / name
+    for line, scala in SPARK_LINES:
+        name = f"osqueue-spark-{line}_{scala}-{version}.jar"
+        jars[name] = ROOT / "jvm" / "spark" / "target" / f"line-{line}-{scala}" / f"scala-{scala}" / name
+    return jars
+
+
+def ensure_jar() -> list[pathlib.Path]:
+    wanted = built_jars(_version())
     prebuilt = os.environ.get("OSQUEUE_JAR")
     if prebuilt:
-        built = pathlib.Path(prebuilt)
-        if not built.is_file():
-            raise RuntimeError(f"OSQUEUE_JAR={prebuilt} does not exist")
+        source = pathlib.Path(prebuilt)
+        if not source.is_dir():
+            raise RuntimeError(f"OSQUEUE_JAR={prebuilt} is not a directory of prebuilt osqueue jars")
+        built = {name: source / name for name in wanted}
+        missing = [str(p) for p in built.values() if not p.is_file()]
+        if missing:
+            raise RuntimeError(f"OSQUEUE_JAR={prebuilt} lacks {', '.join(missing)}")
     else:
-        built = ROOT / "jvm" / "spark" / "target" / "scala-2.13" / name
-        if not built.exists() or built.stat().st_mtime < _newest_source_mtime():
-            print(f"osqueue: building {name} with sbt (first build downloads sbt and dependencies)", flush=True)
-            subprocess.run(["bash", str(ROOT / ".ci" / "sbt"), "spark/assembly"], cwd=ROOT, check=True)
+        built = wanted
+        newest = _newest_source_mtime()
+        if any(not p.exists() or p.stat().st_mtime < newest for p in built.values()):
+            print("osqueue: building the Spark connector jars with sbt (first build downloads sbt and dependencies)",
+                  flush=True)
+            subprocess.run(["bash", str(ROOT / ".ci" / "sbt"), *SBT_TASKS], cwd=ROOT, check=True)
     JAR_DIR.mkdir(parents=True, exist_ok=True)
     for old in JAR_DIR.glob("*.jar"):
-        if old.name != name:
+        if old.name not in built:
             old.unlink()
-    target = JAR_DIR / name
-    if not target.exists() or target.read_bytes() != built.read_bytes():
-        shutil.copyfile(built, target)
-    return target
+    targets = []
+    for name, path in built.items():
+        target = JAR_DIR / name
+        if not target.exists() or target.read_bytes() != path.read_bytes():
+            shutil.copyfile(path, target)
+        targets.append(target)
+    return targets
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):

@@ -1,8 +1,8 @@
 """PySpark helpers for the osqueue connector (``format("osqueue")``).
 
-* :func:`configure_spark_with_osqueue` puts the connector jar bundled in this package on a
-  ``SparkSession.Builder`` (like delta's ``configure_spark_with_delta_pip``) and checks that the
-  installed PySpark is one the jar was built for.
+* :func:`configure_spark_with_osqueue` puts the connector jar for the installed PySpark (one per
+  Spark line, bundled in this package) on a ``SparkSession.Builder``, like delta's
+  ``configure_spark_with_delta_pip``.
 * :func:`read_stream`, :func:`read` and :func:`write_stream` are typed spellings of the
   connector's options. They emit ordinary DataFrame API calls only
   (``spark.readStream.format("osqueue").option(...).load(path)``), so they need no py4j access
@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from osqueue._jar import SCALA_BINARY_VERSION, jar_path
+from osqueue._jar import SPARK_LINES, connector_for, jar_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -33,16 +33,13 @@ __all__ = [
     "read_stream",
     "read",
     "write_stream",
-    "SUPPORTED_SPARK_VERSION",
-    "SUPPORTED_SCALA_VERSION",
+    "SUPPORTED_SPARK_LINES",
     "SOURCE_SCHEMA",
 ]
 
-SUPPORTED_SPARK_VERSION = "4.1"
-"""The Spark feature release (``major.minor``) the bundled jar is built against."""
-
-SUPPORTED_SCALA_VERSION = SCALA_BINARY_VERSION
-"""The Scala binary version of the bundled jar."""
+SUPPORTED_SPARK_LINES = SPARK_LINES
+"""Every ``(Spark line, Scala binary version)`` a connector jar is bundled for; a Spark newer than
+the newest line runs that line's jar with a warning."""
 
 SOURCE_SCHEMA = (
     "value binary, sequence bigint, index int, location string, ingestionTime timestamp, metadata binary"
@@ -104,23 +101,12 @@ def _installed_hadoop_version() -> str | None:
     return _jar_version("hadoop-client-api-")
 
 
-def _check_versions() -> None:
+def _connector_jar() -> str:
+    """The bundled connector jar for the installed PySpark (raises RuntimeError when none fits)."""
     spark = _installed_spark_version()
     scala = _installed_scala_version()
-    supported = (
-        f"this osqueue's connector jar supports Spark {SUPPORTED_SPARK_VERSION}.x with Scala "
-        f"{SUPPORTED_SCALA_VERSION}"
-    )
-    if spark.split(".")[:2] != SUPPORTED_SPARK_VERSION.split("."):
-        raise RuntimeError(
-            f"the installed pyspark is Spark {spark}, but {supported}; install pyspark=={SUPPORTED_SPARK_VERSION}.* "
-            "or an osqueue release built for your Spark"
-        )
-    if scala is not None and scala.split(".")[:2] != SUPPORTED_SCALA_VERSION.split("."):
-        raise RuntimeError(
-            f"the installed pyspark ships Scala {scala}, but {supported}; use a Spark build for Scala "
-            f"{SUPPORTED_SCALA_VERSION}"
-        )
+    connector_for(spark, scala)  # no build: fails before any jar is touched
+    return jar_path(spark, scala)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,8 +129,9 @@ def configure_spark_with_osqueue(
 ) -> Any:
     """Adds the osqueue connector jar to a ``SparkSession.Builder`` and returns the builder.
 
-    The jar shipped inside this package is appended to ``spark.jars`` (values already set on
-    the builder are kept). ``extra_packages`` (Maven coordinates) are appended to
+    The jar for the installed PySpark's Spark line and Scala (see :data:`SUPPORTED_SPARK_LINES`;
+    a newer Spark than the newest line gets that line's jar, with a warning) is appended to
+    ``spark.jars`` (values already set on the builder are kept). ``extra_packages`` (Maven coordinates) are appended to
     ``spark.jars.packages``; with ``s3=True`` so is ``org.apache.hadoop:hadoop-aws`` at the
     Hadoop version of the installed PySpark, which Spark needs for ``s3a://`` checkpoint
     locations and other S3 I/O of its own (osqueue reaches S3 with its bundled SDK).
@@ -164,8 +151,8 @@ def configure_spark_with_osqueue(
     :param s3: Also add ``hadoop-aws`` matching the installed PySpark's Hadoop.
     :return: The same builder.
     :raises TypeError: ``builder`` is not a ``SparkSession.Builder``.
-    :raises RuntimeError: The installed PySpark is not Spark 4.1.x on Scala 2.13, or its Hadoop
-        version cannot be found for ``s3=True``.
+    :raises RuntimeError: No connector is built for the installed PySpark's Spark and Scala, or its
+        Hadoop version cannot be found for ``s3=True``.
     :raises FileNotFoundError: The package was installed without its jar.
     """
     from pyspark.sql import SparkSession
@@ -178,8 +165,7 @@ def configure_spark_with_osqueue(
         )
     if isinstance(extra_packages, str):
         raise TypeError("extra_packages must be a list of Maven coordinates, not a single string")
-    _check_versions()
-    jar = jar_path()
+    jar = _connector_jar()
     options: Mapping[str, Any] = getattr(builder, "_options", {})
     builder.config("spark.jars", _append_csv(options.get("spark.jars"), [jar]))
     packages = list(extra_packages or [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import pathlib
 import shutil
+import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 import osqueue  # noqa: E402
 import osqueue.spark as osp  # noqa: E402
+from osqueue import _jar  # noqa: E402
 from osqueue.producer import Producer  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -27,11 +29,20 @@ def _builder_options(builder: Any) -> dict[str, str]:
     return dict(builder._options)
 
 
+JAR_REQUESTS: list[tuple[str | None, str | None]] = []
+
+
 @pytest.fixture
 def fake_jar(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    jar = tmp_path / "osqueue-spark_2.13-test.jar"
+    jar = tmp_path / "osqueue-spark-test.jar"
     jar.write_bytes(b"")
-    monkeypatch.setattr(osp, "jar_path", lambda: str(jar))
+    JAR_REQUESTS.clear()
+
+    def fake(spark_version: str | None = None, scala_version: str | None = None) -> str:
+        JAR_REQUESTS.append((spark_version, scala_version))
+        return str(jar)
+
+    monkeypatch.setattr(osp, "jar_path", fake)
     return str(jar)
 
 
@@ -82,19 +93,26 @@ def test_configure_rejects_anything_but_a_builder(not_a_builder: Any, fake_jar: 
 
 
 @pytest.mark.parametrize(
-    ("spark", "scala", "error"),
+    ("spark", "scala", "line", "error"),
     [
-        ("4.1.3", "2.13.17", None),
-        ("4.1.0", "2.13.16", None),
-        ("4.1.3", None, None),  # no jars dir to tell: Spark 4.1 has only Scala 2.13 anyway
-        ("3.5.1", "2.12.18", "installed pyspark is Spark 3.5.1"),
-        ("4.0.1", "2.13.16", "installed pyspark is Spark 4.0.1"),
-        ("4.10.0", "2.13.16", "installed pyspark is Spark 4.10.0"),
-        ("4.1.3", "2.12.18", "ships Scala 2.12.18"),
+        ("4.1.3", "2.13.17", ("4.1", "2.13"), None),
+        ("4.1.0", "2.13.16", ("4.1", "2.13"), None),
+        ("4.1.3", None, ("4.1", "2.13"), None),  # no jars dir to tell: Spark 4 has only Scala 2.13
+        ("3.5.7", "2.12.18", ("3.5", "2.12"), None),
+        ("3.5.1", "2.13.8", ("3.5", "2.13"), None),
+        ("3.5.7", None, ("3.5", "2.12"), None),  # Spark 3.5's default Scala
+        ("4.0.1", "2.13.16", ("4.0", "2.13"), None),
+        ("4.2.1", "2.13.18", ("4.2", "2.13"), None),
+        ("4.3.0", "2.13.18", ("4.2", "2.13"), None),  # newer than the newest line: its jar
+        ("4.10.0", "2.13.18", ("4.2", "2.13"), None),
+        ("3.4.1", "2.12.17", None, "no Spark connector for Spark 3.4.1 with Scala 2.12"),
+        ("4.1.3", "2.12.18", None, "no Spark connector for Spark 4.1.3 with Scala 2.12"),
+        ("4.3.0", "3.3.4", None, "no Spark connector for Spark 4.3.0 with Scala 3.3"),
     ],
 )
-def test_version_check(
-    spark: str, scala: str | None, error: str | None, fake_jar: str, monkeypatch: pytest.MonkeyPatch
+def test_the_jar_is_chosen_by_the_installed_pyspark(
+    spark: str, scala: str | None, line: tuple[str, str] | None, error: str | None, fake_jar: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(osp, "_installed_spark_version", lambda: spark)
     monkeypatch.setattr(osp, "_installed_scala_version", lambda: scala)
@@ -102,12 +120,43 @@ def test_version_check(
     if error is None:
         osp.configure_spark_with_osqueue(builder)
         assert _builder_options(builder)["spark.jars"] == fake_jar
+        assert JAR_REQUESTS == [(spark, scala)]
+        assert _jar.connector_for(spark, scala)[:2] == line
+        assert _jar.connector_for(spark, scala)[2] == (line[0] != spark.rsplit(".", 1)[0])
         return
     with pytest.raises(RuntimeError) as e:
         osp.configure_spark_with_osqueue(builder)
     assert error in str(e.value)
-    assert "supports Spark 4.1.x with Scala 2.13" in str(e.value)
+    assert "it is built for Spark 3.5 with Scala 2.12, Spark 3.5 with Scala 2.13, Spark 4.0 with Scala 2.13" in str(e.value)
     assert "spark.jars" not in _builder_options(builder)
+    assert JAR_REQUESTS == []
+
+
+def test_jar_path_joins_the_bundled_core_and_the_line_connector_once(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OSQUEUE_CACHE_DIR", str(tmp_path / "cache"))
+    try:
+        _jar.bundled_jars("3.5", "2.12")
+    except FileNotFoundError:
+        pytest.skip("osqueue is not installed with its jars (pip install .)")
+    path = pathlib.Path(osqueue.jar_path("3.5.7"))
+    assert path.parent == tmp_path / "cache" and path.name.startswith("osqueue-spark-3.5-assembly_2.12-")
+    with zipfile.ZipFile(path) as jar:
+        names = set(jar.namelist())
+        services = jar.read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister").decode()
+        built_for = jar.read("osqueue/spark/BuiltFor$.class")
+    assert {"osqueue/spark/OsqueueSourceProvider.class", "osqueue/format/ManifestCodec$.class"} <= names
+    assert any(n.startswith("osqueue/shaded/awssdk/") for n in names)
+    assert not any(n.startswith(("software/amazon/awssdk/", "scala/collection/")) for n in names)
+    assert services.split() == ["osqueue.spark.OsqueueSourceProvider"]
+    assert b"osqueue-spark-3.5_2.12" in built_for
+    mtime = path.stat().st_mtime_ns
+    assert osqueue.jar_path("3.5") == str(path) and path.stat().st_mtime_ns == mtime  # cached
+    assert pathlib.Path(osqueue.jar_path("3.5", "2.13")).name.startswith("osqueue-spark-3.5-assembly_2.13-")
+    with pytest.warns(UserWarning, match="Spark 4.3.0 is newer than the newest Spark line"):
+        newest = osqueue.jar_path("4.3.0")
+    assert pathlib.Path(newest).name.startswith("osqueue-spark-4.2-assembly_2.13-")
 
 
 def test_installed_versions_are_read_from_pyspark() -> None:
@@ -254,7 +303,7 @@ def _connector_jar() -> str | None:
     try:
         return osqueue.jar_path()
     except FileNotFoundError:
-        built = sorted((ROOT / "jvm" / "spark" / "target" / "scala-2.13").glob("osqueue-spark_2.13-*.jar"))
+        built = sorted((ROOT / "jvm" / "spark" / "target").glob("line-4.1-2.13/scala-2.13/osqueue-spark-4.1-assembly_2.13-*.jar"))
         return str(built[-1]) if built else None
 
 
@@ -266,7 +315,7 @@ def spark() -> Iterator[SparkSession]:
     if jar is None:
         pytest.skip("the connector jar is not built: run `bash .ci/sbt spark/assembly` (or pip install .)")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(osp, "jar_path", lambda: jar)
+        mp.setattr(osp, "jar_path", lambda *_: jar)
         builder = osp.configure_spark_with_osqueue(
             SparkSession.builder.master("local[1]")
             .appName("osqueue-wrapper-test")

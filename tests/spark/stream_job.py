@@ -1,7 +1,8 @@
 """A streaming query from an osqueue queue into per-batch JSON files, run as its own process.
 
 `python stream_job.py QUEUE CHECKPOINT OUT [--available-now] [--max-batches N] [--option k=v ...]
-[--hold-at-sequence S]`
+[--hold-at-sequence S] [--conf k=v ...] [--s3]` (`--conf`: a session setting; `--s3`:
+configure_spark_with_osqueue(s3=True), for an s3a:// checkpoint)
 
 Each micro-batch's rows go to OUT/batch-<id>.json, written atomically (temp + rename), so a
 replayed batch id overwrites the same file: the sink is idempotent per batch id, as Spark's
@@ -32,11 +33,21 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--option", action="append", default=[])
     ap.add_argument("--hold-at-sequence", type=int)
+    ap.add_argument("--conf", action="append", default=[])
+    ap.add_argument("--s3", action="store_true")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    spark = spark_builder("osqueue-stream-job", args.master).getOrCreate()
+    builder = spark_builder("osqueue-stream-job", args.master)
+    for kv in args.conf:
+        k, v = kv.split("=", 1)
+        builder = builder.config(k, v)
+    if args.s3:
+        from osqueue.spark import configure_spark_with_osqueue
+
+        builder = configure_spark_with_osqueue(builder, s3=True)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     reader = spark.readStream.format("osqueue").option("gc", "false")
     if args.max_batches:

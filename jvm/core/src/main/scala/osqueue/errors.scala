@@ -1,7 +1,10 @@
 package osqueue
 
-/** The public kind of every osqueue failure: what a caller can do about it. */
-sealed abstract class ErrorKind(val name: String)
+/**
+ * The public kind of every osqueue failure: what a caller can do about it. Serializable, as the
+ * exceptions holding it are (Spark sends a task's failure to the driver; see [[osqueue.format.Compression]]).
+ */
+sealed abstract class ErrorKind(val name: String) extends Serializable
 object ErrorKind {
   /** A bad option, URI or argument: fix the input. */
   case object Configuration extends ErrorKind("Configuration")

@@ -7,8 +7,12 @@ import com.github.luben.zstd.{Zstd, ZstdInputStream}
 
 import osqueue.{CorruptBatchException, InvalidConfigException, UnsupportedFormatVersionException}
 
-/** Compression of a batch's record block (the footer's first byte). */
-sealed abstract class Compression(val id: Int, val name: String)
+/**
+ * Compression of a batch's record block (the footer's first byte). Serializable: Spark ships it to
+ * tasks, and Scala 2.12 deserializes a case object only if its first non-serializable superclass
+ * has a no-argument constructor (2.13 uses a proxy).
+ */
+sealed abstract class Compression(val id: Int, val name: String) extends Serializable
 object Compression {
   case object None extends Compression(0, "none")
   case object Zstd extends Compression(1, "zstd")

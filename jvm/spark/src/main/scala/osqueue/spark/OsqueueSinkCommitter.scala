@@ -41,7 +41,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
 
   /** Claims the writer once per streaming run (see [[OsqueueWrite.streamRunId]]); later writes of the run reuse it. */
   def claimForRun(runId: String): Long = {
-    val key = s"${options.location.identity}\u0000$writerId\u0000$runId"
+    val key = s"${options.location.identity}\u0000${writerId}\u0000${runId}"
     val claimed = OsqueueSinkCommitter.runGenerations.computeIfAbsent(key, _ => claim())
     generation = Some(claimed)
     claimed

@@ -17,7 +17,12 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
 class OsqueueSourceProvider extends TableProvider with DataSourceRegister {
   override def shortName(): String = "osqueue"
 
-  override def inferSchema(options: CaseInsensitiveStringMap): StructType = OsqueueSchema.schema
+  // The version check comes first here too: Spark infers the schema before it asks for the table,
+  // and building the schema is where a jar of another Scala would otherwise fail (NoSuchMethodError).
+  override def inferSchema(options: CaseInsensitiveStringMap): StructType = {
+    SparkVersionCheck.ensureSupported()
+    OsqueueSchema.schema
+  }
 
   // True so that the table sees a user schema and can refuse it with our own message.
   override def supportsExternalMetadata(): Boolean = true

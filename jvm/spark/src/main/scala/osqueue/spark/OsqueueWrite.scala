@@ -52,7 +52,7 @@ private[spark] object OsqueueWriteBuilder {
  * checkpoint, fresh for each df.write. It is the writer id unless the `writerId` option is given.
  */
 private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, queryId: String,
-    progress: SinkProgressMetrics) extends Write with Logging {
+    progress: SinkProgressMetrics) extends Write with WriteDriverMetrics with Logging {
   private val writerId = options.writerId.getOrElse(queryId)
   private val committer = new OsqueueSinkCommitter(options, writerId, queryId)
   private val commitLatencyMs = new AtomicLong()
@@ -76,7 +76,7 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
     case None => new OsqueueBatchWrite(this, batchId = 0L, owner = None)
   }
   override def supportedCustomMetrics(): Array[CustomMetric] = OsqueueSinkMetrics.supported
-  override def reportDriverMetrics(): Array[CustomTaskMetric] = Array(
+  override protected def driverMetrics(): Array[CustomTaskMetric] = Array(
     OsqueueTaskMetrics.task(OsqueueSinkMetrics.ManifestConflicts, committer.conflicts),
     OsqueueTaskMetrics.task(OsqueueSinkMetrics.CommitLatencyMs, commitLatencyMs.get()),
     OsqueueTaskMetrics.task(OsqueueSinkMetrics.ReplaysSkipped, replaysSkipped.get()))

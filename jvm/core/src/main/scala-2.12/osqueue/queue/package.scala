@@ -1,0 +1,4 @@
+package osqueue
+
+/** Scala 2.12 only: the 2.13 collection methods this package's shared sources use. */
+package object queue extends osqueue.compat.Scala213Methods

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The connector in every pyspark of the Spark-line matrix (.ci/pyspark-lines.env; venvs made by
+# .ci/setup-pyspark-lines.sh): installs the osqueue wheel WHEEL into each and runs the line tests
+# (existing Spark tests, selected below), writing JUnit XML to REPORTS/pyspark-<version>.xml.
+#
+#   bash tests/spark_lines.sh WHEEL REPORTS [extra pytest args]
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+wheel="$1"; reports="$2"; shift 2
+bash .ci/setup-pyspark-lines.sh || exit 1
+# shellcheck source=/dev/null
+source .ci/pyspark-lines.env
+# Per line: batch read; kill -9 mid-stream and restart, exact counts; AvailableNow; the sink replaying
+# a committed batch id (a crash after the append, and a retried df.write) without duplicates; the
+# jar choice and version check; a checkpoint on s3a:// killed and restarted (3.5 and the newest only);
+# --packages from target/maven-repo and the assembly jar next to hadoop-aws (3.5; 4.1 runs it in .venv).
+select="test_batch_read_returns_current_entries or test_kill_dash_nine_mid_stream or test_available_now_drains"
+select="$select or test_driver_crash_points_leave_each_row_exactly_once and after-append"
+select="$select or test_batch_writes_with_a_writer_id_are_deduplicated or test_spark_lines"
+status=0
+for version in $PYSPARK_LINE_VERSIONS; do
+  venv=".venv-pyspark/$version"
+  k="$select"
+  case "$version" in
+    3.5.*) k="$k or test_checkpoint_on_s3a or test_packages" ;;  # also the Scala 2.12 artifact from Maven
+    "${PYSPARK_LINE_VERSIONS##* }") k="$k or test_checkpoint_on_s3a" ;;
+  esac
+  echo "== pyspark $version"
+  "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$wheel" || { status=1; continue; }
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$reports/pyspark-$version.xml" \
+    -o junit_suite_name="pyspark-$version" \
+    tests/spark/test_source.py tests/spark/test_sink.py tests/spark/test_sink_commit.py \
+    tests/spark/test_spark_lines.py tests/spark/test_s3a_checkpoint.py tests/spark/test_packages.py -k "$k" "$@" || status=1
+done
+exit $status
