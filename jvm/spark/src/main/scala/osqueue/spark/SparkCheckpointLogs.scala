@@ -45,8 +45,8 @@ private[spark] object SparkCheckpointLogs {
   /**
    * The one Spark-line-specific part: the package of the log classes. Spark 4.1 moved them from
    * `execution.streaming` to `execution.streaming.checkpointing`; their `(SparkSession, String)`
-   * constructor, `getLatest()`, `get(batchId)` and `OffsetSeq.offsets` are the same in 3.5, 4.0
-   * and 4.1. Looked up by name so that one source file serves every line.
+   * constructor (4.2 adds a Boolean with a default), `getLatest()`, `get(batchId)` and
+   * `offsets` of the offset-log entry are the same in 3.5, 4.0, 4.1 and 4.2. Looked up by name so that one source file serves every line.
    */
   private val LogPackages = Seq(
     "org.apache.spark.sql.execution.streaming.checkpointing", // Spark 4.1+
@@ -58,11 +58,17 @@ private[spark] object SparkCheckpointLogs {
       .collectFirst { case Success(c) => c }
       .getOrElse(throw new ClassNotFoundException(
         s"Spark's $className is in none of ${LogPackages.mkString(", ")} (Spark ${org.apache.spark.SPARK_VERSION})"))
-    val constructor = cls.getConstructors.find { c =>
+    // Spark 4.2 added a third parameter, `metadataCacheEnabled: Boolean = false`: passed as its default.
+    val constructors = cls.getConstructors.toSeq
+    def takes(c: java.lang.reflect.Constructor[_], rest: Class[_]*): Boolean = {
       val params = c.getParameterTypes
-      params.length == 2 && params(0).isInstance(session) && params(1) == classOf[String]
-    }.getOrElse(throw new NoSuchMethodException(s"${cls.getName}(SparkSession, String)"))
-    constructor.newInstance(session, dir.toString).asInstanceOf[AnyRef]
+      params.length == 2 + rest.length && params(0).isInstance(session) && params(1) == classOf[String] &&
+      params.drop(2).sameElements(rest)
+    }
+    constructors.find(takes(_)).map(_.newInstance(session, dir.toString))
+      .orElse(constructors.find(takes(_, java.lang.Boolean.TYPE)).map(_.newInstance(session, dir.toString, java.lang.Boolean.FALSE)))
+      .getOrElse(throw new NoSuchMethodException(s"${cls.getName}(SparkSession, String[, Boolean])"))
+      .asInstanceOf[AnyRef]
   }
 
   /** `HDFSMetadataLog.getLatest(): Option[(Long, T)]`: the highest batch id in the log. */
