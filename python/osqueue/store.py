@@ -601,6 +601,9 @@ IF_MATCH_QUOTED = "quoted"  # If-Match: "<hex>", as S3 returns ETags (AWS, Local
 IF_MATCH_UNQUOTED = "unquoted"  # If-Match: <hex> (Ceph RGW matches only this form)
 _IF_MATCH_FORMS = (IF_MATCH_QUOTED, IF_MATCH_UNQUOTED)
 PROBE_KEY_PREFIX = ".osqueue-probe-"
+PROBE_ATTEMPTS = 4
+"""Probe runs before a store error of the probe is reported; the wait doubles from PROBE_BACKOFF_S."""
+PROBE_BACKOFF_S = 0.2
 
 
 def bare_etag(tag: str) -> str:
@@ -828,10 +831,23 @@ class S3Store:
             with _endpoint_conditions_lock:
                 found = _endpoint_conditions.get(self.endpoint)
                 if found is None:
-                    found = _endpoint_conditions[self.endpoint] = self._probe()
+                    found = _endpoint_conditions[self.endpoint] = self._probe_retrying_failures()
         if found.refusal is not None:
             raise ConditionalWritesNotHonouredError(found.endpoint, found.refusal)
         return found
+
+    def _probe_retrying_failures(self) -> EndpointConditions:
+        """The probe, run again (on a new scratch object) when a request of it fails (5xx, I/O): a
+        store error during the probe is no verdict, and a caller's retry budget covers its own
+        write, not this one-off check. Raises the last StoreError after PROBE_ATTEMPTS."""
+        for attempt in range(1, PROBE_ATTEMPTS + 1):
+            try:
+                return self._probe()
+            except StoreError:
+                if attempt == PROBE_ATTEMPTS:
+                    raise
+                time.sleep(PROBE_BACKOFF_S * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
 
     def _probe(self) -> EndpointConditions:
         """A scratch object under the prefix: a conditional create that must fail, conditional

@@ -368,6 +368,44 @@ def test_the_probe_accepts_the_test_server_and_learns_its_if_match_form(s3_endpo
     assert s3_store.list("") == []  # the scratch object is gone
 
 
+def test_a_probe_request_that_fails_is_probed_again_not_reported(s3_bucket: str, s3_options: dict[str, str]) -> None:
+    """A 5xx during the probe is no verdict: the probe runs again on a new scratch object, and the
+    caller's write goes on (found by the fault-proxy run, where a producer died of one 500)."""
+    from botocore.awsrequest import AWSResponse
+
+    # No client-side retry, as in the fault runs: botocore's own retry would hide the failure.
+    s3_store = S3Store(s3_bucket, "", {**s3_options, "fs.s3a.attempts.maximum": "0"})
+
+    failed: list[str] = []
+
+    def first_probe_put_fails(request: Any, **_: Any) -> AWSResponse | None:
+        if request.method == "PUT" and store_module.PROBE_KEY_PREFIX in request.url and not failed:
+            failed.append(request.url)
+            body = b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
+            return AWSResponse(request.url, 500, {}, _Raw(body))
+        return None
+
+    forget_endpoint_conditions(s3_store.endpoint)
+    s3_store.client.meta.events.register_first("before-send.s3.PutObject", first_probe_put_fails)
+    try:
+        s3_store.put_if_absent("k", b"v")
+    finally:
+        s3_store.client.meta.events.unregister("before-send.s3.PutObject", first_probe_put_fails)
+    assert failed, "the hook never failed a probe request: the test proves nothing"
+    assert s3_store.get("k").data == b"v"
+    assert [o.key for o in s3_store.list("")] == ["k"]  # both scratch objects gone
+
+
+class _Raw:
+    """The raw body of a fake botocore response."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def stream(self, **_: Any) -> Any:
+        yield self._data
+
+
 _PRODUCER_PROCESS = """
 import sys
 from osqueue.producer import Producer
