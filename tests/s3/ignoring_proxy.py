@@ -16,11 +16,12 @@ import argparse
 import http.client
 import http.server
 import json
-import os
 import signal
 import sys
 import threading
 import urllib.parse
+
+from s3server import stop_at_stdin_eof  # this directory is on sys.path: as a script, and in the tests
 
 HOST = "127.0.0.1"
 CONDITIONS = ("if-match", "if-none-match")
@@ -112,15 +113,7 @@ def main():
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
 
-    def watch_stdin():
-        try:
-            while os.read(0, 65536):
-                pass
-        except OSError:
-            pass
-        stop.set()
-
-    threading.Thread(target=watch_stdin, daemon=True).start()
+    stop_at_stdin_eof(stop)
     drop = [d.strip() for d in args.drop.split(",") if d.strip()]
     with IgnoringProxy(args.upstream, drop, args.spoil_if_match) as proxy:
         print(json.dumps({"endpoint": proxy.endpoint}), flush=True)

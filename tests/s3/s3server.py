@@ -273,6 +273,19 @@ def _die_with_parent():
         _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def stop_at_stdin_eof(stop):
+    """Sets `stop` when stdin reaches EOF (a dying parent closes it), from a daemon thread."""
+    def watch_stdin():
+        try:  # raw fd: a daemon thread blocked in sys.stdin would hold its lock at interpreter exit
+            while os.read(0, 65536):
+                pass
+        except OSError:
+            pass
+        stop.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+
+
 def log_tail(path, lines=15):
     try:
         text = path.read_text(errors="replace").strip().splitlines()[-lines:]
@@ -296,15 +309,7 @@ def main():
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if not args.ignore_stdin:
-        def watch_stdin():
-            try:  # raw fd: a daemon thread blocked in sys.stdin would hold its lock at interpreter exit
-                while os.read(0, 65536):
-                    pass
-            except OSError:
-                pass
-            stop.set()
-
-        threading.Thread(target=watch_stdin, daemon=True).start()
+        stop_at_stdin_eof(stop)
 
     if kind == "ceph" and ceph_missing():
         log(f"error: Ceph RGW is not installed (missing {', '.join(ceph_missing())}): "

@@ -8,8 +8,9 @@ import signal
 import time
 
 import pytest
-from fixtures import new_bucket, run_s3_server
+from fixtures import run_s3_server
 
+from .conftest import queue_on
 from .support import produce_entries
 from .test_source import _output_rows, _run_job
 
@@ -21,15 +22,8 @@ def moto():
 
 
 def test_checkpoint_on_s3a_survives_kill_dash_nine_with_exact_counts(moto, tmp_path):
-    bucket = new_bucket(moto)
-    options = {
-        "fs.s3a.endpoint": moto.endpoint,
-        "fs.s3a.access.key": moto.access_key,
-        "fs.s3a.secret.key": moto.secret_key,
-        "fs.s3a.path.style.access": "true",
-        "fs.s3a.endpoint.region": moto.region,
-    }
-    queue = f"s3a://{bucket}/queue"
+    queue, options = queue_on(moto)
+    bucket = queue.split("/")[2]
     checkpoint = f"s3a://{bucket}/checkpoints/events"
     expected = produce_entries(queue, batches=12, per_batch=3, store_options=options)
     job_args = ["--s3", "--max-batches", "2", *[f"--conf=spark.hadoop.{k}={v}" for k, v in options.items()]]
