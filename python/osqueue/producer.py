@@ -248,7 +248,8 @@ class Producer:
         try:
             # Claimed before the first upload, so GC can prove this producer's files are its queue's (§6).
             owner = claim_data_prefix(
-                self._store, manifest_path, data_path_prefix, self._clock, create_with_grace_ms=self._grace_ms
+                self._store, manifest_path, data_path_prefix, self._clock, create_with_grace_ms=self._grace_ms,
+                retry=retry, rng=rng,
             )
             assert owner is not None
             # The queue's grace period is the one GC uses: a longer option of ours must not count (§6).

@@ -245,6 +245,8 @@ def claim_data_prefix(
     clock: Clock | None = None,
     *,
     create_with_grace_ms: int | None = None,
+    retry: RetryPolicy | None = None,
+    rng: random.Random | None = None,
 ) -> QueueOwner | None:
     """Proves ``data_prefix`` holds this queue's batches and reads the queue's grace period.
 
@@ -256,6 +258,8 @@ def claim_data_prefix(
     Args:
         create_with_grace_ms: Create the record with this grace period when there is none (None:
             only check an existing one).
+        retry: The budget for a failing store (default :class:`RetryPolicy`); a create whose
+            reply was lost is settled by the re-read, which finds this queue's own record.
 
     Returns:
         The record (None when there is none and ``create_with_grace_ms`` is None).
@@ -263,8 +267,21 @@ def claim_data_prefix(
     Raises:
         InvalidConfigError: Another manifest owns the prefix (two queues sharing a data prefix),
             or the record is not readable.
-        StoreError: The store failed.
+        StoreError: The store kept failing.
     """
+    clock = clock or SystemClock()
+    budget = _Budget(retry or RetryPolicy(), clock, rng or random.Random())
+    while True:
+        try:
+            return _claim_data_prefix_once(store, manifest_key, data_prefix, clock, create_with_grace_ms)
+        except StoreError:
+            if not budget.retry():
+                raise
+
+
+def _claim_data_prefix_once(
+    store: ObjectStore, manifest_key: str, data_prefix: str, clock: Clock, create_with_grace_ms: int | None
+) -> QueueOwner | None:
     prefix = data_prefix.rstrip("/")
     key = validate_key(f"{prefix}/{OWNER_NAME}")
     for _ in range(2):  # a lost create race is settled by reading the winner's record
@@ -272,7 +289,7 @@ def claim_data_prefix(
         if obj is None:
             if create_with_grace_ms is None:
                 return None
-            created = QueueOwner(manifest_key, (clock or SystemClock()).now_ms(), create_with_grace_ms)
+            created = QueueOwner(manifest_key, clock.now_ms(), create_with_grace_ms)
             record = {
                 "version": 1,
                 "manifest": created.manifest,

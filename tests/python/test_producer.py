@@ -124,6 +124,29 @@ def test_upload_failure_fails_every_handle_of_the_batch_with_the_same_error(mem_
     assert _entries(mem_store)[0].location == after.wait_durable(0).location
 
 
+@pytest.mark.parametrize("applied", [False, True], ids=["fails-before-writing", "reply-lost-after-writing"])
+def test_producer_starts_when_the_store_fails_the_owner_records_create(applied: bool, mem_store: InMemoryStore) -> None:
+    store = WrappedStore(mem_store)
+    failed: list[str] = []
+
+    def once(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        if key.endswith("/osqueue.owner") and not failed:
+            failed.append(key)
+            if applied:
+                apply()
+            raise StoreError(f"injected failure of the create of '{key}'")
+        return apply()
+
+    store.on_conditional = once
+    with Producer(store=store, flush_interval=3600) as p:
+        h = p.produce([b"a"])
+        p.flush()
+        assert h.result(5).sequence == 0
+    assert failed == ["ingest/osqueue.owner"]
+    owner = mem_store.get("ingest/osqueue.owner")
+    assert owner is not None and b'"manifest":"ingest/manifest"' in owner.data
+
+
 def test_manifest_failure_fails_every_handle(mem_store: InMemoryStore) -> None:
     store = WrappedStore(mem_store)
 

@@ -2,7 +2,7 @@ package osqueue.queue
 
 import java.nio.charset.StandardCharsets.UTF_8
 
-import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException}
+import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException, StoreException}
 import osqueue.store.{CasOutcome, ObjectStore}
 
 /** The owner record: which manifest owns a data prefix, and the queue's one GC grace period. */
@@ -26,8 +26,26 @@ object DataPrefixOwner {
    * Proves `dataPathPrefix` holds `manifestKey`'s batches and reads the queue's grace period; with
    * `createWithGraceMs`, claims the prefix when unclaimed. None: unclaimed and not created. Throws
    * InvalidConfigException (option `dataPathPrefix`) when another manifest owns it or the record is not osqueue's.
+   * A failing store is retried within `policy`: a create whose reply was lost is settled by the re-read,
+   * which finds this queue's own record.
    */
   def claim(store: ObjectStore, manifestKey: String, dataPathPrefix: String, clock: Clock,
+      createWithGraceMs: Option[Long], policy: RetryPolicy = RetryPolicy()): Option[DataPrefixOwner] = {
+    val started = clock.nanoTime()
+    var failures = 0
+    while (true) {
+      try return claimOnce(store, manifestKey, dataPathPrefix, clock, createWithGraceMs)
+      catch {
+        case e: StoreException =>
+          failures += 1
+          if (failures >= policy.maxAttempts || (clock.nanoTime() - started) / 1000000 >= policy.maxElapsedMs) throw e
+          clock.sleepMillis(policy.delayMs(failures - 1))
+      }
+    }
+    throw new IllegalStateException("unreachable")
+  }
+
+  private def claimOnce(store: ObjectStore, manifestKey: String, dataPathPrefix: String, clock: Clock,
       createWithGraceMs: Option[Long]): Option[DataPrefixOwner] = {
     val k = key(dataPathPrefix)
     val prefix = dataPathPrefix.stripSuffix("/")

@@ -43,7 +43,7 @@ final class ManifestAppender(
    */
   private def checkPrefixes(group: IndexedSeq[PendingLocation]): Unit = group.flatMap(p => prefixOf(p.location)).foreach { prefix =>
     if (!claimed.containsKey(prefix)) {
-      val owner = DataPrefixOwner.claim(manifest.store, manifest.key, prefix, clock, None)
+      val owner = DataPrefixOwner.claim(manifest.store, manifest.key, prefix, clock, None, policy)
       claimed.put(prefix, owner.fold(Long.MaxValue)(_.gcGracePeriodMs))
     }
   }

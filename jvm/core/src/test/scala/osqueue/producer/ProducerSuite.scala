@@ -71,6 +71,22 @@ class ProducerSuite extends AnyFunSuite {
     assert(manifest(inner).entries.size == 4)
   }
 
+  test("should start when the store fails the owner record's create, before or after applying it") {
+    import osqueue.testing.FaultInjectingStore.Fault
+    for (fault <- Seq(Fault.FailBefore, Fault.ApplyThenError)) {
+      val inner = InMemoryStore.fresh()
+      val store = new osqueue.testing.FaultInjectingStore(inner, (key, n) =>
+        if (key.endsWith("/osqueue.owner") && n == 0) fault else Fault.None)
+      val p = new Producer(store, ProducerConfig(flushInterval = 1.hour))
+      assert(store.injected.get == 1, fault)
+      assert(new String(inner.get("ingest/osqueue.owner").get.bytes).contains("\"manifest\":\"ingest/manifest\""), fault)
+      val h = p.produce(Seq("a".getBytes))
+      p.flush()
+      assert(h.awaitDurable(5.seconds).sequence == 0, fault)
+      p.close()
+    }
+  }
+
   test("should fail every handle of a batch whose upload failed, and keep working afterwards") {
     val inner = InMemoryStore.fresh()
     @volatile var failing = true
