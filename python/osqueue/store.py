@@ -14,6 +14,7 @@ import builtins
 import errno
 import fcntl
 import hashlib
+import importlib
 import itertools
 import os
 import re
@@ -961,21 +962,39 @@ def _header(condition: Mapping[str, str]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+# Stores whose SDK is an optional extra (``pip install 'osqueue[<extra>]'``): scheme -> (module, extra).
+# Each module has ``open_store(uri, options)`` and imports its SDK at its top: it is imported only
+# when its scheme is opened, so the base install needs no cloud SDK. The JVM
+# finds the same stores through osqueue.store.ObjectStoreProvider, in artifacts of their own.
+PLUGGED_STORES: dict[str, tuple[str, str]] = {}
+
+
 def open_store(uri: str, options: Mapping[str, Any] | None = None) -> ObjectStore:
     """Opens the store for a queue root URI (docs/format.md §1).
 
     Args:
         uri: ``/abs/dir``, ``file:/abs/dir``, ``file:///abs/dir``, ``s3://bucket[/prefix]``,
-            ``s3a://bucket[/prefix]`` or ``memory://name``.
+            ``s3a://bucket[/prefix]``, ``memory://name``, or a scheme of :data:`PLUGGED_STORES`.
         options: Store settings (S3: the ``fs.s3a.*`` keys of :class:`S3Store`).
 
     Raises:
-        InvalidConfigError: The URI is not one of the above.
+        InvalidConfigError: The URI is not one of the above, or its store's extra is not installed.
     """
     if not isinstance(uri, str) or not uri:
         raise InvalidConfigError("path", uri, "give the queue's root: /abs/dir, file:/abs/dir, s3://bucket/prefix")
     hint = "use an absolute directory, file:/abs/dir, file:///abs/dir, s3://bucket[/prefix], s3a://bucket[/prefix] or memory://name"
     lower = uri.lower()
+    scheme = lower.partition("://")[0] if "://" in lower else ""
+    if scheme in PLUGGED_STORES:
+        module, extra = PLUGGED_STORES[scheme]
+        try:
+            plugged = importlib.import_module(module)
+        except ImportError as e:
+            raise InvalidConfigError(
+                "path", uri, f"{scheme}:// paths need the '{extra}' extra: pip install 'osqueue[{extra}]' ({e})"
+            ) from e
+        opened: ObjectStore = plugged.open_store(uri, options or {})
+        return opened
     if lower.startswith("memory://"):
         name = uri[len("memory://") :]
         if not name:

@@ -291,6 +291,28 @@ def test_open_store_rejects_bad_uris(uri: str) -> None:
     assert "'path'" in str(info.value)
 
 
+def test_open_store_opens_a_plugged_scheme_through_its_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    import osqueue.store as store_module
+
+    module = types.ModuleType("osqueue_test_plugged_store")
+    module.open_store = lambda uri, options: InMemoryStore.named(f"plugged-{uri.split('://')[1]}-{options.get('k')}")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(store_module.PLUGGED_STORES, "testmem", (module.__name__, "testextra"))
+    assert open_store("testmem://q1", {"k": "v"}) is InMemoryStore.named("plugged-q1-v")
+
+
+def test_open_store_names_the_extra_when_a_plugged_store_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import osqueue.store as store_module
+
+    monkeypatch.setitem(store_module.PLUGGED_STORES, "testmem", ("osqueue_no_such_module", "testextra"))
+    with pytest.raises(InvalidConfigError) as info:
+        open_store("testmem://q1")
+    assert "'path'" in str(info.value) and "pip install 'osqueue[testextra]'" in str(info.value)
+
+
 def test_s3_client_options_mapping() -> None:
     store = S3Store(
         "b-1",

@@ -7,8 +7,8 @@ import osqueue.{InvalidConfigException, InvalidObjectKeyException}
 /**
  * Opens the store a queue path names (docs/format.md §1): `/abs/dir`, `file:/abs/dir`,
  * `file:///abs/dir`, a relative local path (against the working directory), `s3://bucket/prefix`
- * or `s3a://bucket/prefix` (configured by the `fs.s3a.*` options, see [[S3StoreConfig]]), and
- * `memory://name` (unit tests).
+ * or `s3a://bucket/prefix` (configured by the `fs.s3a.*` options, see [[S3StoreConfig]]),
+ * `memory://name` (unit tests), and any scheme an [[ObjectStoreProvider]] on the classpath opens.
  */
 object ObjectStores {
   private val Expected = "expected file:/..., s3a://bucket/prefix or an absolute local path"
@@ -40,7 +40,16 @@ object ObjectStores {
         val rest = uri.stripPrefix("file:")
         if (!rest.startsWith("/")) throw invalid()
         local(rest)
-      case Scheme(_) => throw invalid()
+      case Scheme(scheme) =>
+        val lower = scheme.toLowerCase(java.util.Locale.ROOT)
+        ObjectStoreProvider.find(lower) match {
+          case Some(provider) => provider.open(uri, options)
+          case None => ObjectStoreProvider.ArtifactForScheme.get(lower) match {
+            case Some(artifact) => throw invalid(s"$lower:// paths need the $artifact artifact on the classpath (README: " +
+              "object stores), e.g. spark-submit --packages io.github.osqueue:" + artifact + "_<scala version>:<version>")
+            case None => throw invalid()
+          }
+        }
       case _ => local(uri)
     }
   }

@@ -50,8 +50,39 @@ class ObjectStoresSuite extends AnyFunSuite {
     }
   }
 
+  test("should name the artifact to add for a cloud scheme whose provider is not on the classpath") {
+    for ((uri, artifact) <- Seq("gs://b/q" -> "osqueue-gcs", "abfss://c@a.dfs.core.windows.net/q" -> "osqueue-azure",
+        "wasbs://c@a.blob.core.windows.net/q" -> "osqueue-azure")) {
+      val e = intercept[InvalidConfigException](ObjectStores.open(uri, Map.empty))
+      assert(e.option === "path" && e.getMessage.contains(artifact), e.getMessage)
+    }
+  }
+
+  test("should open a scheme through the ObjectStoreProvider registered on the context class loader") {
+    val dir = Files.createTempDirectory("osqueue-provider-")
+    val services = dir.resolve("META-INF/services/osqueue.store.ObjectStoreProvider")
+    Files.createDirectories(services.getParent)
+    Files.writeString(services, classOf[MemorySchemeProvider].getName + "\n")
+    val loader = new java.net.URLClassLoader(Array(dir.toUri.toURL), getClass.getClassLoader)
+    val thread = Thread.currentThread()
+    val previous = thread.getContextClassLoader
+    thread.setContextClassLoader(loader)
+    try {
+      val store = ObjectStores.open("testmem://q1", Map("k" -> "v"))
+      assert(store.uri === "memory://provided-q1-v")
+      intercept[InvalidConfigException](ObjectStores.open("othermem://q1", Map.empty))
+    } finally thread.setContextClassLoader(previous)
+  }
+
   test("should reject invalid S3 options when opening") {
     val e = intercept[InvalidConfigException](ObjectStores.open("s3a://b/q", Map("fs.s3a.path.style.access" -> "maybe")))
     assert(e.option === "fs.s3a.path.style.access")
   }
+}
+
+/** Registered only by the provider test: `testmem://name` opens a memory store. */
+class MemorySchemeProvider extends ObjectStoreProvider {
+  override def schemes: Set[String] = Set("testmem")
+  override def open(uri: String, options: Map[String, String]): ObjectStore =
+    InMemoryStore.named(s"provided-${uri.stripPrefix("testmem://")}-${options.getOrElse("k", "")}")
 }
