@@ -429,6 +429,7 @@ class _GroupCommitter:
                         "increase gc_grace_period or make uploads faster"
                     )
                 p.location = p.reupload()
+                self.metrics.counter(m.BATCHES_REUPLOADED).inc()
                 reuploads += 1
 
     def _receipts_from(self, min_sequence: int) -> dict[int, str]:
