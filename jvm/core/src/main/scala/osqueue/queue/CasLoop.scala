@@ -1,6 +1,7 @@
 package osqueue.queue
 
-import osqueue.{AmbiguousCommitException, Clock, ConflictRetriesExhaustedException, OsqueueException, StoreException}
+import osqueue.{AmbiguousCommitException, Clock, ConflictRetriesExhaustedException, OsqueueException, RandomSource, StoreException,
+  SystemRandomSource}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.store.CasOutcome
 
@@ -40,7 +41,8 @@ trait Settle[T] {
  * `osqueue.cas_loop.CasLoop` runs the same algorithm. The step function sees how its
  * previous write ended so it can resolve ambiguous outcomes against the fresh snapshot.
  */
-final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry, role: String) {
+final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry, role: String,
+    random: RandomSource = SystemRandomSource) {
   private val writes = metrics.counter(MetricNames.ManifestWrites, "role" -> role)
   private val conflicts = metrics.counter(MetricNames.ManifestConflicts, "role" -> role)
   private val ambiguous = metrics.counter(MetricNames.AmbiguousWrites, "role" -> role)
@@ -60,7 +62,7 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
             // A failed read is one more failed try: retried within the budget like a failed write.
             attempts += 1
             if (spent) throw settled(settle, previous, e)
-            clock.sleepMillis(policy.delayMs(attempts - 1))
+            clock.sleepMillis(policy.delayMs(attempts - 1, () => random.nextDouble()))
         }
       // Whatever the step throws (a failed stale re-upload, the sink's owner check) while an earlier
       // write is undecided is ambiguous too: "not written" would invite a duplicate retry.
@@ -115,7 +117,7 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
               }
             }
           }
-          clock.sleepMillis(policy.delayMs(attempts - 1))
+          clock.sleepMillis(policy.delayMs(attempts - 1, () => random.nextDouble()))
       }
     }
     throw new IllegalStateException("unreachable")
