@@ -565,12 +565,12 @@ class _GroupCommitter:
                 last_sent = None
 
         def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[EnqueueResult]]:
+            nonlocal last_sent
             register(previous)
             landed = self._resolve(snapshot.raw, attempts)
             if landed is not None:
                 return Done(landed)
             self._refresh_stale(group)
-            nonlocal last_sent
             locations = tuple(p.location for p in group)
             new_raw, base = append_entries(
                 snapshot.raw,
@@ -582,19 +582,7 @@ class _GroupCommitter:
             last_sent = _Attempt(base, locations)
             return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
 
-        class _SettleAppend:
-            def landed(self_, snapshot: Snapshot, previous: PreviousAttempt | None) -> list[EnqueueResult] | None:
-                register(previous)
-                return self._resolve(snapshot.raw, attempts)
-
-            def still_unknown(self_, previous: PreviousAttempt | None) -> str | None:
-                register(previous)
-                for a in attempts:
-                    if a.unknown_outcome and not a.resolved_not_landed:
-                        return f"a write of {len(a.locations)} entries at sequence {a.base}"
-                return None
-
-        return self.loop.run(step, _SettleAppend())
+        return self.loop.run(step, _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts))
 
 
 @dataclass(eq=False)
@@ -605,6 +593,31 @@ class _Attempt:
     locations: tuple[str, ...]
     unknown_outcome: bool = False
     resolved_not_landed: bool = False
+
+
+class _AppendSettle:
+    """How a group commit settles its writes of unknown outcome when the CAS loop gives up."""
+
+    def __init__(
+        self,
+        resolve: Callable[[bytes | None], list[EnqueueResult] | None],
+        register: Callable[[PreviousAttempt | None], None],
+        attempts: list[_Attempt],
+    ) -> None:
+        self._resolve = resolve
+        self._register = register
+        self._attempts = attempts
+
+    def landed(self, snapshot: Snapshot, previous: PreviousAttempt | None) -> list[EnqueueResult] | None:
+        self._register(previous)
+        return self._resolve(snapshot.raw)
+
+    def still_unknown(self, previous: PreviousAttempt | None) -> str | None:
+        self._register(previous)
+        for a in self._attempts:
+            if a.unknown_outcome and not a.resolved_not_landed:
+                return f"a write of {len(a.locations)} entries at sequence {a.base}"
+        return None
 
 
 _committers: dict[tuple[int, str], tuple[ObjectStore, _GroupCommitter]] = {}

@@ -497,9 +497,11 @@ def test_location_older_than_half_the_grace_period_is_reuploaded_before_the_writ
         uploads.append(key)
         return key
 
-    qp = QueueProducer(mem_store, KEY, clock=clock)
+    metrics = MetricsRegistry()
+    qp = QueueProducer(mem_store, KEY, clock=clock, metrics=metrics)
     result = qp.enqueue_async(old, reupload=reupload, max_age_ms=300_000).result(10)
     assert uploads == [result.location] and result.location != old
+    assert metrics.counter("buffer.batches_reuploaded").value == 1
     assert parse_batch_ulid_ms(result.location) == clock.now_ms()
     assert manifest_locations(mem_store) == [result.location]
     fresh = qp.enqueue_async(new_batch_key("ingest", clock), reupload=reupload, max_age_ms=300_000).result(10)
