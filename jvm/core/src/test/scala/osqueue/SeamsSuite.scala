@@ -66,6 +66,37 @@ class SeamsSuite extends AnyFunSuite {
     assert(stale.isEmpty, s"allow-list entries no longer needed (lower or remove them): ${stale.keys}")
   }
 
+  test("should draw batch names and backoff jitter from the injected RandomSource") {
+    import osqueue.format.BatchNames
+    import osqueue.metrics.MetricsRegistry
+    import osqueue.queue.{CasLoop, CasStep, ManifestStore, RetryPolicy}
+    import osqueue.store.{CasOutcome, InMemoryStore, ObjectStore}
+    import osqueue.testing.FaultInjectingStore
+    def names(seed: Long) = { val r = new SeededRandomSource(seed); (1 to 3).map(_ => BatchNames.newKey("ingest", 0L, r)) }
+    assert(names(7) == names(7) && names(7) != names(8))
+    // A loop whose writes always conflict sleeps for the jitter its RandomSource draws.
+    val draws = new java.util.concurrent.atomic.AtomicInteger()
+    val half = new RandomSource {
+      def nextBytes(bytes: Array[Byte]): Unit = ()
+      def nextDouble(): Double = { draws.incrementAndGet(); 0.5 }
+      def nextInt(bound: Int): Int = 0
+      def nextLong(): Long = 0L
+    }
+    val slept = scala.collection.mutable.ArrayBuffer.empty[Long]
+    val clock = new Clock {
+      def nowMillis(): Long = 0L
+      def nanoTime(): Long = 0L
+      def sleepMillis(ms: Long): Unit = slept += ms
+    }
+    val conflicting: ObjectStore = new FaultInjectingStore(InMemoryStore.fresh(), (_, _) => FaultInjectingStore.Fault.None) {
+      override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome = CasOutcome.PreconditionFailed
+    }
+    val loop = new CasLoop(new ManifestStore(conflicting, "ingest/manifest"),
+      RetryPolicy(baseDelayMs = 100, maxDelayMs = 1000, maxAttempts = 3), clock, new MetricsRegistry, "test", half)
+    intercept[ConflictRetriesExhaustedException](loop.run[Unit]((_, _) => CasStep.Write(Array[Byte](1), () => ())))
+    assert(draws.get == 2 && slept == Seq(50L, 100L))
+  }
+
   test("should see a raw call where there is one") {
     assert(countOf("val t = System.currentTimeMillis() + System.currentTimeMillis()", "System.currentTimeMillis") == 2)
     assert(countOf("val t = clock.nowMillis()", "System.currentTimeMillis") == 0)
