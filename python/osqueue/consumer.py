@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,12 +89,20 @@ class FetchHandle:
         store: The object store.
         manifest_key: The manifest's key (named in errors about bad locations).
         metrics: Metrics registry.
+        clock: Time seam (fetch durations).
     """
 
-    def __init__(self, store: ObjectStore, manifest_key: str, metrics: m.MetricsRegistry | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        manifest_key: str,
+        metrics: m.MetricsRegistry | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self._store = store
         self._manifest_key = manifest_key
         self._metrics = metrics or m.REGISTRY
+        self._clock = clock or SystemClock()
 
     def fetch(self, descriptor: BatchDescriptor) -> ConsumedBatch:
         """Fetches and decodes the batch of ``descriptor``.
@@ -107,12 +114,12 @@ class FetchHandle:
                 or foreign manifest entry), as on the JVM; nothing outside the root is read.
             StoreError: The store failed.
         """
-        started = time.monotonic()
+        started = self._clock.monotonic()
         obj = self._store.get(descriptor.location)
         if obj is None:
             raise BatchNotFoundError(descriptor.location, descriptor.sequence)
         records = decode_batch(obj.data, descriptor.location)
-        self._metrics.histogram(m.FETCH_DURATION).observe(time.monotonic() - started)
+        self._metrics.histogram(m.FETCH_DURATION).observe(self._clock.monotonic() - started)
         return ConsumedBatch(records, descriptor.sequence, descriptor.location, list(descriptor.metadata))
 
 
@@ -204,7 +211,7 @@ class Consumer:
         self._queue = QueueConsumer(
             self._store, manifest_path, clock=self._clock, rng=rng, retry=retry, metrics=self._metrics
         )
-        self._fetcher = FetchHandle(self._store, manifest_path, self._metrics)
+        self._fetcher = FetchHandle(self._store, manifest_path, self._metrics, self._clock)
         try:
             manifest = self._queue.initialize(last_acked_sequence, incarnation)
         except BaseException:

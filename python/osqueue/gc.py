@@ -115,7 +115,7 @@ class GarbageCollector:
             StoreError: Reading the manifest or listing failed (nothing was deleted).
             CorruptManifestError: The manifest does not decode (nothing was deleted).
         """
-        started = time.monotonic()
+        started = self._clock.monotonic()
         t0 = self._clock.now_ms()
         raw, _ = self._manifest.read_raw()
         if raw is None:  # a wrong path reads as an empty queue: everything would look unreferenced
@@ -160,7 +160,7 @@ class GarbageCollector:
         if not dry_run:
             self._metrics.counter(m.GC_FILES_DELETED).inc(len(deleted))
             self._metrics.counter(m.GC_FILES_FAILED).inc(len(failed))
-        self._metrics.histogram(m.GC_DURATION).observe(time.monotonic() - started)
+        self._metrics.histogram(m.GC_DURATION).observe(self._clock.monotonic() - started)
         return GcResult(
             tuple(deleted), tuple(failed), kept_referenced, kept_newer, kept_grace, kept_other, t0, dry_run, grace_ms
         )

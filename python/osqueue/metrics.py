@@ -11,8 +11,10 @@ Metric names follow the reference implementation (all start with ``buffer.``):
   ``buffer.gc_files_deleted``, ``buffer.gc_files_failed``; gauges
   ``buffer.consumer_lag_seconds``, ``buffer.queue_length``; histograms
   ``buffer.gc_duration_seconds``, ``buffer.fetch_duration_seconds``;
-* both: counters ``buffer.manifest_writes`` and ``buffer.manifest_conflicts`` with a
-  ``role`` label (``producer`` or ``consumer``).
+* both: counters ``buffer.manifest_writes``, ``buffer.manifest_conflicts`` and
+  ``buffer.manifest_ambiguous_writes`` (writes of unknown outcome) with a ``role`` label
+  (``producer`` or ``consumer``); producer: ``buffer.batches_reuploaded`` (stale batches
+  uploaded again before their manifest write).
 
 Components take a ``metrics`` argument and default to the process-wide :data:`REGISTRY`.
 """
@@ -46,6 +48,8 @@ MANIFEST_WRITES = "buffer.manifest_writes"
 MANIFEST_CONFLICTS = "buffer.manifest_conflicts"
 AMBIGUITIES_RESOLVED_BY_RECEIPTS = "buffer.ambiguities_resolved_by_receipts"
 RECEIPT_WRITE_FAILURES = "buffer.receipt_write_failures"
+MANIFEST_AMBIGUOUS_WRITES = "buffer.manifest_ambiguous_writes"
+BATCHES_REUPLOADED = "buffer.batches_reuploaded"
 
 _LabelKey = tuple[tuple[str, str], ...]
 

@@ -410,7 +410,7 @@ class Producer:
         return key
 
     def _flush(self, batch: _Batch) -> None:
-        started = time.monotonic()
+        started = self._clock.monotonic()
         try:
             data = encode_batch(batch.records, self._compression)
             key = self._upload(data)
@@ -450,7 +450,7 @@ class Producer:
             self._metrics.counter(m.ENTRIES_FLUSHED).inc(len(batch.records))
             self._metrics.counter(m.BYTES_FLUSHED).inc(batch.raw_bytes)
             self._metrics.counter(m.BYTES_WRITTEN).inc(written)
-            self._metrics.histogram(m.FLUSH_DURATION).observe(time.monotonic() - started)
+            self._metrics.histogram(m.FLUSH_DURATION).observe(self._clock.monotonic() - started)
         with self._cond:
             self._uncommitted -= 1
             for handle, _ in batch.handles:

@@ -24,9 +24,9 @@ from typing import Protocol
 from collections.abc import Callable, Mapping, Sequence
 
 from osqueue import metrics as m
+from osqueue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Snapshot, Unknown, Write
 from osqueue.errors import (
     AmbiguousCommitError,
-    ConflictRetriesExhaustedError,
     FencedError,
     IllegalQueueStateError,
     InvalidConfigError,
@@ -367,6 +367,7 @@ class _GroupCommitter:
         self.rng = rng
         self.policy = policy
         self.metrics = metrics
+        self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer")
         self.refs = 0
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
@@ -428,6 +429,7 @@ class _GroupCommitter:
                         "increase gc_grace_period or make uploads faster"
                     )
                 p.location = p.reupload()
+                self.metrics.counter(m.BATCHES_REUPLOADED).inc()
                 reuploads += 1
 
     def _receipts_from(self, min_sequence: int) -> dict[int, str]:
@@ -499,13 +501,44 @@ class _GroupCommitter:
             break
         return "lost" if first <= base else "undecidable"
 
-    def _last_look(self, tried: list[tuple[str, ...]], min_base: int) -> list[EnqueueResult] | None:
-        """Before giving up with a write of unknown outcome: did one of them land after all?"""
-        try:
-            raw, _ = self.manifest.read_raw()
-            return self._find_landed(raw, tried, min_base)
-        except Exception:
+    def _resolve(self, raw: bytes | None, attempts: Sequence[_Attempt]) -> list[EnqueueResult] | None:
+        """Did one of our earlier writes land? Its results if so; None if none is known to have
+        (safe to write again: a conditional write on the current version cannot duplicate one
+        still in flight, which could only land on the version it was sent against);
+        ``AmbiguousCommitError`` if a write of unknown outcome can no longer be checked
+        (JVM: ``ManifestAppender.resolve``)."""
+        if not attempts:
             return None
+        tried = [a.locations for a in attempts]
+        min_base = min(a.base for a in attempts)
+        landed = self._find_landed(raw, tried, min_base)
+        if landed is not None:
+            return landed
+        history: dict[int, str] | None = None
+        for a in attempts:
+            if not a.unknown_outcome or a.resolved_not_landed:
+                continue
+            verdict = self._judge_unknown(raw, a.base)
+            if verdict == "undecidable":
+                # Read after the manifest: a consumer writes receipts before it dequeues (§5.1).
+                if history is None:
+                    history = self._receipts_from(min_base)
+                landed = self._find_landed(raw, tried, min_base, history) if history else None
+                if landed is not None:
+                    self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
+                    return landed
+                if a.base in history:  # that sequence went to another write
+                    self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
+                    verdict = "lost"
+            if verdict == "undecidable":
+                raise AmbiguousCommitError(
+                    f"a write to manifest '{self.manifest.key}' at sequence {a.base} had an unknown outcome "
+                    "and the entries from that sequence on were already dequeued; it cannot be told "
+                    "whether it landed, so it is not appended again"
+                )
+            if verdict == "lost":
+                a.resolved_not_landed = True
+        return None
 
     def _claim_prefixes(self, group: Sequence[_Pending]) -> None:
         """Refuses to enqueue into a data prefix another queue owns (docs/format.md §6)."""
@@ -517,104 +550,74 @@ class _GroupCommitter:
                 self._claimed[prefix] = None if owner is None else owner.gc_grace_period_ms
 
     def _commit(self, group: list[_Pending]) -> list[EnqueueResult]:
+        """Appends the group in one write through the CAS loop (JVM: ``ManifestAppender.append``)."""
         self._claim_prefixes(group)
-        budget = _Budget(self.policy, self.clock, self.rng)
         key = self.manifest.key
-        tried: list[tuple[str, ...]] = []
-        min_base: int | None = None
-        unknown_base: int | None = None  # base of an attempt whose outcome is still unknown
-        last_error: BaseException | None = None
-        role = "producer"
-        while True:
-            try:
-                raw, version = self.manifest.read_raw()
-            except StoreError as e:
-                last_error = e
-                if budget.retry():
-                    continue
-                if unknown_base is not None:
-                    raise AmbiguousCommitError(
-                        f"could not re-read manifest '{key}' to learn whether a write landed: {e}"
-                    ) from e
-                raise
-            if tried:
-                assert min_base is not None
-                landed = self._find_landed(raw, tried, min_base)
-                if landed is not None:
-                    return landed
-                if unknown_base is not None:
-                    verdict = self._judge_unknown(raw, unknown_base)
-                    if verdict == "undecidable":
-                        # Read after the manifest: a consumer writes receipts before it dequeues.
-                        history = self._receipts_from(min_base)
-                        landed = self._find_landed(raw, tried, min_base, history) if history else None
-                        if landed is not None:
-                            self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
-                            return landed
-                        if unknown_base in history:  # that sequence went to another write
-                            self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
-                            verdict = "lost"
-                    if verdict == "undecidable":
-                        raise AmbiguousCommitError(
-                            f"a write to manifest '{key}' at sequence {unknown_base} had an unknown outcome "
-                            "and the entries from that sequence on were already dequeued; it cannot be told "
-                            "whether it landed, so it is not appended again"
-                        ) from last_error
-                    if verdict == "lost":
-                        unknown_base = None
-            try:
-                self._refresh_stale(group)
-            except Exception as e:
-                if unknown_base is None:
-                    raise
-                # An earlier write is undecided: "not written" would invite a duplicate retry (§5).
-                landed = self._last_look(tried, min_base)
-                if landed is not None:
-                    return landed
-                raise AmbiguousCommitError(
-                    f"a write to manifest '{key}' at sequence {unknown_base} had an unknown outcome and may still "
-                    f"land, and preparing its retry failed: {e}"
-                ) from e
+        attempts: list[_Attempt] = []
+        last_sent: _Attempt | None = None
+
+        def register(previous: PreviousAttempt | None) -> None:
+            """Records how the last sent write ended, once (the loop may report it to more than one callback)."""
+            nonlocal last_sent
+            if previous is not None and last_sent is not None:
+                last_sent.unknown_outcome = isinstance(previous, Unknown)
+                attempts.append(last_sent)
+                last_sent = None
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[EnqueueResult]]:
+            nonlocal last_sent
+            register(previous)
+            landed = self._resolve(snapshot.raw, attempts)
+            if landed is not None:
+                return Done(landed)
+            self._refresh_stale(group)
             locations = tuple(p.location for p in group)
             new_raw, base = append_entries(
-                raw, [(p.location, p.metadata) for p in group], key, new_incarnation_epoch() if raw is None else 0
+                snapshot.raw,
+                [(p.location, p.metadata) for p in group],
+                key,
+                # Creating the manifest starts a new incarnation (docs/format.md §5.2).
+                new_incarnation_epoch() if snapshot.raw is None else 0,
             )
-            tried.append(locations)
-            min_base = base if min_base is None else min(min_base, base)
-            try:
-                outcome = self.manifest.write(new_raw, version)
-            except StoreError as e:
-                if e.outcome_known:
-                    if unknown_base is not None:
-                        raise AmbiguousCommitError(
-                            f"gave up on manifest '{key}' with a write of unknown outcome at sequence {unknown_base}: {e}"
-                        ) from e
-                    raise
-                last_error = e
-                if unknown_base is None:
-                    unknown_base = base
-                if not budget.retry():
-                    landed = self._last_look(tried, min_base)
-                    if landed is not None:
-                        return landed
-                    raise AmbiguousCommitError(
-                        f"writes to manifest '{key}' kept failing with unknown outcomes "
-                        f"({budget.attempts} attempts): {e}"
-                    ) from e
-                continue
-            if isinstance(outcome, Written):
-                self.metrics.counter(m.MANIFEST_WRITES, role=role).inc()
-                return [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)]
-            self.metrics.counter(m.MANIFEST_CONFLICTS, role=role).inc()
-            if not budget.retry():
-                if unknown_base is not None:
-                    landed = self._last_look(tried, min_base)
-                    if landed is not None:
-                        return landed
-                    raise AmbiguousCommitError(
-                        f"gave up on manifest '{key}' with a write of unknown outcome at sequence {unknown_base}"
-                    ) from last_error
-                raise ConflictRetriesExhaustedError(key, budget.attempts, budget.elapsed_ms())
+            last_sent = _Attempt(base, locations)
+            return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
+
+        return self.loop.run(step, _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts))
+
+
+@dataclass(eq=False)
+class _Attempt:
+    """One sent write: the sequence it would have started at and its locations."""
+
+    base: int
+    locations: tuple[str, ...]
+    unknown_outcome: bool = False
+    resolved_not_landed: bool = False
+
+
+class _AppendSettle:
+    """How a group commit settles its writes of unknown outcome when the CAS loop gives up."""
+
+    def __init__(
+        self,
+        resolve: Callable[[bytes | None], list[EnqueueResult] | None],
+        register: Callable[[PreviousAttempt | None], None],
+        attempts: list[_Attempt],
+    ) -> None:
+        self._resolve = resolve
+        self._register = register
+        self._attempts = attempts
+
+    def landed(self, snapshot: Snapshot, previous: PreviousAttempt | None) -> list[EnqueueResult] | None:
+        self._register(previous)
+        return self._resolve(snapshot.raw)
+
+    def still_unknown(self, previous: PreviousAttempt | None) -> str | None:
+        self._register(previous)
+        for a in self._attempts:
+            if a.unknown_outcome and not a.resolved_not_landed:
+                return f"a write of {len(a.locations)} entries at sequence {a.base}"
+        return None
 
 
 _committers: dict[tuple[int, str], tuple[ObjectStore, _GroupCommitter]] = {}
@@ -787,6 +790,7 @@ class QueueConsumer:
         self._rng = rng or random.Random()
         self._policy = retry or RetryPolicy()
         self._metrics = metrics or m.REGISTRY
+        self._loop = CasLoop(self.manifest, self._policy, self._clock, self._rng, self._metrics, "consumer")
         self._epoch: int | None = None
         self._fenced: FencedError | None = None
         self._receipts: DequeueReceipts | None = None
@@ -800,15 +804,6 @@ class QueueConsumer:
     def fenced(self) -> FencedError | None:
         """The fence this consumer ran into, if any."""
         return self._fenced
-
-    def _conflict(self, budget: _Budget) -> None:
-        self._metrics.counter(m.MANIFEST_CONFLICTS, role="consumer").inc()
-        if not budget.retry():
-            raise ConflictRetriesExhaustedError(self.manifest.key, budget.attempts, budget.elapsed_ms())
-
-    def _unknown(self, budget: _Budget, error: StoreError) -> None:
-        if error.outcome_known or not budget.retry():
-            raise error
 
     def initialize(self, last_acked: int | None = None, incarnation: int | None = None) -> Manifest:
         """Bumps the epoch (fencing every older consumer) and applies the resume point.
@@ -830,11 +825,13 @@ class QueueConsumer:
             raise InvalidConfigError("last_acked_sequence", last_acked, "sequences are >= 0")
         if incarnation is not None and last_acked is None:
             raise InvalidConfigError("incarnation", incarnation, "is only meaningful with a resume point")
-        budget = _Budget(self._policy, self._clock, self._rng)
         key = self.manifest.key
         recorded = self.manifest.read_recorded_incarnation()
-        while True:
-            raw, version = self.manifest.read_raw()
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[tuple[int, bytes]]:
+            # After an unknown outcome we bump again rather than guess: the epoch only grows, and
+            # fencing our own earlier try is harmless.
+            raw = snapshot.raw
             current = self.manifest.decode(raw)
             # A missing manifest is created as a new incarnation (§5.2).
             base_epoch = new_incarnation_epoch() if raw is None else current.epoch
@@ -858,24 +855,18 @@ class QueueConsumer:
                 new_raw, removed = dequeue_through(raw, last_acked, key)
                 if removed:
                     self._record_receipts(raw, last_acked)
-            new_raw = with_epoch(new_raw, new_epoch, key)
+            written = with_epoch(new_raw, new_epoch, key)
+            return Write(written, lambda: (new_epoch, written))
+
+        new_epoch, written = self._loop.run(step)
+        self._epoch = new_epoch
+        self._fenced = None
+        if recorded != incarnation_of(new_epoch):
             try:
-                outcome = self.manifest.write(new_raw, version)
-            except StoreError as e:
-                # Bumping again after a write that did land is harmless: the epoch only grows.
-                self._unknown(budget, e)
-                continue
-            if isinstance(outcome, Written):
-                self._metrics.counter(m.MANIFEST_WRITES, role="consumer").inc()
-                self._epoch = new_epoch
-                self._fenced = None
-                if recorded != incarnation_of(new_epoch):
-                    try:
-                        self.manifest.record_incarnation(incarnation_of(new_epoch))
-                    except StoreError as e:  # only weakens the check of resume points given without one
-                        _log.warning("could not record the incarnation of '%s': %s", key, e)
-                return decode_manifest(new_raw, key)
-            self._conflict(budget)
+                self.manifest.record_incarnation(incarnation_of(new_epoch))
+            except StoreError as e:  # only weakens the check of resume points given without one
+                _log.warning("could not record the incarnation of '%s': %s", key, e)
+        return decode_manifest(written, key)
 
     def _check_incarnation(
         self, last_acked: int, given: int | None, recorded: int | None, current: int, missing: bool
@@ -962,10 +953,10 @@ class QueueConsumer:
             IllegalQueueStateError: ``sequence`` is at or past ``next_sequence`` (it was never
                 appended).
         """
-        budget = _Budget(self._policy, self._clock, self._rng)
         key = self.manifest.key
-        while True:
-            raw, version = self.manifest.read_raw()
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[int]:
+            raw = snapshot.raw
             if raw is None:
                 self._check(0)
                 raise IllegalQueueStateError(f"cannot dequeue through sequence {sequence}: queue '{key}' is empty")
@@ -978,14 +969,8 @@ class QueueConsumer:
                 )
             new_raw, removed = dequeue_through(raw, sequence, key)
             if removed == 0:
-                return 0
+                return Done(0)
             self._record_receipts(raw, sequence)
-            try:
-                outcome = self.manifest.write(new_raw, version)
-            except StoreError as e:
-                self._unknown(budget, e)
-                continue
-            if isinstance(outcome, Written):
-                self._metrics.counter(m.MANIFEST_WRITES, role="consumer").inc()
-                return removed
-            self._conflict(budget)
+            return Write(new_raw, lambda: removed)
+
+        return self._loop.run(step)

@@ -497,9 +497,11 @@ def test_location_older_than_half_the_grace_period_is_reuploaded_before_the_writ
         uploads.append(key)
         return key
 
-    qp = QueueProducer(mem_store, KEY, clock=clock)
+    metrics = MetricsRegistry()
+    qp = QueueProducer(mem_store, KEY, clock=clock, metrics=metrics)
     result = qp.enqueue_async(old, reupload=reupload, max_age_ms=300_000).result(10)
     assert uploads == [result.location] and result.location != old
+    assert metrics.counter("buffer.batches_reuploaded").value == 1
     assert parse_batch_ulid_ms(result.location) == clock.now_ms()
     assert manifest_locations(mem_store) == [result.location]
     fresh = qp.enqueue_async(new_batch_key("ingest", clock), reupload=reupload, max_age_ms=300_000).result(10)
@@ -714,7 +716,7 @@ def test_a_failed_reupload_while_a_write_is_undecided_is_an_ambiguous_commit(mem
     old = new_batch_key("ingest", clock)
     mem_store.put(old, b"batch-bytes")
     qp = _producer(store, clock=clock, retry=RetryPolicy(base_delay=0.0, max_delay=0.0, max_attempts=5, max_elapsed=10_000))
-    with pytest.raises(AmbiguousCommitError, match="preparing its retry failed"):
+    with pytest.raises(AmbiguousCommitError, match="had an unknown outcome"):
         qp.enqueue_async(old, reupload=reupload, max_age_ms=300_000).result(10)
     qp.close()
     assert calls == 1

@@ -6,7 +6,7 @@ import scala.collection.mutable
 
 import org.slf4j.LoggerFactory
 
-import osqueue.{Clock, FencedException, IllegalQueueStateException, SystemClock}
+import osqueue.{Clock, FencedException, IllegalQueueStateException, RandomSource, SystemClock, SystemRandomSource}
 import osqueue.consumer.Consumer.Scan
 import osqueue.format.{EntryTag, ManifestEntry}
 import osqueue.gc.GarbageCollector
@@ -30,10 +30,11 @@ final class Consumer(
     store: ObjectStore,
     config: ConsumerConfig = ConsumerConfig(),
     clock: Clock = SystemClock,
-    val metrics: MetricsRegistry = new MetricsRegistry) extends AutoCloseable {
+    val metrics: MetricsRegistry = new MetricsRegistry,
+    random: RandomSource = SystemRandomSource) extends AutoCloseable {
 
   private val log = LoggerFactory.getLogger(classOf[Consumer])
-  private val queue = new QueueConsumer(new ManifestStore(store, config.manifestPath), config.retry, clock, metrics)
+  private val queue = new QueueConsumer(new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, random)
   private val fetcher = new BatchFetcher(store, clock, metrics)
   private val acks = metrics.counter(MetricNames.Acks)
   private val batchesCollected = metrics.counter(MetricNames.BatchesCollected)

@@ -1,18 +1,16 @@
 package osqueue.format
 
-import java.security.SecureRandom
-
 import com.github.f4b6a3.ulid.Ulid
 
+import osqueue.{RandomSource, SystemRandomSource}
 import osqueue.store.ObjectKeys
 
 /** ULID batch names (`<prefix>/<ULID>.batch`): creation time in the name, never reused. */
 object BatchNames {
   private val Suffix = ".batch"
   private val Crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-  private val random = new SecureRandom()
-
-  def newKey(prefix: String, nowMs: Long): String = {
+  /** `random` gives the ULID's 80 bits of entropy (the seam; tests seed it). */
+  def newKey(prefix: String, nowMs: Long, random: RandomSource = SystemRandomSource): String = {
     val entropy = new Array[Byte](10)
     random.nextBytes(entropy)
     ObjectKeys.join(prefix, new Ulid(nowMs, entropy).toString + Suffix)

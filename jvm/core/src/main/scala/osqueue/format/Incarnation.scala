@@ -1,6 +1,6 @@
 package osqueue.format
 
-import java.security.SecureRandom
+import osqueue.SystemRandomSource
 
 /**
  * Which incarnation of a manifest an epoch belongs to (docs/format.md §5.2): the epoch's high 32
@@ -13,12 +13,11 @@ object Incarnation {
   /** `<manifest>.incarnation`: the incarnation the last consumer initialized. */
   val Suffix = ".incarnation"
 
-  private val random = new SecureRandom()
-
   def of(epoch: Long): Long = epoch >>> 32
 
   /** The epoch of a manifest being created: a fresh incarnation in [1, 2^31) (positive as a Long), low bits 0. */
-  def newEpoch(): Long = (1L + random.nextInt(Int.MaxValue - 1)) << 32
+  // Never seeded, as in Python: two seeded test queues must not share an incarnation.
+  def newEpoch(): Long = (1L + SystemRandomSource.nextInt(Int.MaxValue - 1)) << 32
 
   /** The footer bytes a writer creating the manifest starts from (instead of the all-zero empty manifest). */
   def newEmptyManifest(): Array[Byte] = ManifestCodec.encodeFooter(ManifestFooter(0, 0, newEpoch()))

@@ -5,7 +5,7 @@ import java.util.concurrent.{CompletableFuture, LinkedBlockingQueue, Semaphore, 
 import scala.collection.mutable.ArrayBuffer
 import scala.util.control.NonFatal
 
-import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException, SystemClock}
+import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException, RandomSource, SystemClock, SystemRandomSource}
 import osqueue.format.{BatchCodec, BatchNames, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{DataPrefixOwner, ManifestStore, PendingLocation, QueueProducer}
@@ -24,7 +24,8 @@ final class Producer(
     store: ObjectStore,
     config: ProducerConfig = ProducerConfig(),
     clock: Clock = SystemClock,
-    val metrics: MetricsRegistry = new MetricsRegistry) extends AutoCloseable {
+    val metrics: MetricsRegistry = new MetricsRegistry,
+    random: RandomSource = SystemRandomSource) extends AutoCloseable {
 
   import Producer._
 
@@ -33,7 +34,7 @@ final class Producer(
   private val gracePeriodMs: Long = math.min(config.gcGracePeriod.toMillis, DataPrefixOwner.claim(store,
     config.manifestPath, config.dataPathPrefix, clock, Some(config.gcGracePeriod.toMillis), config.retry).fold(Long.MaxValue)(_.gcGracePeriodMs))
   private val queueProducer = new QueueProducer(
-    new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs)
+    new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs, random = random)
   private val inbox = new LinkedBlockingQueue[Message]()
   private val permits = new Semaphore(config.maxBufferedInputs)
   private val batchesFlushed = metrics.counter(MetricNames.BatchesFlushed)
@@ -181,7 +182,7 @@ final class Producer(
     try {
       val bytes = BatchCodec.encode(batchRecords.toIndexedSeq, config.compression)
       val upload = () => {
-        val key = BatchNames.newKey(config.dataPathPrefix, clock.nowMillis())
+        val key = BatchNames.newKey(config.dataPathPrefix, clock.nowMillis(), random)
         store.put(key, bytes)
         key
       }

@@ -1,6 +1,7 @@
 package osqueue.queue
 
-import osqueue.{AmbiguousCommitException, Clock, ConflictRetriesExhaustedException, OsqueueException, StoreException}
+import osqueue.{AmbiguousCommitException, Clock, ConflictRetriesExhaustedException, OsqueueException, RandomSource, StoreException,
+  SystemRandomSource}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.store.CasOutcome
 
@@ -36,10 +37,12 @@ trait Settle[T] {
 
 /**
  * The read-modify-CAS loop every manifest edit goes through: re-read after each failed or
- * unknown write, jittered exponential backoff, bounded budget. The step function sees how its
+ * unknown write (or failed read), jittered exponential backoff, bounded budget. Python's
+ * `osqueue.cas_loop.CasLoop` runs the same algorithm. The step function sees how its
  * previous write ended so it can resolve ambiguous outcomes against the fresh snapshot.
  */
-final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry, role: String) {
+final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry, role: String,
+    random: RandomSource = SystemRandomSource) {
   private val writes = metrics.counter(MetricNames.ManifestWrites, "role" -> role)
   private val conflicts = metrics.counter(MetricNames.ManifestConflicts, "role" -> role)
   private val ambiguous = metrics.counter(MetricNames.AmbiguousWrites, "role" -> role)
@@ -48,10 +51,19 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
     val started = clock.nanoTime()
     var attempts = 0
     var previous: Option[PreviousAttempt] = None
+    def spent: Boolean =
+      attempts >= policy.maxAttempts || (clock.nanoTime() - started) / 1000000 >= policy.maxElapsedMs
     while (true) {
-      val snapshot =
-        try manifest.read()
-        catch { case e: StoreException => throw settled(settle, previous, e) }
+      var snapshot: Snapshot = null
+      while (snapshot == null)
+        try snapshot = manifest.read()
+        catch {
+          case e: StoreException =>
+            // A failed read is one more failed try: retried within the budget like a failed write.
+            attempts += 1
+            if (spent) throw settled(settle, previous, e)
+            clock.sleepMillis(policy.delayMs(attempts - 1, () => random.nextDouble()))
+        }
       // Whatever the step throws (a failed stale re-upload, the sink's owner check) while an earlier
       // write is undecided is ambiguous too: "not written" would invite a duplicate retry.
       val next =
@@ -78,8 +90,8 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
               ambiguous.increment()
               previous = Some(PreviousAttempt.Unknown(e))
           }
-          val elapsedMs = (clock.nanoTime() - started) / 1000000
-          if (attempts >= policy.maxAttempts || elapsedMs >= policy.maxElapsedMs) {
+          if (spent) {
+            val elapsedMs = (clock.nanoTime() - started) / 1000000
             def exhausted: OsqueueException = previous match {
               case Some(PreviousAttempt.Unknown(e)) => new StoreException(
                 s"manifest '${manifest.describe}': gave up after $attempts attempts in $elapsedMs ms; " +
@@ -105,7 +117,7 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
               }
             }
           }
-          clock.sleepMillis(policy.delayMs(attempts - 1))
+          clock.sleepMillis(policy.delayMs(attempts - 1, () => random.nextDouble()))
       }
     }
     throw new IllegalStateException("unreachable")

@@ -2,7 +2,7 @@ package osqueue.queue
 
 import scala.collection.mutable.ArrayBuffer
 
-import osqueue.{AmbiguousCommitException, Clock, StoreException}
+import osqueue.{AmbiguousCommitException, Clock, RandomSource, StoreException, SystemRandomSource}
 import osqueue.format.{BatchNames, Incarnation, ManifestCodec, NewEntry, RawManifest}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
@@ -21,9 +21,10 @@ final class ManifestAppender(
     metrics: MetricsRegistry,
     gcGracePeriodMs: Long,
     role: String = "producer",
-    beforeWrite: () => Unit = () => ()) {
+    beforeWrite: () => Unit = () => (),
+    random: RandomSource = SystemRandomSource) {
 
-  private val loop = new CasLoop(manifest, policy, clock, metrics, role)
+  private val loop = new CasLoop(manifest, policy, clock, metrics, role, random)
   private val reuploaded = metrics.counter(MetricNames.BatchesReuploaded)
   private val resolvedByReceipts = metrics.counter(MetricNames.AmbiguitiesResolvedByReceipts)
 

@@ -1,6 +1,9 @@
 package osqueue.queue
 
-import osqueue.{Clock, FencedException, IllegalQueueStateException, ResumePointException, StoreException}
+import org.slf4j.LoggerFactory
+
+import osqueue.{Clock, FencedException, IllegalQueueStateException, RandomSource, ResumePointException, StoreException,
+  SystemRandomSource}
 import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, RawManifest}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
@@ -9,8 +12,10 @@ import osqueue.metrics.{MetricNames, MetricsRegistry}
  * earlier consumer) and every later read or dequeue checks it. Writes are CAS against the
  * version read, so a fenced consumer's write can never land.
  */
-final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry) {
-  private val loop = new CasLoop(manifest, policy, clock, metrics, "consumer")
+final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry,
+    random: RandomSource = SystemRandomSource) {
+  private val log = LoggerFactory.getLogger(classOf[QueueConsumer])
+  private val loop = new CasLoop(manifest, policy, clock, metrics, "consumer", random)
   @volatile private var epoch: Option[Long] = None
   /** The fence once seen: a fenced consumer stays fenced (a newer consumer owns the queue for good). */
   @volatile private var fencedBy: Option[FencedException] = None
@@ -54,7 +59,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       try manifest.recordIncarnation(Incarnation.of(newEpoch))
       catch { // only weakens the check of resume points given without an incarnation
         case e: StoreException =>
-          System.err.println(s"osqueue: could not record the incarnation of '${manifest.describe}': ${e.getMessage}")
+          log.warn(s"could not record the incarnation of '${manifest.describe}': ${e.getMessage}")
       }
     newEpoch
   }
@@ -113,7 +118,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       } catch {
         case e: StoreException =>
           receiptWriteFailures.increment()
-          System.err.println(s"osqueue: could not write the dequeue receipts of '${manifest.describe}': ${e.getMessage}")
+          log.warn(s"could not write the dequeue receipts of '${manifest.describe}': ${e.getMessage}")
       }
   }
 

@@ -5,7 +5,7 @@ import java.util.concurrent.{CompletableFuture, LinkedBlockingQueue, TimeUnit}
 import scala.collection.mutable.ArrayBuffer
 import scala.util.control.NonFatal
 
-import osqueue.{Clock, IllegalQueueStateException}
+import osqueue.{Clock, IllegalQueueStateException, RandomSource, SystemRandomSource}
 import osqueue.format.MetadataItem
 import osqueue.metrics.MetricsRegistry
 
@@ -29,10 +29,11 @@ final class QueueProducer(
     clock: Clock,
     metrics: MetricsRegistry,
     gcGracePeriodMs: Long,
-    maxEntriesPerWrite: Int = 10000) extends AutoCloseable {
+    maxEntriesPerWrite: Int = 10000,
+    random: RandomSource = SystemRandomSource) extends AutoCloseable {
 
   private val pending = new LinkedBlockingQueue[PendingLocation]()
-  private val appender = new ManifestAppender(manifest, policy, clock, metrics, gcGracePeriodMs)
+  private val appender = new ManifestAppender(manifest, policy, clock, metrics, gcGracePeriodMs, random = random)
   @volatile private var closing = false
   private val committer = new Thread(() => commitLoop(), "osqueue-manifest-committer")
   committer.setDaemon(true)

@@ -1,8 +1,6 @@
 package osqueue.queue
 
-import java.util.concurrent.ThreadLocalRandom
-
-import osqueue.InvalidConfigException
+import osqueue.{InvalidConfigException, SystemRandomSource}
 
 /** Jittered exponential backoff with a bounded budget (docs/format.md §5). */
 final case class RetryPolicy(
@@ -16,7 +14,7 @@ final case class RetryPolicy(
   if (maxElapsedMs < 0) throw new InvalidConfigException("retry.maxElapsedMs", maxElapsedMs.toString, "must be >= 0")
 
   /** Full jitter: uniform in [0, min(max, base * 2^attempt)]. `attempt` counts from 0. */
-  def delayMs(attempt: Int, random: () => Double = () => ThreadLocalRandom.current().nextDouble()): Long = {
+  def delayMs(attempt: Int, random: () => Double = () => SystemRandomSource.nextDouble()): Long = {
     val cap = math.min(maxDelayMs.toDouble, baseDelayMs * math.pow(2, math.min(attempt, 30).toDouble))
     (random() * cap).toLong
   }

@@ -7,13 +7,12 @@ import java.nio.file._
 import java.nio.file.attribute.BasicFileAttributes
 import java.security.MessageDigest
 import java.util.HexFormat
-import java.util.concurrent.ThreadLocalRandom
 
 import scala.concurrent.duration._
 import scala.jdk.CollectionConverters._
 import scala.util.Using
 
-import osqueue.{InvalidObjectKeyException, StoreException}
+import osqueue.{InvalidObjectKeyException, StoreException, SystemRandomSource}
 
 /**
  * An object store on a local filesystem directory (docs/format.md §7): key `K` is `<root>/K`.
@@ -110,7 +109,7 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
   /** Temp file in the same directory, fsync, atomic rename over the target, fsync the directory. */
   private def writeAtomically(path: Path, bytes: Array[Byte]): Unit = {
     val dir = path.getParent
-    val tmp = dir.resolve(s".${path.getFileName}.tmp-${java.lang.Long.toHexString(ThreadLocalRandom.current().nextLong())}")
+    val tmp = dir.resolve(s".${path.getFileName}.tmp-${java.lang.Long.toHexString(SystemRandomSource.nextLong())}")
     try {
       Using.resource(FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) { ch =>
         val buf = ByteBuffer.wrap(bytes)

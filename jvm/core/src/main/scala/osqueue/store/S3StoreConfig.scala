@@ -4,7 +4,7 @@ import java.net.URI
 
 import scala.concurrent.duration._
 
-import osqueue.InvalidConfigException
+import osqueue.{Durations, InvalidConfigException}
 
 /** Static S3 credentials. `toString` never shows the secrets. */
 final case class S3Credentials(accessKey: String, secretKey: String, sessionToken: Option[String] = None) {
@@ -142,22 +142,6 @@ object S3StoreConfig {
     uri
   }
 
-  private val DurationPattern = """(?i)(\d+)\s*(ns|us|ms|s|m|h|d)?""".r
-
-  /** Hadoop's time-duration forms: `60000` (ms), `200s`, `5m`, `1h`, `100ms`, ... */
-  private[store] def parseDuration(option: String, value: String): FiniteDuration = value.trim match {
-    case DurationPattern(n, unit) =>
-      val toDuration: Long => FiniteDuration = Option(unit).map(_.toLowerCase).getOrElse("ms") match {
-        case "ns" => _.nanos
-        case "us" => _.micros
-        case "ms" => _.millis
-        case "s" => _.seconds
-        case "m" => _.minutes
-        case "h" => _.hours
-        case _ => _.days
-      }
-      try toDuration(n.toLong)
-      catch { case _: IllegalArgumentException => throw new InvalidConfigException(option, value, "duration out of range") }
-    case _ => throw new InvalidConfigException(option, value, "expected a duration such as 60000 (ms), 200s, 5m or 1h")
-  }
+  /** Hadoop's time-duration forms (`60000` ms, `200s`, `5m`, `1h`): the one grammar, [[osqueue.Durations]]. */
+  private[store] def parseDuration(option: String, value: String): FiniteDuration = Durations.parse(option, value)
 }

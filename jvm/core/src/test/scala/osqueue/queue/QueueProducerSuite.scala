@@ -155,6 +155,29 @@ class QueueProducerSuite extends AnyFunSuite {
     assertExactUnion(inner, Set(p.location))
   }
 
+  test("should retry a manifest read that fails, within the budget, in the producer and the consumer (CasLoop)") {
+    val inner = InMemoryStore.fresh()
+    val failingReads = new AtomicInteger(2)
+    val faulty = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def get(k: String) =
+        if (k == key && failingReads.getAndDecrement() > 0) throw new osqueue.StoreException("503 on GET (test)")
+        else super.get(k)
+    }
+    val a = appender(faulty)
+    val p = pending(inner)
+    assert(a.enqueue(p).get(30, TimeUnit.SECONDS) == 0L)
+    a.close()
+    val consumer = new QueueConsumer(new ManifestStore(faulty, key), fastRetry, SystemClock, new MetricsRegistry)
+    failingReads.set(2)
+    consumer.initialize(None)
+    failingReads.set(2)
+    assert(consumer.dequeueThrough(0))
+    failingReads.set(100) // more failures than the budget allows: the read's error, not a hang
+    val e = intercept[osqueue.StoreException](
+      new QueueConsumer(new ManifestStore(faulty, key), tinyBudget, SystemClock, new MetricsRegistry).initialize(None))
+    assert(e.getMessage.contains("503 on GET"))
+  }
+
   test("should raise AmbiguousCommit, not append twice, when the unknown write's range was already dequeued") {
     val inner = InMemoryStore.fresh()
     val first = pending(inner)

@@ -9,6 +9,7 @@ import org.apache.spark.sql.connector.metric.CustomTaskMetric
 import org.apache.spark.sql.connector.write.{DataWriter, DataWriterFactory, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory
 
+import osqueue.{Clock, SystemClock}
 import osqueue.format.{BatchCodec, BatchNames, MetadataItem}
 
 /** One batch file a task wrote: enough for the driver to append its manifest entry. */
@@ -35,7 +36,8 @@ private[spark] final case class SinkInput(valueIndex: Int, valueIsString: Boolea
  * consecutive rows with equal metadata share one metadata range. Files are uploaded here and
  * enqueued by the driver's commit; an aborted task deletes what it uploaded.
  */
-private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkInput, partitionId: Int)
+private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkInput, partitionId: Int,
+    clock: Clock = SystemClock)
     extends DataWriter[InternalRow] with Logging {
 
   private val store = OsqueueStores.open(options.location)
@@ -54,7 +56,7 @@ private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkIn
     val meta = input.metadataIndex.map(i => if (row.isNullAt(i)) Array.emptyByteArray else row.getBinary(i))
       .getOrElse(Array.emptyByteArray)
     if (records.isEmpty || !java.util.Arrays.equals(meta, lastMetadata)) {
-      metadata += MetadataItem(records.size, System.currentTimeMillis(), meta)
+      metadata += MetadataItem(records.size, clock.nowMillis(), meta)
       lastMetadata = meta
       bufferedBytes += meta.length
     }
@@ -86,7 +88,7 @@ private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkIn
 
   private def flush(): Unit = if (records.nonEmpty) {
     val bytes = BatchCodec.encode(records.toIndexedSeq, options.compression)
-    val key = BatchNames.newKey(options.location.dataPathPrefix, System.currentTimeMillis())
+    val key = BatchNames.newKey(options.location.dataPathPrefix, clock.nowMillis())
     store.put(key, bytes)
     OsqueueSinkFaults.at("during-task-write")
     written += WrittenBatch(key, metadata.toIndexedSeq, records.size, bytes.length)

@@ -13,7 +13,7 @@ import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFacto
 import org.apache.spark.sql.connector.read.streaming._
 import org.apache.spark.util.LongAccumulator
 
-import osqueue.SystemClock
+import osqueue.{Clock, SystemClock}
 import osqueue.consumer.BatchDescriptor
 import osqueue.format.{EntryTag, Incarnation, Manifest}
 import osqueue.gc.GarbageCollector
@@ -32,19 +32,19 @@ import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
  * `sourceCheckpoint` is the location Spark gives `toMicroBatchStream`: `<checkpoint>/sources/<index>`.
  */
 private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, readers: OsqueueReaderFactory,
-    sourceCheckpoint: String)
+    sourceCheckpoint: String, clock: Clock = SystemClock)
     extends MicroBatchStream with SupportsTriggerAvailableNow with ReportsSourceMetrics with Logging {
 
   private val location = options.location
   private val store = OsqueueStores.open(location)
   private val manifests = new ManifestStore(store, location.manifestPath)
-  private val queue = new QueueConsumer(manifests, RetryPolicy(), SystemClock, new MetricsRegistry)
-  private val queueId: String = OsqueueStores.queueId(store, location, create = true).getOrElse(
+  private val queue = new QueueConsumer(manifests, RetryPolicy(), clock, new MetricsRegistry)
+  private val queueId: String = OsqueueStores.queueId(store, location, create = true, clock).getOrElse(
     throw new IllegalStateException(s"cannot create the queue id of '${location.identity}'"))
 
   @volatile private var lastManifest: Option[Manifest] = None
   @volatile private var availableNowTarget: Option[Long] = None
-  @volatile private var lastTriggerMs = System.currentTimeMillis()
+  @volatile private var lastTriggerMs = clock.nowMillis()
   @volatile private var gc: Option[ScheduledExecutorService] = None
   private val dataLossEvents = new AtomicLong()
   /** Data-loss events already reported, so one event seen by several calls is counted once. */
@@ -134,7 +134,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
       case f: ReadMaxFiles => end = math.min(end, start + f.maxFiles())
       case _ =>
     }
-    val now = System.currentTimeMillis()
+    val now = clock.nowMillis()
     val waitForMore = availableNowTarget.isEmpty && limits.exists {
       case min: ReadMinRows => available - start < min.minRows() && now - lastTriggerMs < min.maxTriggerDelayMs()
       case _ => false
@@ -264,7 +264,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
       .getOrElse(m.firstSequence)
     val behind = math.max(0L, m.nextSequence - consumed)
     val oldestUnread = m.entries.find(_.sequence >= consumed).flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
-    val lagSeconds = oldestUnread.map(t => math.max(0L, System.currentTimeMillis() - t) / 1000.0).getOrElse(0.0)
+    val lagSeconds = oldestUnread.map(t => math.max(0L, clock.nowMillis() - t) / 1000.0).getOrElse(0.0)
     val missing = missingBatches.fold(0L)(_.value.longValue)
     Map(
       "queueLength" -> m.entries.count(_.sequence >= consumed).toString, // committed batches count as consumed
@@ -301,7 +301,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
 
   private def startGc(): ScheduledExecutorService = {
     val collector = new GarbageCollector(store, location.manifestPath, location.dataPathPrefix, options.gcGracePeriod,
-      SystemClock)
+      clock)
     val ex = Executors.newSingleThreadScheduledExecutor { r =>
       val t = new Thread(r, s"osqueue-gc-${location.identity}"); t.setDaemon(true); t
     }

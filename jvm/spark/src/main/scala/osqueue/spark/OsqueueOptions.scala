@@ -120,20 +120,11 @@ private[spark] object OsqueueOptions {
       case Some(v) => throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; expected true or false")
     }
 
-  /** Durations like `500ms`, `30s`, `5m`, `1h` (a bare number is milliseconds). */
+  /** Durations like `500ms`, `30s`, `5m`, `1h` (a bare number is milliseconds): the one grammar, [[osqueue.Durations]]. */
   def duration(options: Map[String, String], key: String, default: FiniteDuration): FiniteDuration =
     options.get(key).map { v =>
-      val m = """(?i)^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$""".r.findFirstMatchIn(v).getOrElse(
-        throw new IllegalArgumentException(
-          s"invalid value for option '$key': '$v'; expected a duration like 500ms, 30s, 5m or 1h"))
-      val n = m.group(1).toLong
-      val d = Option(m.group(2)).map(_.toLowerCase(Locale.ROOT)) match {
-        case None | Some("ms") => n.millis
-        case Some("s") => n.seconds
-        case Some("m") | Some("min") => n.minutes
-        case Some("h") => n.hours
-        case Some(_) => n.days
-      }
+      val d = osqueue.Durations.parseOrHint(v).fold(
+        hint => throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; $hint"), identity)
       if (d <= Duration.Zero) throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; must be > 0")
       d
     }.getOrElse(default)

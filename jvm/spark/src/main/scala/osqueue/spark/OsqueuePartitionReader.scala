@@ -6,7 +6,7 @@ import org.apache.spark.sql.connector.metric.{CustomSumMetric, CustomTaskMetric}
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.util.LongAccumulator
 
-import osqueue.{BatchNotFoundException, SystemClock}
+import osqueue.{BatchNotFoundException, Clock, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher}
 import osqueue.metrics.MetricsRegistry
 
@@ -32,16 +32,16 @@ private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missing
  * a missing one is data loss (fails unless `failOnDataLoss=false`, then it is skipped and counted).
  */
 private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition, fields: Array[Int],
-    missingBatches: Option[LongAccumulator]) extends PartitionReader[InternalRow] with Logging {
+    missingBatches: Option[LongAccumulator], clock: Clock = SystemClock) extends PartitionReader[InternalRow] with Logging {
   private var bytesFetched = 0L
   private var fetchTimeMs = 0L
   private var missing = 0L
 
   private lazy val rows: Iterator[InternalRow] = {
     val store = OsqueueStores.open(p.location)
-    val started = System.nanoTime()
+    val started = clock.nanoTime()
     try {
-      val batch = new BatchFetcher(store, SystemClock, new MetricsRegistry).fetch(p.descriptor)
+      val batch = new BatchFetcher(store, clock, new MetricsRegistry).fetch(p.descriptor)
       bytesFetched = batch.entries.foldLeft(0L)(_ + _.length)
       OsqueueSchema.rows(batch, fields)
     } catch {
@@ -52,7 +52,7 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition, fiel
         missingBatches.foreach(_.add(1))
         Iterator.empty
       case e: BatchNotFoundException => throw OsqueueExceptions.dataLoss(e.getMessage)
-    } finally fetchTimeMs = (System.nanoTime() - started) / 1000000
+    } finally fetchTimeMs = (clock.nanoTime() - started) / 1000000
   }
 
   private var current: InternalRow = _

@@ -9,7 +9,7 @@ import scala.jdk.CollectionConverters._
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 
-import osqueue.StoreException
+import osqueue.{Clock, StoreException, SystemClock}
 import osqueue.queue.RetryPolicy
 import osqueue.store.{ObjectStore, ObjectStores}
 
@@ -35,7 +35,7 @@ private[spark] object OsqueueStores extends Logging {
    * stream that reads the queue. A queue recreated from scratch gets a new id, so an old checkpoint
    * is refused instead of being applied to the wrong entries.
    */
-  def queueId(store: ObjectStore, location: QueueLocation, create: Boolean): Option[String] = {
+  def queueId(store: ObjectStore, location: QueueLocation, create: Boolean, clock: Clock = SystemClock): Option[String] = {
     val key = location.manifestPath + ".queue-id"
     def read() = store.get(key).map(o => new String(o.bytes, UTF_8).trim)
     if (!create) return read()
@@ -50,7 +50,7 @@ private[spark] object OsqueueStores extends Logging {
       } catch {
         case e: StoreException if attempt < QueueIdAttempts =>
           logWarning(s"osqueue: creating the queue id '$key' failed (${e.getMessage}); reading it again")
-          Thread.sleep(policy.delayMs(attempt))
+          clock.sleepMillis(policy.delayMs(attempt))
       }
       attempt += 1
     }

@@ -8,6 +8,8 @@ import org.apache.spark.sql.connector.write._
 import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
 import org.apache.spark.sql.types.{BinaryType, StringType, StructType}
 
+import osqueue.{Clock, SystemClock}
+
 /**
  * `writeStream.format("osqueue")` and `df.write.format("osqueue").mode("append")`. The input
  * must have `value` (binary or string) and may have `metadata` (binary); any other column is an
@@ -52,7 +54,7 @@ private[spark] object OsqueueWriteBuilder {
  * checkpoint, fresh for each df.write. It is the writer id unless the `writerId` option is given.
  */
 private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, queryId: String,
-    progress: SinkProgressMetrics) extends Write with WriteDriverMetrics with Logging {
+    progress: SinkProgressMetrics, clock: Clock = SystemClock) extends Write with WriteDriverMetrics with Logging {
   private val writerId = options.writerId.getOrElse(queryId)
   private val committer = new OsqueueSinkCommitter(options, writerId, queryId)
   private val commitLatencyMs = new AtomicLong()
@@ -85,12 +87,12 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
 
   /** `owner`: what the writer state records (see [[OsqueueSinkCommitter.commit]]). */
   private[spark] def commit(batchId: Long, messages: Array[WriterCommitMessage], owner: Option[String]): Unit = {
-    val started = System.nanoTime()
+    val started = clock.nanoTime()
     val conflictsBefore = committer.conflicts
     val ours = messages.toSeq.collect { case m: OsqueueCommitMessage => m }
     val appended = committer.commit(batchId, ours, owner)
     if (!appended) replaysSkipped.incrementAndGet()
-    val latencyMs = (System.nanoTime() - started) / 1000000
+    val latencyMs = (clock.nanoTime() - started) / 1000000
     commitLatencyMs.addAndGet(latencyMs)
     val files = if (appended) ours.flatMap(_.batches) else Nil
     progress.record(batchId, files.size.toLong, files.map(_.records.toLong).sum, files.map(_.bytes).sum,

@@ -1,0 +1,210 @@
+"""The read-modify-compare-and-swap loop every manifest write goes through (JVM: ``osqueue.queue.CasLoop``).
+
+The same algorithm on both sides: read the manifest (a failed read is retried within the budget),
+let a *step* look at the snapshot and how the previous write ended, write conditionally on the
+snapshot, and after a conflict or a write of unknown outcome back off (full jitter) and start
+again, within a bounded budget. A caller that tracks its own writes of unknown outcome passes a
+:class:`Settle`, so that giving up while such a write may still land is reported as
+:class:`~osqueue.errors.AmbiguousCommitError`, never as a plain failure that invites a duplicate.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar, Union
+
+from osqueue import metrics as m
+from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, OsqueueError, StoreError
+from osqueue.store import ObjectVersion, Written
+
+if TYPE_CHECKING:
+    from osqueue.queue import Clock, ManifestStore, RetryPolicy
+
+T = TypeVar("T")
+
+__all__ = ["Snapshot", "CasStep", "Done", "Write", "PreviousAttempt", "CONFLICT", "Unknown", "Settle", "CasLoop"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The manifest as read: its bytes (None when it does not exist) and its version."""
+
+    raw: bytes | None
+    version: ObjectVersion | None
+
+
+@dataclass(frozen=True)
+class Done(Generic[T]):
+    """Nothing (more) to write: the edit's result."""
+
+    result: T
+
+
+@dataclass(frozen=True)
+class Write(Generic[T]):
+    """Write ``data`` conditionally on the snapshot; ``result()`` is the value once it lands."""
+
+    data: bytes
+    result: Callable[[], T]
+
+
+CasStep = Union[Done[T], Write[T]]
+"""What a manifest edit wants after looking at a snapshot."""
+
+
+class _Conflict:
+    """The precondition failed: someone else wrote first (or, rarely, a retried write of ours landed)."""
+
+    def __repr__(self) -> str:
+        return "CONFLICT"
+
+
+CONFLICT = _Conflict()
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The write raised: it may or may not have been applied."""
+
+    error: StoreError
+
+
+PreviousAttempt = Union[_Conflict, Unknown]
+"""How the previous conditional write ended, as the next step sees it."""
+
+
+class Settle(Protocol[T]):
+    """How a caller that tracks its own writes of unknown outcome settles them when the loop gives up."""
+
+    def landed(self, snapshot: Snapshot, previous: PreviousAttempt | None) -> T | None:
+        """A last look at a fresh snapshot: the result if one of the caller's earlier writes landed."""
+        ...
+
+    def still_unknown(self, previous: PreviousAttempt | None) -> str | None:
+        """A write whose outcome is still unknown (it may have landed or may still land), described."""
+        ...
+
+
+class CasLoop:
+    """Runs manifest edits: re-read after each failed or unknown write, jittered exponential
+    backoff, bounded budget (``RetryPolicy``). Counts ``buffer.manifest_writes`` (landed writes),
+    ``buffer.manifest_conflicts`` and ``buffer.manifest_ambiguous_writes`` with ``role``."""
+
+    def __init__(
+        self,
+        manifest: ManifestStore,
+        policy: RetryPolicy,
+        clock: Clock,
+        rng: random.Random,
+        metrics: m.MetricsRegistry,
+        role: str,
+    ) -> None:
+        self.manifest = manifest
+        self.policy = policy
+        self.clock = clock
+        self.rng = rng
+        self._writes = metrics.counter(m.MANIFEST_WRITES, role=role)
+        self._conflicts = metrics.counter(m.MANIFEST_CONFLICTS, role=role)
+        self._ambiguous = metrics.counter(m.MANIFEST_AMBIGUOUS_WRITES, role=role)
+
+    def run(
+        self,
+        step: Callable[[Snapshot, PreviousAttempt | None], CasStep[T]],
+        settle: Settle[T] | None = None,
+    ) -> T:
+        started = self.clock.monotonic()
+        attempts = 0
+        previous: PreviousAttempt | None = None
+        while True:
+            try:
+                raw, version = self.manifest.read_raw()
+            except StoreError as e:
+                # A failed read is one more failed try: retried within the budget like a failed write.
+                attempts += 1
+                if self._spent(attempts, started):
+                    self._raise_settled(settle, previous, e)
+                self.clock.sleep(self.policy.delay(attempts, self.rng))
+                continue
+            snapshot = Snapshot(raw, version)
+            # Whatever the step raises (a failed stale re-upload) while an earlier write is
+            # undecided is ambiguous too: "not written" would invite a duplicate retry.
+            try:
+                following = step(snapshot, previous)
+            except AmbiguousCommitError:
+                raise
+            except Exception as e:
+                self._raise_settled(settle, previous, e)
+            if isinstance(following, Done):
+                return following.result
+            attempts += 1
+            try:
+                outcome = self.manifest.write(following.data, version)
+            except StoreError as e:
+                if e.outcome_known:
+                    # Rejected outright (e.g. 403): certainly not applied, and retrying cannot help.
+                    previous = CONFLICT
+                    self._raise_settled(settle, previous, e)
+                self._ambiguous.inc()
+                previous = Unknown(e)
+            else:
+                if isinstance(outcome, Written):
+                    self._writes.inc()  # landed writes only (bench/README: attempts = writes + conflicts)
+                    return following.result()
+                self._conflicts.inc()
+                previous = CONFLICT
+            if self._spent(attempts, started):
+                return self._give_up(step, settle, previous, attempts, started)
+            self.clock.sleep(self.policy.delay(attempts, self.rng))
+
+    def _spent(self, attempts: int, started: float) -> bool:
+        return attempts >= self.policy.max_attempts or self.clock.monotonic() - started >= self.policy.max_elapsed
+
+    def _give_up(
+        self,
+        step: Callable[[Snapshot, PreviousAttempt | None], CasStep[T]],
+        settle: Settle[T] | None,
+        previous: PreviousAttempt | None,
+        attempts: int,
+        started: float,
+    ) -> T:
+        elapsed_ms = int((self.clock.monotonic() - started) * 1000)
+        exhausted: OsqueueError
+        if isinstance(previous, Unknown):
+            exhausted = StoreError(
+                f"manifest '{self.manifest.key}': gave up after {attempts} attempts in {elapsed_ms} ms; "
+                f"the store kept failing (last: {previous.error})"
+            )
+        else:
+            exhausted = ConflictRetriesExhaustedError(self.manifest.key, attempts, elapsed_ms)
+        if settle is not None:
+            if settle.still_unknown(previous) is not None:
+                # A failed last look leaves the write undecided: reported as ambiguous below.
+                try:
+                    raw, version = self.manifest.read_raw()
+                except StoreError:
+                    pass
+                else:
+                    landed = settle.landed(Snapshot(raw, version), previous)
+                    if landed is not None:
+                        return landed
+            self._raise_settled(settle, previous, exhausted)
+        if isinstance(previous, Unknown):
+            # One last look: the step either finds its edit done, or wants to write again (it did not land).
+            raw, version = self.manifest.read_raw()
+            last = step(Snapshot(raw, version), previous)
+            if isinstance(last, Done):
+                return last.result
+            raise exhausted from previous.error
+        raise exhausted
+
+    def _raise_settled(self, settle: Settle[T] | None, previous: PreviousAttempt | None, error: Exception) -> NoReturn:
+        """Raises ``error`` as the caller sees it: ambiguous while a write of unknown outcome may still land."""
+        write = None if settle is None else settle.still_unknown(previous)
+        if write is None:
+            raise error
+        raise AmbiguousCommitError(
+            f"manifest '{self.manifest.key}': gave up ({error}) while {write} had an unknown outcome; "
+            "it may still land, so it is neither reported as written nor as failed"
+        ) from error
