@@ -12,16 +12,20 @@ object BatchNames {
   private val Crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
   private val random = new SecureRandom()
 
-  def newKey(prefix: String, nowMs: Long): String = {
+  def newKey(prefix: String, nowMs: Long): String = ObjectKeys.join(prefix, newUlid(nowMs) + Suffix)
+
+  private[format] def newUlid(nowMs: Long): String = {
     val entropy = new Array[Byte](10)
     random.nextBytes(entropy)
-    ObjectKeys.join(prefix, new Ulid(nowMs, entropy).toString + Suffix)
+    new Ulid(nowMs, entropy).toString
   }
 
   /** The ULID time (ms) of a key whose last segment is exactly `<ULID>.batch`, else None. */
-  def ulidTimeMs(key: String): Option[Long] = {
+  def ulidTimeMs(key: String): Option[Long] = ulidTimeMs(key, Suffix)
+
+  private[format] def ulidTimeMs(key: String, suffix: String): Option[Long] = {
     val name = key.substring(key.lastIndexOf('/') + 1)
-    if (name.length != 26 + Suffix.length || !name.endsWith(Suffix)) None
+    if (name.length != 26 + suffix.length || !name.endsWith(suffix)) None
     else {
       val id = name.substring(0, 26)
       if (id.charAt(0) > '7' || !id.forall(c => Crockford.indexOf(c) >= 0)) None

@@ -29,10 +29,11 @@ final class QueueProducer(
     clock: Clock,
     metrics: MetricsRegistry,
     gcGracePeriodMs: Long,
-    maxEntriesPerWrite: Int = 10000) extends AutoCloseable {
+    maxEntriesPerWrite: Int = 10000,
+    segmentEntries: Int = osqueue.format.ManifestHead.DefaultSegmentEntries) extends AutoCloseable {
 
   private val pending = new LinkedBlockingQueue[PendingLocation]()
-  private val appender = new ManifestAppender(manifest, policy, clock, metrics, gcGracePeriodMs)
+  private val appender = new ManifestAppender(manifest, policy, clock, metrics, gcGracePeriodMs, segmentEntries = segmentEntries)
   @volatile private var closing = false
   private val committer = new Thread(() => commitLoop(), "osqueue-manifest-committer")
   committer.setDaemon(true)
