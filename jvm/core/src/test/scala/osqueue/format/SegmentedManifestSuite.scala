@@ -2,11 +2,17 @@ package osqueue.format
 
 import java.nio.{ByteBuffer, ByteOrder}
 
-import scala.collection.mutable
+import java.nio.file.Files
+import java.util.Base64
 
+import scala.collection.mutable
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue.{CorruptManifestException, UnsupportedFormatVersionException}
+import osqueue.testing.RepoFiles
 
 /** The segmented head (docs/format.md §2.2): v1 below K, sealing, dequeues, and the decoder's checks. */
 class SegmentedManifestSuite extends AnyFunSuite {
@@ -130,5 +136,64 @@ class SegmentedManifestSuite extends AnyFunSuite {
       ByteBuffer.allocate(38).order(ByteOrder.LITTLE_ENDIAN).putInt(second).putInt(1).putLong(0)
         .put(ManifestCodec.encodeFooter(ManifestFooter(2, 8, 0), 2)).array(), "not where the last segment ends")
     refused(raw.take(10) ++ raw.takeRight(22), "shorter than a segmented head")
+  }
+
+  // The golden head of tests/golden/heads.json (built by hand in make_vectors.py, read by Python too).
+  private val heads = new ObjectMapper().readTree(RepoFiles.golden.resolve("heads.json").toFile)
+  private def golden(file: String) = Files.readAllBytes(RepoFiles.golden.resolve(file))
+  private def hex(bytes: Array[Byte]) = bytes.map(b => f"${b & 0xff}%02x").mkString
+
+  for (v <- heads.get("heads").elements().asScala) {
+    val name = v.get("name").asText
+    test(s"golden head $name: refs, low_water, tail and segments as built by hand; v1 readers refuse it") {
+      val bytes = golden(v.get("file").asText)
+      val h = ManifestHead.parse(bytes, name)
+      val e = v.get("head")
+      assert(h.version == 2 && h.nextSequence == e.get("next_sequence").asLong && h.epoch == e.get("epoch").asLong)
+      assert(h.lowWater == e.get("low_water").asLong)
+      val segs = e.get("segments").elements().asScala.toIndexedSeq
+      assert(h.segments.size == segs.size)
+      val queued = h.segments.zip(segs).flatMap { case (r, s) =>
+        assert(r.firstSequence == s.get("first_sequence").asLong && r.entryCount == s.get("entry_count").asLong)
+        assert(r.byteLength == s.get("byte_length").asLong && r.oldestBatchMs == s.get("oldest_batch_ms").asLong)
+        assert(hex(r.sha256) == s.get("sha256_hex").asText && r.key == s.get("key").asText)
+        ManifestHead.decodeSegment(golden(s.get("file").asText), r).map(_.sequence).filter(_ >= h.lowWater)
+      } ++ h.tailEntries.map(_.sequence)
+      assert(queued == e.get("queued_sequences").elements().asScala.map(_.asLong).toSeq)
+      val tail: Seq[JsonNode] = e.get("tail").elements().asScala.toSeq
+      assert(h.tailEntries.map(x => (x.sequence, x.location)) == tail.map(t => (t.get("sequence").asLong, t.get("location").asText)))
+      assert(h.tailEntries.head.metadata.head.payload.sameElements(
+        Base64.getDecoder.decode(tail.head.get("metadata").get(0).get("payload_b64").asText)))
+      // an edit that changes nothing re-encodes the same bytes
+      assert(h.withEpoch(h.epoch, None).sameElements(bytes))
+      assert(v.get("v1_error").asText == "UnsupportedFormatVersion")
+      intercept[UnsupportedFormatVersionException](ManifestCodec.decode(bytes, name))
+    }
+  }
+
+  for (v <- heads.get("rejected").elements().asScala) {
+    val name = v.get("name").asText
+    test(s"golden head $name is CorruptManifest") {
+      assert(v.get("error").asText == "CorruptManifest")
+      val e = intercept[CorruptManifestException](ManifestHead.parse(golden(v.get("file").asText), s"some/key/$name"))
+      assert(e.getMessage.contains(s"some/key/$name"))
+    }
+  }
+
+  test("mutated and truncated heads parse, or fail with a typed error only") {
+    val stored = mutable.Map.empty[String, Array[Byte]]
+    val valid = build(9, k = 2, stored)
+    val rnd = new scala.util.Random(7)
+    for (i <- 0 until 3000) {
+      val b = valid.clone()
+      if (i % 3 == 0) (0 until 1 + rnd.nextInt(3)).foreach(_ => b(rnd.nextInt(b.length)) = rnd.nextInt(256).toByte)
+      val bytes = if (i % 3 == 1) b.drop(rnd.nextInt(b.length)) else if (i % 3 == 2) b.take(rnd.nextInt(b.length)) else b
+      try {
+        val h = ManifestHead.parse(bytes, key)
+        h.tailEntries; h.dequeuedThrough(h.firstSequence); h.withEpoch(1, None)
+      } catch {
+        case _: CorruptManifestException | _: UnsupportedFormatVersionException =>
+      }
+    }
   }
 }
