@@ -99,3 +99,29 @@ def test_python_consumer_producer_and_gc_refuse_a_segmented_head_cleanly(mem_sto
     with pytest.raises(UnsupportedFormatVersionError, match="version 2"):
         GarbageCollector(mem_store, KEY, "ingest", grace_period=600).run_once()
     assert mem_store.get(KEY).data == (GOLDEN / "head_v2.bin").read_bytes()  # nothing written
+
+
+def test_inspect_shows_a_segmented_heads_depth_and_segments(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue.cli import cli
+
+    (tmp_path / "ingest").mkdir()
+    (tmp_path / "ingest" / "manifest").write_bytes((GOLDEN / "head_v2.bin").read_bytes())
+    expected = HEADS["heads"][0]["head"]
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    dumped = json.loads(result.stdout)
+    assert (dumped["format_version"], dumped["depth"], dumped["low_water"]) == (2, len(expected["queued_sequences"]), 11)
+    assert [s["key"] for s in dumped["segments"]] == [s["key"] for s in expected["segments"]]
+    assert dumped["tail_sequences"] == [15, 16] and dumped["next_sequence"] == 17
+    table = CliRunner().invoke(cli, ["inspect", str(tmp_path)], catch_exceptions=False)
+    assert table.exit_code == 0
+    rows = {}
+    for line in table.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│|").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    assert rows["entries (depth)"] == "6" and rows["sequences"] == "11..16"
+    assert rows["segments"].startswith("2 (") and "low water 11" in rows["segments"]
+    assert "format version 2" in rows["manifest"]
