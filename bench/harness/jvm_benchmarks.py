@@ -244,7 +244,8 @@ def bench_jvm_depth(env: Env, s: Settings) -> dict[str, Any]:
     return {
         "description": f"bench/jvm/SegmentedDepth.java, one JVM (-Xmx{heap_mb}m), K = {k}: a queue of each depth built "
         "through the producers' sealing edit (tail left at K/2), then single-entry appends through ManifestAppender "
-        "and a Consumer handing out descriptors one at a time (no batch GETs; acks every 1,000)",
+        "round-robin over the depths (after 10 unmeasured each), and a Consumer handing out descriptors one at a "
+        "time (no batch GETs; acks every 1,000); a seal adds seal_bytes_per_append_amortized",
         "k": k,
         "rows": rows,
         "append_latency_ratio_deepest_to_100": {"median": ratio, "min": ratio, "max": ratio, "n": 1},

@@ -8,9 +8,10 @@
 // Per depth D: the queue is built through the producers' own edit (ManifestHead.appended, which
 // seals the tail into segments) in groups of K entries, then one group of K/2 (so the tail is at
 // its average K/2 entries, not just after a seal), on the store given. Then:
-//  - <appends> single-entry appends, one after the other, through ManifestAppender (GET the head,
-//    append, seal when the tail passes K, conditional PUT): latency of each, and the bytes each
-//    one wrote (head, plus the segment when it sealed);
+//  - <appends> single-entry appends per queue, round-robin over the depths after 10 unmeasured
+//    ones each, through ManifestAppender (GET the head, append, seal when the tail passes K,
+//    conditional PUT): latency of each, and the bytes each one wrote (head, plus the segment when
+//    it sealed);
 //  - a Consumer (no GC) initializes and hands out <deliveries> descriptors one at a time
 //    (nextDescriptors(1); acks every 1,000 with ackThrough): time per delivered descriptor (the
 //    manifest work, not the batch GET: the batches do not exist), and the heap in use after a GC
@@ -60,9 +61,17 @@ public class SegmentedDepth {
     @SuppressWarnings("unchecked")
     scala.collection.immutable.Map<String, String> options =
         (scala.collection.immutable.Map<String, String>) scala.collection.immutable.Map$.MODULE$.from(CollectionConverters.asScala(opts));
-    for (long depth : depths) run(uri + "/depth-" + depth + "-" + System.nanoTime(), k, depth, appends, deliveries, options);
+    List<Queue> queues = new ArrayList<>();
+    for (long depth : depths) queues.add(build(uri + "/depth-" + depth + "-" + System.nanoTime(), k, depth, options));
+    // Appends round-robin over the depths (load drift and JIT warm-up hit every depth alike),
+    // after WARMUP unmeasured appends to each queue.
+    for (int i = -WARMUP; i < appends; i++) for (Queue q : queues) q.append(i, appends);
+    for (Queue q : queues) q.consume(deliveries);
+    for (Queue q : queues) q.report(appends);
     System.exit(0);
   }
+
+  static final int WARMUP = 10;
 
   static scala.collection.immutable.IndexedSeq<MetadataItem> meta() {
     List<MetadataItem> m = new ArrayList<>();
@@ -80,8 +89,7 @@ public class SegmentedDepth {
     return r._1();
   }
 
-  static void run(String uri, int k, long depth, int appends, int deliveries,
-                  scala.collection.immutable.Map<String, String> options) throws Exception {
+  static Queue build(String uri, int k, long depth, scala.collection.immutable.Map<String, String> options) {
     ObjectStore store = ObjectStores.open(uri, options);
     ManifestStore ms = new ManifestStore(store, MANIFEST);
     long now = System.currentTimeMillis();
@@ -97,16 +105,22 @@ public class SegmentedDepth {
       built += n;
     }
     if (depth > k) { raw = appendGroup(ms, raw, k / 2, k, now); built += k / 2; }
-    depth = built;
-    double buildS = (System.nanoTime() - buildStart) / 1e9;
-    ManifestHead head = ManifestHead.parse(raw, MANIFEST);
-
-    ManifestAppender appender = new ManifestAppender(ms, new RetryPolicy(10, 1000, 1000, 30000), SystemClock$.MODULE$,
+    Queue q = new Queue();
+    q.store = store; q.ms = ms; q.k = k; q.depth = built; q.head = ManifestHead.parse(raw, MANIFEST);
+    q.buildS = (System.nanoTime() - buildStart) / 1e9;
+    q.appender = new ManifestAppender(ms, new RetryPolicy(10, 1000, 1000, 30000), SystemClock$.MODULE$,
         new MetricsRegistry(), 600000L, "producer", () -> scala.runtime.BoxedUnit.UNIT, k);
-    double[] latMs = new double[appends];
-    long[] written = new long[appends];
-    int seals = 0;
-    for (int i = 0; i < appends; i++) {
+    return q;
+  }
+
+  static final class Queue {
+    ObjectStore store; ManifestStore ms; ManifestAppender appender; ManifestHead head;
+    int k; long depth; double buildS;
+    double[] latMs; long[] written; int seals;
+    long delivered; double consumeS; double initMs; long heapHeld;
+
+    void append(int i, int appends) {
+      if (latMs == null) { latMs = new double[appends]; written = new long[appends]; }
       String loc = BatchNames.newKey("ingest", System.currentTimeMillis());
       PendingLocation p = new PendingLocation(loc, meta(), () -> { throw new IllegalStateException("no re-upload"); }, new byte[0]);
       int segmentsBefore = ManifestHead.parse(store.get(MANIFEST).get().bytes(), MANIFEST).segments().size();
@@ -114,7 +128,9 @@ public class SegmentedDepth {
       g.add(p);
       long t = System.nanoTime();
       appender.append(CollectionConverters.asScala(g).toIndexedSeq());
-      latMs[i] = (System.nanoTime() - t) / 1e6;
+      double ms = (System.nanoTime() - t) / 1e6;
+      if (i < 0) return; // warm-up
+      latMs[i] = ms;
       ManifestHead after = ManifestHead.parse(store.get(MANIFEST).get().bytes(), MANIFEST);
       written[i] = after.raw().length;
       if (after.segments().size() > segmentsBefore) {
@@ -123,43 +139,53 @@ public class SegmentedDepth {
       }
     }
 
-    System.gc();
-    Thread.sleep(200);
-    long heapBefore = usedHeap();
-    Consumer c = new Consumer(store, new ConsumerConfig(MANIFEST, "ingest", 100, false,
-        Duration.create(5, java.util.concurrent.TimeUnit.MINUTES), Duration.create(10, java.util.concurrent.TimeUnit.MINUTES), new RetryPolicy(10, 1000, 1000, 30000)),
-        SystemClock$.MODULE$, new MetricsRegistry());
-    c.initialize(scala.Option.empty(), scala.Option.empty());
-    long n = Math.min(deliveries, depth);
-    long t = System.nanoTime();
-    long delivered = 0, last = -1;
-    while (delivered < n) {
-      scala.collection.immutable.IndexedSeq<BatchDescriptor> ds = c.nextDescriptors(1);
-      if (ds.isEmpty()) break;
-      last = ds.head().sequence();
-      delivered++;
-      if (delivered % 1000 == 0) c.ackThrough(last);
+    void consume(int deliveries) throws Exception {
+      System.gc();
+      Thread.sleep(200);
+      long heapBefore = usedHeap();
+      Consumer c = new Consumer(store, new ConsumerConfig(MANIFEST, "ingest", 100, false,
+          Duration.create(5, java.util.concurrent.TimeUnit.MINUTES), Duration.create(10, java.util.concurrent.TimeUnit.MINUTES),
+          new RetryPolicy(10, 1000, 1000, 30000)), SystemClock$.MODULE$, new MetricsRegistry());
+      long t0 = System.nanoTime();
+      c.initialize(scala.Option.empty(), scala.Option.empty());
+      initMs = (System.nanoTime() - t0) / 1e6;
+      long n = Math.min(deliveries, depth);
+      long t = System.nanoTime();
+      long last = -1;
+      while (delivered < n) {
+        scala.collection.immutable.IndexedSeq<BatchDescriptor> ds = c.nextDescriptors(1);
+        if (ds.isEmpty()) break;
+        last = ds.head().sequence();
+        delivered++;
+        if (delivered % 1000 == 0) c.ackThrough(last);
+      }
+      consumeS = (System.nanoTime() - t) / 1e9;
+      System.gc();
+      Thread.sleep(200);
+      heapHeld = usedHeap() - heapBefore;
+      if (last < 0) throw new IllegalStateException("nothing delivered");
+      c.close();
     }
-    double consumeS = (System.nanoTime() - t) / 1e9;
-    System.gc();
-    Thread.sleep(200);
-    long heapHeld = usedHeap() - heapBefore;
-    if (last < 0) throw new IllegalStateException("nothing delivered");
-    c.close();
 
-    double[] sorted = latMs.clone();
-    Arrays.sort(sorted);
-    long sumWritten = 0;
-    for (long w : written) sumWritten += w;
-    System.out.println(String.format(
-        "{\"depth\": %d, \"k\": %d, \"segments\": %d, \"tail\": %d, \"head_bytes\": %d, \"build_s\": %.1f, "
-            + "\"append_latency_ms_median\": %.2f, \"append_latency_ms_p90\": %.2f, \"append_latency_ms_max\": %.2f, "
-            + "\"appends\": %d, \"seals\": %d, \"bytes_written_per_append_mean\": %d, \"bytes_written_per_append_max\": %d, "
-            + "\"delivered\": %d, \"consumer_us_per_delivered\": %.2f, \"consumer_heap_held_mb\": %.1f, \"max_heap_mb\": %d}",
-        depth, k, head.segments().size(), head.tailSize(), raw.length, buildS,
-        sorted[appends / 2], sorted[(int) (appends * 0.9)], sorted[appends - 1], appends, seals,
-        sumWritten / appends, Arrays.stream(written).max().getAsLong(),
-        delivered, consumeS * 1e6 / Math.max(1, delivered), heapHeld / 1048576.0, Runtime.getRuntime().maxMemory() >> 20));
+    void report(int appends) {
+      double[] sorted = latMs.clone();
+      Arrays.sort(sorted);
+      long sumWritten = 0;
+      for (long w : written) sumWritten += w;
+      System.out.println(String.format(
+          "{\"depth\": %d, \"k\": %d, \"segments\": %d, \"tail\": %d, \"head_bytes\": %d, \"build_s\": %.1f, "
+              + "\"append_latency_ms_median\": %.2f, \"append_latency_ms_p90\": %.2f, \"append_latency_ms_max\": %.2f, "
+              + "\"appends\": %d, \"seals\": %d, \"bytes_written_per_append_mean\": %d, \"bytes_written_per_append_max\": %d, "
+              + "\"consumer_initialize_ms\": %.1f, \"delivered\": %d, \"consumer_us_per_delivered\": %.2f, "
+              + "\"consumer_heap_held_mb\": %.1f, \"max_heap_mb\": %d, \"seal_bytes_per_append_amortized\": %d}",
+          depth, k, head.segments().size(), head.tailSize(), head.raw().length, buildS,
+          sorted[appends / 2], sorted[(int) (appends * 0.9)], sorted[appends - 1], appends, seals,
+          sumWritten / appends, Arrays.stream(written).max().getAsLong(),
+          initMs, delivered, consumeS * 1e6 / Math.max(1, delivered), heapHeld / 1048576.0,
+          Runtime.getRuntime().maxMemory() >> 20,
+          // a seal writes one segment of ~K entries every ~K appends (none of the measured ones may seal)
+          head.segments().isEmpty() ? 0 : head.segments().last().byteLength() / k));
+    }
   }
 
   static long usedHeap() {
