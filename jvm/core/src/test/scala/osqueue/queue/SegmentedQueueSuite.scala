@@ -208,6 +208,22 @@ class SegmentedQueueSuite extends AnyFunSuite {
     assert(drain(c).toSet == expected)
   }
 
+  test("a listed segment that is missing is CorruptManifest for every reader, never skipped") {
+    val store = InMemoryStore.fresh()
+    val producer = appender(store, 2)
+    (0 until 7).foreach(_ => producer.append(IndexedSeq(pending(store))))
+    val lost = head(store).segments(1)
+    store.delete(lost.key)
+    val full = intercept[osqueue.CorruptManifestException](new ManifestStore(store, key).decode(new ManifestStore(store, key).read()))
+    assert(full.getMessage.contains(lost.key) && full.getMessage.contains("listed but missing"))
+    val c = consumer(store)
+    c.initialize(None)
+    val first = c.nextDescriptors(10) // the first segment is there
+    assert(first.map(_.sequence) == Seq(0L, 1L))
+    val e = intercept[osqueue.CorruptManifestException](c.nextDescriptors(10))
+    assert(e.getMessage.contains(lost.key))
+  }
+
   test("manifestSegmentEntries must be at least 1") {
     val e = intercept[InvalidConfigException](ProducerConfig(manifestSegmentEntries = 0))
     assert(e.option == "manifestSegmentEntries")
