@@ -1,5 +1,7 @@
 """Benchmarks of the JVM core's producer: ``py_vs_jvm`` (the Python producer against it, same
-workload) and ``raw_put`` (against raw PUTs of the same objects, bench/jvm/ProducerVsRawPut.java)."""
+workload), ``raw_put`` (against raw PUTs of the same objects, bench/jvm/ProducerVsRawPut.java) and
+``jvm_depth`` (append and consume costs at 100 to 1,000,000 queued batches on a segmented
+manifest, bench/jvm/SegmentedDepth.java)."""
 
 from __future__ import annotations
 
@@ -205,4 +207,48 @@ def bench_raw_put(env: Env, s: Settings) -> dict[str, Any]:
         "raw_runs": runs,
         "goal": "producer MB/s / raw PUT MB/s >= 0.9",
         "goal_met": bool(ratio["median"] >= 0.9),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 15: cost vs queue depth with a segmented manifest (JVM core)
+
+DEPTH_BENCH_SOURCE = REPO_ROOT / "bench" / "jvm" / "SegmentedDepth.java"
+
+
+def bench_jvm_depth(env: Env, s: Settings) -> dict[str, Any]:
+    # OSQUEUE_BENCH_JVM_CP: the core's class path without the wheel's jars, e.g. the last line of
+    # `bash .ci/sbt "export core/Test/fullClasspath"`.
+    cp = os.environ.get("OSQUEUE_BENCH_JVM_CP") or jvm_classpath()
+    if cp is None or not DEPTH_BENCH_SOURCE.is_file():
+        s.log("jvm_depth: skipped (needs java and the core on the class path: OSQUEUE_BENCH_JVM_CP or the wheel's jars)")
+        return {"skipped": "java or the core's class path not found"}
+    k, heap_mb = 2048, 512
+    appends, deliveries = (10, 2000) if s.quick else (50, 20000)
+    depths = [100, 10_000] if s.quick else [100, 100_000, 1_000_000]
+    opts = [f"{key}={v}" for key, v in env.options().items()]
+    cmd = [shutil.which("java") or "java", f"-Xmx{heap_mb}m", "-cp", cp, str(DEPTH_BENCH_SOURCE),
+           env.uri(f"jvmdepth-{uuid.uuid4().hex[:8]}"), str(k), str(appends), str(deliveries), *map(str, depths), *opts]
+    s.log(f"jvm_depth: K = {k}, depths {depths}, {appends} appends and {deliveries} deliveries each, -Xmx{heap_mb}m ...")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    if p.returncode != 0 or len(rows) != len(depths):
+        raise RuntimeError(f"SegmentedDepth.java exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+    for r in rows:
+        s.log(
+            f"jvm_depth {r['depth']:>9}: {r['segments']} segments, tail {r['tail']}, head {r['head_bytes']} B; append "
+            f"{r['append_latency_ms_median']:.1f} ms median ({r['bytes_written_per_append_mean']} B written); "
+            f"consumer {r['consumer_us_per_delivered']:.1f} us/descriptor, {r['consumer_heap_held_mb']:.1f} MB held"
+        )
+    ratio = rows[-1]["append_latency_ms_median"] / rows[0]["append_latency_ms_median"]
+    return {
+        "description": f"bench/jvm/SegmentedDepth.java, one JVM (-Xmx{heap_mb}m), K = {k}: a queue of each depth built "
+        "through the producers' sealing edit (tail left at K/2), then single-entry appends through ManifestAppender "
+        "round-robin over the depths (after 10 unmeasured each), and a Consumer handing out descriptors one at a "
+        "time (no batch GETs; acks every 1,000); a seal adds seal_bytes_per_append_amortized",
+        "k": k,
+        "rows": rows,
+        "append_latency_ratio_deepest_to_100": {"median": ratio, "min": ratio, "max": ratio, "n": 1},
+        "goal": "append latency at the deepest ÷ at 100 queued <= 1.5",
+        "goal_met": bool(ratio <= 1.5),
     }

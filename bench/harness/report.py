@@ -32,6 +32,8 @@ def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     if "latency" in b:
         add("5", "produce → visible in foreachBatch, p50", b["latency"]["p50_ms"], 400, " ms", higher=False)
         add("5", "produce → visible in foreachBatch, p99", b["latency"]["p99_ms"], 1000, " ms", higher=False)
+    if "jvm_depth" in b:
+        add("15", "JVM append latency at 1M queued ÷ at 100", b["jvm_depth"].get("append_latency_ratio_deepest_to_100"), 1.5, "x", higher=False)
     if "py_vs_jvm" in b:
         add("7", "Python producer MB/s ÷ JVM producer", b["py_vs_jvm"].get("ratio_python_to_jvm"), 0.5)
     return rows

@@ -30,7 +30,7 @@ import click
 from osqueue._version import __version__
 from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
 from osqueue.errors import BatchNotFoundError, OsqueueError
-from osqueue.format import Manifest, parse_batch_ulid_ms
+from osqueue.format import HEAD_VERSION, Manifest, ManifestHead, decode_head, parse_batch_ulid_ms
 from osqueue.gc import GarbageCollector
 from osqueue.queue import (
     DEFAULT_DATA_PATH_PREFIX,
@@ -294,14 +294,65 @@ def inspect(target: QueueTarget, as_json: bool) -> None:
     try:
         manifest_store = ManifestStore(store, target.manifest_path)
         raw, _ = manifest_store.read_raw()
-        manifest = manifest_store.decode(raw)
         version = None if raw is None else int.from_bytes(raw[-2:], "little")
+        if raw is not None and version == HEAD_VERSION:
+            # A segmented head (docs/format.md §2.2): shown from the head alone, no segment is read.
+            head = decode_head(raw, target.manifest_path)
+            if as_json:
+                click.echo(json.dumps(head_to_json(head, len(raw)), indent=2))
+            else:
+                _print_head_summary(target, store, head, len(raw))
+            return
+        manifest = manifest_store.decode(raw)
         if as_json:
             click.echo(json.dumps(manifest_to_json(manifest, version), indent=2))
             return
         _print_summary(target, store, manifest, raw, version)
     finally:
         store.close()
+
+
+def head_to_json(head: ManifestHead, head_bytes: int) -> dict[str, Any]:
+    """A segmented head as JSON: depth, refs and the tail's sequences (entries stay in the segments)."""
+    return {
+        "format_version": head.version,
+        "head_bytes": head_bytes,
+        "next_sequence": head.next_sequence,
+        "epoch": head.epoch,
+        "incarnation": head.epoch >> 32,
+        "depth": head.depth,
+        "first_sequence": head.first_sequence,
+        "low_water": head.low_water,
+        "segments": [
+            {"key": r.key, "first_sequence": r.first_sequence, "last_sequence": r.last_sequence,
+             "entry_count": r.entry_count, "byte_length": r.byte_length, "sha256": r.sha256.hex(),
+             "oldest_batch_ms": r.oldest_batch_ms}
+            for r in head.segments
+        ],  # fmt: skip
+        "tail_entries": len(head.tail),
+        "tail_sequences": [head.tail[0].sequence, head.tail[-1].sequence] if head.tail else None,
+    }
+
+
+def _print_head_summary(target: QueueTarget, store: ObjectStore, head: ManifestHead, head_bytes: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"osqueue {store.uri}", show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    table.add_row("manifest", f"{target.manifest_path} ({_human_bytes(head_bytes)}, format version {head.version}: a segmented head)")
+    table.add_row("entries (depth)", str(head.depth))
+    table.add_row("sequences", f"{head.first_sequence}..{head.next_sequence - 1}" if head.depth else "-")
+    table.add_row("next sequence", str(head.next_sequence))
+    table.add_row("epoch", str(head.epoch))
+    sealed = sum(r.byte_length for r in head.segments)
+    table.add_row("segments", f"{len(head.segments)} ({_human_bytes(sealed)}), low water {head.low_water}")
+    table.add_row("tail", f"{len(head.tail)} entries in the head")
+    oldest = [r.oldest_batch_ms for r in head.segments if r.oldest_batch_ms != (1 << 63) - 1]
+    if oldest:
+        table.add_row("oldest batch", f"{_iso(min(oldest))} (age {_human_age(_CLOCK.now_ms() - min(oldest))})")
+    Console(soft_wrap=False, width=max(100, _terminal_width())).print(table)
 
 
 def _print_summary(

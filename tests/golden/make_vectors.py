@@ -11,6 +11,7 @@ Usage: python3 tests/golden/make_vectors.py [OUTPUT_DIR]   (default: this file's
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import pathlib
 import struct
@@ -79,7 +80,7 @@ def batch_footer(compression: int, count: int, version: int = VERSION) -> bytes:
     return struct.pack("<BIH", compression, count, version)
 
 
-def build() -> tuple[list[dict], dict[str, bytes]]:
+def build() -> tuple[list[dict], dict[str, bytes], dict]:
     vectors: list[dict] = []
     files: dict[str, bytes] = {}
 
@@ -269,7 +270,105 @@ def build() -> tuple[list[dict], dict[str, bytes]]:
     # Dequeue receipts (format.md §5.1), not a vector kind of their own: RECEIPTS below is the truth.
     files["receipts_v1.bin"] = b"OSQR" + struct.pack("<BQI", 1, RECEIPTS["first"], len(RECEIPTS["locations"])) + b"".join(
         struct.pack("<H", len(loc.encode())) + loc.encode() for loc in RECEIPTS["locations"])
-    return vectors, files
+    heads = build_heads(valid_manifest, files)
+    return vectors, files, heads
+
+
+# -- segmented heads (format.md §2.2) -------------------------------------------------------------
+
+HEAD_VERSION = 2
+LOC_F = "ingest/01J5T4RTZ9Y8X7W6V5T4S3R2Q1.batch"
+LOC_G = "ingest/01J5T4RXK2M3N4P5Q6R7S8T9VW.batch"
+SEG_A_KEY = "ingest/manifest.segments/01J5T4S0000000000000000000.segment"
+SEG_B_KEY = "ingest/manifest.segments/01J5T4S1000000000000000000.segment"
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def ulid_ms(location: str) -> int:
+    """The time of a `<ULID>.batch` name: its first 10 Crockford characters, big-endian base 32."""
+    name = location.rsplit("/", 1)[-1]
+    ms = 0
+    for c in name[:10]:
+        ms = ms * 32 + CROCKFORD.index(c)
+    return ms
+
+
+def segment_ref(first: int, count: int, data: bytes, oldest_ms: int, key: str) -> bytes:
+    k = key.encode("utf-8")
+    return struct.pack("<QIIq", first, count, len(data), oldest_ms) + hashlib.sha256(data).digest() + struct.pack("<H", len(k)) + k
+
+
+def head_tail_end(refs_len: int, count: int, low_water: int, tail_count: int, next_sequence: int, epoch: int) -> bytes:
+    return struct.pack("<IIQ", refs_len, count, low_water) + footer(tail_count, next_sequence, epoch, HEAD_VERSION)
+
+
+def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
+    """A v2 head listing two segments (the first partially dequeued: low_water 11), its segments
+    (plain v1 manifests, also in vectors.json) and heads that break one invariant each."""
+    tag = sink_tag("w", 3, "01J5T4R3KXBMZ7QV9N2WG8YDH1")
+    seg_a_entries = [(10, LOC_A, [meta(0, T0, b"a")], b""), (11, LOC_B, [meta(0, T0 + 1, b"")], tag), (12, LOC_C, [], b"")]
+    seg_b_entries = [(13, LOC_D, [meta(0, T0 + 3, b"d")], b""), (14, LOC_E, [meta(0, T0 + 4, b"e")], b"")]
+    tail_entries = [(15, LOC_F, [meta(0, T0 + 5, b"f")], b""), (16, LOC_G, [meta(0, T0 + 6, b"g")], b"")]
+
+    def body(es):
+        return b"".join(entry(q, loc, m, ext) for q, loc, m, ext in es)
+
+    def js(es):
+        out = []
+        for q, loc, m, ext in es:
+            e = entry_json(q, loc, [meta_json(*struct.unpack_from("<Iq", mm), mm[16:]) for mm in m], ext)
+            if ext == tag:
+                e["tag"] = tag_json("w", 3, "01J5T4R3KXBMZ7QV9N2WG8YDH1")
+            out.append(e)
+        return out
+
+    seg_a = body(seg_a_entries) + footer(3, 13, 0)
+    seg_b = body(seg_b_entries) + footer(2, 15, 0)
+    valid_manifest("segment_a", seg_a, 13, 0, js(seg_a_entries))
+    valid_manifest("segment_b", seg_b, 15, 0, js(seg_b_entries))
+    oldest_a = min(ulid_ms(loc) for _, loc, _, _ in seg_a_entries)
+    oldest_b = min(ulid_ms(loc) for _, loc, _, _ in seg_b_entries)
+    ref_a = segment_ref(10, 3, seg_a, oldest_a, SEG_A_KEY)
+    ref_b = segment_ref(13, 2, seg_b, oldest_b, SEG_B_KEY)
+    tail = body(tail_entries)
+    refs = ref_a + ref_b
+    files["head_v2.bin"] = refs + tail + head_tail_end(len(refs), 2, 11, 2, 17, 5)
+
+    def seg_json(first, count, data, oldest, key, file):
+        return {"first_sequence": first, "entry_count": count, "byte_length": len(data), "oldest_batch_ms": oldest,
+                "sha256_hex": hashlib.sha256(data).hexdigest(), "key": key, "file": file}
+
+    rejected = {
+        # no segment listed: a head without segments is version 1
+        "head_no_segments": tail + head_tail_end(0, 0, 15, 2, 17, 5),
+        # low_water past the first segment
+        "head_low_water_outside_first_segment": refs + tail + head_tail_end(len(refs), 2, 13, 2, 17, 5),
+        # the tail does not start where the last segment ends (segment b missing)
+        "head_tail_not_after_segments": ref_a + tail + head_tail_end(len(ref_a), 1, 11, 2, 17, 5),
+        # segment b listed from 14: not contiguous
+        "head_segments_not_contiguous": ref_a + segment_ref(14, 2, seg_b, oldest_b, SEG_B_KEY) + tail
+        + head_tail_end(len(refs), 2, 11, 2, 17, 5),
+        # segments_len past the head
+        "head_segments_len_past_end": refs + tail + head_tail_end(0xFFFFFF, 2, 11, 2, 17, 5),
+        # a version 2 footer with no room for the trailer
+        "head_short": b"\x00" * 4 + footer(0, 0, 0, HEAD_VERSION),
+    }
+    for name, data in rejected.items():
+        files[name + ".bin"] = data
+    return {
+        "heads": [{
+            "name": "head_v2", "file": "head_v2.bin", "v1_error": "UnsupportedFormatVersion",
+            "head": {
+                "next_sequence": 17, "epoch": 5, "low_water": 11,
+                "segments": [seg_json(10, 3, seg_a, oldest_a, SEG_A_KEY, "segment_a.bin"),
+                             seg_json(13, 2, seg_b, oldest_b, SEG_B_KEY, "segment_b.bin")],
+                "tail": js(tail_entries),
+                # every queued entry in order: segment a from low_water, segment b, the tail
+                "queued_sequences": list(range(11, 17)),
+            },
+        }],
+        "rejected": [{"name": n, "file": n + ".bin", "error": "CorruptManifest"} for n in rejected],
+    }
 
 
 # The content of receipts_v1.bin.
@@ -279,10 +378,11 @@ RECEIPTS = {"first": 7, "locations": ["ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch",
 def main(argv: list[str]) -> None:
     out = pathlib.Path(argv[1]) if len(argv) > 1 else pathlib.Path(__file__).resolve().parent
     out.mkdir(parents=True, exist_ok=True)
-    vectors, files = build()
+    vectors, files, heads = build()
     for name, data in files.items():
         (out / name).write_bytes(data)
     (out / "vectors.json").write_text(json.dumps({"vectors": vectors}, indent=2) + "\n", encoding="utf-8")
+    (out / "heads.json").write_text(json.dumps(heads, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {len(files)} vectors to {out}")
 
 

@@ -142,7 +142,7 @@ final class Consumer(
    */
   def flush(): Unit = synchronized {
     checkUsable()
-    if (lastAcked != lastDequeued) flushAcks() else queue.read()
+    if (lastAcked != lastDequeued) flushAcks() else queue.readHead()
   }
 
   /** Dequeues what was acked (unless fenced: that write could never land) and stops GC. */
@@ -162,7 +162,8 @@ final class Consumer(
   /**
    * Entries read from the manifest and not handed out yet (from `bufferStart` on): handed out before
    * the manifest is read again, so draining a backlog of N entries decodes the manifest O(1) times
-   * per N entries instead of once per batch (docs/performance.md).
+   * per N entries instead of once per batch (docs/performance.md). With a segmented head it holds
+   * one segment (or the tail) at a time.
    */
   private var buffer: IndexedSeq[ManifestEntry] = IndexedSeq.empty
   private var bufferStart = 0
@@ -170,9 +171,14 @@ final class Consumer(
   /** The entries after `after`: those already read, or (none left) those of a fresh, epoch-checked read. */
   private def buffered(after: Option[Long]): Iterator[ManifestEntry] = {
     if (bufferStart >= buffer.size) {
-      val manifest = queue.read()
-      queueLength.set(manifest.entries.size)
-      buffer = manifest.entries
+      // One segment or the tail at a time: memory stays bounded at any depth (docs/format.md §2.2).
+      val head = queue.readHead()
+      queueLength.set(head.depth)
+      val start = math.max(head.firstSequence, after.fold(head.firstSequence)(_ + 1))
+      buffer = head.segmentFor(start) match {
+        case Some(ref) => queue.readSegment(ref).filter(_.sequence >= head.firstSequence)
+        case None => head.tailEntries
+      }
       bufferStart = 0
     }
     (bufferStart until buffer.size).iterator.map(buffer).filter(e => after.forall(e.sequence > _))

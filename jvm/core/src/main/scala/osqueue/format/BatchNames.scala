@@ -10,16 +10,21 @@ object BatchNames {
   private val Suffix = ".batch"
   private val Crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
   /** `random` gives the ULID's 80 bits of entropy (the seam; tests seed it). */
-  def newKey(prefix: String, nowMs: Long, random: RandomSource = SystemRandomSource): String = {
+  def newKey(prefix: String, nowMs: Long, random: RandomSource = SystemRandomSource): String =
+    ObjectKeys.join(prefix, newUlid(nowMs, random) + Suffix)
+
+  private[format] def newUlid(nowMs: Long, random: RandomSource = SystemRandomSource): String = {
     val entropy = new Array[Byte](10)
     random.nextBytes(entropy)
-    ObjectKeys.join(prefix, new Ulid(nowMs, entropy).toString + Suffix)
+    new Ulid(nowMs, entropy).toString
   }
 
   /** The ULID time (ms) of a key whose last segment is exactly `<ULID>.batch`, else None. */
-  def ulidTimeMs(key: String): Option[Long] = {
+  def ulidTimeMs(key: String): Option[Long] = ulidTimeMs(key, Suffix)
+
+  private[format] def ulidTimeMs(key: String, suffix: String): Option[Long] = {
     val name = key.substring(key.lastIndexOf('/') + 1)
-    if (name.length != 26 + Suffix.length || !name.endsWith(Suffix)) None
+    if (name.length != 26 + suffix.length || !name.endsWith(suffix)) None
     else {
       val id = name.substring(0, 26)
       if (id.charAt(0) > '7' || !id.forall(c => Crockford.indexOf(c) >= 0)) None

@@ -72,10 +72,41 @@ object ManifestCodec {
   private[format] def scanSpans(bytes: Array[Byte], key: String, footer: ManifestFooter): IndexedSeq[EntrySpan] =
     new EntryReader(bytes, key).scan(footer)
 
+  /** The same over the entries region `[from, until)` of a segmented head (§2.2). */
+  private[format] def scanSpans(bytes: Array[Byte], key: String, footer: ManifestFooter, from: Int, until: Int)
+      : IndexedSeq[EntrySpan] = new EntryReader(bytes, key, from, until).scan(footer)
+
+  private[format] def readEntries(bytes: Array[Byte], key: String, spans: IndexedSeq[EntrySpan]): IndexedSeq[ManifestEntry] = {
+    val r = new EntryReader(bytes, key)
+    spans.zipWithIndex.map { case (s, i) => r.readEntry(s, i) }
+  }
+
+  /** The footer of a manifest or segmented head: version 1 or 2 (§2.2), with the version. */
+  private[format] def decodeAnyFooter(bytes: Array[Byte], key: String): (ManifestFooter, Int) = {
+    if (bytes.length >= FooterSize) {
+      val version = java.lang.Short.toUnsignedInt(le(bytes).getShort(bytes.length - 2))
+      if (version == ManifestHead.Version) {
+        val b = le(bytes).position(bytes.length - FooterSize)
+        val count = Integer.toUnsignedLong(b.getInt())
+        val next = b.getLong()
+        val epoch = b.getLong()
+        if (next < 0) throw new CorruptManifestException(key, s"next_sequence ${java.lang.Long.toUnsignedString(next)} is out of range")
+        return (ManifestFooter(count, next, epoch), version)
+      }
+    }
+    (decodeFooter(bytes, key), Version)
+  }
+
+  def encodeFooter(f: ManifestFooter, version: Int): Array[Byte] = {
+    val b = le(FooterSize)
+    b.putInt(f.entryCount.toInt).putLong(f.nextSequence).putLong(f.epoch).putShort(version.toShort)
+    b.array()
+  }
+
   private[format] final case class EntrySpan(sequence: Long, location: String, start: Int, end: Int)
 
-  private final class EntryReader(bytes: Array[Byte], key: String) {
-    private val limit = bytes.length - FooterSize
+  private final class EntryReader(bytes: Array[Byte], key: String, from: Int, limit: Int) {
+    def this(bytes: Array[Byte], key: String) = this(bytes, key, 0, bytes.length - FooterSize)
     private val b = le(bytes)
 
     private def corrupt(msg: String) = new CorruptManifestException(key, msg)
@@ -83,10 +114,10 @@ object ManifestCodec {
     /** Scans entry boundaries and checks sequences; decode reuses it. */
     def scan(footer: ManifestFooter): IndexedSeq[EntrySpan] = {
       // Each entry takes at least 4 + 14 bytes: reject impossible counts before allocating.
-      if (footer.entryCount > limit / (4 + EntryFixedSize))
-        throw corrupt(s"entry_count ${footer.entryCount} cannot fit in ${limit} bytes of entries")
+      if (footer.entryCount > (limit - from) / (4 + EntryFixedSize))
+        throw corrupt(s"entry_count ${footer.entryCount} cannot fit in ${limit - from} bytes of entries")
       val spans = IndexedSeq.newBuilder[EntrySpan]
-      var pos = 0
+      var pos = from
       var i = 0L
       var prevSeq = -1L
       while (i < footer.entryCount) {
@@ -119,7 +150,7 @@ object ManifestCodec {
     def readAll(footer: ManifestFooter): IndexedSeq[ManifestEntry] =
       scan(footer).zipWithIndex.map { case (s, i) => readEntry(s, i) }
 
-    private def readEntry(s: EntrySpan, i: Int): ManifestEntry = {
+    def readEntry(s: EntrySpan, i: Int): ManifestEntry = {
       val locLen = java.lang.Short.toUnsignedInt(b.getShort(s.start + 4 + 8))
       var pos = s.start + 4 + 10 + locLen
       val count = Integer.toUnsignedLong(b.getInt(pos)); pos += 4

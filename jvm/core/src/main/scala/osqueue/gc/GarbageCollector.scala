@@ -6,7 +6,7 @@ import scala.util.control.NonFatal
 import org.slf4j.LoggerFactory
 
 import osqueue.{Clock, IllegalQueueStateException}
-import osqueue.format.{BatchNames, ManifestCodec}
+import osqueue.format.{BatchNames, ManifestHead, SegmentNames}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.DataPrefixOwner
 import osqueue.store.ObjectStore
@@ -29,6 +29,10 @@ final case class GcResult(
  * older than half the grace period before enqueueing it. It deletes nothing without its
  * manifest (a wrong path would read as an empty queue) and nothing under a data prefix another
  * queue owns ([[DataPrefixOwner]]).
+ *
+ * With a segmented head it reads the head only: the refs' oldest batch times bound every batch a
+ * segment holds, so rule 3 keeps them all; and it deletes segment objects no ref lists once their
+ * name is a grace period old (docs/format.md §2.2).
  */
 final class GarbageCollector(
     store: ObjectStore,
@@ -59,17 +63,21 @@ final class GarbageCollector(
   def runOnce(dryRun: Boolean = false): GcResult = {
     val started = clock.nanoTime()
     val snapshotTime = clock.nowMillis()
-    val manifest = Some(store.get(manifestPath).getOrElse(throw new IllegalQueueStateException(
-      s"GC found no manifest at '$manifestPath': it deletes nothing without its queue's manifest (is the manifest path right?)")))
-      .map(o => ManifestCodec.decode(o.bytes, manifestPath))
+    val head = ManifestHead.parse(store.get(manifestPath).getOrElse(throw new IllegalQueueStateException(
+      s"GC found no manifest at '$manifestPath': it deletes nothing without its queue's manifest (is the manifest path right?)"))
+      .bytes, manifestPath)
     val graceMs = checkOwner()
-    val referenced = manifest.map(_.entries.map(_.location).toSet).getOrElse(Set.empty[String])
-    val oldestReferenced = manifest.toSeq.flatMap(_.entries).flatMap(e => BatchNames.ulidTimeMs(e.location)).minOption
+    val referenced = head.tailLocations.map(_._2).toSet
+    val oldestReferenced = head.oldestReferencedBatchMs
     val listPrefix = if (dataPathPrefix.isEmpty) "" else dataPathPrefix.stripSuffix("/") + "/"
+    val segmentPrefix = SegmentNames.prefix(manifestPath)
 
     var keptReferenced, keptInGrace, keptNewer, skipped = 0
-    val candidates = store.list(listPrefix).map(_.key).filter { key =>
-      if (!BatchNames.isBatchUnder(dataPathPrefix, key)) { if (key != manifestPath) skipped += 1; false }
+    val batches = store.list(listPrefix).map(_.key).filter { key =>
+      if (!BatchNames.isBatchUnder(dataPathPrefix, key)) {
+        if (key != manifestPath && !key.startsWith(segmentPrefix)) skipped += 1
+        false
+      }
       else if (referenced.contains(key)) { keptReferenced += 1; false }
       else {
         val ts = BatchNames.ulidTimeMs(key).get
@@ -78,6 +86,16 @@ final class GarbageCollector(
         else true
       }
     }
+    val listed = head.segments.map(_.key).toSet
+    val segments = store.list(segmentPrefix).map(_.key).filter { key =>
+      SegmentNames.ulidTimeMs(manifestPath, key) match {
+        case None => skipped += 1; false
+        case Some(_) if listed.contains(key) => keptReferenced += 1; false
+        case Some(ts) if snapshotTime - ts < graceMs => keptInGrace += 1; false
+        case Some(_) => true
+      }
+    }
+    val candidates = batches ++ segments
     val (deleted, failed) =
       if (dryRun) (candidates, Seq.empty)
       else candidates.partition { key =>

@@ -80,5 +80,6 @@ object MetricNames {
   val ReceiptWriteFailures = "buffer.receipt_write_failures"
   val AmbiguousWrites = "buffer.manifest_ambiguous_writes"
   val BatchesReuploaded = "buffer.batches_reuploaded"
+  val SegmentsSealed = "buffer.segments_sealed"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
 }

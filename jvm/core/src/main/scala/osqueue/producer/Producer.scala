@@ -34,7 +34,8 @@ final class Producer(
   private val gracePeriodMs: Long = math.min(config.gcGracePeriod.toMillis, DataPrefixOwner.claim(store,
     config.manifestPath, config.dataPathPrefix, clock, Some(config.gcGracePeriod.toMillis), config.retry).fold(Long.MaxValue)(_.gcGracePeriodMs))
   private val queueProducer = new QueueProducer(
-    new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs, random = random)
+    new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs, random = random,
+    segmentEntries = config.manifestSegmentEntries)
   private val inbox = new LinkedBlockingQueue[Message]()
   private val permits = new Semaphore(config.maxBufferedInputs)
   private val batchesFlushed = metrics.counter(MetricNames.BatchesFlushed)

@@ -3,7 +3,7 @@ package osqueue.producer
 import scala.concurrent.duration._
 
 import osqueue.InvalidConfigException
-import osqueue.format.Compression
+import osqueue.format.{Compression, ManifestHead}
 import osqueue.queue.RetryPolicy
 
 /** Producer settings (RFC 0001 `ProducerConfig`), with the RFC's defaults. */
@@ -16,7 +16,12 @@ final case class ProducerConfig(
     compression: Compression = Compression.None,
     /** Must match the GC's: uploads older than half of it are re-uploaded before enqueueing. */
     gcGracePeriod: FiniteDuration = 10.minutes,
-    retry: RetryPolicy = RetryPolicy()) {
+    retry: RetryPolicy = RetryPolicy(),
+    /**
+     * K: once more than this many entries are queued, the oldest ones are sealed into segment
+     * objects so each manifest write stays bounded (docs/format.md §2.2); below it the manifest is RFC v1.
+     */
+    manifestSegmentEntries: Int = ManifestHead.DefaultSegmentEntries) {
   if (flushInterval <= Duration.Zero)
     throw new InvalidConfigException("flushInterval", flushInterval.toString, "must be > 0")
   if (flushSizeBytes <= 0) throw new InvalidConfigException("flushSizeBytes", flushSizeBytes.toString, "must be > 0")
@@ -24,4 +29,6 @@ final case class ProducerConfig(
     throw new InvalidConfigException("maxBufferedInputs", maxBufferedInputs.toString, "must be > 0")
   if (gcGracePeriod <= Duration.Zero)
     throw new InvalidConfigException("gcGracePeriod", gcGracePeriod.toString, "must be > 0")
+  if (manifestSegmentEntries < 1)
+    throw new InvalidConfigException("manifestSegmentEntries", manifestSegmentEntries.toString, "must be >= 1")
 }

@@ -1,9 +1,10 @@
 package osqueue.queue
 
+import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 
 import osqueue.{AmbiguousCommitException, Clock, RandomSource, StoreException, SystemRandomSource}
-import osqueue.format.{BatchNames, Incarnation, ManifestCodec, NewEntry, RawManifest}
+import osqueue.format.{BatchNames, Incarnation, ManifestEntry, ManifestHead, NewEntry, SealedTail, SegmentNames, SegmentRef}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -13,6 +14,9 @@ import osqueue.metrics.{MetricNames, MetricsRegistry}
  * uploads are re-uploaded before a write (§6), so GC cannot have deleted anything this appends.
  * `beforeWrite` runs before every write attempt and may throw to stop the append (the Spark
  * sink checks there that its writer generation is still current).
+ *
+ * When the tail would grow past `segmentEntries` (K) entries, the write first seals it into a
+ * segment object, so the head it rewrites stays bounded at any depth (docs/format.md §2.2).
  */
 final class ManifestAppender(
     manifest: ManifestStore,
@@ -22,11 +26,13 @@ final class ManifestAppender(
     gcGracePeriodMs: Long,
     role: String = "producer",
     beforeWrite: () => Unit = () => (),
-    random: RandomSource = SystemRandomSource) {
+    random: RandomSource = SystemRandomSource,
+    segmentEntries: Int = ManifestHead.DefaultSegmentEntries) {
 
   private val loop = new CasLoop(manifest, policy, clock, metrics, role, random)
   private val reuploaded = metrics.counter(MetricNames.BatchesReuploaded)
   private val resolvedByReceipts = metrics.counter(MetricNames.AmbiguitiesResolvedByReceipts)
+  private val segmentsSealed = metrics.counter(MetricNames.SegmentsSealed)
 
   import ManifestAppender.Attempt
 
@@ -52,6 +58,34 @@ final class ManifestAppender(
   /** Half the grace period: ours, or the queue's if shorter (what GC uses). */
   private def maxAgeMs(location: String): Long =
     math.min(gcGracePeriodMs, prefixOf(location).flatMap(p => Option(claimed.get(p))).fold(Long.MaxValue)(_.longValue)) / 2
+
+  /** The same for a segment: the shortest grace period known (GC of segments uses the queue's, §2.2). */
+  private def segmentMaxAgeMs: Long = {
+    var min = gcGracePeriodMs
+    claimed.values().forEach(g => min = math.min(min, g.longValue))
+    min / 2
+  }
+
+  /**
+   * Stores the sealed tail as a new segment, named right before the head CAS that lists it; a name
+   * that is already half a grace period old (a slow PUT) could be GC'd before it is listed, so the
+   * segment is written again under a fresh name, as stale batches are (§6).
+   */
+  private def seal(t: SealedTail): SegmentRef = {
+    var tries = 0
+    while (true) {
+      val ref = manifest.writeSegment(t, clock.nowMillis())
+      segmentsSealed.increment()
+      val named = SegmentNames.ulidTimeMs(manifest.key, ref.key).get
+      if (clock.nowMillis() - named < segmentMaxAgeMs) return ref
+      tries += 1
+      if (tries > ManifestAppender.MaxReuploads)
+        throw new StoreException(
+          s"segment of '${manifest.describe}': ${tries} writes in a row took longer than half the GC grace period " +
+            s"($segmentMaxAgeMs ms); increase the GC grace period or make writes faster")
+    }
+    throw new IllegalStateException("unreachable")
+  }
 
   def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = {
     checkPrefixes(group)
@@ -90,7 +124,7 @@ final class ManifestAppender(
           val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
           // Creating the manifest starts a new incarnation (docs/format.md §5.2).
           val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
-          val (bytes, base) = RawManifest.append(raw, entries, manifest.key)
+          val (bytes, base) = ManifestHead.parse(raw, manifest.key).appended(entries, segmentEntries, seal)
           lastSent = Some((base, entries.map(_.location)))
           CasStep.Write(bytes, () => base until base + group.size)
       }
@@ -102,29 +136,40 @@ final class ManifestAppender(
    * known to have (safe to write again: a conditional write on the current version cannot
    * duplicate one still in flight, which could only land on the version it was sent against);
    * AmbiguousCommit if a write with an unknown outcome can no longer be checked.
+   *
+   * A write lands as one block at the base it was sent with (a retry is an attempt of its own), so
+   * it landed iff its location sits at the first of its sequences still queued: in the tail, or in
+   * the segment it was sealed into since (one segment read, docs/format.md §2.2).
    */
   private def resolve(snapshot: Snapshot, attempts: Seq[Attempt]): Option[(Attempt, IndexedSeq[Long])] = {
     if (attempts.isEmpty) return None
-    val present: Map[String, Long] = RawManifest.locations(snapshot.raw, manifest.key).map(_.swap).toMap
-    // A write lands as one block, so its base is where any of its locations sits minus that
-    // location's index (retries may carry the same locations at a later base; a dequeued prefix is fine).
-    attempts.iterator.flatMap { a =>
-      a.locations.iterator.zipWithIndex.collectFirst { case (l, i) if present.contains(l) => present(l) - i }
-        .map(base => a -> a.locations.indices.map(base + _))
-    }.nextOption().orElse {
-      val footer = ManifestCodec.decodeFooter(snapshot.raw, manifest.key)
-      val first = present.values.minOption.getOrElse(footer.nextSequence)
+    val head = ManifestHead.parse(snapshot.raw, manifest.key)
+    val segments = mutable.Map.empty[String, Option[IndexedSeq[ManifestEntry]]]
+    /** The location at a queued sequence; None if its segment is gone (dropped by a dequeue since: ask the receipts). */
+    def locationAt(sequence: Long): Option[String] = head.tailLocationAt(sequence).orElse(
+      head.segmentFor(sequence).flatMap { ref =>
+        segments.getOrElseUpdate(ref.key, manifest.readSegmentBytes(ref).map(ManifestHead.decodeSegment(_, ref)))
+          .map(entries => entries((sequence - ref.firstSequence).toInt).location)
+      })
+    /** (the first of the write's sequences still queued, whether our location is there); None if none is queued or readable. */
+    def probe(a: Attempt): Option[(Long, Boolean)] = {
+      val s = math.max(a.base, head.firstSequence)
+      if (s >= a.base + a.locations.size || s >= head.nextSequence) None
+      else locationAt(s).map(l => (s, l == a.locations((s - a.base).toInt)))
+    }
+    def landed(a: Attempt) = a -> a.locations.indices.map(a.base + _)
+    attempts.iterator.find(a => probe(a).exists(_._2)).map(landed).orElse {
       // Read after the manifest: a consumer writes receipts before it dequeues (§5.1).
       lazy val receipts = try manifest.readReceipts() catch { case _: osqueue.StoreException => None }
       attempts.filter(a => a.unknownOutcome && !a.resolvedNotLanded).iterator.flatMap { a =>
         // Nothing appended since its base: not landed, but it still may (pending; writing again is safe).
-        if (footer.nextSequence == a.base) None
-        // The entry at its base is someone else's: it can never land.
-        else if (footer.nextSequence > a.base && first <= a.base) { a.resolvedNotLanded = true; None }
+        if (head.nextSequence == a.base) None
+        // Someone else's entry sits where ours would: it can never land.
+        else if (probe(a).isDefined) { a.resolvedNotLanded = true; None }
         else receipts.flatMap(_.locationAt(a.base)) match {
           case Some(location) if location == a.locations.head =>
             resolvedByReceipts.increment()
-            Some(a -> a.locations.indices.map(a.base + _))
+            Some(landed(a))
           case Some(_) =>
             resolvedByReceipts.increment()
             a.resolvedNotLanded = true

@@ -1,6 +1,9 @@
 package osqueue.queue
 
-import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec}
+import java.util.concurrent.{CompletableFuture, CompletionException, Executors}
+
+import osqueue.CorruptManifestException
+import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, ManifestEntry, ManifestHead, SealedTail, SegmentNames, SegmentRef}
 import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
 
 /** The manifest's bytes as read, with the version a conditional write must match (None = absent). */
@@ -19,7 +22,40 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
     case None => store.putIfAbsent(key, bytes)
   }
 
-  def decode(s: Snapshot): Manifest = ManifestCodec.decode(s.raw, key)
+  /**
+   * Every queued entry, reading every listed segment (a v1 manifest: just decoded). Memory grows
+   * with the queue; the segments are fetched [[ManifestStore.ParallelReads]] at a time, so a deep
+   * queue costs ~segments / 8 round trips rather than one per segment.
+   */
+  def decode(s: Snapshot): Manifest = {
+    val head = ManifestHead.parse(s.raw, key)
+    if (!head.isSegmented) ManifestCodec.decode(s.raw, key)
+    else {
+      val sealedEntries = head.segments.grouped(ManifestStore.ParallelReads).flatMap { refs =>
+        refs.map(r => CompletableFuture.supplyAsync(() => readSegment(r), ManifestStore.readers)).map { f =>
+          try f.join() catch { case e: CompletionException if e.getCause != null => throw e.getCause }
+        }
+      }.flatten.filter(_.sequence >= head.lowWater).toIndexedSeq
+      Manifest(sealedEntries ++ head.tailEntries, head.nextSequence, head.epoch)
+    }
+  }
+
+  def head(s: Snapshot): ManifestHead = ManifestHead.parse(s.raw, key)
+
+  /** A listed segment's entries, checked against its ref; CorruptManifestException if it is missing or differs. */
+  def readSegment(ref: SegmentRef): IndexedSeq[ManifestEntry] =
+    ManifestHead.decodeSegment(readSegmentBytes(ref).getOrElse(throw new CorruptManifestException(ref.key,
+      s"segment of '$describe' (sequences ${ref.firstSequence} to ${ref.lastSequence}) is listed but missing")), ref)
+
+  /** The segment's bytes, None if it is gone (a reader racing the dequeue that dropped it, and GC). */
+  def readSegmentBytes(ref: SegmentRef): Option[Array[Byte]] = store.getBytes(ref.key)
+
+  /** Stores a sealed tail under a fresh segment name (before any head lists it, docs/format.md §2.2). */
+  def writeSegment(sealedTail: SealedTail, nowMs: Long): SegmentRef = {
+    val ref = SegmentRef.of(sealedTail, SegmentNames.newKey(key, nowMs))
+    store.put(ref.key, sealedTail.bytes)
+    ref
+  }
 
   /** `<manifest>.dequeued`: the dequeue receipts (docs/format.md §5.1). */
   val receiptsKey: String = key + DequeueReceipts.Suffix
@@ -43,4 +79,12 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
 
   /** Where the manifest lives, for messages. */
   def describe: String = s"${store.uri.stripSuffix("/")}/$key"
+}
+
+object ManifestStore {
+  /** Segment GETs in flight at once when a whole segmented manifest is read. */
+  val ParallelReads = 8
+  private lazy val readers = Executors.newFixedThreadPool(ParallelReads, { r =>
+    val t = new Thread(r, "osqueue-segment-reader"); t.setDaemon(true); t
+  })
 }

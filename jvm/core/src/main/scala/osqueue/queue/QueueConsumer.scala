@@ -4,7 +4,7 @@ import org.slf4j.LoggerFactory
 
 import osqueue.{Clock, FencedException, IllegalQueueStateException, RandomSource, ResumePointException, StoreException,
   SystemRandomSource}
-import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, RawManifest}
+import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, ManifestEntry, ManifestHead, RawManifest, SegmentRef}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -43,15 +43,14 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       // After an unknown outcome we bump again rather than guess: fencing our own earlier try is harmless.
       // A missing manifest is created as a new incarnation.
       val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
-      val footer = ManifestCodec.decodeFooter(raw, manifest.key)
-      val first = RawManifest.locations(raw, manifest.key).headOption.map(_._1).getOrElse(footer.nextSequence)
+      val head = ManifestHead.parse(raw, manifest.key)
       lastAcked.foreach { l =>
-        checkIncarnation(l, incarnation, recorded, Incarnation.of(footer.epoch), snapshot.version.isEmpty)
-        checkResumePoint(l, first, footer.nextSequence)
+        checkIncarnation(l, incarnation, recorded, Incarnation.of(head.epoch), snapshot.version.isEmpty)
+        checkResumePoint(l, head.firstSequence, head.nextSequence)
       }
-      val next = QueueConsumer.nextEpoch(footer.epoch)
-      lastAcked.foreach(recordReceipts(raw, _))
-      CasStep.Write(RawManifest.withEpoch(raw, next, lastAcked, manifest.key), () => next)
+      val next = QueueConsumer.nextEpoch(head.epoch)
+      lastAcked.foreach(recordReceipts(head, _))
+      CasStep.Write(head.withEpoch(next, lastAcked), () => next)
     }
     epoch = Some(newEpoch)
     fencedBy = None
@@ -81,25 +80,61 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
     }
   }
 
-  /** The manifest, after checking this consumer still owns it. */
+  /**
+   * Every queued entry, after checking this consumer still owns the queue. A segmented head's
+   * segments are all read: memory grows with the queue (use [[readHead]] and [[readSegment]]).
+   */
   def read(): Manifest = {
-    val m = manifest.decode(manifest.read())
-    checkEpoch(m.epoch)
-    m
+    val snapshot = manifest.read()
+    checkEpoch(manifest.head(snapshot).epoch)
+    manifest.decode(snapshot)
+  }
+
+  /** The manifest head (tail entries and segment refs, no segment read), after the epoch check. */
+  def readHead(): ManifestHead = {
+    val head = manifest.head(manifest.read())
+    checkEpoch(head.epoch)
+    head
+  }
+
+  /** A listed segment's entries (the last two read are kept: a consumer reads one, then dequeues it). */
+  def readSegment(ref: SegmentRef): IndexedSeq[ManifestEntry] = segmentCache.synchronized {
+    Option(segmentCache.get(ref.key)).getOrElse {
+      val entries = manifest.readSegment(ref)
+      segmentCache.put(ref.key, entries)
+      entries
+    }
+  }
+
+  private val segmentCache = new java.util.LinkedHashMap[String, IndexedSeq[ManifestEntry]](4, 0.75f, true) {
+    override def removeEldestEntry(e: java.util.Map.Entry[String, IndexedSeq[ManifestEntry]]): Boolean = size() > 2
   }
 
   /** Removes entries `<= through` in one write; returns false (and writes nothing) if none are left. */
   def dequeueThrough(through: Long): Boolean = loop.run[Boolean] { (snapshot, _) =>
-    val footer = ManifestCodec.decodeFooter(snapshot.raw, manifest.key)
-    checkEpoch(footer.epoch)
-    if (through >= footer.nextSequence)
+    val head = manifest.head(snapshot)
+    checkEpoch(head.epoch)
+    if (through >= head.nextSequence)
       throw new IllegalQueueStateException(
-        s"cannot dequeue through $through: the queue '${manifest.describe}' has only assigned up to ${footer.nextSequence - 1}")
-    RawManifest.dequeueThrough(snapshot.raw, through, manifest.key) match {
+        s"cannot dequeue through $through: the queue '${manifest.describe}' has only assigned up to ${head.nextSequence - 1}")
+    head.dequeuedThrough(through) match {
       case None => CasStep.Done(false)
       case Some(bytes) =>
-        recordReceipts(snapshot.raw, through)
+        recordReceipts(head, through)
         CasStep.Write(bytes, () => true)
+    }
+  }
+
+  /** The last receipts' worth of (sequence, location) a dequeue through `through` removes, from segments and tail. */
+  private def removedLocations(head: ManifestHead, through: Long): IndexedSeq[(Long, String)] = {
+    val last = math.min(through, head.nextSequence - 1)
+    val from = math.max(head.firstSequence, last - DequeueReceipts.MaxReceipts + 1)
+    if (last < from) IndexedSeq.empty
+    else {
+      val sealedPart = head.segments.filter(r => r.lastSequence >= from && r.firstSequence <= last).flatMap { r =>
+        readSegment(r).iterator.filter(e => e.sequence >= from && e.sequence <= last).map(e => (e.sequence, e.location))
+      }
+      sealedPart ++ head.tailLocations.filter { case (seq, _) => seq >= from && seq <= last }
     }
   }
 
@@ -108,9 +143,9 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
    * producer whose write had an unknown outcome can still tell whether it landed. Best effort:
    * without receipts such a producer reports AmbiguousCommitException.
    */
-  private def recordReceipts(raw: Array[Byte], through: Long): Unit = synchronized {
-    val removed = RawManifest.locations(raw, manifest.key).takeWhile(_._1 <= through)
-    if (removed.nonEmpty)
+  private def recordReceipts(head: ManifestHead, through: Long): Unit = synchronized {
+    lazy val removed = removedLocations(head, through)
+    if (through >= head.firstSequence && removed.nonEmpty)
       try {
         val updated = receipts.orElse(manifest.readReceipts()).getOrElse(DequeueReceipts()).extended(removed)
         manifest.writeReceipts(updated)

@@ -30,10 +30,12 @@ final class QueueProducer(
     metrics: MetricsRegistry,
     gcGracePeriodMs: Long,
     maxEntriesPerWrite: Int = 10000,
-    random: RandomSource = SystemRandomSource) extends AutoCloseable {
+    random: RandomSource = SystemRandomSource,
+    segmentEntries: Int = osqueue.format.ManifestHead.DefaultSegmentEntries) extends AutoCloseable {
 
   private val pending = new LinkedBlockingQueue[PendingLocation]()
-  private val appender = new ManifestAppender(manifest, policy, clock, metrics, gcGracePeriodMs, random = random)
+  private val appender = new ManifestAppender(manifest, policy, clock, metrics, gcGracePeriodMs, random = random,
+    segmentEntries = segmentEntries)
   @volatile private var closing = false
   private val committer = new Thread(() => commitLoop(), "osqueue-manifest-committer")
   committer.setDaemon(true)

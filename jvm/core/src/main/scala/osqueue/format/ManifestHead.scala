@@ -1,0 +1,252 @@
+package osqueue.format
+
+import java.io.ByteArrayOutputStream
+import java.nio.{ByteBuffer, ByteOrder}
+import java.nio.charset.{CharacterCodingException, CodingErrorAction, StandardCharsets}
+import java.security.MessageDigest
+import java.util.Arrays
+
+import osqueue.{CorruptManifestException, InvalidObjectKeyException}
+import osqueue.format.ManifestCodec.{EntrySpan, FooterSize}
+import osqueue.store.ObjectKeys
+
+/** A segment listed by a segmented head (docs/format.md §2.2): sequences `firstSequence ..= lastSequence`. */
+final case class SegmentRef(
+    firstSequence: Long,
+    entryCount: Long,
+    byteLength: Long,
+    /** Smallest ULID time of its locations; Long.MaxValue when none is a ULID batch name. */
+    oldestBatchMs: Long,
+    sha256: Array[Byte],
+    key: String) {
+  def lastSequence: Long = firstSequence + entryCount - 1
+  def contains(sequence: Long): Boolean = sequence >= firstSequence && sequence <= lastSequence
+
+  override def equals(o: Any): Boolean = o match {
+    case r: SegmentRef => firstSequence == r.firstSequence && entryCount == r.entryCount && byteLength == r.byteLength &&
+      oldestBatchMs == r.oldestBatchMs && Arrays.equals(sha256, r.sha256) && key == r.key
+    case _ => false
+  }
+  override def hashCode(): Int = (firstSequence, entryCount, key).hashCode()
+}
+
+object SegmentRef {
+  /** The ref of segment bytes a writer is about to store under `key`. */
+  def of(s: SealedTail, key: String): SegmentRef =
+    SegmentRef(s.firstSequence, s.entryCount, s.bytes.length.toLong, s.oldestBatchMs, ManifestHead.sha256(s.bytes), key)
+}
+
+/** The tail a producer seals: the bytes of the segment object (an RFC v1 manifest of the entries). */
+final case class SealedTail(bytes: Array[Byte], firstSequence: Long, entryCount: Long, oldestBatchMs: Long)
+
+/**
+ * A manifest object as writers and lazy readers see it: an RFC v1 manifest, or a segmented head
+ * (version 2, docs/format.md §2.2) listing segment objects before its tail of newest entries.
+ * Parsing checks every invariant but decodes no metadata; the edits copy the tail's entries byte
+ * for byte and never read a segment.
+ */
+final class ManifestHead private (
+    val raw: Array[Byte],
+    val key: String,
+    val version: Int,
+    val footer: ManifestFooter,
+    val segments: IndexedSeq[SegmentRef],
+    /** The first queued sequence while segments are listed (sequences below it in the first segment are dequeued). */
+    val lowWater: Long,
+    tailFrom: Int,
+    tailUntil: Int,
+    private[format] val tailSpans: IndexedSeq[EntrySpan]) {
+
+  import ManifestHead._
+
+  def nextSequence: Long = footer.nextSequence
+  def epoch: Long = footer.epoch
+  def isSegmented: Boolean = segments.nonEmpty
+  def tailSize: Int = tailSpans.size
+  def tailFirstSequence: Long = tailSpans.headOption.map(_.sequence).getOrElse(nextSequence)
+  /** The first queued sequence, or `nextSequence` when the queue is empty. */
+  def firstSequence: Long = if (isSegmented) lowWater else tailFirstSequence
+  /** How many entries are queued. */
+  def depth: Long = nextSequence - firstSequence
+  def isEmpty: Boolean = depth == 0
+
+  def tailLocations: IndexedSeq[(Long, String)] = tailSpans.map(s => (s.sequence, s.location))
+  def tailEntries: IndexedSeq[ManifestEntry] = ManifestCodec.readEntries(raw, key, tailSpans)
+  def tailLocationAt(sequence: Long): Option[String] = {
+    val i = sequence - tailFirstSequence
+    if (i >= 0 && i < tailSpans.size) Some(tailSpans(i.toInt).location) else None
+  }
+  /** The listed segment holding `sequence` (dequeued sequences below `lowWater` included). */
+  def segmentFor(sequence: Long): Option[SegmentRef] = segments.find(_.contains(sequence))
+
+  /** The oldest ULID time of any referenced batch: tail entries and segments (GC's rule 3, §6). */
+  def oldestReferencedBatchMs: Option[Long] =
+    (tailSpans.flatMap(s => BatchNames.ulidTimeMs(s.location)) ++
+      segments.map(_.oldestBatchMs).filter(_ != Long.MaxValue)).minOption
+
+  /**
+   * Appends `entries` at `nextSequence`. When the tail would exceed `maxTail` entries, the current
+   * tail is sealed first: `seal` must store the segment and return its ref, and the new entries
+   * become the whole tail. Returns the bytes and the first new sequence.
+   */
+  def appended(entries: Seq[NewEntry], maxTail: Int, seal: SealedTail => SegmentRef): (Array[Byte], Long) = {
+    if (tailSpans.size.toLong + entries.size > 0xFFFFFFFFL)
+      throw new CorruptManifestException(key, "entry_count would overflow u32")
+    if (footer.nextSequence > Long.MaxValue - entries.size)
+      throw new CorruptManifestException(key, s"sequence space exhausted: next_sequence ${footer.nextSequence} + ${entries.size}")
+    val base = footer.nextSequence
+    val added = new ByteArrayOutputStream(entries.size * 128)
+    entries.zipWithIndex.foreach { case (e, i) => ManifestCodec.encodeEntry(added, base + i, e.location, e.metadata, e.extension) }
+    val next = footer.copy(nextSequence = base + entries.size)
+    if (tailSpans.isEmpty || tailSpans.size.toLong + entries.size <= maxTail) {
+      val out = new ByteArrayOutputStream(raw.length + added.size())
+      out.write(raw, 0, tailUntil)
+      added.writeTo(out)
+      out.write(tailEnd(segments, lowWater, next.copy(entryCount = tailSpans.size + entries.size)))
+      (out.toByteArray, base)
+    } else {
+      val sealedBytes = new ByteArrayOutputStream(tailUntil - tailFrom + FooterSize)
+      sealedBytes.write(raw, tailFrom, tailUntil - tailFrom)
+      sealedBytes.write(ManifestCodec.encodeFooter(ManifestFooter(tailSpans.size, footer.nextSequence, 0L)))
+      val oldest = tailSpans.flatMap(s => BatchNames.ulidTimeMs(s.location)).minOption.getOrElse(Long.MaxValue)
+      val ref = seal(SealedTail(sealedBytes.toByteArray, tailSpans.head.sequence, tailSpans.size, oldest))
+      val refs = segments :+ ref
+      val out = new ByteArrayOutputStream(added.size() + refs.size * 128 + 64)
+      out.write(encodeRefs(refs))
+      added.writeTo(out)
+      out.write(tailEnd(refs, if (isSegmented) lowWater else tailSpans.head.sequence, next.copy(entryCount = entries.size)))
+      (out.toByteArray, base)
+    }
+  }
+
+  /** Removes sequences `<= through`; None when nothing would be removed (no write needed). */
+  def dequeuedThrough(through: Long): Option[Array[Byte]] =
+    if (through < firstSequence || isEmpty) None else Some(rebuild(footer.epoch, through))
+
+  /** Sets the epoch and, optionally, dequeues through a sequence, in one edit. */
+  def withEpoch(epoch: Long, through: Option[Long]): Array[Byte] = rebuild(epoch, through.getOrElse(firstSequence - 1))
+
+  private def rebuild(epoch: Long, through: Long): Array[Byte] = {
+    val newFirst = math.min(math.max(firstSequence, through + 1), nextSequence)
+    val refs = segments.filter(_.lastSequence >= newFirst)
+    val kept = tailSpans.dropWhile(_.sequence < newFirst)
+    val cut = kept.headOption.map(_.start).getOrElse(tailUntil)
+    val out = new ByteArrayOutputStream(raw.length)
+    if (refs.nonEmpty) out.write(encodeRefs(refs))
+    out.write(raw, cut, tailUntil - cut)
+    out.write(tailEnd(refs, newFirst, footer.copy(entryCount = kept.size, epoch = epoch)))
+    out.toByteArray
+  }
+}
+
+object ManifestHead {
+  val Version = 2
+  /** segments_len u32 | segment_count u32 | low_water u64, before the footer of a segmented head. */
+  val TrailerSize = 16
+  /** K: a producer seals its tail when an append would push it past this many entries. */
+  val DefaultSegmentEntries = 2048
+  private val RefFixedSize = 8 + 4 + 4 + 8 + 32 + 2
+
+  /** Parses a manifest object (v1 or a v2 head) and checks every invariant of §2 and §2.2. */
+  def parse(raw: Array[Byte], key: String): ManifestHead = {
+    val (footer, version) = ManifestCodec.decodeAnyFooter(raw, key)
+    def corrupt(msg: String) = new CorruptManifestException(key, msg)
+    if (version == ManifestCodec.Version) {
+      val spans = ManifestCodec.scanSpans(raw, key, footer)
+      return new ManifestHead(raw, key, version, footer, IndexedSeq.empty, 0L, 0, raw.length - FooterSize, spans)
+    }
+    if (raw.length < FooterSize + TrailerSize)
+      throw corrupt(s"${raw.length} bytes is shorter than a segmented head's trailer and footer")
+    val b = ByteBuffer.wrap(raw).order(ByteOrder.LITTLE_ENDIAN)
+    val trailerAt = raw.length - FooterSize - TrailerSize
+    val segmentsLen = Integer.toUnsignedLong(b.getInt(trailerAt))
+    val count = Integer.toUnsignedLong(b.getInt(trailerAt + 4))
+    val lowWater = b.getLong(trailerAt + 8)
+    if (segmentsLen > trailerAt) throw corrupt(s"segments_len $segmentsLen runs past the head")
+    if (count == 0) throw corrupt("a version 2 head lists no segment (a head without segments is version 1)")
+    if (count > segmentsLen / RefFixedSize) throw corrupt(s"segment_count $count cannot fit in $segmentsLen bytes of refs")
+    val refs = IndexedSeq.newBuilder[SegmentRef]
+    var pos = 0
+    var expectedFirst = -1L
+    for (i <- 0L until count) {
+      if (segmentsLen - pos < RefFixedSize) throw corrupt(s"segment ref $i runs past the refs region")
+      val first = b.getLong(pos)
+      val n = Integer.toUnsignedLong(b.getInt(pos + 8))
+      val len = Integer.toUnsignedLong(b.getInt(pos + 12))
+      val oldest = b.getLong(pos + 16)
+      val sha = Arrays.copyOfRange(raw, pos + 24, pos + 56)
+      val keyLen = java.lang.Short.toUnsignedInt(b.getShort(pos + 56))
+      pos += RefFixedSize
+      if (keyLen > segmentsLen - pos) throw corrupt(s"segment ref $i: its key runs past the refs region")
+      val segKey = utf8(raw, pos, keyLen).getOrElse(throw corrupt(s"segment ref $i: key is not valid UTF-8"))
+      try ObjectKeys.validate(segKey) catch { case e: InvalidObjectKeyException => throw corrupt(s"segment ref $i: ${e.getMessage}") }
+      pos += keyLen
+      if (n == 0) throw corrupt(s"segment ref $i ('$segKey') has no entries")
+      if (first < 0 || first > Long.MaxValue - n) throw corrupt(s"segment ref $i: sequences out of range")
+      if (expectedFirst >= 0 && first != expectedFirst)
+        throw corrupt(s"segment ref $i starts at $first, not at $expectedFirst (segments must be contiguous)")
+      expectedFirst = first + n
+      refs += SegmentRef(first, n, len, oldest, sha, segKey)
+    }
+    if (pos != segmentsLen) throw corrupt(s"${segmentsLen - pos} unexpected bytes after the last segment ref")
+    val segments = refs.result()
+    if (!segments.head.contains(lowWater))
+      throw corrupt(s"low_water $lowWater is not in the first segment (${segments.head.firstSequence} to ${segments.head.lastSequence})")
+    val spans = ManifestCodec.scanSpans(raw, key, footer, segmentsLen.toInt, trailerAt)
+    val segmentsEnd = segments.last.lastSequence + 1
+    spans.headOption match {
+      case Some(s) if s.sequence != segmentsEnd =>
+        throw corrupt(s"the tail starts at ${s.sequence}, not where the last segment ends ($segmentsEnd)")
+      case None if segmentsEnd != footer.nextSequence =>
+        throw corrupt(s"the segments end at ${segmentsEnd - 1} but next_sequence is ${footer.nextSequence}")
+      case _ =>
+    }
+    new ManifestHead(raw, key, version, footer, segments, lowWater, segmentsLen.toInt, trailerAt, spans)
+  }
+
+  /**
+   * Decodes a segment object read for `ref`, checking it is the one the head listed: its length,
+   * SHA-256 and sequences (CorruptManifestException naming the segment otherwise).
+   */
+  def decodeSegment(bytes: Array[Byte], ref: SegmentRef): IndexedSeq[ManifestEntry] = {
+    def corrupt(msg: String) = new CorruptManifestException(ref.key, s"segment: $msg")
+    if (bytes.length.toLong != ref.byteLength)
+      throw corrupt(s"${bytes.length} bytes, but the head lists ${ref.byteLength}")
+    if (!MessageDigest.isEqual(sha256(bytes), ref.sha256)) throw corrupt("its SHA-256 differs from the head's ref")
+    val m = ManifestCodec.decode(bytes, ref.key)
+    if (m.entries.size.toLong != ref.entryCount || m.firstSequence != ref.firstSequence)
+      throw corrupt(s"holds ${m.entries.size} entries from ${m.firstSequence}, but the head lists ${ref.entryCount} from ${ref.firstSequence}")
+    m.entries
+  }
+
+  def sha256(bytes: Array[Byte]): Array[Byte] = MessageDigest.getInstance("SHA-256").digest(bytes)
+
+  def encodeRefs(refs: Seq[SegmentRef]): Array[Byte] = {
+    val out = new ByteArrayOutputStream(refs.size * 128)
+    refs.foreach { r =>
+      val k = r.key.getBytes(StandardCharsets.UTF_8)
+      require(r.sha256.length == 32 && k.length <= 0xFFFF && r.byteLength <= 0xFFFFFFFFL && r.entryCount <= 0xFFFFFFFFL)
+      val b = ByteBuffer.allocate(RefFixedSize + k.length).order(ByteOrder.LITTLE_ENDIAN)
+      b.putLong(r.firstSequence).putInt(r.entryCount.toInt).putInt(r.byteLength.toInt).putLong(r.oldestBatchMs)
+        .put(r.sha256).putShort(k.length.toShort).put(k)
+      out.write(b.array())
+    }
+    out.toByteArray
+  }
+
+  /** What follows the tail: the v1 footer, or (with segments) the trailer and the version 2 footer. */
+  private def tailEnd(refs: Seq[SegmentRef], lowWater: Long, footer: ManifestFooter): Array[Byte] =
+    if (refs.isEmpty) ManifestCodec.encodeFooter(footer)
+    else {
+      val refsLen = refs.iterator.map(r => RefFixedSize + r.key.getBytes(StandardCharsets.UTF_8).length).sum
+      ByteBuffer.allocate(TrailerSize + FooterSize).order(ByteOrder.LITTLE_ENDIAN)
+        .putInt(refsLen).putInt(refs.size).putLong(lowWater)
+        .put(ManifestCodec.encodeFooter(footer, Version)).array()
+    }
+
+  private def utf8(bytes: Array[Byte], offset: Int, len: Int): Option[String] =
+    try Some(StandardCharsets.UTF_8.newDecoder()
+      .onMalformedInput(CodingErrorAction.REPORT).onUnmappableCharacter(CodingErrorAction.REPORT)
+      .decode(ByteBuffer.wrap(bytes, offset, len)).toString)
+    catch { case _: CharacterCodingException => None }
+}

@@ -1,0 +1,199 @@
+package osqueue.format
+
+import java.nio.{ByteBuffer, ByteOrder}
+
+import java.nio.file.Files
+import java.util.Base64
+
+import scala.collection.mutable
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
+import org.scalatest.funsuite.AnyFunSuite
+
+import osqueue.{CorruptManifestException, UnsupportedFormatVersionException}
+import osqueue.testing.RepoFiles
+
+/** The segmented head (docs/format.md §2.2): v1 below K, sealing, dequeues, and the decoder's checks. */
+class SegmentedManifestSuite extends AnyFunSuite {
+  private val key = "ingest/manifest"
+
+  private def entry(i: Int, ext: Array[Byte] = Array.emptyByteArray) =
+    NewEntry(BatchNames.newKey("ingest", 1767225600000L + i), IndexedSeq(MetadataItem(0, i.toLong, Array[Byte](i.toByte))), ext)
+
+  /** Appends one entry at a time with tail limit `k`; segments are kept in `stored` (key -> bytes). */
+  private def build(n: Int, k: Int, stored: mutable.Map[String, Array[Byte]] = mutable.Map.empty): Array[Byte] = {
+    var raw = ManifestCodec.EmptyBytes
+    for (i <- 0 until n) {
+      raw = ManifestHead.parse(raw, key).appended(Seq(entry(i)), k, { t =>
+        val ref = SegmentRef.of(t, SegmentNames.newKey(key, 1767225600000L + i))
+        stored(ref.key) = t.bytes
+        ref
+      })._1
+    }
+    raw
+  }
+
+  private def version(raw: Array[Byte]) = ByteBuffer.wrap(raw).order(ByteOrder.LITTLE_ENDIAN).getShort(raw.length - 2).toInt
+
+  private def allEntries(raw: Array[Byte], stored: collection.Map[String, Array[Byte]]): IndexedSeq[ManifestEntry] = {
+    val h = ManifestHead.parse(raw, key)
+    h.segments.flatMap(r => ManifestHead.decodeSegment(stored(r.key), r).filter(_.sequence >= h.lowWater)) ++ h.tailEntries
+  }
+
+  test("up to K queued entries the manifest stays byte-for-byte RFC v1") {
+    val segmented = build(4, k = 4)
+    var v1 = ManifestCodec.EmptyBytes
+    // the same entries through the v1 path: equal bytes (ULIDs differ per call, so rebuild from the decoded entries)
+    val m = ManifestCodec.decode(segmented, key)
+    m.entries.foreach(e => v1 = RawManifest.append(v1, Seq(NewEntry(e.location, e.metadata, e.extension)), key)._1)
+    assert(version(segmented) == 1)
+    assert(segmented.sameElements(v1))
+  }
+
+  test("an append past K seals the tail into a segment that is an RFC v1 manifest of those entries, extensions kept") {
+    val stored = mutable.Map.empty[String, Array[Byte]]
+    val ext = "OSQ1-not-really".getBytes("UTF-8")
+    var raw = ManifestCodec.EmptyBytes
+    val added = (0 until 5).map(i => entry(i, if (i == 1) ext else Array.emptyByteArray))
+    added.foreach { e =>
+      raw = ManifestHead.parse(raw, key).appended(Seq(e), 4, { t =>
+        val ref = SegmentRef.of(t, SegmentNames.newKey(key, 1L)); stored(ref.key) = t.bytes; ref
+      })._1
+    }
+    assert(version(raw) == 2)
+    intercept[UnsupportedFormatVersionException](ManifestCodec.decode(raw, key)) // what a v1 reader does
+    val h = ManifestHead.parse(raw, key)
+    assert(h.segments.size == 1 && h.tailSize == 1 && h.lowWater == 0 && h.nextSequence == 5 && h.depth == 5)
+    val seg = ManifestCodec.decode(stored(h.segments.head.key), h.segments.head.key) // plain v1 decoder
+    assert(seg.entries.map(_.sequence) == (0L until 4L) && seg.nextSequence == 4 && seg.epoch == 0)
+    assert(seg.entries(1).extension.sameElements(ext))
+    assert(h.segments.head.oldestBatchMs == BatchNames.ulidTimeMs(added.head.location).get)
+    assert(allEntries(raw, stored).map(_.location) == added.map(_.location))
+  }
+
+  test("dequeues: inside a segment move low_water, past every segment give v1 again; the epoch edit keeps all") {
+    val stored = mutable.Map.empty[String, Array[Byte]]
+    val raw = build(11, k = 3, stored) // segments [0..2] [3..5] [6..8], tail 9, 10
+    val h = ManifestHead.parse(raw, key)
+    assert(h.segments.map(s => (s.firstSequence, s.lastSequence)) == Seq((0L, 2L), (3L, 5L), (6L, 8L)))
+    val locs = allEntries(raw, stored).map(_.location)
+    val partial = ManifestHead.parse(raw, key).dequeuedThrough(3).get
+    val p = ManifestHead.parse(partial, key)
+    assert(p.segments.size == 2 && p.lowWater == 4 && p.firstSequence == 4 && p.depth == 7)
+    assert(allEntries(partial, stored).map(_.location) == locs.drop(4))
+    assert(p.dequeuedThrough(3).isEmpty && p.dequeuedThrough(2).isEmpty)
+    val pastAll = p.dequeuedThrough(9).get
+    assert(version(pastAll) == 1)
+    assert(ManifestCodec.decode(pastAll, key).entries.map(_.location) == locs.drop(10))
+    val bumped = ManifestHead.parse(partial, key).withEpoch(42, None)
+    val b = ManifestHead.parse(bumped, key)
+    assert(b.epoch == 42 && b.segments == p.segments && b.lowWater == 4 && b.tailLocations == p.tailLocations)
+    // re-encoding through an edit that changes nothing gives the bytes back
+    assert(ManifestHead.parse(partial, key).withEpoch(p.epoch, None).sameElements(partial))
+  }
+
+  test("a segment whose bytes differ from its ref is CorruptManifest naming the segment") {
+    val stored = mutable.Map.empty[String, Array[Byte]]
+    val raw = build(5, k = 4, stored)
+    val ref = ManifestHead.parse(raw, key).segments.head
+    val bytes = stored(ref.key).clone()
+    bytes(10) = (bytes(10) ^ 1).toByte
+    val e = intercept[CorruptManifestException](ManifestHead.decodeSegment(bytes, ref))
+    assert(e.getMessage.contains(ref.key) && e.getMessage.contains("SHA-256"))
+    intercept[CorruptManifestException](ManifestHead.decodeSegment(stored(ref.key).dropRight(1), ref))
+  }
+
+  test("the decoder refuses heads that break the invariants") {
+    val stored = mutable.Map.empty[String, Array[Byte]]
+    val raw = build(8, k = 3, stored) // segments [0..2] [3..5], tail 6, 7
+    val h = ManifestHead.parse(raw, key)
+    val refsLen = ManifestHead.encodeRefs(h.segments).length
+    def withTrailer(segmentsLen: Int, count: Int, lowWater: Long): Array[Byte] = {
+      val out = raw.clone()
+      ByteBuffer.wrap(out).order(ByteOrder.LITTLE_ENDIAN).position(raw.length - 38)
+        .putInt(segmentsLen).putInt(count).putLong(lowWater)
+      out
+    }
+    def refused(bytes: Array[Byte], words: String) = {
+      val e = intercept[CorruptManifestException](ManifestHead.parse(bytes, key))
+      assert(e.getMessage.contains(words), e.getMessage)
+    }
+    refused(withTrailer(refsLen, 2, 3), "not in the first segment")
+    refused(withTrailer(refsLen, 0, 0), "lists no segment")
+    refused(withTrailer(refsLen, 1, 0), "unexpected bytes after the last segment ref")
+    refused(withTrailer(Int.MaxValue, 2, 0), "runs past the head")
+    // the second segment made to start one later: not contiguous
+    val gap = raw.clone()
+    val second = ManifestHead.encodeRefs(h.segments.take(1)).length
+    ByteBuffer.wrap(gap).order(ByteOrder.LITTLE_ENDIAN).putLong(second, 4L)
+    refused(gap, "contiguous")
+    // the tail not where the segments end: drop the first tail entry
+    val firstTail = ManifestHead.parse(raw, key)
+    val cutHead = ManifestHead.parse(raw, key).dequeuedThrough(5).get // v1 with 6, 7
+    assert(version(cutHead) == 1 && firstTail.tailSize == 2)
+    refused(ManifestHead.encodeRefs(h.segments.take(1)) ++ cutHead.dropRight(22) ++
+      ByteBuffer.allocate(38).order(ByteOrder.LITTLE_ENDIAN).putInt(second).putInt(1).putLong(0)
+        .put(ManifestCodec.encodeFooter(ManifestFooter(2, 8, 0), 2)).array(), "not where the last segment ends")
+    refused(raw.take(10) ++ raw.takeRight(22), "shorter than a segmented head")
+  }
+
+  // The golden head of tests/golden/heads.json (built by hand in make_vectors.py, read by Python too).
+  private val heads = new ObjectMapper().readTree(RepoFiles.golden.resolve("heads.json").toFile)
+  private def golden(file: String) = Files.readAllBytes(RepoFiles.golden.resolve(file))
+  private def hex(bytes: Array[Byte]) = bytes.map(b => f"${b & 0xff}%02x").mkString
+
+  for (v <- heads.get("heads").elements().asScala) {
+    val name = v.get("name").asText
+    test(s"golden head $name: refs, low_water, tail and segments as built by hand; v1 readers refuse it") {
+      val bytes = golden(v.get("file").asText)
+      val h = ManifestHead.parse(bytes, name)
+      val e = v.get("head")
+      assert(h.version == 2 && h.nextSequence == e.get("next_sequence").asLong && h.epoch == e.get("epoch").asLong)
+      assert(h.lowWater == e.get("low_water").asLong)
+      val segs = e.get("segments").elements().asScala.toIndexedSeq
+      assert(h.segments.size == segs.size)
+      val queued = h.segments.zip(segs).flatMap { case (r, s) =>
+        assert(r.firstSequence == s.get("first_sequence").asLong && r.entryCount == s.get("entry_count").asLong)
+        assert(r.byteLength == s.get("byte_length").asLong && r.oldestBatchMs == s.get("oldest_batch_ms").asLong)
+        assert(hex(r.sha256) == s.get("sha256_hex").asText && r.key == s.get("key").asText)
+        ManifestHead.decodeSegment(golden(s.get("file").asText), r).map(_.sequence).filter(_ >= h.lowWater)
+      } ++ h.tailEntries.map(_.sequence)
+      assert(queued == e.get("queued_sequences").elements().asScala.map(_.asLong).toSeq)
+      val tail: Seq[JsonNode] = e.get("tail").elements().asScala.toSeq
+      assert(h.tailEntries.map(x => (x.sequence, x.location)) == tail.map(t => (t.get("sequence").asLong, t.get("location").asText)))
+      assert(h.tailEntries.head.metadata.head.payload.sameElements(
+        Base64.getDecoder.decode(tail.head.get("metadata").get(0).get("payload_b64").asText)))
+      // an edit that changes nothing re-encodes the same bytes
+      assert(h.withEpoch(h.epoch, None).sameElements(bytes))
+      assert(v.get("v1_error").asText == "UnsupportedFormatVersion")
+      intercept[UnsupportedFormatVersionException](ManifestCodec.decode(bytes, name))
+    }
+  }
+
+  for (v <- heads.get("rejected").elements().asScala) {
+    val name = v.get("name").asText
+    test(s"golden head $name is CorruptManifest") {
+      assert(v.get("error").asText == "CorruptManifest")
+      val e = intercept[CorruptManifestException](ManifestHead.parse(golden(v.get("file").asText), s"some/key/$name"))
+      assert(e.getMessage.contains(s"some/key/$name"))
+    }
+  }
+
+  test("mutated and truncated heads parse, or fail with a typed error only") {
+    val stored = mutable.Map.empty[String, Array[Byte]]
+    val valid = build(9, k = 2, stored)
+    val rnd = new scala.util.Random(7)
+    for (i <- 0 until 3000) {
+      val b = valid.clone()
+      if (i % 3 == 0) (0 until 1 + rnd.nextInt(3)).foreach(_ => b(rnd.nextInt(b.length)) = rnd.nextInt(256).toByte)
+      val bytes = if (i % 3 == 1) b.drop(rnd.nextInt(b.length)) else if (i % 3 == 2) b.take(rnd.nextInt(b.length)) else b
+      try {
+        val h = ManifestHead.parse(bytes, key)
+        h.tailEntries; h.dequeuedThrough(h.firstSequence); h.withEpoch(1, None)
+      } catch {
+        case _: CorruptManifestException | _: UnsupportedFormatVersionException =>
+      }
+    }
+  }
+}

@@ -1,0 +1,127 @@
+"""Segmented manifests (docs/format.md §2.2) in Python: the codec reads the golden head and its
+segments; producers, consumers and GC refuse a version 2 head cleanly until they learn segments."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from osqueue.consumer import Consumer
+from osqueue.errors import CorruptManifestError, UnsupportedFormatVersionError
+from osqueue.format import (
+    HEAD_VERSION,
+    ManifestEntry,
+    MetadataItem,
+    SegmentRef,
+    decode_head,
+    decode_manifest,
+    decode_segment,
+)
+from osqueue.gc import GarbageCollector
+from osqueue.queue import QueueProducer
+from osqueue.store import InMemoryStore
+
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
+HEADS = json.loads((GOLDEN / "heads.json").read_text(encoding="utf-8"))
+KEY = "ingest/manifest"
+
+
+def _entry(e: dict) -> ManifestEntry:
+    import base64
+
+    def b(s: str) -> bytes:
+        return base64.b64decode(s)
+
+    metadata = [MetadataItem(m["start_index"], m["ingestion_time_ms"], b(m["payload_b64"])) for m in e["metadata"]]
+    return ManifestEntry(e["sequence"], e["location"], metadata, b(e["extension_b64"]))
+
+
+def _ref(s: dict) -> SegmentRef:
+    return SegmentRef(s["first_sequence"], s["entry_count"], s["byte_length"], s["oldest_batch_ms"],
+                      bytes.fromhex(s["sha256_hex"]), s["key"])  # fmt: skip
+
+
+@pytest.mark.parametrize("vector", HEADS["heads"], ids=[v["name"] for v in HEADS["heads"]])
+def test_golden_head_and_its_segments_decode(vector: dict) -> None:
+    data = (GOLDEN / vector["file"]).read_bytes()
+    expected = vector["head"]
+    head = decode_head(data, vector["name"])
+    assert head.version == HEAD_VERSION
+    assert (head.next_sequence, head.epoch, head.low_water) == (expected["next_sequence"], expected["epoch"], expected["low_water"])
+    assert head.segments == [_ref(s) for s in expected["segments"]]
+    assert head.tail == [_entry(e) for e in expected["tail"]]
+    queued = []
+    for ref, s in zip(head.segments, expected["segments"]):
+        entries = decode_segment((GOLDEN / s["file"]).read_bytes(), ref)
+        queued += [e.sequence for e in entries if e.sequence >= head.low_water]
+    queued += [e.sequence for e in head.tail]
+    assert queued == expected["queued_sequences"] and head.depth == len(queued)
+
+
+def test_a_v1_reader_refuses_the_head_with_its_unsupported_version_error() -> None:
+    for vector in HEADS["heads"]:
+        with pytest.raises(UnsupportedFormatVersionError) as info:
+            decode_manifest((GOLDEN / vector["file"]).read_bytes(), "some/key")
+        assert "some/key" in str(info.value) and vector["v1_error"] == "UnsupportedFormatVersion"
+
+
+@pytest.mark.parametrize("vector", HEADS["rejected"], ids=[v["name"] for v in HEADS["rejected"]])
+def test_rejected_heads_raise_corrupt_manifest_naming_the_object(vector: dict) -> None:
+    with pytest.raises(CorruptManifestError) as info:
+        decode_head((GOLDEN / vector["file"]).read_bytes(), f"some/key/{vector['name']}")
+    assert type(info.value) is CorruptManifestError and f"some/key/{vector['name']}" in str(info.value)
+
+
+def test_a_v1_manifest_reads_as_a_head_without_segments() -> None:
+    data = (GOLDEN / "manifest_after_dequeue.bin").read_bytes()
+    head = decode_head(data, "m")
+    assert head.version == 1 and head.segments == [] and head.tail == decode_manifest(data, "m").entries
+
+
+def test_a_segment_that_differs_from_its_ref_is_corrupt_naming_the_segment() -> None:
+    vector = HEADS["heads"][0]
+    s = vector["head"]["segments"][0]
+    data = bytearray((GOLDEN / s["file"]).read_bytes())
+    data[10] ^= 1
+    with pytest.raises(CorruptManifestError, match="SHA-256") as info:
+        decode_segment(bytes(data), _ref(s))
+    assert s["key"] in str(info.value)
+
+
+def test_python_consumer_producer_and_gc_refuse_a_segmented_head_cleanly(mem_store: InMemoryStore) -> None:
+    mem_store.put(KEY, (GOLDEN / "head_v2.bin").read_bytes())
+    with pytest.raises(UnsupportedFormatVersionError, match="version 2"):
+        Consumer(store=mem_store, run_gc=False).next_descriptors(1)
+    with pytest.raises(UnsupportedFormatVersionError, match="version 2"):
+        QueueProducer(mem_store, KEY).enqueue("ingest/01J5T4RTZ9Y8X7W6V5T4S3R2Q2.batch", timeout=30)
+    with pytest.raises(UnsupportedFormatVersionError, match="version 2"):
+        GarbageCollector(mem_store, KEY, "ingest", grace_period=600).run_once()
+    assert mem_store.get(KEY).data == (GOLDEN / "head_v2.bin").read_bytes()  # nothing written
+
+
+def test_inspect_shows_a_segmented_heads_depth_and_segments(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue.cli import cli
+
+    (tmp_path / "ingest").mkdir()
+    (tmp_path / "ingest" / "manifest").write_bytes((GOLDEN / "head_v2.bin").read_bytes())
+    expected = HEADS["heads"][0]["head"]
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    dumped = json.loads(result.stdout)
+    assert (dumped["format_version"], dumped["depth"], dumped["low_water"]) == (2, len(expected["queued_sequences"]), 11)
+    assert [s["key"] for s in dumped["segments"]] == [s["key"] for s in expected["segments"]]
+    assert dumped["tail_sequences"] == [15, 16] and dumped["next_sequence"] == 17
+    table = CliRunner().invoke(cli, ["inspect", str(tmp_path)], catch_exceptions=False)
+    assert table.exit_code == 0
+    rows = {}
+    for line in table.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│|").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    assert rows["entries (depth)"] == "6" and rows["sequences"] == "11..16"
+    assert rows["segments"].startswith("2 (") and "low water 11" in rows["segments"]
+    assert "format version 2" in rows["manifest"]
