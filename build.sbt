@@ -160,15 +160,24 @@ def azureSettings(scala: String) = compileSettings(scala) ++ Seq(
   assembly / assemblyExcludedJars := (assembly / fullClasspath).value.filter { f =>
     val n = f.data.getName
     n.startsWith("zstd-jni") || n.startsWith("slf4j-") || n.startsWith("scala-")
+  },
+  // The published jar IS the relocated fat jar, and its POM lists no dependencies: `--packages
+  // io.github.osqueue:osqueue-azure_<scala>:<version>` (configure_spark_with_osqueue(stores=["azure"]))
+  // brings one self-contained jar, never an unrelocated SDK next to Spark's Jackson/Netty.
+  Compile / packageBin := assembly.value,
+  pomPostProcess := { (node: _root_.scala.xml.Node) =>
+    new _root_.scala.xml.transform.RuleTransformer(new _root_.scala.xml.transform.RewriteRule {
+      override def transform(n: _root_.scala.xml.Node): Seq[_root_.scala.xml.Node] = if (n.label == "dependencies") Nil else n
+    }).transform(node).head
   }
 )
 
 lazy val azure = (project in file("jvm/azure"))
   .dependsOn(core % "provided->compile;test->test")
-  .settings(azureSettings(scala213) ++ publishAssembly)
+  .settings(azureSettings(scala213))
 lazy val azure_2_12 = Project("azure_2_12", file("jvm/azure"))
   .dependsOn(core_2_12 % "provided->compile")
-  .settings(azureSettings(scala212) ++ publishAssembly)
+  .settings(azureSettings(scala212))
   .settings(target := baseDirectory.value / "target" / "cross-2.12", Test / sources := Nil)
 
 /** The connector for one Spark line: the shared sources plus those of the line, and its artifact. */

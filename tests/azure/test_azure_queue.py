@@ -14,7 +14,7 @@ import pytest
 from osqueue.consumer import Consumer
 from osqueue.errors import FencedError
 
-from conftest import Azurite
+from .support import Azurite
 
 PYTHON_DIR = pathlib.Path(__file__).resolve().parents[2] / "python"
 

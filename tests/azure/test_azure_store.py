@@ -12,7 +12,7 @@ import pytest
 from osqueue.errors import ConditionalWritesNotHonouredError, InvalidConfigError, InvalidObjectKeyError, StoreError
 from osqueue.store import PRECONDITION_FAILED, ObjectVersion, Written, forget_endpoint_conditions, open_store
 
-from conftest import Azurite
+from .support import Azurite
 
 BAD_KEYS = ["", "/etc/passwd", "../escape", "ingest/../../x", "ingest//x", "ingest/", "ingest\\x", "s3://b/k"]
 
