@@ -213,3 +213,29 @@ def test_hadoop_azure_credentials_are_read() -> None:
     assert oauth == AzureAuth("client_secret", secret="s3cret", tenant="tenant-1", client_id="app", authority="https://login.microsoftonline.com")
     assert "s3cret" not in repr(oauth)
     assert azure_auth({}, at) == AzureAuth("default_chain")
+
+
+def test_a_conditional_write_whose_answer_is_lost_is_an_unknown_outcome_resolved_by_reading(
+    azure_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from azure.core.exceptions import ServiceResponseError
+
+    s = azure_store
+    first = s.put_if_absent("ingest/manifest", b"v1")
+    real = s._cas_container.get_blob_client
+
+    class LandsThenLosesTheAnswer:
+        def __init__(self, name: str) -> None:
+            self._blob = real(name)
+
+        def upload_blob(self, data: bytes, **kwargs: Any) -> Any:
+            self._blob.upload_blob(data, **kwargs)  # applied on the server ...
+            raise ServiceResponseError("connection reset while reading the response")  # ... answer lost
+
+    monkeypatch.setattr(s._cas_container, "get_blob_client", LandsThenLosesTheAnswer)
+    with pytest.raises(StoreError) as info:
+        s.put_if_version_matches("ingest/manifest", b"v2", first.version)
+    assert not info.value.outcome_known and "conditional PUT" in str(info.value)
+    monkeypatch.undo()
+    # Not a 412, not a retry that would 412: the caller re-reads and sees its write landed.
+    assert s.get("ingest/manifest").data == b"v2"
