@@ -36,7 +36,7 @@ ThisBuild / publishTo := Some(MavenCache("osqueue-build-repo", (ThisBuild / buil
 ThisBuild / publishMavenStyle := true
 ThisBuild / licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0"))
 ThisBuild / description := "osqueue: a stateless object-storage queue, and its Spark connector"
-addCommandAlias("publishBuildRepo", "core/publish; core_2_12/publish; spark/publish")
+addCommandAlias("publishBuildRepo", "core/publish; core_2_12/publish; spark/publish; azure/publish; azure_2_12/publish")
 ThisBuild / Test / parallelExecution := false
 ThisBuild / Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
 
@@ -128,6 +128,58 @@ lazy val core_2_12 = Project("core_2_12", file("jvm/core"))
     publish / skip := false
   )
 
+// The Azure Blob Storage / ADLS Gen2 store (abfss://, wasbs://): its own artifact, so that its SDK
+// grows neither the core nor the connector. The core is provided (the connector brings it); the
+// Azure SDK, its HTTP client and their Jackson/Reactor/MSAL are relocated in the fat jar under
+// osqueue.shaded.azure, so they cannot clash with hadoop-azure's or a Databricks runtime's.
+val azureBlobVersion = "12.33.0"
+val azureIdentityVersion = "1.18.1"
+val azureShadeRules = Seq("com.azure", "com.microsoft.aad", "com.microsoft.azure", "com.fasterxml.jackson", "reactor",
+  "org.reactivestreams", "com.nimbusds", "net.minidev", "net.jcip", "com.github.stephenc", "org.objectweb.asm",
+  "com.ctc.wstx", "org.codehaus.stax2", "io.netty").map(p => ShadeRule.rename(s"$p.**" -> s"osqueue.shaded.azure.$p.@1").inAll)
+def azureSettings(scala: String) = compileSettings(scala) ++ Seq(
+  name := "osqueue-azure",
+  libraryDependencies ++= Seq(
+    // The JDK's own HTTP client instead of the SDK's default Netty one (Spark ships another Netty).
+    "com.azure" % "azure-storage-blob" % azureBlobVersion exclude ("com.azure", "azure-core-http-netty"),
+    "com.azure" % "azure-core-http-jdk-httpclient" % "1.0.4",
+    // OAuth client credentials and the default credential chain. Its token-cache persistence
+    // (JNA, native code that cannot be relocated) is not used.
+    "com.azure" % "azure-identity" % azureIdentityVersion exclude ("com.azure", "azure-core-http-netty")
+      exclude ("com.microsoft.azure", "msal4j-persistence-extension") exclude ("net.java.dev.jna", "jna-platform") exclude ("net.java.dev.jna", "jna"),
+    "com.github.luben" % "zstd-jni" % zstdJniVersion % Provided,
+    "org.slf4j" % "slf4j-api" % "2.0.17" % Provided,
+    "org.slf4j" % "slf4j-simple" % "2.0.17" % Test,
+    scalatest
+  ),
+  Test / envVars ++= sys.env.filter { case (k, _) => k.startsWith("OSQUEUE_") },
+  assembly / assemblyJarName := s"osqueue-azure-assembly_${CrossVersion.binaryScalaVersion(scala)}-${osqueueVersion}.jar"
+) ++ fatJarSettings ++ Seq(
+  assembly / assemblyShadeRules := azureShadeRules,
+  // The core (and what it brings) comes with the connector: not in this jar.
+  assembly / assemblyExcludedJars := (assembly / fullClasspath).value.filter { f =>
+    val n = f.data.getName
+    n.startsWith("zstd-jni") || n.startsWith("slf4j-") || n.startsWith("scala-")
+  },
+  // The published jar IS the relocated fat jar, and its POM lists no dependencies: `--packages
+  // io.github.osqueue:osqueue-azure_<scala>:<version>` (configure_spark_with_osqueue(stores=["azure"]))
+  // brings one self-contained jar, never an unrelocated SDK next to Spark's Jackson/Netty.
+  Compile / packageBin := assembly.value,
+  pomPostProcess := { (node: _root_.scala.xml.Node) =>
+    new _root_.scala.xml.transform.RuleTransformer(new _root_.scala.xml.transform.RewriteRule {
+      override def transform(n: _root_.scala.xml.Node): Seq[_root_.scala.xml.Node] = if (n.label == "dependencies") Nil else n
+    }).transform(node).head
+  }
+)
+
+lazy val azure = (project in file("jvm/azure"))
+  .dependsOn(core % "provided->compile;test->test")
+  .settings(azureSettings(scala213))
+lazy val azure_2_12 = Project("azure_2_12", file("jvm/azure"))
+  .dependsOn(core_2_12 % "provided->compile")
+  .settings(azureSettings(scala212))
+  .settings(target := baseDirectory.value / "target" / "cross-2.12", Test / sources := Nil)
+
 /** The connector for one Spark line: the shared sources plus those of the line, and its artifact. */
 def sparkLineProject(l: SparkLine, coreDep: ClasspathDep[ProjectReference], full: Boolean): Project =
   Project(l.id, file("jvm/spark"))
@@ -187,6 +239,6 @@ lazy val spark = (project in file("jvm/spark/target/all-lines"))
   .settings(publish / skip := true)
 
 lazy val root = (project in file("."))
-  .aggregate((Seq[ProjectReference](core, core_2_12) ++ lineProjects): _*)
+  .aggregate((Seq[ProjectReference](core, core_2_12, azure, azure_2_12) ++ lineProjects): _*)
   .disablePlugins(sbtassembly.AssemblyPlugin)
   .settings(name := "osqueue", publish / skip := true)

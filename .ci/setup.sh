@@ -119,5 +119,22 @@ if [ "$with_s3" = 1 ] && ! command -v radosgw >/dev/null 2>&1; then
   fi
 fi
 
+# azurite (Azure Blob Storage emulator, npm) for the Azure store's tests, started per test session by
+# tests/azure/azurite_server.py: pinned, in .cache/azurite of the checkout (not global). Without
+# node/npm the Azure tests are reported as skipped with the reason.
+azurite_version=3.35.0
+azurite_dir=".cache/azurite"
+if [ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ] || [ ! -f "$azurite_dir/.osqueue-$azurite_version" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    log "installing azurite $azurite_version with npm into $azurite_dir"
+    mkdir -p "$azurite_dir"
+    (cd "$azurite_dir" && npm install --no-audit --no-fund --loglevel=error --prefix . "azurite@$azurite_version" >/dev/null) \
+      && rm -f "$azurite_dir"/.osqueue-* && touch "$azurite_dir/.osqueue-$azurite_version" \
+      || log "azurite could not be installed; the Azure tests will be skipped"
+  else
+    log "npm not found: azurite is not installed; the Azure tests will be skipped"
+  fi
+fi
+
 # sbt itself needs no step here: .ci/sbt fetches its launcher through Maven on first use.
 log "environment ready"

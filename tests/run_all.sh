@@ -45,7 +45,7 @@ wheel="$(ls target/wheel/osqueue-*.whl 2>/dev/null | head -1)"
 .venv/bin/python -m pip install -q --no-deps --force-reinstall "$wheel" || status=1
 
 echo "== Python tests (pytest)"
-.venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/python tests/s3 tests/faults tests/spark integration "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/python tests/s3 tests/faults tests/spark tests/azure integration "$@"
 rc=$?
 case $rc in
   0) ;;

@@ -182,7 +182,9 @@ def queue_options(f: F) -> F:
         metavar="KEY=VALUE",
         callback=_parse_store_options,
         help="Store setting, repeatable: fs.s3a.endpoint, fs.s3a.access.key, fs.s3a.secret.key, "
-        "fs.s3a.session.token, fs.s3a.path.style.access, fs.s3a.endpoint.region.",
+        "fs.s3a.session.token, fs.s3a.path.style.access, fs.s3a.endpoint.region; for abfss:// and wasbs:// paths "
+        "hadoop-azure's fs.azure.account.key.<host>, fs.azure.sas.fixed.token.<host>, fs.azure.account.oauth2.client.*, "
+        "fs.azure.blob.endpoint.",
     )
     @functools.wraps(f)
     def wrapper(

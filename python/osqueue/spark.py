@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from osqueue._jar import SPARK_LINES, connector_for, jar_path
+from osqueue._version import __version__
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -121,11 +122,19 @@ def _append_csv(existing: str | None, additions: Sequence[str]) -> str:
     return ",".join(items)
 
 
+STORE_ARTIFACTS: dict[str, str] = {"azure": "osqueue-azure"}
+"""The ``stores`` of :func:`configure_spark_with_osqueue` and the Maven artifact each adds."""
+
+STORE_OPTION_PREFIXES = ("fs.s3a.", "fs.azure.", "fs.gs.")
+"""Store settings a read or write takes (the Hadoop keys of S3A, hadoop-azure, the GCS connector)."""
+
+
 def configure_spark_with_osqueue(
     builder: Any,
     *,
     extra_packages: Sequence[str] | None = None,
     s3: bool = False,
+    stores: Sequence[str] | None = None,
 ) -> Any:
     """Adds the osqueue connector jar to a ``SparkSession.Builder`` and returns the builder.
 
@@ -149,6 +158,10 @@ def configure_spark_with_osqueue(
     :param builder: A ``pyspark.sql.SparkSession.Builder``.
     :param extra_packages: More Maven coordinates for ``spark.jars.packages``.
     :param s3: Also add ``hadoop-aws`` matching the installed PySpark's Hadoop.
+    :param stores: Object stores beyond S3 and local files, each in an artifact of its own that the
+        wheel does not bundle: ``"azure"`` (``abfss://``, ``wasbs://``) appends
+        ``io.github.osqueue:osqueue-azure_<scala>:<version>`` (one jar, its SDK relocated) to
+        ``spark.jars.packages``, resolved from Maven Central or the ``spark.jars.repositories`` set.
     :return: The same builder.
     :raises TypeError: ``builder`` is not a ``SparkSession.Builder``.
     :raises RuntimeError: No connector is built for the installed PySpark's Spark and Scala, or its
@@ -169,6 +182,13 @@ def configure_spark_with_osqueue(
     options: Mapping[str, Any] = getattr(builder, "_options", {})
     builder.config("spark.jars", _append_csv(options.get("spark.jars"), [jar]))
     packages = list(extra_packages or [])
+    if isinstance(stores, str):
+        raise TypeError("stores must be a list of store names, e.g. ['azure'], not a single string")
+    for store in stores or []:
+        if store not in STORE_ARTIFACTS:
+            raise ValueError(f"unknown store {store!r} in stores; known: {', '.join(sorted(STORE_ARTIFACTS))}")
+        line_scala = connector_for(_installed_spark_version(), _installed_scala_version())[1]
+        packages.append(f"io.github.osqueue:{STORE_ARTIFACTS[store]}_{line_scala}:{__version__}")
     if s3:
         hadoop = _installed_hadoop_version()
         if hadoop is None:
@@ -225,8 +245,8 @@ def _common(
     if data_path_prefix is not None:
         out["dataPathPrefix"] = str(data_path_prefix)
     for key, value in (store_options or {}).items():
-        if not str(key).lower().startswith("fs.s3a."):
-            raise ValueError(f"store option '{key}' is not an fs.s3a.* setting")
+        if not str(key).lower().startswith(STORE_OPTION_PREFIXES):
+            raise ValueError(f"store option '{key}' is not a store setting ({', '.join(p + '*' for p in STORE_OPTION_PREFIXES)})")
         out[str(key)] = _boolean(str(key), value) if isinstance(value, bool) else str(value)
     return out
 

@@ -58,10 +58,9 @@ private[spark] object OsqueueOptions {
     val manifest = key(options, ManifestPath, "ingest/manifest")
     val prefix = options.getOrElse(DataPathPrefix, "ingest").trim.stripSuffix("/")
     if (prefix.nonEmpty) validKey(DataPathPrefix, prefix)
-    // Store settings: the session's fs.s3a.* first, then options given on this read/write.
+    // Store settings: the session's fs.s3a.* (fs.azure.*...) first, then options given on this read/write.
     val fromOptions = options.collect {
-      case (k, v) if k.startsWith("fs.s3a.") => k -> v
-      case (k, v) if k.startsWith("spark.hadoop.fs.s3a.") => k.stripPrefix("spark.hadoop.") -> v
+      case (k, v) if OsqueueStores.isStoreOption(k) => k.stripPrefix("spark.hadoop.") -> v
     }
     QueueLocation(uri, manifest, prefix, sessionStoreOptions ++ fromOptions)
   }
@@ -89,11 +88,11 @@ private[spark] object OsqueueOptions {
       case "sink" => sinkKeys
       case _ => sourceKeys ++ batchReadKeys ++ sinkKeys
     }) ++ sparkKeys
-    options.keys.filterNot(k => known(k) || k.startsWith("fs.s3a.") || k.startsWith("spark.hadoop.fs.s3a.")).toSeq.sorted
+    options.keys.filterNot(k => known(k) || OsqueueStores.isStoreOption(k)).toSeq.sorted
       .headOption.foreach { k =>
         throw new IllegalArgumentException(
           s"unknown option '$k' for the osqueue $mode; known options: ${known.diff(sparkKeys).toSeq.sorted.mkString(", ")} " +
-            "and fs.s3a.* store settings")
+            "and fs.s3a.*/fs.azure.*/fs.gs.* store settings")
       }
   }
 
@@ -149,7 +148,8 @@ private[spark] object OsqueueOptions {
 private[spark] object ObjectStoresCheck {
   def uri(path: String): Unit = {
     val scheme = """^([a-zA-Z][a-zA-Z0-9+.-]*):""".r.findFirstMatchIn(path).map(_.group(1).toLowerCase(Locale.ROOT))
-    if (!scheme.forall(Set("file", "s3", "s3a", "memory")))
+    // A plugged store's scheme (abfss, gs...) too: without its artifact, opening it names the artifact.
+    if (!scheme.forall(s => Set("file", "s3", "s3a", "memory")(s) || osqueue.store.ObjectStoreProvider.ArtifactForScheme.contains(s)))
       throw new IllegalArgumentException(
         s"invalid value for option 'path': '$path'; expected an absolute local path, file:/..., s3://bucket/prefix or " +
           "s3a://bucket/prefix")
