@@ -251,6 +251,22 @@ class SegmentedQueueSuite extends AnyFunSuite {
     assert(d.nextDescriptors(5).map(_.sequence) == Seq(3L))
   }
 
+  test("a fenced consumer cannot dequeue a segment nor read the next one") {
+    val store = InMemoryStore.fresh()
+    val producer = appender(store, 2)
+    (0 until 9).foreach(_ => producer.append(IndexedSeq(pending(store))))
+    val a = consumer(store)
+    a.initialize(None)
+    val read = a.nextDescriptors(10) // the first segment
+    val b = consumer(store)
+    b.initialize(None)
+    val before = store.get(key).get.bytes
+    intercept[osqueue.FencedException](a.ackThrough(read.last.sequence))
+    intercept[osqueue.FencedException](a.nextDescriptors(10))
+    assert(store.get(key).get.bytes.sameElements(before), "nothing the fenced consumer did landed")
+    assert(drain(b).size == 9)
+  }
+
   test("manifestSegmentEntries must be at least 1") {
     val e = intercept[InvalidConfigException](ProducerConfig(manifestSegmentEntries = 0))
     assert(e.option == "manifestSegmentEntries")
