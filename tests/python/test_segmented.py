@@ -125,3 +125,24 @@ def test_inspect_shows_a_segmented_heads_depth_and_segments(tmp_path: pathlib.Pa
     assert rows["entries (depth)"] == "6" and rows["sequences"] == "11..16"
     assert rows["segments"].startswith("2 (") and "low water 11" in rows["segments"]
     assert "format version 2" in rows["manifest"]
+
+
+def test_mutated_and_truncated_heads_decode_or_raise_a_typed_error() -> None:
+    import random
+
+    valid = (GOLDEN / "head_v2.bin").read_bytes()
+    rnd = random.Random(7)
+    for i in range(3000):
+        b = bytearray(valid)
+        if i % 3 == 0:
+            for _ in range(1 + rnd.randrange(3)):
+                b[rnd.randrange(len(b))] = rnd.randrange(256)
+        data = bytes(b)
+        if i % 3 == 1:
+            data = data[rnd.randrange(len(data)) :]
+        elif i % 3 == 2:
+            data = data[: rnd.randrange(len(data))]
+        try:
+            decode_head(data, "m")
+        except (CorruptManifestError, UnsupportedFormatVersionError):
+            pass

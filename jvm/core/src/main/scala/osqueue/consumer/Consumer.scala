@@ -75,14 +75,16 @@ final class Consumer(
 
   /**
    * Up to `max` descriptors after the last handed out: those already read while any are left
-   * (possibly fewer than `max`), else from one manifest read. Never reissued.
+   * (possibly fewer than `max`), else from one manifest read (and one segment). Never reissued;
+   * empty only when nothing deliverable is queued (what was read being only skipped copies, it reads on).
    */
   def nextDescriptors(max: Int): IndexedSeq[BatchDescriptor] = synchronized {
     checkUsable()
     if (max <= 0) IndexedSeq.empty
     else {
-      val s = scan(lastHandedOut, max)
+      var s = scan(lastHandedOut, max)
       commit(s)
+      while (s.descriptors.isEmpty && s.skipped.nonEmpty) { s = scan(lastHandedOut, max); commit(s) }
       handedOut.add(s.descriptors.size)
       s.descriptors
     }
@@ -94,8 +96,11 @@ final class Consumer(
   /** The next batch in order, or None when the queue has nothing more. Cursor moves on success only. */
   def nextBatch(): Option[ConsumedBatch] = synchronized {
     checkUsable()
-    val s = scan(lastHandedOut, 1)
-    if (s.descriptors.isEmpty) commit(s) // only skipped copies (if any) were left
+    var s = scan(lastHandedOut, 1)
+    // Only skipped copies (if any) were left in what was read. With a segmented manifest that is the
+    // end of one segment, not of the queue: read on rather than report an empty queue.
+    while (s.descriptors.isEmpty && s.skipped.nonEmpty) { commit(s); s = scan(lastHandedOut, 1) }
+    if (s.descriptors.isEmpty) commit(s)
     s.descriptors.headOption.map { d =>
       val batch = fetcher.fetch(d)
       commit(s)

@@ -82,7 +82,7 @@ final class ManifestHead private (
   /** The oldest ULID time of any referenced batch: tail entries and segments (GC's rule 3, §6). */
   def oldestReferencedBatchMs: Option[Long] =
     (tailSpans.flatMap(s => BatchNames.ulidTimeMs(s.location)) ++
-      segments.map(_.oldestBatchMs).filter(_ != Long.MaxValue)).minOption
+      segments.map(_.oldestBatchMs).filter(_ != Long.MaxValue)).reduceOption(_ min _)
 
   /**
    * Appends `entries` at `nextSequence`. When the tail would exceed `maxTail` entries, the current
@@ -108,7 +108,7 @@ final class ManifestHead private (
       val sealedBytes = new ByteArrayOutputStream(tailUntil - tailFrom + FooterSize)
       sealedBytes.write(raw, tailFrom, tailUntil - tailFrom)
       sealedBytes.write(ManifestCodec.encodeFooter(ManifestFooter(tailSpans.size, footer.nextSequence, 0L)))
-      val oldest = tailSpans.flatMap(s => BatchNames.ulidTimeMs(s.location)).minOption.getOrElse(Long.MaxValue)
+      val oldest = tailSpans.flatMap(s => BatchNames.ulidTimeMs(s.location)).reduceOption(_ min _).getOrElse(Long.MaxValue)
       val ref = seal(SealedTail(sealedBytes.toByteArray, tailSpans.head.sequence, tailSpans.size, oldest))
       val refs = segments :+ ref
       val out = new ByteArrayOutputStream(added.size() + refs.size * 128 + 64)

@@ -224,6 +224,49 @@ class SegmentedQueueSuite extends AnyFunSuite {
     assert(e.getMessage.contains(lost.key))
   }
 
+  test("a segment that ends in replayed sink copies does not make the consumer report an empty queue") {
+    val store = InMemoryStore.fresh()
+    val producer = appender(store, 3)
+    def tagged(attempt: String) = {
+      val p = pending(store)
+      new PendingLocation(p.location, IndexedSeq.empty, p.reupload, osqueue.format.EntryTag("w", 0, attempt).encode)
+    }
+    // segment [0..2]: the sink's batch 0, then two replayed copies of it; then an untagged entry (the tail)
+    val entries = IndexedSeq(tagged("a1"), tagged("a2"), tagged("a2"), pending(store))
+    entries.foreach { p =>
+      store.put(p.location, osqueue.format.BatchCodec.encode(Seq(Array[Byte](1)), osqueue.format.Compression.None))
+      producer.append(IndexedSeq(p))
+    }
+    assert(head(store).segments.map(_.lastSequence) == Seq(2L))
+    val c = consumer(store)
+    c.initialize(None)
+    val first = c.nextBatch()
+    assert(first.map(_.sequence).contains(0L))
+    c.ack(0L)
+    // 1 and 2 are skipped copies ending the segment: the next batch is 3, not None
+    assert(c.nextBatch().map(_.sequence).contains(3L))
+    val d = consumer(store)
+    d.initialize(None) // a fresh consumer (c's acks were not dequeued): the same through nextDescriptors
+    assert(d.nextDescriptors(1).map(_.sequence) == Seq(0L))
+    assert(d.nextDescriptors(5).map(_.sequence) == Seq(3L))
+  }
+
+  test("a fenced consumer cannot dequeue a segment nor read the next one") {
+    val store = InMemoryStore.fresh()
+    val producer = appender(store, 2)
+    (0 until 9).foreach(_ => producer.append(IndexedSeq(pending(store))))
+    val a = consumer(store)
+    a.initialize(None)
+    val read = a.nextDescriptors(10) // the first segment
+    val b = consumer(store)
+    b.initialize(None)
+    val before = store.get(key).get.bytes
+    intercept[osqueue.FencedException](a.ackThrough(read.last.sequence))
+    intercept[osqueue.FencedException](a.nextDescriptors(10))
+    assert(store.get(key).get.bytes.sameElements(before), "nothing the fenced consumer did landed")
+    assert(drain(b).size == 9)
+  }
+
   test("manifestSegmentEntries must be at least 1") {
     val e = intercept[InvalidConfigException](ProducerConfig(manifestSegmentEntries = 0))
     assert(e.option == "manifestSegmentEntries")
