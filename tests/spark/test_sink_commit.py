@@ -5,12 +5,16 @@ import base64
 import contextlib
 import json
 import pathlib
+import threading
 
 import pytest
 
 import osqueue
 
-from .support import make_input, manifest, native_values
+from osqueue.gc import GarbageCollector
+from osqueue.store import LocalFileSystemStore
+
+from .support import make_input, manifest, native_values, produce_entries
 
 
 def start_stream(spark, inp, queue, ckpt, **options):
@@ -37,14 +41,34 @@ def missing_files(queue: pathlib.Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def fault_at(spark, point: str):
-    """The connector's test-only fault hook: the driver throws at `point` (Spark then aborts)."""
+def fault_at(spark, point: str, kind: str = "failAt"):
+    """The connector's test-only fault hook: the driver throws at `point` (Spark then aborts);
+    kind "pauseAt" with point "<point>:<ms>" sleeps there instead."""
     system = spark.sparkContext._jvm.java.lang.System
-    system.setProperty("osqueue.test.failAt", point)
+    system.setProperty(f"osqueue.test.{kind}", point)
     try:
         yield
     finally:
-        system.clearProperty("osqueue.test.failAt")
+        system.clearProperty(f"osqueue.test.{kind}")
+
+
+@contextlib.contextmanager
+def gc_running(queue: pathlib.Path):
+    """GC cycles every 50 ms on the queue (its recorded grace period applies), in this process."""
+    gc = GarbageCollector(LocalFileSystemStore(str(queue)), grace_period=0.001)
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(0.05):
+            gc.run_once()
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(10)
 
 
 @pytest.mark.parametrize("point", ["between-append-and-state", "after-append"])
@@ -84,6 +108,30 @@ def test_an_abort_before_any_manifest_write_deletes_the_files(spark, tmp_path):
             q.awaitTermination()
     assert not (tmp_path / "q" / "ingest" / "manifest").exists() or manifest(tmp_path / "q").entries == []
     assert list((tmp_path / "q").rglob("*.batch")) == [], "an aborted epoch left files behind"
+
+
+def test_a_replayed_epoch_whose_files_gc_deleted_commits(spark, tmp_path):
+    """Issue 14 item 5: an epoch whose driver commit comes later than the queue's grace period after
+    its tasks wrote their files, while GC runs. Its files are unreferenced and past the grace period,
+    so GC deletes them and the commit cannot enqueue them: that attempt fails with an error naming
+    the cause. Every replay used to fail the same way (the committer re-uploaded by reading the
+    deleted originals). Now the replay's tasks stage their files where GC never deletes, and the
+    commit copies them on the executors: the replay commits, every row once."""
+    queue = tmp_path / "q"
+    produce_entries(str(queue), 1, 1, gc_grace_period=1.0)  # the queue's grace: 1 s
+    native_values(queue)  # an empty manifest: GC may delete every unreferenced file past 1 s
+    expected = make_input(tmp_path / "in", files=1, lines=4)
+    with gc_running(queue), fault_at(spark, "before-append:2500", kind="pauseAt"):
+        q = start_stream(spark, tmp_path / "in", queue, tmp_path / "ckpt")
+        with pytest.raises(Exception, match="OSQUEUE_SINK_FILES_EXPIRED"):
+            q.awaitTermination()
+        assert manifest(queue).entries == []
+        # The replay is just as slow, and GC keeps running.
+        run_stream(spark, tmp_path / "in", queue, tmp_path / "ckpt")
+    assert missing_files(queue) == []
+    assert read_values(spark, queue) == expected
+    assert native_values(queue) == expected
+    assert list((queue / "ingest" / "manifest.staging").rglob("*.batch")) == [], "staged files left behind"
 
 
 # --- writer ids -------------------------------------------------------------------------------

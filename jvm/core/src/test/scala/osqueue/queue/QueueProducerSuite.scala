@@ -295,6 +295,35 @@ class QueueProducerSuite extends AnyFunSuite {
     assert(p.location == original, "the reported location is not the one in the manifest")
   }
 
+  test("should report the re-uploaded location when the retry that carried it lost its reply after landing") {
+    // Issue 14 item 7: a write that failed unapplied, a re-upload (the batch went stale meanwhile),
+    // and a retry whose reply is lost after it landed. The reported location must be the copy the
+    // manifest holds, not the stale original (which GC may delete).
+    val inner = InMemoryStore.fresh()
+    val clock = new osqueue.testing.ManualClock(System.currentTimeMillis())
+    val upload = () => { val k = BatchNames.newKey("ingest", clock.nowMillis()); inner.put(k, Array[Byte](1)); k }
+    val calls = new AtomicInteger()
+    val lossy = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def putIfAbsent(k: String, b: Array[Byte]): CasOutcome = calls.getAndIncrement() match {
+        case 0 if k == key => // times out unapplied; meanwhile the batch goes stale
+          clock.advance(6.minutes.toMillis)
+          throw new osqueue.StoreException("injected: timeout before applying")
+        case 1 if k == key => // the retry, carrying the re-upload, lands; its reply is lost
+          assert(inner.putIfAbsent(k, b).isInstanceOf[CasOutcome.Written])
+          throw new osqueue.StoreException("injected: reply lost after applying")
+        case _ => inner.putIfAbsent(k, b)
+      }
+    }
+    val qp = new QueueProducer(new ManifestStore(lossy, key), fastRetry, clock, new MetricsRegistry, 10.minutes.toMillis)
+    val original = upload()
+    val p = new PendingLocation(original, IndexedSeq.empty, upload)
+    assert(qp.enqueue(p).get(30, TimeUnit.SECONDS) == 0L)
+    qp.close()
+    val locations = manifestOf(inner).entries.map(_.location)
+    assert(locations.size == 1 && locations.head != original, "the stale original was enqueued")
+    assert(p.location == locations.head, "the reported location is not the one in the manifest")
+  }
+
   test("should re-upload a batch older than half the grace period before enqueueing it") {
     val inner = InMemoryStore.fresh()
     val old = BatchNames.newKey("ingest", System.currentTimeMillis() - 6.minutes.toMillis)

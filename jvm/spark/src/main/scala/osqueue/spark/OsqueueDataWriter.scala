@@ -19,13 +19,16 @@ private[spark] final case class WrittenBatch(location: String, metadata: Indexed
 private[spark] final case class OsqueueCommitMessage(partitionId: Int, batches: IndexedSeq[WrittenBatch])
     extends WriterCommitMessage
 
-/** Creates task writers for batch and streaming writes alike. */
-private[spark] final case class OsqueueWriterFactory(options: SinkOptions, input: SinkInput)
+/**
+ * Creates task writers for batch and streaming writes alike. `stagingPrefix`: where the tasks
+ * write instead of the data prefix when the writer stages its files ([[OsqueueSinkCommitter]]).
+ */
+private[spark] final case class OsqueueWriterFactory(options: SinkOptions, input: SinkInput, stagingPrefix: Option[String])
     extends DataWriterFactory with StreamingDataWriterFactory {
   override def createWriter(partitionId: Int, taskId: Long): DataWriter[InternalRow] =
-    new OsqueueDataWriter(options, input, partitionId)
+    new OsqueueDataWriter(options, input, partitionId, stagingPrefix)
   override def createWriter(partitionId: Int, taskId: Long, epochId: Long): DataWriter[InternalRow] =
-    new OsqueueDataWriter(options, input, partitionId)
+    new OsqueueDataWriter(options, input, partitionId, stagingPrefix)
 }
 
 /** Where `value` (binary or string) and the optional `metadata` (binary) sit in the input rows. */
@@ -37,8 +40,7 @@ private[spark] final case class SinkInput(valueIndex: Int, valueIsString: Boolea
  * enqueued by the driver's commit; an aborted task deletes what it uploaded.
  */
 private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkInput, partitionId: Int,
-    clock: Clock = SystemClock)
-    extends DataWriter[InternalRow] with Logging {
+    stagingPrefix: Option[String], clock: Clock = SystemClock) extends DataWriter[InternalRow] with Logging {
 
   private val store = OsqueueStores.open(options.location)
   private val written = ArrayBuffer.empty[WrittenBatch]
@@ -88,7 +90,7 @@ private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkIn
 
   private def flush(): Unit = if (records.nonEmpty) {
     val bytes = BatchCodec.encode(records.toIndexedSeq, options.compression)
-    val key = BatchNames.newKey(options.location.dataPathPrefix, clock.nowMillis())
+    val key = BatchNames.newKey(stagingPrefix.getOrElse(options.location.dataPathPrefix), clock.nowMillis())
     store.put(key, bytes)
     OsqueueSinkFaults.at("during-task-write")
     written += WrittenBatch(key, metadata.toIndexedSeq, records.size, bytes.length)

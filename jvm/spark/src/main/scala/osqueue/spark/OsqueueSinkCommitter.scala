@@ -6,12 +6,14 @@ import java.util.Base64
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.spark.internal.Logging
 
+import scala.util.control.NonFatal
+
 import osqueue.SystemClock
 import osqueue.format.{BatchNames, EntryTag}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.queue.{ManifestAppender, ManifestStore, PendingLocation, RetryPolicy}
+import osqueue.queue.{CasLoop, CasStep, DataPrefixOwner, ManifestAppender, ManifestStore, PendingLocation, RetryPolicy}
 import osqueue.WriterFencedException
-import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
+import osqueue.store.ObjectStore
 
 /**
  * The driver's commit of one sink write (docs/adr/0002): skip a batch id this writer already
@@ -24,12 +26,20 @@ import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
  * fences every older driver of the same writer id, and records its Spark query id as the owner.
  * A fenced committer re-reads the state before each manifest write attempt and stops with
  * [[WriterFencedException]] instead of writing.
+ *
+ * Files older than half the grace period at commit are copied under fresh names on the executors
+ * before the append (docs/format.md §6). A stale file GC already deleted cannot be enqueued: the
+ * epoch fails with OSQUEUE_SINK_FILES_EXPIRED and the state's `stageUploads` makes the replay's
+ * tasks write under `<manifestPath>.staging/`, where GC never deletes; such an epoch's files are
+ * all copied into the data prefix at commit, so the replay commits however slow it is.
  */
 private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: String, queryId: String) extends Logging {
   import OsqueueSinkCommitter.WriterState
 
   private val store: ObjectStore = OsqueueStores.open(options.location)
   private val stateKey = OsqueueSinkCommitter.stateKey(options.location.manifestPath, writerId)
+  /** Where this writer's tasks write while the state asks for staging (GC never deletes there). */
+  val stagingPrefix: String = OsqueueSinkCommitter.stagingPrefix(options.location.manifestPath, writerId)
   val metrics = new MetricsRegistry
   /**
    * Batch ids for which this committer let a manifest write go out (or may have): their files
@@ -72,7 +82,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
   def commit(batchId: Long, messages: Seq[OsqueueCommitMessage], owner: Option[String]): Boolean = {
     val batches = messages.sortBy(_.partitionId).flatMap(_.batches)
     if (owner.isEmpty) {
-      append(batchId, batches, tag = Array.emptyByteArray)
+      append(batchId, enqueueable(batchId, batches, recordExpiry = false)._1, tag = Array.emptyByteArray)
       OsqueueSinkFaults.at("between-append-and-state")
       return true
     }
@@ -94,14 +104,74 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
       deleteUnreferenced()
       return false
     }
-    append(batchId, batches,
+    val (ready, slow) = enqueueable(batchId, batches, recordExpiry = true)
+    append(batchId, ready,
       tag = EntryTag(writerId, batchId, BatchNames.newKey("", System.currentTimeMillis()).stripSuffix(".batch")).encode)
     OsqueueSinkFaults.at("between-append-and-state")
-    // Monotonic: a batch id already recorded (by a zombie that got further) is left alone.
+    val staged = batches.filter(b => isStaged(b.location))
+    // Monotonic: a batch id already recorded (by a zombie that got further) is left alone. A staged
+    // epoch that was quick after all ends the staging.
     updateState(
-      s => if (s.lastCommittedBatch >= batchId) s else s.copy(lastCommittedBatch = batchId, owner = s.owner.orElse(owner)),
+      s => if (s.lastCommittedBatch >= batchId) s else s.copy(lastCommittedBatch = batchId, owner = s.owner.orElse(owner),
+        stageUploads = s.stageUploads && (staged.isEmpty || slow)),
       checkOwnerOf = true)
+    if (staged.nonEmpty) deleteStaged(staged)
     true
+  }
+
+  /** The staging prefix if the writer state asks the tasks to stage their files, else None. */
+  def stagingRequested(): Option[String] =
+    readState().map(_._1).filter(_.stageUploads).map { _ =>
+      logWarning(s"osqueue sink '$writerId': an earlier epoch's files expired before its commit; this epoch's tasks " +
+        s"write under '$stagingPrefix' (GC never deletes there) and the commit copies them into the queue")
+      stagingPrefix
+    }
+
+  def isStaged(location: String): Boolean = location.startsWith(stagingPrefix + "/")
+
+  /**
+   * The files as they can be enqueued, and whether any was older than half the grace period. Staged
+   * and stale files are copied under fresh names in one Spark job. If GC deleted a stale one, the
+   * epoch cannot commit: the copies are deleted, the state asks for staging (`recordExpiry`) so that
+   * the replay commits, and OSQUEUE_SINK_FILES_EXPIRED is thrown.
+   */
+  private def enqueueable(batchId: Long, batches: Seq[WrittenBatch], recordExpiry: Boolean): (Seq[WrittenBatch], Boolean) = {
+    if (batches.isEmpty) return (batches, false)
+    val graceMs = gracePeriodMs()
+    val now = System.currentTimeMillis()
+    def stale(b: WrittenBatch) = BatchNames.ulidTimeMs(b.location).exists(now - _ >= graceMs / 2)
+    val toCopy = batches.filter(b => isStaged(b.location) || stale(b)).toIndexedSeq
+    if (toCopy.isEmpty) return (batches, false)
+    logInfo(s"osqueue sink '$writerId': copying ${toCopy.size} staged or stale files of batch $batchId on the executors")
+    val copies = SinkReuploads.onExecutors(options, toCopy.map(_.location))
+    metrics.counter(MetricNames.BatchesReuploaded).add(copies.flatten.size.toLong)
+    val missing = toCopy.zip(copies).collect { case (b, None) => b.location }
+    if (missing.nonEmpty) {
+      copies.flatten.foreach(k => try store.delete(k) catch { case NonFatal(_) => () }) // orphans otherwise: GC's
+      if (recordExpiry) updateState(_.copy(stageUploads = true), checkOwnerOf = true)
+      throw OsqueueSinkErrors.filesExpired(writerId, batchId, missing, graceMs, staging = recordExpiry)
+    }
+    val fresh = toCopy.map(_.location).zip(copies.flatten).toMap
+    (batches.map(b => fresh.get(b.location).fold(b)(k => b.copy(location = k))), batches.exists(stale))
+  }
+
+  /** The queue's grace period as the sink applies it: its option, or the queue's if shorter (§6). */
+  private def gracePeriodMs(): Long = {
+    val queue = DataPrefixOwner.claim(store, options.location.manifestPath, options.location.dataPathPrefix, SystemClock, None)
+    math.min(options.gcGracePeriod.toMillis, queue.fold(Long.MaxValue)(_.gcGracePeriodMs))
+  }
+
+  /**
+   * Staged files are never referenced (their copies are): deleted after the commit, with any older
+   * ones of this writer (left by an attempt that died before its commit).
+   */
+  private def deleteStaged(staged: Seq[WrittenBatch]): Unit = try {
+    val oldest = staged.flatMap(b => BatchNames.ulidTimeMs(b.location)).min
+    val older = store.list(stagingPrefix + "/").map(_.key)
+      .filter(k => BatchNames.ulidTimeMs(k).exists(_ < oldest))
+    (staged.map(_.location) ++ older).foreach(store.delete)
+  } catch {
+    case NonFatal(e) => logWarning(s"osqueue sink '$writerId': could not delete staged files under '$stagingPrefix'", e)
   }
 
   /** All the files in ONE manifest write; each write attempt first re-checks the generation. */
@@ -117,13 +187,12 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
 
   def conflicts: Long = metrics.counterValue(MetricNames.ManifestConflicts, "role" -> "sink")
 
-  /** A file that waited past half the GC grace period is copied under a fresh name before enqueueing. */
-  private def reupload(location: String): () => String = () => {
-    val bytes = store.get(location).getOrElse(throw new osqueue.BatchNotFoundException(location, -1)).bytes
-    val key = BatchNames.newKey(options.location.dataPathPrefix, System.currentTimeMillis())
-    store.put(key, bytes)
-    key
-  }
+  /**
+   * The appender's last resort, only when the manifest write itself outlasts half the grace period
+   * after [[enqueueable]]'s copies: one more copy, on the driver.
+   */
+  private def reupload(location: String): () => String = () =>
+    SinkReuploads.copy(options, location).getOrElse(throw new osqueue.BatchNotFoundException(location, -1))
 
   /** The current state, after checking that this driver still owns the writer (if it claimed it). */
   private def checkOwner(): Option[WriterState] = {
@@ -137,30 +206,25 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     if (current != own) throw new WriterFencedException(writerId, own, current)
   }
 
-  private def readState(): Option[(WriterState, ObjectVersion)] =
+  private def readState(): Option[(WriterState, osqueue.store.ObjectVersion)] =
     store.get(stateKey).map(o => (OsqueueSinkCommitter.decodeState(stateKey, o.bytes), o.version))
 
-  /** Compare-and-swap `f` onto the state (created if missing); no write when `f` changes nothing. */
-  private def updateState(f: WriterState => WriterState, checkOwnerOf: Boolean = false): WriterState = {
-    var attempt = 0
-    while (true) {
-      val current = readState()
-      if (checkOwnerOf) verifyOwner(current.map(_._1))
-      val before = current.map(_._1).getOrElse(WriterState(writerId, lastCommittedBatch = -1, generation = 0))
+  /**
+   * Compare-and-swap `f` onto the state (created if missing) through the core's [[CasLoop]]; no
+   * write when `f` changes nothing. A write of unknown outcome is re-applied to the state re-read.
+   */
+  private def updateState(f: WriterState => WriterState, checkOwnerOf: Boolean = false): WriterState =
+    stateLoop.run[WriterState] { (snapshot, _) =>
+      val current = snapshot.version.map(_ => OsqueueSinkCommitter.decodeState(stateKey, snapshot.raw))
+      if (checkOwnerOf) verifyOwner(current)
+      val before = current.getOrElse(WriterState(writerId, lastCommittedBatch = -1, generation = 0))
       val after = f(before)
-      if (current.isDefined && after == before) return after
-      val bytes = OsqueueSinkCommitter.encodeState(after)
-      val outcome = current match {
-        case Some((_, v)) => store.putIfVersionMatches(stateKey, bytes, v)
-        case None => store.putIfAbsent(stateKey, bytes)
-      }
-      if (outcome.isInstanceOf[CasOutcome.Written]) return after
-      attempt += 1
-      if (attempt >= 100) throw new osqueue.ConflictRetriesExhaustedException(stateKey, attempt, -1)
-      Thread.sleep(RetryPolicy().delayMs(attempt))
+      if (current.isDefined && after == before) CasStep.Done(after)
+      else CasStep.Write(OsqueueSinkCommitter.encodeState(after), () => after)
     }
-    throw new IllegalStateException("unreachable")
-  }
+
+  private lazy val stateLoop =
+    new CasLoop(new ManifestStore(store, stateKey), RetryPolicy(), SystemClock, new MetricsRegistry, "sink-state")
 }
 
 private[spark] object OsqueueSinkCommitter {
@@ -173,13 +237,15 @@ private[spark] object OsqueueSinkCommitter {
    * and the owner: the Spark query id of the streaming query, or "df.write" (None in states
    * written before owners were recorded).
    */
-  final case class WriterState(writerId: String, lastCommittedBatch: Long, generation: Long, owner: Option[String] = None)
+  final case class WriterState(writerId: String, lastCommittedBatch: Long, generation: Long, owner: Option[String] = None,
+      stageUploads: Boolean = false)
 
   def encodeState(s: WriterState): Array[Byte] = {
     val node = mapper.createObjectNode()
     node.put("version", 1).put("writerId", s.writerId).put("lastCommittedBatch", s.lastCommittedBatch)
       .put("generation", s.generation)
     s.owner.foreach(node.put("owner", _))
+    if (s.stageUploads) node.put("stageUploads", true)
     mapper.writeValueAsBytes(node)
   }
 
@@ -204,10 +270,20 @@ private[spark] object OsqueueSinkCommitter {
       case n if n.isTextual => Some(n.asText)
       case _ => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${new String(bytes, UTF_8)}")
     }
-    WriterState(node.path("writerId").asText(""), long("lastCommittedBatch", None), long("generation", Some(0L)), owner)
+    val stageUploads = node.path("stageUploads") match {
+      case n if n.isMissingNode => false
+      case n if n.isBoolean => n.asBoolean
+      case _ => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${new String(bytes, UTF_8)}")
+    }
+    WriterState(node.path("writerId").asText(""), long("lastCommittedBatch", None), long("generation", Some(0L)), owner,
+      stageUploads)
   }
 
   /** `<manifestPath>.writers/<base64url(writerId)>`: any writer id maps to one safe key. */
   def stateKey(manifestPath: String, writerId: String): String =
     s"$manifestPath.writers/" + Base64.getUrlEncoder.withoutPadding.encodeToString(writerId.getBytes(UTF_8))
+
+  /** `<manifestPath>.staging/<base64url(writerId)>`: not directly under the data prefix, so GC never deletes there. */
+  def stagingPrefix(manifestPath: String, writerId: String): String =
+    s"$manifestPath.staging/" + Base64.getUrlEncoder.withoutPadding.encodeToString(writerId.getBytes(UTF_8))
 }

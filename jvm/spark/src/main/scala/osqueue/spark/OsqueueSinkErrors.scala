@@ -31,6 +31,22 @@ private[spark] object OsqueueSinkErrors {
         "the original query from its own checkpoint.")
   }
 
+  /**
+   * Files of an epoch that GC deleted before the commit could enqueue them: they waited longer than
+   * the grace period. `staging`: the writer state now makes the replay stage its files.
+   */
+  def filesExpired(writerId: String, batchId: Long, missing: Seq[String], gracePeriodMs: Long, staging: Boolean): IllegalStateException = {
+    val next =
+      if (staging) "Restart the query: the replayed batch's tasks write where GC never deletes and its commit copies " +
+        "them into the queue, so it commits however slow it is."
+      else "Run the write again (nothing of it was enqueued), faster or with a longer grace period."
+    new IllegalStateException(
+      s"OSQUEUE_SINK_FILES_EXPIRED: sink writer '$writerId', batch $batchId: ${missing.size} file(s) its tasks wrote " +
+        s"were deleted by GC before the commit could enqueue them (they were unreferenced and older than the queue's " +
+        s"grace period, $gracePeriodMs ms): ${missing.take(5).mkString(", ")}${if (missing.size > 5) ", ..." else ""}. " +
+        s"Nothing of this batch was enqueued. $next")
+  }
+
   def streamWriterUsedByBatch(writerId: String, owner: String): IllegalStateException =
     new IllegalStateException(
       s"OSQUEUE_WRITER_OWNED_BY_ANOTHER_QUERY: sink writer '$writerId' belongs to streaming query $owner; a batch write " +

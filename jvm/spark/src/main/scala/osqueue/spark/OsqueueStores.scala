@@ -9,8 +9,9 @@ import scala.jdk.CollectionConverters._
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 
-import osqueue.{Clock, StoreException, SystemClock}
-import osqueue.queue.RetryPolicy
+import osqueue.{Clock, SystemClock}
+import osqueue.metrics.MetricsRegistry
+import osqueue.queue.{CasLoop, CasStep, ManifestStore, RetryPolicy}
 import osqueue.store.{ObjectStore, ObjectStores}
 
 /** Opens stores once per JVM (driver or executor) and per location, since S3 clients are costly. */
@@ -41,24 +42,18 @@ private[spark] object OsqueueStores extends Logging {
    */
   def queueId(store: ObjectStore, location: QueueLocation, create: Boolean, clock: Clock = SystemClock): Option[String] = {
     val key = location.manifestPath + ".queue-id"
-    def read() = store.get(key).map(o => new String(o.bytes, UTF_8).trim)
-    if (!create) return read()
-    val policy = RetryPolicy()
-    // A create whose reply was lost (unknown outcome) is settled by the next read: whichever id landed wins.
-    var attempt = 1
-    var found: Option[String] = None
-    while (found.isEmpty && attempt <= QueueIdAttempts) {
-      try {
-        found = read()
-        if (found.isEmpty) store.putIfAbsent(key, UUID.randomUUID().toString.getBytes(UTF_8))
-      } catch {
-        case e: StoreException if attempt < QueueIdAttempts =>
-          logWarning(s"osqueue: creating the queue id '$key' failed (${e.getMessage}); reading it again")
-          clock.sleepMillis(policy.delayMs(attempt))
+    if (!create) return store.get(key).map(o => new String(o.bytes, UTF_8).trim)
+    // The core's CasLoop: a create that lost the race or whose reply was lost (unknown outcome) is
+    // settled by the re-read; whichever id landed wins.
+    val loop = new CasLoop(new ManifestStore(store, key), RetryPolicy(maxAttempts = QueueIdAttempts), clock,
+      new MetricsRegistry, "queue-id")
+    Some(loop.run[String] { (snapshot, _) =>
+      if (snapshot.version.isDefined) CasStep.Done(new String(snapshot.raw, UTF_8).trim)
+      else {
+        val id = UUID.randomUUID().toString
+        CasStep.Write(id.getBytes(UTF_8), () => id)
       }
-      attempt += 1
-    }
-    found.orElse(read()).orElse(throw new StoreException(s"could not create or read the queue id '$key' in ${store.uri}"))
+    })
   }
 
   private val QueueIdAttempts = 8

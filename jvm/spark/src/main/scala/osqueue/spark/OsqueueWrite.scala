@@ -59,11 +59,14 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
   private val committer = new OsqueueSinkCommitter(options, writerId, queryId)
   private val commitLatencyMs = new AtomicLong()
   private val replaysSkipped = new AtomicLong()
+  /** Set when the write is planned: the writer state asks its tasks to stage their files. */
+  @volatile private var stagingPrefix: Option[String] = None
 
   override def description(): String = s"osqueue sink ${options.location.identity} (writer $writerId)"
   override def toStreaming: StreamingWrite = {
     if (options.writerBatchId.isDefined) throw OsqueueSinkErrors.batchIdOnStream()
     committer.claimForRun(OsqueueWrite.streamRunId())
+    stagingPrefix = committer.stagingRequested()
     new OsqueueStreamingWrite(this, queryId)
   }
 
@@ -74,6 +77,7 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
   override def toBatch: BatchWrite = options.writerId match {
     case Some(id) =>
       val batchId = options.writerBatchId.getOrElse(throw OsqueueSinkErrors.writerIdNeedsBatchId(id))
+      stagingPrefix = committer.stagingRequested()
       new OsqueueBatchWrite(this, batchId, owner = Some(OsqueueSinkErrors.BatchWriteOwner))
     case None => new OsqueueBatchWrite(this, batchId = 0L, owner = None)
   }
@@ -83,7 +87,7 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
     OsqueueTaskMetrics.task(OsqueueSinkMetrics.CommitLatencyMs, commitLatencyMs.get()),
     OsqueueTaskMetrics.task(OsqueueSinkMetrics.ReplaysSkipped, replaysSkipped.get()))
 
-  private[spark] def factory = OsqueueWriterFactory(options, input)
+  private[spark] def factory = OsqueueWriterFactory(options, input, stagingPrefix)
 
   /** `owner`: what the writer state records (see [[OsqueueSinkCommitter.commit]]). */
   private[spark] def commit(batchId: Long, messages: Array[WriterCommitMessage], owner: Option[String]): Unit = {
@@ -104,19 +108,24 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
    * of the batch was sent, its entries may be in the manifest (the append landed and a later
    * step failed, or its outcome is unknown): the files are kept, and GC deletes only those the
    * manifest does not reference, after its grace period. Otherwise nothing references them.
+   * Staged files are never referenced (their copies are): always deleted.
    */
   private[spark] def abort(batchId: Long, messages: Array[WriterCommitMessage]): Unit = {
-    val files = messages.toSeq.collect { case m: OsqueueCommitMessage => m }.flatMap(_.batches).map(_.location)
+    val all = messages.toSeq.collect { case m: OsqueueCommitMessage => m }.flatMap(_.batches).map(_.location)
+    val (staged, files) = all.partition(committer.isStaged)
+    delete(staged)
     if (committer.manifestWriteAttempted(batchId)) {
       logWarning(s"osqueue sink '$writerId': batch $batchId aborted after a manifest write was sent, so its entries " +
         s"may be enqueued; keeping its ${files.size} files (GC deletes any the manifest does not reference): " +
         files.mkString(", "))
-    } else {
-      val store = OsqueueStores.open(options.location)
-      files.foreach { f =>
-        try store.delete(f)
-        catch { case scala.util.control.NonFatal(e) => logWarning(s"could not delete '$f' of an aborted write; GC will", e) }
-      }
+    } else delete(files)
+  }
+
+  private def delete(files: Seq[String]): Unit = {
+    val store = OsqueueStores.open(options.location)
+    files.foreach { f =>
+      try store.delete(f)
+      catch { case scala.util.control.NonFatal(e) => logWarning(s"could not delete '$f' of an aborted write; GC will", e) }
     }
   }
 }
@@ -154,10 +163,15 @@ private[spark] final class OsqueueBatchWrite(write: OsqueueWrite, batchId: Long,
 /**
  * Test-only fault points. With the JVM system property `osqueue.test.crashAt=<point>` the process
  * exits there, as a `kill -9` would (no cleanup, no Spark commit log entry); with
- * `osqueue.test.failAt=<point>` it throws there, so Spark's own failure handling (abort) runs.
+ * `osqueue.test.failAt=<point>` it throws there, so Spark's own failure handling (abort) runs;
+ * `osqueue.test.pauseAt=<point>:<ms>` sleeps there (a slow epoch: its files age before the commit).
  */
 private[spark] object OsqueueSinkFaults {
   def at(point: String): Unit = {
+    sys.props.get("osqueue.test.pauseAt").map(_.split(':')).foreach {
+      case Array(p, ms) if p == point => Thread.sleep(ms.toLong)
+      case _ =>
+    }
     if (sys.props.get("osqueue.test.crashAt").contains(point)) Runtime.getRuntime.halt(137)
     if (sys.props.get("osqueue.test.failAt").contains(point))
       throw new IllegalStateException(s"osqueue test fault injected at '$point'")
