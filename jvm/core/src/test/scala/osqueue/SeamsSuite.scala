@@ -34,9 +34,7 @@ class SeamsSuite extends AnyFunSuite {
     ("S3Store.scala", "Thread.sleep") -> ((1, true, "the conditional-write probe's backoff on a real endpoint")),
     ("S3Store.scala", "UUID.randomUUID") -> ((2, true, "the probe's scratch object names: unique, never compared")),
     ("QueueTool.scala", "System.err.print") -> ((3, true, "a command-line tool's error output")),
-    ("OsqueueStores.scala", "UUID.randomUUID") -> ((1, true, "the queue id: an identity, never seeded (like an incarnation)")),
-    ("OsqueueSinkCommitter.scala", "System.currentTimeMillis") -> ((2, false, "the sink's move onto Clock and CasLoop is another change")),
-    ("OsqueueSinkCommitter.scala", "Thread.sleep") -> ((1, false, "the sink's move onto Clock and CasLoop is another change")))
+    ("OsqueueStores.scala", "UUID.randomUUID") -> ((1, true, "the queue id: an identity, never seeded (like an incarnation)")))
 
   private def sources: Seq[Path] = Seq("jvm/core/src/main", "jvm/spark/src/main").map(RepoFiles.root.resolve).flatMap { dir =>
     Files.walk(dir).iterator().asScala.filter(_.toString.endsWith(".scala")).toSeq

@@ -8,7 +8,7 @@ import org.apache.spark.internal.Logging
 
 import scala.util.control.NonFatal
 
-import osqueue.SystemClock
+import osqueue.{Clock, SystemClock}
 import osqueue.format.{BatchNames, EntryTag}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{CasLoop, CasStep, DataPrefixOwner, ManifestAppender, ManifestStore, PendingLocation, RetryPolicy}
@@ -33,7 +33,8 @@ import osqueue.store.ObjectStore
  * tasks write under `<manifestPath>.staging/`, where GC never deletes; such an epoch's files are
  * all copied into the data prefix at commit, so the replay commits however slow it is.
  */
-private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: String, queryId: String) extends Logging {
+private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: String, queryId: String,
+    clock: Clock = SystemClock) extends Logging {
   import OsqueueSinkCommitter.WriterState
 
   private val store: ObjectStore = OsqueueStores.open(options.location)
@@ -106,7 +107,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     }
     val (ready, slow) = enqueueable(batchId, batches, recordExpiry = true)
     append(batchId, ready,
-      tag = EntryTag(writerId, batchId, BatchNames.newKey("", System.currentTimeMillis()).stripSuffix(".batch")).encode)
+      tag = EntryTag(writerId, batchId, BatchNames.newKey("", clock.nowMillis()).stripSuffix(".batch")).encode)
     OsqueueSinkFaults.at("between-append-and-state")
     val staged = batches.filter(b => isStaged(b.location))
     // Monotonic: a batch id already recorded (by a zombie that got further) is left alone. A staged
@@ -138,7 +139,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
   private def enqueueable(batchId: Long, batches: Seq[WrittenBatch], recordExpiry: Boolean): (Seq[WrittenBatch], Boolean) = {
     if (batches.isEmpty) return (batches, false)
     val graceMs = gracePeriodMs()
-    val now = System.currentTimeMillis()
+    val now = clock.nowMillis()
     def stale(b: WrittenBatch) = BatchNames.ulidTimeMs(b.location).exists(now - _ >= graceMs / 2)
     val toCopy = batches.filter(b => isStaged(b.location) || stale(b)).toIndexedSeq
     if (toCopy.isEmpty) return (batches, false)
@@ -157,7 +158,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
 
   /** The queue's grace period as the sink applies it: its option, or the queue's if shorter (§6). */
   private def gracePeriodMs(): Long = {
-    val queue = DataPrefixOwner.claim(store, options.location.manifestPath, options.location.dataPathPrefix, SystemClock, None)
+    val queue = DataPrefixOwner.claim(store, options.location.manifestPath, options.location.dataPathPrefix, clock, None)
     math.min(options.gcGracePeriod.toMillis, queue.fold(Long.MaxValue)(_.gcGracePeriodMs))
   }
 
@@ -177,7 +178,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
   /** All the files in ONE manifest write; each write attempt first re-checks the generation. */
   private def append(batchId: Long, batches: Seq[WrittenBatch], tag: Array[Byte]): Unit = if (batches.nonEmpty) {
     val pending = batches.map(b => new PendingLocation(b.location, b.metadata, reupload(b.location), tag)).toIndexedSeq
-    new ManifestAppender(new ManifestStore(store, options.location.manifestPath), RetryPolicy(), SystemClock, metrics,
+    new ManifestAppender(new ManifestStore(store, options.location.manifestPath), RetryPolicy(), clock, metrics,
       options.gcGracePeriod.toMillis, role = "sink", beforeWrite = () => { checkOwner(); writeAttempted.add(batchId); () })
       .append(pending)
   }
@@ -224,7 +225,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     }
 
   private lazy val stateLoop =
-    new CasLoop(new ManifestStore(store, stateKey), RetryPolicy(), SystemClock, new MetricsRegistry, "sink-state")
+    new CasLoop(new ManifestStore(store, stateKey), RetryPolicy(), clock, new MetricsRegistry, "sink-state")
 }
 
 private[spark] object OsqueueSinkCommitter {

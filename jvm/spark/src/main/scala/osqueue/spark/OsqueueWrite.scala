@@ -169,7 +169,7 @@ private[spark] final class OsqueueBatchWrite(write: OsqueueWrite, batchId: Long,
 private[spark] object OsqueueSinkFaults {
   def at(point: String): Unit = {
     sys.props.get("osqueue.test.pauseAt").map(_.split(':')).foreach {
-      case Array(p, ms) if p == point => Thread.sleep(ms.toLong)
+      case Array(p, ms) if p == point => SystemClock.sleepMillis(ms.toLong)
       case _ =>
     }
     if (sys.props.get("osqueue.test.crashAt").contains(point)) Runtime.getRuntime.halt(137)

@@ -2,6 +2,7 @@ package osqueue.spark
 
 import org.apache.spark.sql.SparkSession
 
+import osqueue.SystemClock
 import osqueue.format.BatchNames
 
 /**
@@ -26,7 +27,7 @@ private[spark] object SinkReuploads {
   def copy(options: SinkOptions, source: String): Option[String] = {
     val store = OsqueueStores.open(options.location)
     store.get(source).map { o =>
-      val key = BatchNames.newKey(options.location.dataPathPrefix, System.currentTimeMillis())
+      val key = BatchNames.newKey(options.location.dataPathPrefix, SystemClock.nowMillis())
       store.put(key, o.bytes)
       key
     }
