@@ -966,7 +966,9 @@ def _header(condition: Mapping[str, str]) -> str:
 # Each module has ``open_store(uri, options)`` and imports its SDK at its top: it is imported only
 # when its scheme is opened, so the base install needs no cloud SDK. The JVM
 # finds the same stores through osqueue.store.ObjectStoreProvider, in artifacts of their own.
-PLUGGED_STORES: dict[str, tuple[str, str]] = {}
+PLUGGED_STORES: dict[str, tuple[str, str]] = {
+    "gs": ("osqueue.store_gcs", "gcs"),
+}
 
 
 def open_store(uri: str, options: Mapping[str, Any] | None = None) -> ObjectStore:
