@@ -182,7 +182,8 @@ def queue_options(f: F) -> F:
         metavar="KEY=VALUE",
         callback=_parse_store_options,
         help="Store setting, repeatable: fs.s3a.endpoint, fs.s3a.access.key, fs.s3a.secret.key, "
-        "fs.s3a.session.token, fs.s3a.path.style.access, fs.s3a.endpoint.region.",
+        "fs.s3a.session.token, fs.s3a.path.style.access, fs.s3a.endpoint.region; for gs:// the GCS connector's "
+        "fs.gs.storage.root.url, fs.gs.project.id, fs.gs.auth.type, fs.gs.auth.service.account.json.keyfile.",
     )
     @functools.wraps(f)
     def wrapper(
@@ -275,7 +276,7 @@ def manifest_to_json(manifest: Manifest, version: int | None) -> dict[str, Any]:
 def cli(ctx: click.Context, debug: bool) -> None:
     """Inspect, produce to, tail and garbage-collect osqueue queues.
 
-    PATH is a queue's store root: /dir, file:/dir, s3://bucket/prefix or s3a://bucket/prefix.
+    PATH is a queue's store root: /dir, file:/dir, s3://bucket/prefix, s3a://bucket/prefix or gs://bucket/prefix.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

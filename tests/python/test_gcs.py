@@ -230,3 +230,21 @@ def test_two_producer_processes_then_a_consumer_reads_each_entry_once_in_order_a
     assert late is not None and late.entries == [b"late"]
     second.ack(late.sequence)
     second.close()
+
+
+def test_cli_on_a_gs_queue_with_fs_gs_store_options(gcs_bucket: str, gcs_options: dict[str, str]) -> None:
+    from test_cli import run, run_process
+
+    path = f"gs://{gcs_bucket}/queues/cli"
+    opts = [a for k, v in gcs_options.items() for a in ("--store-option", f"{k}={v}")]
+    proc = run_process("produce", path, *opts, "--batch-size", "2", input=b"g1\ng2\ng3\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(b"3 entries durable in ")
+    table = run("inspect", path, *opts)
+    assert table.exit_code == 0 and f"osqueue gs://{gcs_bucket}/queues/cli" in table.stdout, table.stdout
+    assert run("tail", path, *opts, "--ack").stdout == "g1\ng2\ng3\n"
+    import json
+
+    assert json.loads(run("inspect", path, *opts, "--json").stdout)["entries"] == []
+    bad = run("inspect", path, *opts, "--store-option", "fs.gs.auth.type=KERBEROS")
+    assert bad.exit_code == 2 and "fs.gs.auth.type" in bad.stderr

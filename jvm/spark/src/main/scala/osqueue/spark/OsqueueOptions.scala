@@ -5,7 +5,7 @@ import java.util.Locale
 import scala.concurrent.duration._
 
 import osqueue.format.Compression
-import osqueue.store.ObjectKeys
+import osqueue.store.{ObjectKeys, ObjectStoreProvider}
 
 /** Where a queue lives and how to reach its store; serializable so executors can open the store. */
 private[spark] final case class QueueLocation(
@@ -22,6 +22,10 @@ private[spark] final case class QueueLocation(
  * case-insensitive; messages name the option, echo the value and say what is expected.
  */
 private[spark] object OsqueueOptions {
+  /** Store settings, as Hadoop names them: S3A's and the GCS connector's. */
+  val StoreOptionPrefixes: Seq[String] = Seq("fs.s3a.", "fs.gs.")
+  def isStoreOption(key: String): Boolean = StoreOptionPrefixes.exists(p => key.startsWith(p) || key.startsWith("spark.hadoop." + p))
+
   val Path = "path"
   val ManifestPath = "manifestpath"
   val DataPathPrefix = "datapathprefix"
@@ -58,11 +62,8 @@ private[spark] object OsqueueOptions {
     val manifest = key(options, ManifestPath, "ingest/manifest")
     val prefix = options.getOrElse(DataPathPrefix, "ingest").trim.stripSuffix("/")
     if (prefix.nonEmpty) validKey(DataPathPrefix, prefix)
-    // Store settings: the session's fs.s3a.* first, then options given on this read/write.
-    val fromOptions = options.collect {
-      case (k, v) if k.startsWith("fs.s3a.") => k -> v
-      case (k, v) if k.startsWith("spark.hadoop.fs.s3a.") => k.stripPrefix("spark.hadoop.") -> v
-    }
+    // Store settings: the session's (fs.s3a.*, fs.gs.*) first, then options given on this read/write.
+    val fromOptions = options.collect { case (k, v) if isStoreOption(k) => k.stripPrefix("spark.hadoop.") -> v }
     QueueLocation(uri, manifest, prefix, sessionStoreOptions ++ fromOptions)
   }
 
@@ -89,11 +90,11 @@ private[spark] object OsqueueOptions {
       case "sink" => sinkKeys
       case _ => sourceKeys ++ batchReadKeys ++ sinkKeys
     }) ++ sparkKeys
-    options.keys.filterNot(k => known(k) || k.startsWith("fs.s3a.") || k.startsWith("spark.hadoop.fs.s3a.")).toSeq.sorted
+    options.keys.filterNot(k => known(k) || isStoreOption(k)).toSeq.sorted
       .headOption.foreach { k =>
         throw new IllegalArgumentException(
           s"unknown option '$k' for the osqueue $mode; known options: ${known.diff(sparkKeys).toSeq.sorted.mkString(", ")} " +
-            "and fs.s3a.* store settings")
+            "and fs.s3a.* / fs.gs.* store settings")
       }
   }
 
@@ -158,10 +159,11 @@ private[spark] object OsqueueOptions {
 private[spark] object ObjectStoresCheck {
   def uri(path: String): Unit = {
     val scheme = """^([a-zA-Z][a-zA-Z0-9+.-]*):""".r.findFirstMatchIn(path).map(_.group(1).toLowerCase(Locale.ROOT))
-    if (!scheme.forall(Set("file", "s3", "s3a", "memory")))
+    // A cloud scheme of its own artifact passes: opening it names the artifact when it is missing.
+    if (!scheme.forall(Set("file", "s3", "s3a", "memory") ++ ObjectStoreProvider.ArtifactForScheme.keySet))
       throw new IllegalArgumentException(
-        s"invalid value for option 'path': '$path'; expected an absolute local path, file:/..., s3://bucket/prefix or " +
-          "s3a://bucket/prefix")
+        s"invalid value for option 'path': '$path'; expected an absolute local path, file:/..., s3://bucket/prefix, " +
+          "s3a://bucket/prefix or gs://bucket/prefix")
   }
 }
 

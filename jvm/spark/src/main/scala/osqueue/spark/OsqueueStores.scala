@@ -20,12 +20,12 @@ private[spark] object OsqueueStores extends Logging {
   def open(location: QueueLocation): ObjectStore =
     cache.computeIfAbsent((location.uri, location.storeOptions), _ => ObjectStores.open(location.uri, location.storeOptions))
 
-  /** The session's S3A settings (`spark.hadoop.fs.s3a.*` and the Hadoop configuration's `fs.s3a.*`). */
+  /** The session's store settings (`spark.hadoop.fs.s3a.*`/`fs.gs.*` and the Hadoop configuration's). */
   def sessionStoreOptions(): Map[String, String] = SparkSession.getActiveSession.map { spark =>
     val hadoop = spark.sparkContext.hadoopConfiguration.iterator().asScala
-      .map(e => e.getKey -> e.getValue).filter(_._1.startsWith("fs.s3a.")).toMap
+      .map(e => e.getKey -> e.getValue).filter(e => OsqueueOptions.isStoreOption(e._1)).toMap
     val runtime = spark.conf.getAll.collect {
-      case (k, v) if k.startsWith("spark.hadoop.fs.s3a.") => k.stripPrefix("spark.hadoop.") -> v
+      case (k, v) if k.startsWith("spark.hadoop.") && OsqueueOptions.isStoreOption(k) => k.stripPrefix("spark.hadoop.") -> v
     }
     hadoop ++ runtime
   }.getOrElse(Map.empty)

@@ -228,8 +228,12 @@ object GcsStore {
 
   def isBucketName(name: String): Boolean = name != null && BucketName.pattern.matcher(name).matches()
 
+  /**
+   * Whether a 404 is Cloud Storage's "The specified bucket does not exist." (a missing object is
+   * "No such object"). An emulator may say neither: its missing bucket then reads as missing objects.
+   */
   private def isMissingBucket(e: BaseServiceException): Boolean =
-    e.getCode == 404 && Option(e.getMessage).exists(_.toLowerCase(java.util.Locale.ROOT).contains("bucket"))
+    e.getCode == 404 && Option(e.getMessage).exists(_.toLowerCase(java.util.Locale.ROOT).contains("bucket does not exist"))
 
   private def isValidKey(key: String): Boolean =
     try { ObjectKeys.validate(key); true }
