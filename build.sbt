@@ -37,7 +37,7 @@ ThisBuild / publishTo := Some(MavenCache("osqueue-build-repo", (ThisBuild / buil
 ThisBuild / publishMavenStyle := true
 ThisBuild / licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0"))
 ThisBuild / description := "osqueue: a stateless object-storage queue, and its Spark connector"
-addCommandAlias("publishBuildRepo", "core/publish; core_2_12/publish; spark/publish; gcs/publish; gcs_2_12/publish")
+addCommandAlias("publishBuildRepo", "core/publish; core_2_12/publish; spark/publish; gcs/publish; gcs_2_12/publish; gcs_bundle/publish; gcs_bundle_2_12/publish")
 ThisBuild / Test / parallelExecution := false
 ThisBuild / Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
 
@@ -216,6 +216,20 @@ lazy val gcs_2_12 = Project("gcs_2_12", file("jvm/gcs"))
   .dependsOn(core_2_12 % "provided->compile")
   .settings(gcsSettings(scala212))
   .settings(target := baseDirectory.value / "target" / "cross-2.12", Test / sources := Nil)
+
+// osqueue-gcs-bundle_<scala>: the relocated assembly as a plain artifact with no dependencies, so that
+// spark.jars.packages (which takes no classifier) can bring it: configure_spark_with_osqueue(stores=["gcs"]).
+def gcsBundle(id: String, scala: String, of: Project) = Project(id, file(s"jvm/gcs/target/bundle-$scala"))
+  .disablePlugins(sbtassembly.AssemblyPlugin)
+  .settings(
+    name := "osqueue-gcs-bundle",
+    scalaVersion := scala,
+    autoScalaLibrary := false,
+    Compile / packageBin := (of / assembly).value,
+    Compile / packageSrc / publishArtifact := false,
+    Compile / packageDoc / publishArtifact := false)
+lazy val gcs_bundle = gcsBundle("gcs_bundle", scala213, gcs)
+lazy val gcs_bundle_2_12 = gcsBundle("gcs_bundle_2_12", scala212, gcs_2_12)
 
 lazy val root = (project in file("."))
   .aggregate((Seq[ProjectReference](core, core_2_12, gcs, gcs_2_12) ++ lineProjects): _*)

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "gcs"))
 pytest.importorskip("google.cloud.storage")
 
-from fixtures import gcs_bucket, gcs_options, gcs_server  # noqa: E402,F401  (fixtures)
+from gcs_fixtures import gcs_bucket, gcs_options, gcs_server  # noqa: E402,F401  (fixtures)
 from helpers import WrappedStore, assert_well_formed, lost_reply_hook, lying_precondition_hook  # noqa: E402
 from test_queue import test_eight_threads_append_to_one_manifest  # noqa: E402,F401  (run here on GCS)
 from test_store import test_store_contract  # noqa: E402,F401  (run here on GCS)

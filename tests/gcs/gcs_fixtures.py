@@ -1,6 +1,6 @@
 """fake-gcs-server for pytest, started through tests/gcs/gcsserver.py (state in a temp dir, loopback).
 
-    sys.path.insert(0, "<repo>/tests/gcs"); from fixtures import gcs_server, gcs_bucket, gcs_options
+    sys.path.insert(0, "<repo>/tests/gcs"); from gcs_fixtures import gcs_server, gcs_bucket, gcs_options
 
 `gcs_server` starts one server per session; `gcs_bucket` makes a fresh bucket per test; `gcs_options`
 are the fs.gs.* options a user would give for that server. Missing fake-gcs-server is a skip locally
