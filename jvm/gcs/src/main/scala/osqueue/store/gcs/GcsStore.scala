@@ -50,6 +50,8 @@ final class GcsStore(val bucket: String, prefix: String, val config: GcsStoreCon
     val full = fullKey(key)
     // Metadata, then the bytes of that very generation: a replace in between makes the second
     // read miss (404), and the pair is read again, so bytes and version always belong together.
+    // Each miss means a writer made progress; a short random pause lets this reader through
+    // when writers keep replacing the object (the SDK's readAllBytes returns no generation).
     var attempt = 0
     while (attempt < GcsStore.ReadAttempts) {
       attempt += 1
@@ -58,7 +60,8 @@ final class GcsStore(val bucket: String, prefix: String, val config: GcsStoreCon
       val generation: Long = blob.getGeneration
       try return Some(VersionedObject(client.readAllBytes(BlobId.of(bucket, full, generation)), ObjectVersion(generation.toString)))
       catch {
-        case e: StorageException if e.getCode == 404 => () // replaced or deleted meanwhile
+        case e: StorageException if e.getCode == 404 => // replaced or deleted meanwhile
+          Thread.sleep(java.util.concurrent.ThreadLocalRandom.current().nextLong(1L, 2L + math.min(200L, 5L << math.min(attempt, 6))))
         case e: RuntimeException => throw failure("GET", full, e)
       }
     }
@@ -222,7 +225,7 @@ final class GcsStore(val bucket: String, prefix: String, val config: GcsStoreCon
 
 object GcsStore {
   /** Reads of an object's metadata and bytes before giving up on a key replaced in between each time. */
-  val ReadAttempts = 5
+  val ReadAttempts = 30
   private val MissingBucket = "the bucket does not exist"
   private val BucketName = """[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]""".r
 
