@@ -248,3 +248,28 @@ def test_cli_on_a_gs_queue_with_fs_gs_store_options(gcs_bucket: str, gcs_options
     assert json.loads(run("inspect", path, *opts, "--json").stdout)["entries"] == []
     bad = run("inspect", path, *opts, "--store-option", "fs.gs.auth.type=KERBEROS")
     assert bad.exit_code == 2 and "fs.gs.auth.type" in bad.stderr
+
+
+def test_the_server_keeps_every_file_in_its_state_dir_and_removes_it_at_stop(tmp_path: pathlib.Path) -> None:
+    from gcs_fixtures import run_gcs_server
+
+    home, state = tmp_path / "home", tmp_path / "state"
+    home.mkdir()
+    with run_gcs_server(state_dir=state, env={**os.environ, "HOME": str(home)}) as server:
+        client = server.client()
+        client.create_bucket("state-dir-check")
+        client.bucket("state-dir-check").blob("k").upload_from_string(b"v")
+        assert list((state / "data").rglob("*")), "the filesystem backend writes inside the state dir"
+        outside = sorted(str(p) for p in tmp_path.rglob("*") if state not in p.parents and p not in (state, home))
+        assert outside == [], f"fake-gcs-server wrote outside its state dir: {outside}"
+    assert server.proc.returncode == 0
+    assert not state.exists(), "the state dir outlived the server"
+    assert list(home.iterdir()) == []
+
+
+def test_a_state_dir_that_exists_is_refused(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "state").mkdir()
+    script = pathlib.Path(__file__).resolve().parents[1] / "gcs" / "gcsserver.py"
+    done = subprocess.run([sys.executable, str(script), "--state-dir", str(tmp_path / "state")],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "already exists" in done.stderr
