@@ -9,6 +9,7 @@ val osqueueVersion = {
 
 val awsSdkVersion = "2.35.4"
 val zstdJniVersion = "1.5.7-4"
+val gcsSdkVersion = "2.50.0" // com.google.cloud:google-cloud-storage, in the osqueue-gcs artifact only
 val scala212 = "2.12.18" // Spark 3.5's
 val scala213 = "2.13.17"
 
@@ -36,7 +37,7 @@ ThisBuild / publishTo := Some(MavenCache("osqueue-build-repo", (ThisBuild / buil
 ThisBuild / publishMavenStyle := true
 ThisBuild / licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0"))
 ThisBuild / description := "osqueue: a stateless object-storage queue, and its Spark connector"
-addCommandAlias("publishBuildRepo", "core/publish; core_2_12/publish; spark/publish; azure/publish; azure_2_12/publish")
+addCommandAlias("publishBuildRepo", "core/publish; core_2_12/publish; spark/publish; azure/publish; azure_2_12/publish; gcs/publish; gcs_2_12/publish; gcs_bundle/publish; gcs_bundle_2_12/publish")
 ThisBuild / Test / parallelExecution := false
 ThisBuild / Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
 
@@ -238,7 +239,51 @@ lazy val spark = (project in file("jvm/spark/target/all-lines"))
   .disablePlugins(sbtassembly.AssemblyPlugin)
   .settings(publish / skip := true)
 
+// The GCS store (gs://): its own artifact, so that Google's SDK grows neither the core nor the connector.
+// The core is `provided` (the connector or the core's assembly brings it); the SDK is relocated in
+// the assembly (osqueue.shaded.gcs.*) so that it cannot clash with the GCS connector's on Dataproc.
+val gcsShadeRules = Seq("com.google", "io.grpc", "io.opencensus", "io.opentelemetry", "org.threeten", "io.perfmark",
+  "com.fasterxml.jackson", "org.apache.http", "org.apache.commons.codec", "org.checkerframework", "javax.annotation", "org.codehaus.mojo",
+  "org.json", "android.annotation")
+  .map(p => ShadeRule.rename(s"$p.**" -> s"osqueue.shaded.gcs.$p.@1").inAll)
+def gcsSettings(scala: String) = compileSettings(scala) ++ Seq(
+  name := "osqueue-gcs",
+  libraryDependencies ++= Seq(
+    // HTTP (JSON API) transport only: the gRPC transport's native, unrelocatable pieces stay out.
+    ("com.google.cloud" % "google-cloud-storage" % gcsSdkVersion)
+      .exclude("io.grpc", "grpc-netty-shaded").exclude("org.conscrypt", "conscrypt-openjdk-uber"),
+    "org.slf4j" % "slf4j-api" % "2.0.17" % Provided,
+    "org.slf4j" % "slf4j-simple" % "2.0.17" % Test,
+    "com.github.luben" % "zstd-jni" % zstdJniVersion % Test,
+    scalatest
+  ),
+  Test / envVars ++= sys.env.filter { case (k, _) => k.startsWith("OSQUEUE_") },
+  assembly / assemblyJarName := s"osqueue-gcs-assembly_${CrossVersion.binaryScalaVersion(scala)}-${osqueueVersion}.jar"
+) ++ fatJarSettings ++ publishAssembly ++ Seq(assembly / assemblyShadeRules := gcsShadeRules)
+
+lazy val gcs = (project in file("jvm/gcs"))
+  .dependsOn(core % "provided->compile;test->test")
+  .settings(gcsSettings(scala213))
+lazy val gcs_2_12 = Project("gcs_2_12", file("jvm/gcs"))
+  .dependsOn(core_2_12 % "provided->compile")
+  .settings(gcsSettings(scala212))
+  .settings(target := baseDirectory.value / "target" / "cross-2.12", Test / sources := Nil)
+
+// osqueue-gcs-bundle_<scala>: the relocated assembly as a plain artifact with no dependencies, so that
+// spark.jars.packages (which takes no classifier) can bring it: configure_spark_with_osqueue(stores=["gcs"]).
+def gcsBundle(id: String, scala: String, of: Project) = Project(id, file(s"jvm/gcs/target/bundle-$scala"))
+  .disablePlugins(sbtassembly.AssemblyPlugin)
+  .settings(
+    name := "osqueue-gcs-bundle",
+    scalaVersion := scala,
+    autoScalaLibrary := false,
+    Compile / packageBin := (of / assembly).value,
+    Compile / packageSrc / publishArtifact := false,
+    Compile / packageDoc / publishArtifact := false)
+lazy val gcs_bundle = gcsBundle("gcs_bundle", scala213, gcs)
+lazy val gcs_bundle_2_12 = gcsBundle("gcs_bundle_2_12", scala212, gcs_2_12)
+
 lazy val root = (project in file("."))
-  .aggregate((Seq[ProjectReference](core, core_2_12, azure, azure_2_12) ++ lineProjects): _*)
+  .aggregate((Seq[ProjectReference](core, core_2_12, azure, azure_2_12, gcs, gcs_2_12) ++ lineProjects): _*)
   .disablePlugins(sbtassembly.AssemblyPlugin)
   .settings(name := "osqueue", publish / skip := true)

@@ -184,7 +184,9 @@ def queue_options(f: F) -> F:
         help="Store setting, repeatable: fs.s3a.endpoint, fs.s3a.access.key, fs.s3a.secret.key, "
         "fs.s3a.session.token, fs.s3a.path.style.access, fs.s3a.endpoint.region; for abfss:// and wasbs:// paths "
         "hadoop-azure's fs.azure.account.key.<host>, fs.azure.sas.fixed.token.<host>, fs.azure.account.oauth2.client.*, "
-        "fs.azure.blob.endpoint.",
+        "fs.azure.blob.endpoint; "
+        "for gs:// the GCS connector's fs.gs.storage.root.url, fs.gs.project.id, fs.gs.auth.type, "
+        "fs.gs.auth.service.account.json.keyfile.",
     )
     @functools.wraps(f)
     def wrapper(
@@ -277,7 +279,7 @@ def manifest_to_json(manifest: Manifest, version: int | None) -> dict[str, Any]:
 def cli(ctx: click.Context, debug: bool) -> None:
     """Inspect, produce to, tail and garbage-collect osqueue queues.
 
-    PATH is a queue's store root: /dir, file:/dir, s3://bucket/prefix or s3a://bucket/prefix.
+    PATH is a queue's store root: /dir, file:/dir, s3://bucket/prefix, s3a://bucket/prefix or gs://bucket/prefix.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

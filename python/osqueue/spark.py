@@ -102,6 +102,26 @@ def _installed_hadoop_version() -> str | None:
     return _jar_version("hadoop-client-api-")
 
 
+STORE_ARTIFACTS: Mapping[str, str] = {"azure": "osqueue-azure", "gcs": "osqueue-gcs-bundle"}
+"""Stores whose JVM side lives in an artifact of its own (its cloud SDK relocated inside, no
+dependencies), added by ``configure_spark_with_osqueue(stores=[...])``: store -> artifact (the Scala
+binary version is appended)."""
+MAVEN_GROUP = "io.github.osqueue"
+
+
+def _store_packages(stores: Sequence[str]) -> list[str]:
+    """Maven coordinates of the store artifacts for the installed PySpark's Scala."""
+    if isinstance(stores, str):
+        raise TypeError("stores must be a list of store names such as ['gcs'] or ['azure'], not a single string")
+    from osqueue._version import __version__
+
+    unknown = [s for s in stores if s not in STORE_ARTIFACTS]
+    if unknown:
+        raise ValueError(f"unknown store {unknown[0]!r} in stores; known: {', '.join(sorted(STORE_ARTIFACTS))}")
+    _, scala, _ = connector_for(_installed_spark_version(), _installed_scala_version())
+    return [f"{MAVEN_GROUP}:{STORE_ARTIFACTS[s]}_{scala}:{__version__}" for s in stores]
+
+
 def _connector_jar() -> str:
     """The bundled connector jar for the installed PySpark (raises RuntimeError when none fits)."""
     spark = _installed_spark_version()
@@ -122,9 +142,6 @@ def _append_csv(existing: str | None, additions: Sequence[str]) -> str:
     return ",".join(items)
 
 
-STORE_ARTIFACTS: dict[str, str] = {"azure": "osqueue-azure"}
-"""The ``stores`` of :func:`configure_spark_with_osqueue` and the Maven artifact each adds."""
-
 STORE_OPTION_PREFIXES = ("fs.s3a.", "fs.azure.", "fs.gs.")
 """Store settings a read or write takes (the Hadoop keys of S3A, hadoop-azure, the GCS connector)."""
 
@@ -134,7 +151,7 @@ def configure_spark_with_osqueue(
     *,
     extra_packages: Sequence[str] | None = None,
     s3: bool = False,
-    stores: Sequence[str] | None = None,
+    stores: Sequence[str] = (),
 ) -> Any:
     """Adds the osqueue connector jar to a ``SparkSession.Builder`` and returns the builder.
 
@@ -144,6 +161,9 @@ def configure_spark_with_osqueue(
     ``spark.jars.packages``; with ``s3=True`` so is ``org.apache.hadoop:hadoop-aws`` at the
     Hadoop version of the installed PySpark, which Spark needs for ``s3a://`` checkpoint
     locations and other S3 I/O of its own (osqueue reaches S3 with its bundled SDK).
+    ``stores=["gcs"]`` adds the artifact of the ``gs://`` store (``io.github.osqueue:osqueue-gcs-bundle_<scala>``,
+    Google's SDK relocated inside) to ``spark.jars.packages``: the wheel does not carry cloud SDK
+    jars. Spark resolves it from Maven Central, or from ``spark.jars.repositories``.
 
     Example::
 
@@ -159,8 +179,9 @@ def configure_spark_with_osqueue(
     :param extra_packages: More Maven coordinates for ``spark.jars.packages``.
     :param s3: Also add ``hadoop-aws`` matching the installed PySpark's Hadoop.
     :param stores: Object stores beyond S3 and local files, each in an artifact of its own that the
-        wheel does not bundle: ``"azure"`` (``abfss://``, ``wasbs://``) appends
-        ``io.github.osqueue:osqueue-azure_<scala>:<version>`` (one jar, its SDK relocated) to
+        wheel does not bundle: ``"azure"`` (``abfss://``, ``wasbs://``) adds
+        ``io.github.osqueue:osqueue-azure_<scala>:<version>`` and ``"gcs"`` (``gs://``)
+        ``io.github.osqueue:osqueue-gcs-bundle_<scala>:<version>`` (each one jar, its SDK relocated) to
         ``spark.jars.packages``, resolved from Maven Central or the ``spark.jars.repositories`` set.
     :return: The same builder.
     :raises TypeError: ``builder`` is not a ``SparkSession.Builder``.
@@ -179,16 +200,10 @@ def configure_spark_with_osqueue(
     if isinstance(extra_packages, str):
         raise TypeError("extra_packages must be a list of Maven coordinates, not a single string")
     jar = _connector_jar()
+    store_packages = _store_packages(stores)  # checked before the builder is touched
     options: Mapping[str, Any] = getattr(builder, "_options", {})
     builder.config("spark.jars", _append_csv(options.get("spark.jars"), [jar]))
-    packages = list(extra_packages or [])
-    if isinstance(stores, str):
-        raise TypeError("stores must be a list of store names, e.g. ['azure'], not a single string")
-    for store in stores or []:
-        if store not in STORE_ARTIFACTS:
-            raise ValueError(f"unknown store {store!r} in stores; known: {', '.join(sorted(STORE_ARTIFACTS))}")
-        line_scala = connector_for(_installed_spark_version(), _installed_scala_version())[1]
-        packages.append(f"io.github.osqueue:{STORE_ARTIFACTS[store]}_{line_scala}:{__version__}")
+    packages = list(extra_packages or []) + store_packages
     if s3:
         hadoop = _installed_hadoop_version()
         if hadoop is None:

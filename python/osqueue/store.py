@@ -969,6 +969,7 @@ def _header(condition: Mapping[str, str]) -> str:
 # finds the same stores through osqueue.store.ObjectStoreProvider, in artifacts of their own.
 PLUGGED_STORES: dict[str, tuple[str, str]] = {
     **{scheme: ("osqueue.store_azure", "azure") for scheme in ("abfss", "abfs", "wasbs", "wasb")},
+    "gs": ("osqueue.store_gcs", "gcs"),
 }
 
 

@@ -1,6 +1,7 @@
 """A streaming query from text files into an osqueue queue, run as its own process.
 
-`python sink_job.py INPUT_DIR QUEUE CHECKPOINT [--crash-at POINT] [--master URL] [--trigger-ms MS] [--option k=v]`
+`python sink_job.py INPUT_DIR QUEUE CHECKPOINT [--crash-at POINT] [--master URL] [--trigger-ms MS] [--option k=v]
+[--conf k=v] [--stores gcs]`
 
 Each line becomes an entry (`value`), with the file name as its `metadata`. One file per trigger,
 Trigger.AvailableNow (or, with `--trigger-ms`, a processing-time trigger that runs until the
@@ -26,11 +27,20 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--trigger-ms", type=int)
     ap.add_argument("--option", action="append", default=[])
+    ap.add_argument("--stores", action="append", default=[], help="configure_spark_with_osqueue(stores=...)")
+    ap.add_argument("--conf", action="append", default=[])
     args = ap.parse_args()
 
     builder = spark_builder("osqueue-sink-job", args.master)
     if args.crash_at:
         builder = builder.config("spark.driver.extraJavaOptions", f"-Dosqueue.test.crashAt={args.crash_at}")
+    for kv in args.conf:
+        k, v = kv.split("=", 1)
+        builder = builder.config(k, v)
+    if args.stores:  # the store artifacts (e.g. gcs), through spark.jars.packages
+        from osqueue.spark import configure_spark_with_osqueue
+
+        builder = configure_spark_with_osqueue(builder, stores=args.stores)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     from pyspark.sql import functions as F

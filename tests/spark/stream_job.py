@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--hold-at-sequence", type=int)
     ap.add_argument("--conf", action="append", default=[])
     ap.add_argument("--s3", action="store_true")
+    ap.add_argument("--stores", action="append", default=[], help="configure_spark_with_osqueue(stores=...)")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -47,6 +48,10 @@ def main() -> None:
         from osqueue.spark import configure_spark_with_osqueue
 
         builder = configure_spark_with_osqueue(builder, s3=True)
+    if args.stores:  # the store artifacts (e.g. gcs), through spark.jars.packages
+        from osqueue.spark import configure_spark_with_osqueue
+
+        builder = configure_spark_with_osqueue(builder, stores=args.stores)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     reader = spark.readStream.format("osqueue").option("gc", "false")

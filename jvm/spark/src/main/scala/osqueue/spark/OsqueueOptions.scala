@@ -5,7 +5,7 @@ import java.util.Locale
 import scala.concurrent.duration._
 
 import osqueue.format.Compression
-import osqueue.store.ObjectKeys
+import osqueue.store.{ObjectKeys, ObjectStoreProvider}
 
 /** Where a queue lives and how to reach its store; serializable so executors can open the store. */
 private[spark] final case class QueueLocation(
@@ -22,6 +22,10 @@ private[spark] final case class QueueLocation(
  * case-insensitive; messages name the option, echo the value and say what is expected.
  */
 private[spark] object OsqueueOptions {
+  /** Store settings, as Hadoop names them: S3A's, hadoop-azure's and the GCS connector's. */
+  val StoreOptionPrefixes: Seq[String] = Seq("fs.s3a.", "fs.azure.", "fs.gs.")
+  def isStoreOption(key: String): Boolean = StoreOptionPrefixes.exists(p => key.startsWith(p) || key.startsWith("spark.hadoop." + p))
+
   val Path = "path"
   val ManifestPath = "manifestpath"
   val DataPathPrefix = "datapathprefix"
@@ -60,7 +64,7 @@ private[spark] object OsqueueOptions {
     if (prefix.nonEmpty) validKey(DataPathPrefix, prefix)
     // Store settings: the session's fs.s3a.* (fs.azure.*...) first, then options given on this read/write.
     val fromOptions = options.collect {
-      case (k, v) if OsqueueStores.isStoreOption(k) => k.stripPrefix("spark.hadoop.") -> v
+      case (k, v) if isStoreOption(k) => k.stripPrefix("spark.hadoop.") -> v
     }
     QueueLocation(uri, manifest, prefix, sessionStoreOptions ++ fromOptions)
   }
@@ -88,7 +92,7 @@ private[spark] object OsqueueOptions {
       case "sink" => sinkKeys
       case _ => sourceKeys ++ batchReadKeys ++ sinkKeys
     }) ++ sparkKeys
-    options.keys.filterNot(k => known(k) || OsqueueStores.isStoreOption(k)).toSeq.sorted
+    options.keys.filterNot(k => known(k) || isStoreOption(k)).toSeq.sorted
       .headOption.foreach { k =>
         throw new IllegalArgumentException(
           s"unknown option '$k' for the osqueue $mode; known options: ${known.diff(sparkKeys).toSeq.sorted.mkString(", ")} " +
@@ -149,10 +153,10 @@ private[spark] object ObjectStoresCheck {
   def uri(path: String): Unit = {
     val scheme = """^([a-zA-Z][a-zA-Z0-9+.-]*):""".r.findFirstMatchIn(path).map(_.group(1).toLowerCase(Locale.ROOT))
     // A plugged store's scheme (abfss, gs...) too: without its artifact, opening it names the artifact.
-    if (!scheme.forall(s => Set("file", "s3", "s3a", "memory")(s) || osqueue.store.ObjectStoreProvider.ArtifactForScheme.contains(s)))
+    if (!scheme.forall(Set("file", "s3", "s3a", "memory") ++ ObjectStoreProvider.ArtifactForScheme.keySet))
       throw new IllegalArgumentException(
-        s"invalid value for option 'path': '$path'; expected an absolute local path, file:/..., s3://bucket/prefix or " +
-          "s3a://bucket/prefix")
+        s"invalid value for option 'path': '$path'; expected an absolute local path, file:/..., s3://bucket/prefix, " +
+          "s3a://bucket/prefix, gs://bucket/prefix or abfss://container@account.dfs.core.windows.net/prefix")
   }
 }
 

@@ -21,16 +21,12 @@ private[spark] object OsqueueStores extends Logging {
   def open(location: QueueLocation): ObjectStore =
     cache.computeIfAbsent((location.uri, location.storeOptions), _ => ObjectStores.open(location.uri, location.storeOptions))
 
-  /** The Hadoop keys stores read: S3A's, hadoop-azure's, the GCS connector's. */
-  val StoreOptionPrefixes: Seq[String] = Seq("fs.s3a.", "fs.azure.", "fs.gs.")
-  def isStoreOption(key: String): Boolean = StoreOptionPrefixes.exists(p => key.startsWith(p) || key.startsWith("spark.hadoop." + p))
-
   /** The session's store settings (`spark.hadoop.fs.s3a.*`, `fs.azure.*`... and the Hadoop configuration's). */
   def sessionStoreOptions(): Map[String, String] = SparkSession.getActiveSession.map { spark =>
     val hadoop = spark.sparkContext.hadoopConfiguration.iterator().asScala
-      .map(e => e.getKey -> e.getValue).filter(e => isStoreOption(e._1)).toMap
+      .map(e => e.getKey -> e.getValue).filter(e => OsqueueOptions.isStoreOption(e._1)).toMap
     val runtime = spark.conf.getAll.collect {
-      case (k, v) if k.startsWith("spark.hadoop.") && isStoreOption(k) => k.stripPrefix("spark.hadoop.") -> v
+      case (k, v) if k.startsWith("spark.hadoop.") && OsqueueOptions.isStoreOption(k) => k.stripPrefix("spark.hadoop.") -> v
     }
     hadoop ++ runtime
   }.getOrElse(Map.empty)
