@@ -87,13 +87,14 @@ def test_configure_with_extra_packages_only(fake_jar: str) -> None:
 
 def test_configure_with_stores_adds_each_store_artifact_for_the_installed_scala(fake_jar: str) -> None:
     builder = SparkSession.builder.config("spark.jars.packages", "org.example:lib:1.0")
-    osp.configure_spark_with_osqueue(builder, stores=["gcs"])
+    osp.configure_spark_with_osqueue(builder, stores=["gcs", "azure"])
     scala = ".".join(osp._installed_scala_version().split(".")[:2])
     assert _builder_options(builder)["spark.jars.packages"] == (
-        f"org.example:lib:1.0,io.github.osqueue:osqueue-gcs-bundle_{scala}:{osqueue.__version__}"
+        f"org.example:lib:1.0,io.github.osqueue:osqueue-gcs-bundle_{scala}:{osqueue.__version__},"
+        f"io.github.osqueue:osqueue-azure_{scala}:{osqueue.__version__}"
     )
     assert fake_jar not in _builder_options(builder)["spark.jars.packages"]  # the wheel's jar stays in spark.jars
-    with pytest.raises(ValueError, match="unknown store 'hdfs'.*known: gcs"):
+    with pytest.raises(ValueError, match="unknown store 'hdfs'.*known: azure, gcs"):
         osp.configure_spark_with_osqueue(SparkSession.builder, stores=["hdfs"])
     with pytest.raises(TypeError, match="list of store names"):
         osp.configure_spark_with_osqueue(SparkSession.builder, stores="gcs")  # type: ignore[arg-type]
