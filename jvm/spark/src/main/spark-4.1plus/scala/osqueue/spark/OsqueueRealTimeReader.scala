@@ -28,7 +28,8 @@ private[spark] final case class OsqueueRealTimePartition(
     delivered: EntryTag.Delivered,
     failOnDataLoss: Boolean,
     pollIntervalMs: Long,
-    maxPollIntervalMs: Long) extends InputPartition
+    maxPollIntervalMs: Long,
+    initialWaitMs: Long) extends InputPartition
 
 /** The reader's position, reported to the driver when the batch's time is up. */
 private[spark] final case class OsqueueRealTimePartitionOffset(nextSequence: Long, entryIndex: Int,
@@ -59,7 +60,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   /** Entries of the last manifest seen, from `nextSeq` on, not yet looked at. */
   private var pending: List[ManifestEntry] = Nil
   private var stalled = false
-  private var waitMs = p.pollIntervalMs
+  private var waitMs = p.initialWaitMs // the idle rate when the last batch read nothing
   private var current: InternalRow = _
 
   private var bytesFetched = 0L

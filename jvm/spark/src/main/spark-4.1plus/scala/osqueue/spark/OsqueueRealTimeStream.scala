@@ -29,19 +29,27 @@ private[spark] final class OsqueueRealTimeStream(options: SourceOptions, readers
       s"up to ${options.maxPollInterval} when idle)")
   }
 
+  /** The last batch read nothing: the next reader starts at the idle poll rate (no new backoff ramp per batch). */
+  @volatile private var lastBatchIdle = false
+  @volatile private var lastStart: Option[OsqueueSourceOffset] = None
+
   override def planInputPartitions(start: Offset): Array[InputPartition] = {
     val startAt = ours(start)
+    lastStart = Some(startAt)
     val m = readManifest()
     val (from, delivered) = resumePoint(startAt, m) // data loss is reported as in micro-batch mode
     val entryIndex = if (from == startAt.nextSequence && !fromAnotherIncarnation(startAt, m)) startAt.entryIndex else 0
     Array(OsqueueRealTimePartition(location, queueId, epoch, Incarnation.of(m.epoch), from, entryIndex, delivered,
-      options.failOnDataLoss, options.pollInterval.toMillis, options.maxPollInterval.toMillis))
+      options.failOnDataLoss, options.pollInterval.toMillis, options.maxPollInterval.toMillis,
+      initialWaitMs = if (lastBatchIdle) options.maxPollInterval.toMillis else options.pollInterval.toMillis))
   }
 
   /** One reader task: its position is the stream's. */
   override def mergeOffsets(offsets: Array[PartitionOffset]): Offset = offsets match {
     case Array(p: OsqueueRealTimePartitionOffset) =>
-      OsqueueSourceOffset(location.identity, queueId, p.nextSequence, p.delivered, Some(p.incarnation), p.entryIndex)
+      val end = OsqueueSourceOffset(location.identity, queueId, p.nextSequence, p.delivered, Some(p.incarnation), p.entryIndex)
+      lastBatchIdle = lastStart.exists(s => s.nextSequence == end.nextSequence && s.entryIndex == end.entryIndex)
+      end
     case other => throw new IllegalStateException(
       s"expected the position of the one osqueue real-time reader, got ${other.mkString("[", ", ", "]")}")
   }
