@@ -70,6 +70,19 @@ def committed_end(ckpt: pathlib.Path) -> tuple[int, int]:
     return o["nextSequence"], o.get("entryIndex", 0)
 
 
+def wait_for_commit_through(ckpt: pathlib.Path, next_sequence: int, job, timeout=120.0) -> None:
+    """Until the commit log has a batch that ended at `next_sequence` (real-time batches commit when their time is up)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (ckpt / "commits").is_dir() and any(p.name.isdigit() for p in (ckpt / "commits").iterdir()):
+            if committed_end(ckpt)[0] >= next_sequence:
+                return
+        if job.poll() is not None:
+            pytest.fail("real-time job exited early:\n" + job.stdout.read())
+        time.sleep(0.2)
+    pytest.fail(f"no committed batch ended at {next_sequence} within {timeout} s")
+
+
 def produce_slowly(queue, batches, per_batch, every_s, tag):
     values = [f"{tag}{b}-{i}" for b in range(batches) for i in range(per_batch)]
 
@@ -93,7 +106,7 @@ def test_real_time_query_reads_each_entry_once_in_order_as_it_lands_and_acks_com
         later, producer = produce_slowly(queue_dir, batches=20, per_batch=3, every_s=0.15, tag="l")
         producer.join(60)
         wait_for_rows(out, len(before) + len(later), job)
-        time.sleep(2.5)  # two more real-time batches: the ones that read the rows are committed
+        wait_for_commit_through(ckpt, manifest(queue_dir).next_sequence, job)
     finally:
         kill(job)
     rows = rows_in(out)
@@ -120,7 +133,7 @@ def test_kill_dash_nine_mid_stream_and_restart_delivers_each_entry_exactly_once(
     job = start_job(queue_dir, ckpt, out)
     try:
         wait_for_rows(out, 1 + len(values), job)
-        time.sleep(2.5)  # the batch that read the last rows is committed
+        wait_for_commit_through(ckpt, manifest(queue_dir).next_sequence, job)
     finally:
         kill(job)
     rows = rows_in(out)

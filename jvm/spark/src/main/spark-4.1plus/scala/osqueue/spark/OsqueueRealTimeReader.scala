@@ -9,7 +9,7 @@ import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.Record
 import org.apache.spark.util.LongAccumulator
 
 import osqueue.{BatchNotFoundException, FencedException, SystemClock}
-import osqueue.consumer.{BatchDescriptor, BatchFetcher}
+import osqueue.consumer.{BatchDescriptor, BatchFetcher, ConsumedBatch}
 import osqueue.format.{EntryTag, Incarnation, Manifest, ManifestEntry}
 import osqueue.metrics.MetricsRegistry
 
@@ -63,6 +63,16 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   private var waitMs = p.initialWaitMs // the idle rate when the last batch read nothing
   private var current: InternalRow = _
 
+  /**
+   * Batch files fetched ahead of the one being read (by sequence): with one object-store round trip
+   * per file, fetching them one after another could not keep up with a producer that writes a file
+   * every few tens of milliseconds.
+   */
+  private val prefetched = scala.collection.mutable.Map.empty[Long, java.util.concurrent.Future[ConsumedBatch]]
+  private val prefetcher = java.util.concurrent.Executors.newFixedThreadPool(OsqueueRealTimeReader.Prefetch, { (r: Runnable) =>
+    val t = new Thread(r, s"osqueue-realtime-prefetch"); t.setDaemon(true); t
+  })
+
   private var bytesFetched = 0L
   private var fetchTimeMs = 0L
   private var missing = 0L
@@ -111,8 +121,9 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
     else {
       deliveredAfter = after
       val started = System.nanoTime()
+      prefetchAhead()
       val batchRows = try {
-        val batch = fetcher.fetch(BatchDescriptor.of(e))
+        val batch = prefetched.remove(e.sequence).map(awaitFetch).getOrElse(fetcher.fetch(BatchDescriptor.of(e)))
         bytesFetched += batch.entries.foldLeft(0L)(_ + _.length)
         OsqueueSchema.rows(batch, fields).drop(if (e.sequence == nextSeq) index else 0)
       } catch {
@@ -130,6 +141,15 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
     }
   }
 
+  /** Starts fetching the next `Prefetch` pending entries not yet asked for. */
+  private def prefetchAhead(): Unit =
+    pending.iterator.take(OsqueueRealTimeReader.Prefetch).filterNot(e => prefetched.contains(e.sequence)).foreach { e =>
+      prefetched(e.sequence) = prefetcher.submit(() => fetcher.fetch(BatchDescriptor.of(e)))
+    }
+
+  private def awaitFetch(f: java.util.concurrent.Future[ConsumedBatch]): ConsumedBatch =
+    try f.get() catch { case ex: java.util.concurrent.ExecutionException => throw ex.getCause }
+
   private def finishBatch(): Unit = {
     nextSeq += 1
     index = 0
@@ -140,13 +160,20 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   override def getOffset: PartitionOffset = OsqueueRealTimePartitionOffset(nextSeq, index, delivered, p.incarnation)
 
   override def next(): Boolean = nextBefore(Long.MaxValue / 4).hasRecord
-  // = nextWithTimeout(Long.MaxValue / 4).hasRecord
   override def get(): InternalRow = current
-  override def close(): Unit = logInfo(s"osqueue real-time reader on '${p.location.identity}' stopped at sequence $nextSeq " +
+  override def close(): Unit = {
+    prefetcher.shutdownNow()
+    logInfo(s"osqueue real-time reader on '${p.location.identity}' stopped at sequence $nextSeq " +
     s"(entry $index) after ${poller.requests} manifest polls")
+  }
 
   override def currentMetricsValues(): Array[CustomTaskMetric] = Array(
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.BytesFetched, bytesFetched),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.FetchTimeMs, fetchTimeMs),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.MissingBatches, missing))
+}
+
+private[spark] object OsqueueRealTimeReader {
+  /** Batch files fetched ahead, at most: 8 concurrent GETs keep up with ~8 files per round trip. */
+  val Prefetch = 8
 }
