@@ -194,7 +194,10 @@ def sparkLineProject(l: SparkLine, coreDep: ClasspathDep[ProjectReference], full
         scalatest
       ),
       // Where the Spark API differs: src/main/spark-<major>.x (e.g. spark-4.x), then src/main/spark-<line>.
-      Compile / unmanagedSourceDirectories ++= Seq(s"spark-${l.line.takeWhile(_ != '.')}.x", s"spark-${l.line}")
+      // Real-time mode (SupportsRealTimeMode, Spark 4.1+): src/main/spark-4.1plus; older lines get the
+      // micro-batch-only stream factory of src/main/spark-pre4.1.
+      Compile / unmanagedSourceDirectories ++= Seq(s"spark-${l.line.takeWhile(_ != '.')}.x", s"spark-${l.line}",
+        if (l.hasRealTimeMode) "spark-4.1plus" else "spark-pre4.1")
         .map(d => baseDirectory.value / "src" / "main" / d / "scala"),
       // The line's identity, for SparkVersionCheck: which Spark/Scala it is for and what to use instead.
       Compile / sourceGenerators += Def.task {

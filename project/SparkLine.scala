@@ -11,4 +11,9 @@ final case class SparkLine(line: String, sparkVersion: String, scala: String) {
   def artifact: String = s"osqueue-spark-$line" // + _<scala binary>
   def id: String = "spark" + line.replace(".", "") + "_" + scalaBinary.replace(".", "")
   def dir: String = s"$line-$scalaBinary"
+  /** Spark 4.1 added real-time mode (`Trigger.RealTime`, SupportsRealTimeMode/SupportsRealTimeRead). */
+  def hasRealTimeMode: Boolean = {
+    val Array(major, minor) = line.split('.').map(_.toInt)
+    major > 4 || (major == 4 && minor >= 1)
+  }
 }

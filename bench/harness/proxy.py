@@ -3,7 +3,8 @@ forwarding each request to the S3 server, on a kept-alive connection.
 
 It runs in its own process so that it does not take the GIL from the code being measured:
 ``python -m bench.harness.proxy UPSTREAM LATENCY_MS`` prints its endpoint as one JSON line on
-stdout and serves until stdin closes. Standard library only.
+stdout and serves until stdin closes. ``GET /__proxy__/count?<suffix>`` answers how many requests
+it forwarded, by method, whose path ends with the suffix (the idle-cost figures). Standard library only.
 """
 
 from __future__ import annotations
@@ -16,13 +17,19 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from typing import Any
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "expect"}
 
 
+_COUNT_PATH = "/__proxy__/count"
+
+
 def _make_proxy_handler(upstream_host: str, upstream_port: int, latency_s: float) -> type:
     local = threading.local()
+    counts: dict[tuple[str, str], int] = {}  # (method, path) -> requests forwarded
+    counts_lock = threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -89,7 +96,24 @@ def _make_proxy_handler(upstream_host: str, upstream_port: int, latency_s: float
                 self._headers_buffer.append(data)  # type: ignore[attr-defined]
             self.flush_headers()
 
-        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+        def _count_or_forward(self) -> None:
+            # `GET /__proxy__/count?<suffix>`: requests so far, by method, whose path ends with it.
+            if self.path.startswith(_COUNT_PATH):
+                needle = urllib.parse.unquote(self.path[len(_COUNT_PATH):].lstrip("?"))
+                with counts_lock:
+                    body = json.dumps({m: sum(n for (mm, p), n in counts.items() if mm == m and p.endswith(needle))
+                                       for m in ("GET", "PUT", "POST", "DELETE", "HEAD")}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            with counts_lock:
+                key = (self.command, self.path.split("?")[0])
+                counts[key] = counts.get(key, 0) + 1
+            self._forward()
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _count_or_forward
 
     return Handler
 

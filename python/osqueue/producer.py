@@ -167,6 +167,12 @@ def _positive(option: str, value: float) -> float:
     return value
 
 
+def _non_negative(option: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+        raise InvalidConfigError(option, value, "must be a number >= 0 (the linger)")
+    return value
+
+
 def _compression(value: object) -> Compression:
     if value is None:
         return Compression.NONE
@@ -182,7 +188,9 @@ class Producer:
 
     Args:
         path: The queue's store root (see :func:`osqueue.store.open_store`); or pass ``store``.
-        flush_interval: Seconds after a batch's first input before it is flushed (0.1).
+        flush_interval: Seconds after a batch's first input before it is flushed (0.1): the
+            producer's linger (Kafka's ``linger.ms``). 0 flushes each batch as soon as the flush
+            thread has it; inputs that arrive meanwhile form the next batch.
         flush_size_bytes: A batch whose entry and metadata bytes reach this is flushed (64 MiB).
         max_buffered_inputs: ``produce()`` calls that may wait for the flush thread before
             ``produce()`` blocks (1000).
@@ -221,7 +229,7 @@ class Producer:
         retry: RetryPolicy | None = None,
         metrics: m.MetricsRegistry | None = None,
     ) -> None:
-        self._flush_interval = _positive("flush_interval", flush_interval)
+        self._flush_interval = _non_negative("flush_interval", flush_interval)
         if not isinstance(flush_size_bytes, int) or flush_size_bytes <= 0:
             raise InvalidConfigError("flush_size_bytes", flush_size_bytes, "must be a positive number of bytes")
         self._flush_size = flush_size_bytes

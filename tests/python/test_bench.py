@@ -177,9 +177,14 @@ def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
         assert _is_stat(lat[k]), k
     assert 0 < lat["p50_ms"]["median"] <= lat["p99_ms"]["median"]
     assert "processingTime" in lat["trigger"]
+    modes = lat["modes"]
+    for name, m in modes.items():  # micro-batch, and real-time mode on Spark 4.1+, side by side
+        assert m["samples_per_run"]["min"] >= 50, name
+        assert 0 < m["p50_ms"]["median"] <= m["p99_ms"]["median"], name
+        assert m["idle_manifest_gets_per_min"]["median"] >= 0, name
 
     goals = {g for g in json_file.with_suffix(".md").read_text().splitlines() if g.startswith("| 5 |")}
-    assert len(goals) == 2  # p50 and p99 rows in the goals table
+    assert len(goals) == 2 * len(modes)  # p50 and p99 rows per mode in the goals table
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -42,6 +42,15 @@ def test_flush_by_interval(mem_store: InMemoryStore) -> None:
         assert decode_batch(mem_store.get(durable.location).data, durable.location) == [b"a"]
 
 
+def test_a_linger_of_zero_flushes_at_once_and_batches_what_arrived_meanwhile(mem_store: InMemoryStore) -> None:
+    with _producer(mem_store, flush_interval=0) as p:  # flush_interval is the linger (Kafka's linger.ms)
+        handles = [p.produce([f"e{i}".encode()]) for i in range(20)]
+        durable = [h.wait_durable(5) for h in handles]  # neither flush() nor close() was called
+    values = [v.decode() for e in _entries(mem_store) for v in decode_batch(mem_store.get(e.location).data, "k")]
+    assert values == [f"e{i}" for i in range(20)]
+    assert [d.sequence for d in durable] == sorted(d.sequence for d in durable)
+
+
 def test_flush_by_size(mem_store: InMemoryStore) -> None:
     with _producer(mem_store, flush_interval=HOUR, flush_size_bytes=10) as p:
         first = p.produce([b"12345"], b"m")  # 6 bytes with the metadata: below the limit
@@ -178,7 +187,7 @@ def test_handle_is_a_future_that_cannot_be_cancelled(mem_store: InMemoryStore) -
 
 @pytest.mark.parametrize(
     "bad",
-    [dict(flush_interval=0), dict(flush_size_bytes=0), dict(max_buffered_inputs=0), dict(compression="lz4"),
+    [dict(flush_interval=-0.001), dict(flush_size_bytes=0), dict(max_buffered_inputs=0), dict(compression="lz4"),
      dict(manifest_path="/abs"), dict(data_path_prefix="../x"), dict(gc_grace_period=-1)],
 )  # fmt: skip
 def test_invalid_options(bad: dict[str, Any], mem_store: InMemoryStore) -> None:

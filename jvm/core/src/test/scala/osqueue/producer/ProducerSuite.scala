@@ -37,6 +37,18 @@ class ProducerSuite extends AnyFunSuite {
     p.close()
   }
 
+  test("should flush at once with a linger (flushInterval) of 0, batching what arrived meanwhile") {
+    val store = InMemoryStore.fresh()
+    val p = new Producer(store, ProducerConfig(flushInterval = Duration.Zero))
+    val handles = (1 to 20).map(i => p.produce(Seq(s"e$i".getBytes)))
+    val durable = handles.map(_.awaitDurable(10.seconds))
+    assert(durable.map(_.sequence) == durable.map(_.sequence).sorted)
+    val all = durable.groupBy(_.location).toSeq.sortBy(_._2.head.sequence)
+      .flatMap { case (loc, _) => BatchCodec.decode(store.get(loc).get.bytes, "b").map(new String(_)) }
+    assert(all == (1 to 20).map(i => s"e$i"))
+    p.close()
+  }
+
   test("should flush by size, before the interval") {
     val store = InMemoryStore.fresh()
     val p = new Producer(store, ProducerConfig(flushInterval = 1.hour, flushSizeBytes = 1000, compression = Compression.Zstd))
@@ -138,6 +150,7 @@ class ProducerSuite extends AnyFunSuite {
     val e = intercept[InvalidConfigException](ProducerConfig(maxBufferedInputs = 0))
     assert(e.getMessage.contains("maxBufferedInputs"))
     intercept[InvalidConfigException](ProducerConfig(flushSizeBytes = -1))
+    assert(intercept[InvalidConfigException](ProducerConfig(flushInterval = -1.millis)).getMessage.contains("flushInterval"))
   }
 
   test("should let several processes produce into one local queue exactly") {

@@ -31,15 +31,15 @@ import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
  *
  * `sourceCheckpoint` is the location Spark gives `toMicroBatchStream`: `<checkpoint>/sources/<index>`.
  */
-private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, readers: OsqueueReaderFactory,
+private[spark] class OsqueueMicroBatchStream(protected val options: SourceOptions, readers: OsqueueReaderFactory,
     sourceCheckpoint: String, clock: Clock = SystemClock)
     extends MicroBatchStream with SupportsTriggerAvailableNow with ReportsSourceMetrics with Logging {
 
-  private val location = options.location
+  protected val location: QueueLocation = options.location
   private val store = OsqueueStores.open(location)
   private val manifests = new ManifestStore(store, location.manifestPath)
   private val queue = new QueueConsumer(manifests, RetryPolicy(), clock, new MetricsRegistry)
-  private val queueId: String = OsqueueStores.queueId(store, location, create = true, clock).getOrElse(
+  protected val queueId: String = OsqueueStores.queueId(store, location, create = true, clock).getOrElse(
     throw new IllegalStateException(s"cannot create the queue id of '${location.identity}'"))
 
   @volatile private var lastManifest: Option[Manifest] = None
@@ -54,7 +54,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
   private val duplicateCopiesSkipped = new AtomicLong()
   /** Batch files the executors found missing and skipped (failOnDataLoss=false), summed on the driver. */
   private val session = SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
-  private val missingBatches: Option[LongAccumulator] =
+  protected val missingBatches: Option[LongAccumulator] =
     session.map(_.sparkContext.longAccumulator(s"osqueue missing batches ${location.identity}"))
   private val checkpoint = session.flatMap(SparkCheckpointLogs.forSource(_, sourceCheckpoint))
 
@@ -62,7 +62,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
    * Takes over the queue (epoch bump) on first use, then runs one GC cycle at once and every
    * `gcInterval` after, so short and AvailableNow runs collect too.
    */
-  private lazy val epoch: Long = {
+  protected lazy val epoch: Long = {
     val e = queue.initialize(None)
     logInfo(s"osqueue source on '${location.identity}' took over the queue at epoch ${java.lang.Long.toUnsignedString(e)}")
     if (options.gcEnabled) gc = Some(startGc())
@@ -70,21 +70,21 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
   }
   private def takeOver(): Unit = { val _ = epoch }
 
-  private def offset(next: Long, m: Manifest) =
+  protected def offset(next: Long, m: Manifest) =
     OsqueueSourceOffset(location.identity, queueId, next, incarnation = Some(Incarnation.of(m.epoch)))
 
   /** The position is from another incarnation of the manifest (docs/format.md §5.2): the queue was reset. */
-  private def fromAnotherIncarnation(o: OsqueueSourceOffset, m: Manifest): Boolean =
+  protected def fromAnotherIncarnation(o: OsqueueSourceOffset, m: Manifest): Boolean =
     o.incarnation.exists(_ != Incarnation.of(m.epoch))
 
   /** After a restart Spark hands back offsets read from the checkpoint as `SerializedOffset`s. */
-  private def ours(o: Offset): OsqueueSourceOffset = o match {
+  protected def ours(o: Offset): OsqueueSourceOffset = o match {
     case ours: OsqueueSourceOffset => ours
     case other => deserializeOffset(other.json).asInstanceOf[OsqueueSourceOffset]
   }
   private def sequenceOf(o: Offset): Long = ours(o).nextSequence
 
-  private def readManifest(): Manifest = {
+  protected def readManifest(): Manifest = {
     takeOver()
     val m = queue.read() // raises FencedException once another reader took over
     lastManifest = Some(m)
@@ -139,7 +139,9 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
       case min: ReadMinRows => available - start < min.minRows() && now - lastTriggerMs < min.maxTriggerDelayMs()
       case _ => false
     }
-    if (waitForMore) startOffset
+    // A start inside a batch file (left by a real-time batch) with nothing past that file stays put:
+    // an end at the same sequence would move the position back to the file's first entry.
+    if (waitForMore || (startAt.entryIndex > 0 && end <= startAt.nextSequence)) startOffset
     else {
       if (end > start) lastTriggerMs = now
       OsqueueSourceOffset(location.identity, queueId, end, SinkCopies.select(m.entries, start, end, delivered)._2,
@@ -152,7 +154,7 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
    * ahead of the queue (reset or recreated) or behind its first entry is data loss: an error, or
    * with failOnDataLoss=false one warning and reading on from the queue's first entry.
    */
-  private def resumePoint(startAt: OsqueueSourceOffset, m: Manifest): (Long, EntryTag.Delivered) = {
+  protected def resumePoint(startAt: OsqueueSourceOffset, m: Manifest): (Long, EntryTag.Delivered) = {
     val start = startAt.nextSequence
     if (fromAnotherIncarnation(startAt, m)) {
       reportDataLoss("reset", start, resetMessage(startAt, m) + s"; continuing at its first entry ${m.firstSequence}")
@@ -194,7 +196,9 @@ private[spark] final class OsqueueMicroBatchStream(options: SourceOptions, reade
       }
     val (entries, _) = SinkCopies.select(m.entries, from, to, delivered)
     duplicateCopiesSkipped.addAndGet(m.entries.count(e => e.sequence >= from && e.sequence < to) - entries.size)
-    entries.map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss): InputPartition).toArray
+    // A start inside a batch file (a real-time batch ended there): its first entries were read.
+    def skip(e: osqueue.format.ManifestEntry) = if (e.sequence == startAt.nextSequence && from == startAt.nextSequence) startAt.entryIndex else 0
+    entries.map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss, skip(e)): InputPartition).toArray
   }
 
   override def createReaderFactory(): PartitionReaderFactory = readers.copy(missingBatches = missingBatches)

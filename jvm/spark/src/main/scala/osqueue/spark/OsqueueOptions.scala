@@ -42,9 +42,11 @@ private[spark] object OsqueueOptions {
   val FlushSizeBytes = "flushsizebytes"
   val WriterId = "writerid"
   val WriterBatchId = "writerbatchid"
+  val PollInterval = "pollinterval"
+  val MaxPollInterval = "maxpollinterval"
 
   private val sourceKeys = Set(Path, ManifestPath, DataPathPrefix, MaxBatchesPerTrigger, MinBatchesPerTrigger,
-    MaxTriggerDelay, FailOnDataLoss, Gc, GcInterval, GcGracePeriod)
+    MaxTriggerDelay, FailOnDataLoss, Gc, GcInterval, GcGracePeriod, PollInterval, MaxPollInterval)
   private val batchReadKeys = Set(Path, ManifestPath, DataPathPrefix, StartingSequence, EndingSequence, FailOnDataLoss)
   private val sinkKeys = Set(Path, ManifestPath, DataPathPrefix, CompressionKey, FlushSizeBytes, WriterId, WriterBatchId,
     GcGracePeriod)
@@ -79,7 +81,7 @@ private[spark] object OsqueueOptions {
     Seq(MaxBatchesPerTrigger, MinBatchesPerTrigger).foreach(positiveInt(options, _))
     positiveLong(options, FlushSizeBytes)
     Seq(StartingSequence, EndingSequence, WriterBatchId).foreach(nonNegativeLong(options, _))
-    Seq(MaxTriggerDelay, GcInterval, GcGracePeriod).foreach(duration(options, _, 1.second))
+    Seq(MaxTriggerDelay, GcInterval, GcGracePeriod, PollInterval, MaxPollInterval).foreach(duration(options, _, 1.second))
     Seq(FailOnDataLoss, Gc).foreach(boolean(options, _, default = true))
     compression(options)
     ObjectStoresCheck.uri(options(Path))
@@ -160,7 +162,11 @@ private[spark] object ObjectStoresCheck {
   }
 }
 
-/** Source options after validation. */
+/**
+ * Source options after validation. `pollInterval`/`maxPollInterval` (real-time mode): how often the
+ * long-running reader looks at the manifest while it has nothing to read; each look that finds no
+ * change doubles the wait, up to `maxPollInterval` (the idle cost), and a change resets it.
+ */
 private[spark] final case class SourceOptions(
     location: QueueLocation,
     maxBatchesPerTrigger: Option[Int],
@@ -169,10 +175,15 @@ private[spark] final case class SourceOptions(
     failOnDataLoss: Boolean,
     gcEnabled: Boolean,
     gcInterval: FiniteDuration,
-    gcGracePeriod: FiniteDuration)
+    gcGracePeriod: FiniteDuration,
+    pollInterval: FiniteDuration = SourceOptions.DefaultPollInterval,
+    maxPollInterval: FiniteDuration = SourceOptions.DefaultMaxPollInterval)
 
 private[spark] object SourceOptions {
   import OsqueueOptions._
+
+  val DefaultPollInterval: FiniteDuration = 50.millis
+  val DefaultMaxPollInterval: FiniteDuration = 1.second
 
   def apply(options: Map[String, String], session: Map[String, String]): SourceOptions = {
     checkKnown(options, "source")
@@ -185,13 +196,18 @@ private[spark] object SourceOptions {
     }
     if (options.contains(MaxTriggerDelay) && min.isEmpty)
       throw new IllegalArgumentException(s"option '$MaxTriggerDelay' only applies with '$MinBatchesPerTrigger'")
+    val poll = duration(options, PollInterval, DefaultPollInterval)
+    val maxPoll = duration(options, MaxPollInterval, if (options.contains(PollInterval)) poll.max(DefaultMaxPollInterval) else DefaultMaxPollInterval)
+    if (maxPoll < poll) throw new IllegalArgumentException(
+      s"option '$MaxPollInterval' (${options(MaxPollInterval)}) must not be below '$PollInterval' (${options.getOrElse(PollInterval, poll.toString)})")
     SourceOptions(
       location(options, session), max, min,
       duration(options, MaxTriggerDelay, 15.minutes),
       boolean(options, FailOnDataLoss, default = true),
       boolean(options, Gc, default = true),
       duration(options, GcInterval, 5.minutes),
-      duration(options, GcGracePeriod, 10.minutes))
+      duration(options, GcGracePeriod, 10.minutes),
+      poll, maxPoll)
   }
 }
 

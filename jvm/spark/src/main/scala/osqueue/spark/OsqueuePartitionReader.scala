@@ -10,11 +10,15 @@ import osqueue.{BatchNotFoundException, Clock, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher}
 import osqueue.metrics.MetricsRegistry
 
-/** One batch file to read on an executor: everything needed to fetch it without the manifest. */
+/**
+ * One batch file to read on an executor: everything needed to fetch it without the manifest.
+ * `skipEntries`: entries of the batch a real-time batch already read (the offset's `entryIndex`).
+ */
 private[spark] final case class OsqueueInputPartition(
     location: QueueLocation,
     descriptor: BatchDescriptor,
-    failOnDataLoss: Boolean) extends InputPartition
+    failOnDataLoss: Boolean,
+    skipEntries: Int = 0) extends InputPartition
 
 /**
  * `fields`: the columns Spark needs (indexes into [[OsqueueSchema.schema]]), after pruning.
@@ -23,8 +27,10 @@ private[spark] final case class OsqueueInputPartition(
  */
 private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missingBatches: Option[LongAccumulator] = None)
     extends PartitionReaderFactory {
-  override def createReader(partition: InputPartition): PartitionReader[InternalRow] =
-    new OsqueuePartitionReader(partition.asInstanceOf[OsqueueInputPartition], fields, missingBatches)
+  override def createReader(partition: InputPartition): PartitionReader[InternalRow] = partition match {
+    case p: OsqueueInputPartition => new OsqueuePartitionReader(p, fields, missingBatches)
+    case other => RealTimeSupport.reader(other, fields, missingBatches) // a real-time partition (Spark 4.1+)
+  }
 }
 
 /**
@@ -43,7 +49,7 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition, fiel
     try {
       val batch = new BatchFetcher(store, clock, new MetricsRegistry).fetch(p.descriptor)
       bytesFetched = batch.entries.foldLeft(0L)(_ + _.length)
-      OsqueueSchema.rows(batch, fields)
+      OsqueueSchema.rows(batch, fields).drop(p.skipEntries)
     } catch {
       case e: BatchNotFoundException if !p.failOnDataLoss =>
         logWarning(s"skipping missing batch '${p.descriptor.location}' (sequence ${p.descriptor.sequence}): " +

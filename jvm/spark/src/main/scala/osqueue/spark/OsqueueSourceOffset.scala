@@ -16,13 +16,18 @@ import osqueue.format.EntryTag
  * second copy appended by a replayed sink epoch is skipped, consistently across restarts.
  * `incarnation` is the manifest incarnation the position belongs to (docs/format.md §5.2), so a
  * reset queue is detected whatever its length; offsets written before it have none (None).
+ * `entryIndex` is how many entries of the batch at `nextSequence` were already read: a real-time
+ * batch can end in the middle of a batch file. Such an offset is written as format version 2, so an
+ * older osqueue refuses it instead of reading those entries again; every other offset stays version 1.
  */
 private[spark] final case class OsqueueSourceOffset(queue: String, queueId: String, nextSequence: Long,
-    delivered: EntryTag.Delivered = EntryTag.Delivered.Empty, incarnation: Option[Long] = None) extends Offset {
+    delivered: EntryTag.Delivered = EntryTag.Delivered.Empty, incarnation: Option[Long] = None,
+    entryIndex: Int = 0) extends Offset {
   override val json: String = {
     val node = OsqueueSourceOffset.mapper.createObjectNode()
-    node.put("version", OsqueueSourceOffset.Version).put("queue", queue).put("queueId", queueId)
-      .put("nextSequence", nextSequence)
+    node.put("version", if (entryIndex > 0) OsqueueSourceOffset.Version else 1).put("queue", queue)
+      .put("queueId", queueId).put("nextSequence", nextSequence)
+    if (entryIndex > 0) node.put("entryIndex", entryIndex)
     incarnation.foreach(node.put("incarnation", _))
     if (delivered.writers.nonEmpty) {
       val writers = node.putObject("writers")
@@ -35,7 +40,8 @@ private[spark] final case class OsqueueSourceOffset(queue: String, queueId: Stri
 }
 
 private[spark] object OsqueueSourceOffset {
-  val Version = 1
+  /** The newest offset format this osqueue reads (2: `entryIndex`). */
+  val Version = 2
   private val mapper = new ObjectMapper()
 
   def parse(json: String): OsqueueSourceOffset = {
@@ -63,8 +69,13 @@ private[spark] object OsqueueSourceOffset {
             throw OsqueueExceptions.badOffset(json, s"incarnation ${i.toString} is not an incarnation")
           i.asLong()
         }
+        val entryIndex = Option(o.get("entryIndex")).map { i =>
+          if (!i.isIntegralNumber || !i.canConvertToInt || i.asInt() < 0)
+            throw OsqueueExceptions.badOffset(json, s"entryIndex ${i.toString} is not an entry index")
+          i.asInt()
+        }.getOrElse(0)
         OsqueueSourceOffset(o.get("queue").asText, o.get("queueId").asText, next.asLong(), EntryTag.Delivered(writers),
-          incarnation)
+          incarnation, entryIndex)
       case _ => throw OsqueueExceptions.badOffset(json, "expected {version, queue, queueId, nextSequence}")
     }
   }

@@ -56,7 +56,7 @@ private[spark] final class OsqueueScan(options: Map[String, String], required: S
   private def readers = OsqueueReaderFactory(OsqueueSchema.fieldIndexes(required))
 
   override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream =
-    new OsqueueMicroBatchStream(SourceOptions(options, OsqueueStores.sessionStoreOptions()), readers, checkpointLocation)
+    RealTimeSupport.stream(SourceOptions(options, OsqueueStores.sessionStoreOptions()), readers, checkpointLocation)
 
   override def toBatch: Batch = new OsqueueBatch(BatchReadOptions(options, OsqueueStores.sessionStoreOptions()), readers)
 

@@ -29,8 +29,17 @@ class OsqueueSourceOffsetSuite extends AnyFunSuite {
   }
 
   test("should refuse an offset written by a newer format version, naming both versions") {
-    val msg = refused(offset.json.replace("\"version\":1", "\"version\":2"))
-    assert(msg.contains("version 2 was written by a newer osqueue") && msg.contains("reads up to 1"), msg)
+    val msg = refused(offset.json.replace("\"version\":1", "\"version\":3"))
+    assert(msg.contains("version 3 was written by a newer osqueue") && msg.contains("reads up to 2"), msg)
+  }
+
+  test("should write a position inside a batch file (real-time mode) as version 2, and every other one as version 1") {
+    val inside = offset.copy(entryIndex = 5)
+    assert(inside.json.contains("\"version\":2") && inside.json.contains("\"entryIndex\":5"), inside.json)
+    assert(OsqueueSourceOffset.parse(inside.json) == inside)
+    assert(offset.json.contains("\"version\":1") && !offset.json.contains("entryIndex"), offset.json)
+    assert(OsqueueSourceOffset.parse(offset.json).entryIndex == 0)
+    assert(refused(inside.json.replace("\"entryIndex\":5", "\"entryIndex\":-1")).contains("entryIndex -1 is not an entry index"))
   }
 
   test("should refuse an unknown or malformed format version, echoing it") {

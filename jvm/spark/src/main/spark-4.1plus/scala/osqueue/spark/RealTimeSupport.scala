@@ -1,0 +1,17 @@
+package osqueue.spark
+
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader}
+import org.apache.spark.util.LongAccumulator
+
+/** Spark 4.1+: the stream also runs in real-time mode (`Trigger.RealTime`). */
+private[spark] object RealTimeSupport {
+  def stream(options: SourceOptions, readers: OsqueueReaderFactory, sourceCheckpoint: String): OsqueueMicroBatchStream =
+    new OsqueueRealTimeStream(options, readers, sourceCheckpoint)
+
+  def reader(partition: InputPartition, fields: Array[Int], missingBatches: Option[LongAccumulator]): PartitionReader[InternalRow] =
+    partition match {
+      case p: OsqueueRealTimePartition => new OsqueueRealTimeReader(p, fields, missingBatches)
+      case other => throw new IllegalStateException(s"not an osqueue input partition: $other")
+    }
+}
