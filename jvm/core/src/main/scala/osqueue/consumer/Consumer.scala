@@ -33,6 +33,10 @@ final class Consumer(
     val metrics: MetricsRegistry = new MetricsRegistry,
     random: RandomSource = SystemRandomSource) extends AutoCloseable {
 
+  /** For Java callers, which cannot use the default arguments: the system RandomSource. */
+  def this(store: ObjectStore, config: ConsumerConfig, clock: Clock, metrics: MetricsRegistry) =
+    this(store, config, clock, metrics, SystemRandomSource)
+
   private val log = LoggerFactory.getLogger(classOf[Consumer])
   private val queue = new QueueConsumer(new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, random)
   private val fetcher = new BatchFetcher(store, clock, metrics)

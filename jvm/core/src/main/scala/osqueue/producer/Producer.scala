@@ -27,6 +27,10 @@ final class Producer(
     val metrics: MetricsRegistry = new MetricsRegistry,
     random: RandomSource = SystemRandomSource) extends AutoCloseable {
 
+  /** For Java callers, which cannot use the default arguments: the system RandomSource. */
+  def this(store: ObjectStore, config: ProducerConfig, clock: Clock, metrics: MetricsRegistry) =
+    this(store, config, clock, metrics, SystemRandomSource)
+
   import Producer._
 
   // Claimed before the first upload, so GC can prove this producer's files are its queue's, and the
