@@ -275,11 +275,17 @@ def source_options(
     gc: bool | None = None,
     gc_interval: Duration | None = None,
     gc_grace_period: Duration | None = None,
+    poll_interval: Duration | None = None,
+    max_poll_interval: Duration | None = None,
     manifest_path: str | None = None,
     data_path_prefix: str | None = None,
     store_options: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """The streaming source's options for the given arguments (those left None are omitted)."""
+    """The streaming source's options for the given arguments (those left None are omitted).
+
+    ``poll_interval`` / ``max_poll_interval`` apply in real-time mode (Spark 4.1+): how often the
+    reader looks at the manifest, and the longest wait it backs off to while nothing changes.
+    """
     out = _common(manifest_path, data_path_prefix, store_options)
     if max_batches_per_trigger is not None:
         out["maxBatchesPerTrigger"] = _integer("max_batches_per_trigger", max_batches_per_trigger)
@@ -295,6 +301,10 @@ def source_options(
         out["gcInterval"] = _duration("gc_interval", gc_interval)
     if gc_grace_period is not None:
         out["gcGracePeriod"] = _duration("gc_grace_period", gc_grace_period)
+    if poll_interval is not None:
+        out["pollInterval"] = _duration("poll_interval", poll_interval)
+    if max_poll_interval is not None:
+        out["maxPollInterval"] = _duration("max_poll_interval", max_poll_interval)
     return out
 
 
