@@ -37,7 +37,8 @@ ThisBuild / publishTo := Some(MavenCache("osqueue-build-repo", (ThisBuild / buil
 ThisBuild / publishMavenStyle := true
 ThisBuild / licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0"))
 ThisBuild / description := "osqueue: a stateless object-storage queue, and its Spark connector"
-addCommandAlias("publishBuildRepo", "core/publish; core_2_12/publish; spark/publish; azure/publish; azure_2_12/publish; gcs/publish; gcs_2_12/publish; gcs_bundle/publish; gcs_bundle_2_12/publish")
+addCommandAlias("publishBuildRepo",
+  "core/publish; core_2_12/publish; spark/publish; azure/publish; azure_2_12/publish; gcs/publish; gcs_2_12/publish; gcs_bundle/publish; gcs_bundle_2_12/publish")
 ThisBuild / Test / parallelExecution := false
 ThisBuild / Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
 
@@ -60,7 +61,8 @@ val fatJarSettings = Seq(
   assembly / assemblyMergeStrategy := {
     case PathList("META-INF", "services", _*) => MergeStrategy.concat
     case PathList("META-INF", "versions", _*) => MergeStrategy.first
-    case PathList("META-INF", xs @ _*) if xs.lastOption.exists(n => n.endsWith(".SF") || n.endsWith(".DSA") || n.endsWith(".RSA")) => MergeStrategy.discard
+    case PathList("META-INF", xs @ _*) if xs.lastOption.exists(n => n.endsWith(".SF") || n.endsWith(".DSA") || n.endsWith(".RSA")) =>
+      MergeStrategy.discard
     case PathList("META-INF", "MANIFEST.MF") => MergeStrategy.discard
     case PathList(ps @ _*) if ps.last == "module-info.class" => MergeStrategy.discard
     case PathList(ps @ _*) if ps.last.endsWith(".properties") || ps.last == "execution.interceptors" => MergeStrategy.first
@@ -97,7 +99,8 @@ def coreSettings(scala: String) = compileSettings(scala) ++ Seq(
     // Spark ships zstd-jni (JNI classes cannot be relocated): provided, so --packages brings no second copy.
     "com.github.luben" % "zstd-jni" % zstdJniVersion % Provided,
     "com.github.f4b6a3" % "ulid-creator" % "5.2.3",
-    "software.amazon.awssdk" % "s3" % awsSdkVersion exclude ("software.amazon.awssdk", "netty-nio-client") exclude ("software.amazon.awssdk", "apache-client"),
+    "software.amazon.awssdk" % "s3" % awsSdkVersion exclude ("software.amazon.awssdk", "netty-nio-client") exclude (
+      "software.amazon.awssdk", "apache-client"),
     "software.amazon.awssdk" % "url-connection-client" % awsSdkVersion,
     "org.slf4j" % "slf4j-api" % "2.0.17" % Provided,
     "org.slf4j" % "slf4j-simple" % "2.0.17" % Test,
@@ -147,7 +150,8 @@ def azureSettings(scala: String) = compileSettings(scala) ++ Seq(
     // OAuth client credentials and the default credential chain. Its token-cache persistence
     // (JNA, native code that cannot be relocated) is not used.
     "com.azure" % "azure-identity" % azureIdentityVersion exclude ("com.azure", "azure-core-http-netty")
-      exclude ("com.microsoft.azure", "msal4j-persistence-extension") exclude ("net.java.dev.jna", "jna-platform") exclude ("net.java.dev.jna", "jna"),
+      exclude ("com.microsoft.azure", "msal4j-persistence-extension") exclude ("net.java.dev.jna", "jna-platform") exclude (
+        "net.java.dev.jna", "jna"),
     "com.github.luben" % "zstd-jni" % zstdJniVersion % Provided,
     "org.slf4j" % "slf4j-api" % "2.0.17" % Provided,
     "org.slf4j" % "slf4j-simple" % "2.0.17" % Test,

@@ -9,6 +9,7 @@ lacks, searching superclasses and interfaces. Exit 1 if any is missing.
 
     python3 .ci/check_scala_library_refs.py LIBRARY JAR [JAR ...]
 """
+
 from __future__ import annotations
 
 import struct
@@ -27,7 +28,7 @@ def parse(data: bytes):
         pos += 1
         if tag == 1:
             (n,) = struct.unpack_from(">H", data, pos)
-            cp[i] = data[pos + 2:pos + 2 + n].decode("utf-8", "replace")
+            cp[i] = data[pos + 2 : pos + 2 + n].decode("utf-8", "replace")
             pos += 2 + n
         elif tag in (3, 4):
             pos += 4

@@ -5,6 +5,7 @@ sbt must resolve only from `local` and Maven Central. If Maven here is configure
 mirror of central (or an HTTP proxy), sbt uses the same, read at run time: nothing about a
 registry host is written into the repository.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -92,7 +92,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"] + p["optional-dependencies"]["bench"]))
+extras = p["optional-dependencies"]
+print("\n".join(p["dependencies"] + extras["test"] + extras["bench"] + extras["lint"]))
 PY
   .venv/bin/python -m pip install -q -r .venv/requirements.txt
   rm -f .venv/.osqueue-deps-*

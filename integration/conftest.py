@@ -1,4 +1,5 @@
 """Integration tests need the project venv (pyspark for the JVM's runtime jars) and the installed wheel."""
+
 import pathlib
 import sys
 

@@ -6,6 +6,7 @@ into a queue directory while a PySpark streaming query counts them per source an
 killed with SIGKILL and restarted from its checkpoint; at the end the counts Spark
 produced are compared with what the producers sent: they must match exactly.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,16 @@ class Halfway:
             self._cond.notify_all()
 
 
-def produce(queue: str, source: str, events: int, seconds: float, sent: collections.Counter,
-            lock: threading.Lock, halfway: Halfway, stop: threading.Event) -> None:
+def produce(
+    queue: str,
+    source: str,
+    events: int,
+    seconds: float,
+    sent: collections.Counter,
+    lock: threading.Lock,
+    halfway: Halfway,
+    stop: threading.Event,
+) -> None:
     rng = random.Random(source)
     started = time.monotonic()
     with osqueue.Producer(queue, flush_interval=0.2) as producer:
@@ -71,8 +80,9 @@ def produce(queue: str, source: str, events: int, seconds: float, sent: collecti
             # A steady trickle over `seconds`, so the query reads while producers still write.
             time.sleep(max(0.0, started + seconds * i / events - time.monotonic()))
             action = rng.choice(ACTIONS)
-            producer.produce([json.dumps({"user": rng.randrange(1000), "action": action, "n": i}).encode()],
-                             metadata=source.encode())
+            producer.produce(
+                [json.dumps({"user": rng.randrange(1000), "action": action, "n": i}).encode()], metadata=source.encode()
+            )
             with lock:
                 sent[f"{source}/{action}"] += 1
     # leaving the `with` block flushes: every event above is durable in the queue
@@ -92,8 +102,17 @@ def committed_counts(checkpoint: pathlib.Path, counts_dir: pathlib.Path) -> tupl
 def start_query(queue: str, work: pathlib.Path, *extra: str) -> subprocess.Popen:
     with open(work / "spark.log", "a") as log:
         return subprocess.Popen(
-            [sys.executable, str(HERE / "demo_query.py"), queue, str(work / "checkpoint"), str(work / "counts"), *extra],
-            stderr=log, start_new_session=True)
+            [
+                sys.executable,
+                str(HERE / "demo_query.py"),
+                queue,
+                str(work / "checkpoint"),
+                str(work / "counts"),
+                *extra,
+            ],
+            stderr=log,
+            start_new_session=True,
+        )
 
 
 def main() -> int:
@@ -115,10 +134,13 @@ def main() -> int:
     lock = threading.Lock()
     stop = threading.Event()
     halfway = Halfway(len(SOURCES))
-    producers = [threading.Thread(target=produce, args=(queue, s, events, seconds, sent, lock, halfway, stop))
-                 for s in SOURCES]
-    say(f"1. starting {len(SOURCES)} Python producers ({events} events each, over {seconds:.0f} s;"
-        " they pause half-way until the crash below, so it lands mid-stream)")
+    producers = [
+        threading.Thread(target=produce, args=(queue, s, events, seconds, sent, lock, halfway, stop)) for s in SOURCES
+    ]
+    say(
+        f"1. starting {len(SOURCES)} Python producers ({events} events each, over {seconds:.0f} s;"
+        " they pause half-way until the crash below, so it lands mid-stream)"
+    )
     for t in producers:
         t.start()
 
@@ -139,12 +161,16 @@ def main() -> int:
     committed, counted_so_far = committed_counts(work / "checkpoint", counts_dir)
     unfinished = sum(t.is_alive() for t in producers)
     say(f"3. simulating a crash: kill -9 the Spark query mid-stream ({so_far} of {total} events sent so far)")
-    say(f"   at the kill: query {'running' if alive else 'NOT running'}, {committed} micro-batches committed"
-        f" ({counted_so_far} of {total} events counted), {unfinished} of {len(SOURCES)} producers not finished")
+    say(
+        f"   at the kill: query {'running' if alive else 'NOT running'}, {committed} micro-batches committed"
+        f" ({counted_so_far} of {total} events counted), {unfinished} of {len(SOURCES)} producers not finished"
+    )
     if not (alive and committed >= 1 and counted_so_far < total):
-        say("   that is not a mid-stream crash (the query must be running, have committed a micro-batch,"
+        say(
+            "   that is not a mid-stream crash (the query must be running, have committed a micro-batch,"
             " and have events left to count): the demo cannot show recovery; see Spark's log: "
-            f"{work / 'spark.log'}")
+            f"{work / 'spark.log'}"
+        )
         stop.set()
         halfway.release()
         if alive:
@@ -169,8 +195,9 @@ def main() -> int:
         say("the final drain failed")
         return 1
     # The drain ended with its last micro-batch committed: the source dequeued it when it stopped.
-    inspect = subprocess.run([sys.executable, "-m", "osqueue", "inspect", queue, "--json"],
-                             capture_output=True, text=True, check=True)
+    inspect = subprocess.run(
+        [sys.executable, "-m", "osqueue", "inspect", queue, "--json"], capture_output=True, text=True, check=True
+    )
     left = len(json.loads(inspect.stdout)["entries"])
     say(f"   queue after the drain (osqueue inspect --json): {left} entries queued")
 

@@ -3,6 +3,7 @@
 `python demo_query.py QUEUE CHECKPOINT OUT [--available-now]`. A replayed micro-batch rewrites its
 own file (keyed by batch id), so results stay exact across crashes.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,12 @@ def main() -> None:
     available_now = "--available-now" in sys.argv
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = (SparkSession.builder.appName("osqueue-demo").master("local[2]")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2"))
+    builder = (
+        SparkSession.builder.appName("osqueue-demo")
+        .master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
     spark = osq.configure_spark_with_osqueue(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
 

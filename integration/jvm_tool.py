@@ -1,4 +1,5 @@
 """Runs the JVM core's QueueTool (inside the bundled connector jar) from Python tests."""
+
 from __future__ import annotations
 
 import pathlib
@@ -22,8 +23,9 @@ def command(*args: str, store_options: dict | None = None) -> list[str]:
 
 
 def start(*args: str, store_options: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(command(*args, store_options=store_options), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command(*args, store_options=store_options), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def run(*args: str, store_options: dict | None = None, timeout: float = 300) -> str:

@@ -7,6 +7,7 @@ verdicts (0 lost, duplicated, out of order, unexpected, misplaced, sequence gaps
 and that the chaos really happened (each fault kind injected, each kill done), so it cannot pass
 vacuously. The long run and the figures: docs/reliability.md, "Chaos run".
 """
+
 from __future__ import annotations
 
 import json
@@ -34,17 +35,46 @@ def _sink(run: pathlib.Path, batch: int, rows: list[list]) -> None:
 
 def _clean_run(run: pathlib.Path) -> None:
     """Python producer py0 (2 calls of 2 entries) and JVM producer jvm0 (3 entries), all delivered."""
-    _write(run / "producers" / "py0" / "inc-0.log", [
-        "attempt\tpy0-0\t0\t2", "acked\tpy0-0\t0\t2\t0\tingest/A.batch\t0",
-        "attempt\tpy0-0\t2\t2", "acked\tpy0-0\t2\t2\t1\tingest/B.batch\t0", "done\tpy0-0"])
-    _write(run / "producers" / "jvm0" / "inc-0.log", [
-        "attempt\tjvm0-0\t0\t3", "durable\t2\tingest/C.batch\tjvm0-0-0", "durable\t3\tingest/D.batch\tjvm0-0-1",
-        "durable\t3\tingest/D.batch\tjvm0-0-2", "produced 3 entries, 0 failed"],
-        tail="durable\t9\tingest/cut")  # a line cut by SIGKILL: ignored
-    _sink(run, 0, [[0, 0, "py0-0-0", "ingest/A.batch"], [0, 1, "py0-0-1", "ingest/A.batch"],
-                   [1, 0, "py0-0-2", "ingest/B.batch"], [1, 1, "py0-0-3", "ingest/B.batch"]])
-    _sink(run, 1, [[2, 0, "jvm0-0-0", "ingest/C.batch"], [3, 0, "jvm0-0-1", "ingest/D.batch"],
-                   [3, 1, "jvm0-0-2", "ingest/D.batch"]])
+    _write(
+        run / "producers" / "py0" / "inc-0.log",
+        [
+            "attempt\tpy0-0\t0\t2",
+            "acked\tpy0-0\t0\t2\t0\tingest/A.batch\t0",
+            "attempt\tpy0-0\t2\t2",
+            "acked\tpy0-0\t2\t2\t1\tingest/B.batch\t0",
+            "done\tpy0-0",
+        ],
+    )
+    _write(
+        run / "producers" / "jvm0" / "inc-0.log",
+        [
+            "attempt\tjvm0-0\t0\t3",
+            "durable\t2\tingest/C.batch\tjvm0-0-0",
+            "durable\t3\tingest/D.batch\tjvm0-0-1",
+            "durable\t3\tingest/D.batch\tjvm0-0-2",
+            "produced 3 entries, 0 failed",
+        ],
+        tail="durable\t9\tingest/cut",
+    )  # a line cut by SIGKILL: ignored
+    _sink(
+        run,
+        0,
+        [
+            [0, 0, "py0-0-0", "ingest/A.batch"],
+            [0, 1, "py0-0-1", "ingest/A.batch"],
+            [1, 0, "py0-0-2", "ingest/B.batch"],
+            [1, 1, "py0-0-3", "ingest/B.batch"],
+        ],
+    )
+    _sink(
+        run,
+        1,
+        [
+            [2, 0, "jvm0-0-0", "ingest/C.batch"],
+            [3, 0, "jvm0-0-1", "ingest/D.batch"],
+            [3, 1, "jvm0-0-2", "ingest/D.batch"],
+        ],
+    )
     _write(run / "zombie.log", ["init\t1", "go\t2", "attempt\t0\tnext_batch\tfenced\town 1 current 2"])
 
 
@@ -61,12 +91,22 @@ def test_checker_passes_a_clean_run(tmp_path: pathlib.Path) -> None:
 def test_checker_finds_a_lost_a_duplicated_and_an_out_of_order_entry(tmp_path: pathlib.Path) -> None:
     _clean_run(tmp_path)
     # lost: py0-0-3 was acked at (1, 1) but batch 0 no longer delivers it.
-    _sink(tmp_path, 0, [[0, 0, "py0-0-0", "ingest/A.batch"], [0, 1, "py0-0-1", "ingest/A.batch"],
-                        [1, 0, "py0-0-2", "ingest/B.batch"]])
+    _sink(
+        tmp_path,
+        0,
+        [[0, 0, "py0-0-0", "ingest/A.batch"], [0, 1, "py0-0-1", "ingest/A.batch"], [1, 0, "py0-0-2", "ingest/B.batch"]],
+    )
     # out of order: jvm0-0-2 (produced after jvm0-0-1) is delivered before it in (sequence, index).
     # duplicated: jvm0-0-0 delivered again under another key by a later micro-batch.
-    _sink(tmp_path, 1, [[2, 0, "jvm0-0-0", "ingest/C.batch"], [3, 1, "jvm0-0-1", "ingest/D.batch"],
-                        [3, 0, "jvm0-0-2", "ingest/D.batch"]])
+    _sink(
+        tmp_path,
+        1,
+        [
+            [2, 0, "jvm0-0-0", "ingest/C.batch"],
+            [3, 1, "jvm0-0-1", "ingest/D.batch"],
+            [3, 0, "jvm0-0-2", "ingest/D.batch"],
+        ],
+    )
     _sink(tmp_path, 2, [[4, 0, "jvm0-0-0", "ingest/E.batch"], [5, 0, "py9-0-5", "ingest/E.batch"]])
     _write(tmp_path / "zombie.log", ["init\t1", "go\t2", "attempt\t0\tdequeue_through\tlanded\tthrough 3"])
     r = checker.check(tmp_path)
@@ -82,8 +122,16 @@ def test_checker_finds_a_lost_a_duplicated_and_an_out_of_order_entry(tmp_path: p
 
 def test_checker_finds_misplaced_conflicting_and_redelivered_keys(tmp_path: pathlib.Path) -> None:
     _clean_run(tmp_path)
-    _sink(tmp_path, 0, [[0, 0, "py0-0-0", "ingest/A.batch"], [0, 1, "py0-0-1", "ingest/A.batch"],
-                        [1, 1, "py0-0-2", "ingest/B.batch"], [1, 0, "py0-0-3", "ingest/B.batch"]])
+    _sink(
+        tmp_path,
+        0,
+        [
+            [0, 0, "py0-0-0", "ingest/A.batch"],
+            [0, 1, "py0-0-1", "ingest/A.batch"],
+            [1, 1, "py0-0-2", "ingest/B.batch"],
+            [1, 0, "py0-0-3", "ingest/B.batch"],
+        ],
+    )
     _sink(tmp_path, 3, [[0, 0, "py0-0-0", "ingest/A.batch"], [3, 1, "other", "ingest/D.batch"]])
     r = checker.check(tmp_path)
     assert r["total"]["misplaced"] == 2, r  # py0-0-2 and -3 were acked at indices 0 and 1
@@ -93,9 +141,14 @@ def test_checker_finds_misplaced_conflicting_and_redelivered_keys(tmp_path: path
 
 def test_checker_bounds_a_killed_queuetool_by_its_call_in_flight(tmp_path: pathlib.Path) -> None:
     # Killed after 2 synchronous calls of 10: values 20..29 were maybe in flight, 30.. never produced.
-    _write(tmp_path / "producers" / "jvm1" / "inc-0.log", [
-        "attempt\tjvm1-0\t0\t1000", "per-call\tjvm1-0\t10",
-        *(f"durable\t{n // 10}\tingest/{n // 10}.batch\tjvm1-0-{n}" for n in range(20))])
+    _write(
+        tmp_path / "producers" / "jvm1" / "inc-0.log",
+        [
+            "attempt\tjvm1-0\t0\t1000",
+            "per-call\tjvm1-0\t10",
+            *(f"durable\t{n // 10}\tingest/{n // 10}.batch\tjvm1-0-{n}" for n in range(20)),
+        ],
+    )
     rows = [[n // 10, n % 10, f"jvm1-0-{n}", f"ingest/{n // 10}.batch"] for n in range(30)]
     _sink(tmp_path, 0, rows)
     r = checker.check(tmp_path)
@@ -110,8 +163,9 @@ def _chaos_prerequisites() -> str | None:
     if shutil.which("java") is None:
         return "no java"
     try:
-        import osqueue
         import pyspark  # noqa: F401
+
+        import osqueue
 
         osqueue.jar_path()
     except Exception as e:  # noqa: BLE001
@@ -122,10 +176,37 @@ def _chaos_prerequisites() -> str | None:
 @pytest.mark.skipif(_chaos_prerequisites() is not None, reason=str(_chaos_prerequisites()))
 def test_short_chaos_run_is_exact(tmp_path: pathlib.Path) -> None:
     run = tmp_path / "chaos"
-    argv = [sys.executable, "-m", "integration.chaos.run", "--entries", "20000", "--seed", "3",
-            "--kills-producers", "2", "--kills-driver", "1", "--chunk", "100", "--produce-seconds", "70",
-            "--error-rate", "0.08", "--cas-error-rate", "0.05", "--drop-reply-rate", "0.03",
-            "--drop-reply-every", "20", "--max-minutes", "8", "--report-every", "15", "--out", str(run)]
+    argv = [
+        sys.executable,
+        "-m",
+        "integration.chaos.run",
+        "--entries",
+        "20000",
+        "--seed",
+        "3",
+        "--kills-producers",
+        "2",
+        "--kills-driver",
+        "1",
+        "--chunk",
+        "100",
+        "--produce-seconds",
+        "70",
+        "--error-rate",
+        "0.08",
+        "--cas-error-rate",
+        "0.05",
+        "--drop-reply-rate",
+        "0.03",
+        "--drop-reply-every",
+        "20",
+        "--max-minutes",
+        "8",
+        "--report-every",
+        "15",
+        "--out",
+        str(run),
+    ]
     t0 = time.monotonic()
     p = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
     elapsed = time.monotonic() - t0

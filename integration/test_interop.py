@@ -1,4 +1,5 @@
 """JVM and Python speak one format and one CAS protocol: shared queues, cross reads, on files and S3."""
+
 from __future__ import annotations
 
 import itertools
@@ -6,20 +7,23 @@ import threading
 import time
 
 import pytest
+from fixtures import new_bucket, s3_server  # noqa: F401  (s3_server: the session's S3 servers)
 
 import osqueue
 from osqueue.format import decode_batch, decode_manifest
 from osqueue.store import open_store
 
-from fixtures import new_bucket, s3_server  # noqa: F401  (s3_server: the session's S3 servers)
-
 from . import jvm_tool
 
 
 def _s3_options(server) -> dict[str, str]:
-    return {"fs.s3a.endpoint": server.endpoint, "fs.s3a.access.key": server.access_key,
-            "fs.s3a.secret.key": server.secret_key, "fs.s3a.path.style.access": "true",
-            "fs.s3a.endpoint.region": server.region}
+    return {
+        "fs.s3a.endpoint": server.endpoint,
+        "fs.s3a.access.key": server.access_key,
+        "fs.s3a.secret.key": server.secret_key,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.endpoint.region": server.region,
+    }
 
 
 @pytest.fixture(params=["local", "localstack"])
@@ -53,7 +57,9 @@ def _await_writing(path, tags, procs, store_options=None, timeout=180.0):
     while not set(tags) <= set(_tags_in_manifest_order(path, store_options)):
         for p in procs:
             if p.poll() is not None:
-                raise AssertionError(f"a JVM producer ended before the start barrier ({p.returncode}): {p.stderr.read()}")
+                raise AssertionError(
+                    f"a JVM producer ended before the start barrier ({p.returncode}): {p.stderr.read()}"
+                )
         assert time.monotonic() < deadline, f"no entries from all of {tags} within {timeout} s"
         time.sleep(0.02)
 
@@ -76,10 +82,16 @@ def _assert_exact_union(path, expected: set[str], store_options=None):
 
 
 def _contend(path, store_options=None, jvm_count=80, py_count=80):
-    jvms = [jvm_tool.start("produce", path, f"jvm{i}", str(jvm_count), "--flush-ms", "1", "--sync", "true", store_options=store_options)
-            for i in range(2)]
+    jvms = [
+        jvm_tool.start(
+            "produce", path, f"jvm{i}", str(jvm_count), "--flush-ms", "1", "--sync", "true", store_options=store_options
+        )
+        for i in range(2)
+    ]
     _await_writing(path, ["jvm0", "jvm1"], jvms, store_options)
-    threads = [threading.Thread(target=_python_producer, args=(path, f"py{i}", py_count, store_options)) for i in range(2)]
+    threads = [
+        threading.Thread(target=_python_producer, args=(path, f"py{i}", py_count, store_options)) for i in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -87,8 +99,9 @@ def _contend(path, store_options=None, jvm_count=80, py_count=80):
     for j in jvms:
         out, err = j.communicate(timeout=300)
         assert j.returncode == 0, err
-    expected = {f"{t}-{i}" for t in ("jvm0", "jvm1") for i in range(jvm_count)} | \
-               {f"{t}-{i}" for t in ("py0", "py1") for i in range(py_count)}
+    expected = {f"{t}-{i}" for t in ("jvm0", "jvm1") for i in range(jvm_count)} | {
+        f"{t}-{i}" for t in ("py0", "py1") for i in range(py_count)
+    }
     return _assert_exact_union(path, expected, store_options)
 
 
@@ -115,7 +128,9 @@ def test_jvm_consumer_reads_python_batches(shared_queue, compression):
     lines = jvm_tool.run("consume", path, store_options=opts).splitlines()
     assert [line.split("\t")[2] for line in lines] == [f"py-{i}" for i in range(25)]
     m = _manifest(path, opts)
-    assert m.entries == [] and m.epoch & 0xFFFFFFFF == 1, "the JVM consumer should have taken over and dequeued everything"
+    assert m.entries == [] and m.epoch & 0xFFFFFFFF == 1, (
+        "the JVM consumer should have taken over and dequeued everything"
+    )
     assert m.next_sequence == 25
 
 
@@ -132,7 +147,9 @@ def test_python_consumer_reads_jvm_batches(shared_queue, compression):
     c.close()
     assert values == [f"jvm-{i}" for i in range(40)] and metas == {b"jvm"}
     m = _manifest(path, opts)
-    assert m.entries == [] and m.epoch & 0xFFFFFFFF == 1, "the Python consumer should have taken over and dequeued everything"
+    assert m.entries == [] and m.epoch & 0xFFFFFFFF == 1, (
+        "the Python consumer should have taken over and dequeued everything"
+    )
 
 
 def test_jvm_consumer_fences_a_python_consumer(shared_queue):

@@ -1,6 +1,7 @@
 """`pip install` of the built wheel into a fresh venv gives the client, the CLI, and the connector jars
 of every Spark line (a relocated core per Scala version, a thin connector per line) that jar_path()
 joins into one jar with the core; and nothing that is not for users (the benchmark harness, the tests)."""
+
 import ast
 import os
 import pathlib
@@ -17,8 +18,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> pathlib.Path:
     wheels = tmp_path_factory.mktemp("wheels")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
-                   check=True, timeout=900)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)], check=True, timeout=900
+    )
     wheel = next(wheels.glob("osqueue-*.whl"))
     assert wheel.stat().st_size < 40 * 2**20, f"the wheel is {wheel.stat().st_size} bytes"
     return wheel

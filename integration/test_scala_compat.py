@@ -5,6 +5,7 @@ that calls a library member added since 2.13.8 fails in Spark 3.5 (Scala 2.13.8)
 NoSuchMethodError. `.ci/check_scala_library_refs.py` reads every constant pool of our 2.13 jars
 and looks each `scala/...` reference up in scala-library 2.13.8 (README, "Spark lines").
 """
+
 from __future__ import annotations
 
 import os
@@ -28,16 +29,31 @@ def scala_library(version: str) -> pathlib.Path:
     """scala-library `version` from the local Maven repository, fetched through Maven if missing."""
     jar = MAVEN_REPO / "org" / "scala-lang" / "scala-library" / version / f"scala-library-{version}.jar"
     if not jar.is_file():
-        subprocess.run(["mvn", "-q", "-B", f"-Dmaven.repo.local={MAVEN_REPO}", "dependency:get",
-                        f"-Dartifact=org.scala-lang:scala-library:{version}", "-Dtransitive=false"],
-                       check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                "mvn",
+                "-q",
+                "-B",
+                f"-Dmaven.repo.local={MAVEN_REPO}",
+                "dependency:get",
+                f"-Dartifact=org.scala-lang:scala-library:{version}",
+                "-Dtransitive=false",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     return jar
 
 
 def our_213_jars() -> list[pathlib.Path]:
-    version = re.search(r'__version__\s*=\s*"([^"]+)"', (ROOT / "python" / "osqueue" / "_version.py").read_text()).group(1)
+    version = re.search(
+        r'__version__\s*=\s*"([^"]+)"', (ROOT / "python" / "osqueue" / "_version.py").read_text()
+    ).group(1)
     jars = [ROOT / "jvm" / "core" / "target" / "scala-2.13" / f"osqueue-core-assembly_2.13-{version}.jar"]
-    jars += sorted((ROOT / "jvm" / "spark" / "target").glob(f"line-*-2.13/scala-2.13/osqueue-spark-*_2.13-{version}.jar"))
+    jars += sorted(
+        (ROOT / "jvm" / "spark" / "target").glob(f"line-*-2.13/scala-2.13/osqueue-spark-*_2.13-{version}.jar")
+    )
     if not all(j.is_file() for j in jars) or len(jars) < 5:
         message = "the 2.13 jars are not built: run `bash .ci/sbt spark/package core/assembly`"
         if os.environ.get("CI"):

@@ -1,5 +1,6 @@
 """.ci/setup.sh and the demo's use of it, run on a copy of the repository's scripts with stand-ins
 for the JDK, apt, pip and the venv's Python (nothing is installed; each stand-in logs its calls)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -85,8 +86,11 @@ class Sandbox:
             _executable(self.bin / name, f"#!/usr/bin/env bash\n{body}\n")
         (self.shims / "tomllib.py").write_text(TOMLLIB_SHIM)
         (self.shims / "tomli.py").write_text(TOMLI_SHIM)
-        self.stamp = self.root / ".venv" / (
-            ".osqueue-deps-" + hashlib.sha256((self.root / "pyproject.toml").read_bytes()).hexdigest()[:16])
+        self.stamp = (
+            self.root
+            / ".venv"
+            / (".osqueue-deps-" + hashlib.sha256((self.root / "pyproject.toml").read_bytes()).hexdigest()[:16])
+        )
         if venv:
             self.make_venv()
             if deps_stamp:
@@ -108,8 +112,9 @@ class Sandbox:
         _executable(self.root / ".venv" / "bin" / "python", VENV_PYTHON)
 
     def run(self, *cmd: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", *cmd], cwd=self.root, env={**self.env, **env},
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            ["bash", *cmd], cwd=self.root, env={**self.env, **env}, capture_output=True, text=True, timeout=120
+        )
 
     def calls(self) -> list[str]:
         return self.log.read_text().splitlines()
@@ -141,8 +146,7 @@ def test_without_tomllib_setup_installs_tomli_first_and_reads_the_requirements(t
     p = box.run(".ci/setup.sh", "--no-s3", FAKE_NO_TOMLLIB="1")
     assert p.returncode == 0, p.stderr
     pips = [c for c in box.calls() if c.startswith("pip ")]
-    assert pips == ["pip install -q --upgrade pip", "pip install -q tomli",
-                    "pip install -q -r .venv/requirements.txt"]
+    assert pips == ["pip install -q --upgrade pip", "pip install -q tomli", "pip install -q -r .venv/requirements.txt"]
     import tomllib
 
     project = tomllib.loads((box.root / "pyproject.toml").read_text())["project"]
@@ -184,10 +188,11 @@ def test_a_python_without_ensurepip_gets_its_venv_package(tmp_path):
     box = Sandbox(tmp_path, venv=False)
     # A Debian python3 without python3.X-venv: `import ensurepip` fails.
     bootstrap = tmp_path / "bin" / "python3-no-venv"
-    _executable(bootstrap, '#!/usr/bin/env bash\n'
-                'case "$*" in *ensurepip*|"-m venv"*) exit 1 ;; esac\n'
-                'exec "$REAL_PYTHON" "$@"\n')
-    ver = "%d.%d" % sys.version_info[:2]
+    _executable(
+        bootstrap,
+        '#!/usr/bin/env bash\ncase "$*" in *ensurepip*|"-m venv"*) exit 1 ;; esac\nexec "$REAL_PYTHON" "$@"\n',
+    )
+    ver = "{}.{}".format(*sys.version_info[:2])
     user = box.run(".ci/setup.sh", "--no-s3", OSQUEUE_BOOTSTRAP_PYTHON=str(bootstrap), FAKE_UID="1000")
     assert user.returncode == 1
     assert f"install python{ver}-venv" in user.stderr

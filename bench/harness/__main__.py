@@ -37,10 +37,27 @@ def main() -> None:
     help="Directory for the JSON and Markdown results.",
 )
 @click.option("--endpoint", default=None, help="Use this S3 endpoint (keys test/test) instead of starting moto.")
-@click.option("--spark-mb", type=click.IntRange(min=1), default=None, help="Payload of the Spark source comparisons in MiB [1024; 8 with --quick].")
-@click.option("--record-bytes", type=click.IntRange(min=16), default=1024, show_default=True, help="Record size of the Spark source comparisons.")
+@click.option(
+    "--spark-mb",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Payload of the Spark source comparisons in MiB [1024; 8 with --quick].",
+)
+@click.option(
+    "--record-bytes",
+    type=click.IntRange(min=16),
+    default=1024,
+    show_default=True,
+    help="Record size of the Spark source comparisons.",
+)
 def run(
-    quick: bool, only: tuple[str, ...], latency_ms: float, out: str, endpoint: str | None, spark_mb: int | None, record_bytes: int
+    quick: bool,
+    only: tuple[str, ...],
+    latency_ms: float,
+    out: str,
+    endpoint: str | None,
+    spark_mb: int | None,
+    record_bytes: int,
 ) -> None:
     """Run the benchmarks against a local moto S3 server.
 
@@ -50,9 +67,13 @@ def run(
         names = normalize_names(only)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--only") from None
-    command = "python -m bench.harness run" + (" --quick" if quick else "") + (f" --only {','.join(names)}" if names else "")
+    command = (
+        "python -m bench.harness run" + (" --quick" if quick else "") + (f" --only {','.join(names)}" if names else "")
+    )
     command += f" --latency-ms {latency_ms:g} --out {out}"
-    command += (f" --spark-mb {spark_mb}" if spark_mb else "") + (f" --record-bytes {record_bytes}" if record_bytes != 1024 else "")
+    command += (f" --spark-mb {spark_mb}" if spark_mb else "") + (
+        f" --record-bytes {record_bytes}" if record_bytes != 1024 else ""
+    )
     _, path = run_benchmarks(
         spark_mb=spark_mb or 0,
         record_bytes=record_bytes,

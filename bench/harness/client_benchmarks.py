@@ -9,12 +9,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bench.harness.environment import MANIFEST, PREFIX, Env, Settings
+from bench.harness.stats import fmt, percentile, summarize
 from osqueue import metrics as m
 from osqueue.format import MetadataItem, append_entries, decode_manifest, empty_manifest, encode_entry
 from osqueue.store import ObjectInfo, ObjectStore, ObjectVersion, VersionedObject
-
-from bench.harness.environment import MANIFEST, PREFIX, Env, Settings
-from bench.harness.stats import fmt, percentile, summarize
 
 
 class CountingStore:
@@ -243,7 +242,8 @@ def bench_depth(env: Env, s: Settings) -> dict[str, Any]:
         row = {
             "queued_entries": depth,
             "manifest_bytes": len(raw),
-            "bytes_rewritten_per_append": len(raw) + len(encode_entry(depth, f"{PREFIX}/01J5T4R3KZ0000000000000000.batch", meta)),
+            "bytes_rewritten_per_append": len(raw)
+            + len(encode_entry(depth, f"{PREFIX}/01J5T4R3KZ0000000000000000.batch", meta)),
             "append_latency_ms": summarize(latencies),
             "append_cpu_ms": summarize(cpu),
             "appends": appends,
@@ -280,7 +280,7 @@ def bench_requests(env: Env, s: Settings) -> dict[str, Any]:
         registry = m.MetricsRegistry()
         # The queue's grace period (recorded by its first producer) bounds GC from below: 1 s here.
         with Producer(store=produce_store, flush_interval=0.1, metrics=registry, gc_grace_period=1.0) as p:
-            for start in range(0, count, per_call):
+            for _start in range(0, count, per_call):
                 p.produce([b"y" * 100] * per_call, b"bench")
                 time.sleep(0.02)
         consume_store = CountingStore(base)

@@ -27,7 +27,9 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @contextlib.contextmanager
 def subprocess_json(cmd: list[str], what: str, env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line:

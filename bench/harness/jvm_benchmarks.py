@@ -14,10 +14,9 @@ import time
 import uuid
 from typing import Any
 
-from osqueue.format import decode_manifest
-
 from bench.harness.environment import MANIFEST, REPO_ROOT, Env, Settings
 from bench.harness.stats import summarize
+from osqueue.format import decode_manifest
 
 # ---------------------------------------------------------------------------------------------
 # benchmark 7: Python producer vs JVM producer
@@ -53,8 +52,21 @@ def _python_produce(env: Env, prefix: str, tag: str, count: int, per_call: int, 
 
 def _jvm_produce(env: Env, cp: str, prefix: str, tag: str, count: int, per_call: int, flush_ms: int) -> float:
     opts = [x for k, v in env.options().items() for x in ("--opt", f"{k}={v}")]
-    cmd = [shutil.which("java") or "java", "-cp", cp, "osqueue.tools.QueueTool", "produce", env.uri(prefix), tag,
-           str(count), "--per-call", str(per_call), "--flush-ms", str(flush_ms), *opts]
+    cmd = [
+        shutil.which("java") or "java",
+        "-cp",
+        cp,
+        "osqueue.tools.QueueTool",
+        "produce",
+        env.uri(prefix),
+        tag,
+        str(count),
+        "--per-call",
+        str(per_call),
+        "--flush-ms",
+        str(flush_ms),
+        *opts,
+    ]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     elapsed = time.monotonic() - t0
@@ -161,8 +173,21 @@ def bench_raw_put(env: Env, s: Settings) -> dict[str, Any]:
     total = (8 if s.quick else 256) << 20
     warmup = (4 if s.quick else 64) << 20
     opts = [f"{k}={v}" for k, v in env.options().items()]
-    cmd = [shutil.which("java") or "java", "-Xmx6g", "-cp", cp, str(JVM_BENCH_SOURCE), env.uri(f"rawput-{uuid.uuid4().hex[:8]}"),
-           str(entry_bytes), str(total), str(per_call), str(flush_ms), str(s.ratio_repeats), str(warmup), *opts]
+    cmd = [
+        shutil.which("java") or "java",
+        "-Xmx6g",
+        "-cp",
+        cp,
+        str(JVM_BENCH_SOURCE),
+        env.uri(f"rawput-{uuid.uuid4().hex[:8]}"),
+        str(entry_bytes),
+        str(total),
+        str(per_call),
+        str(flush_ms),
+        str(s.ratio_repeats),
+        str(warmup),
+        *opts,
+    ]
     s.log(f"raw_put: one JVM, {s.ratio_repeats} repeats of {total >> 20} MiB (+ a {warmup >> 20} MiB warm-up) ...")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = []
@@ -221,15 +246,30 @@ def bench_jvm_depth(env: Env, s: Settings) -> dict[str, Any]:
     # `bash .ci/sbt "export core/Test/fullClasspath"`.
     cp = os.environ.get("OSQUEUE_BENCH_JVM_CP") or jvm_classpath()
     if cp is None or not DEPTH_BENCH_SOURCE.is_file():
-        s.log("jvm_depth: skipped (needs java and the core on the class path: OSQUEUE_BENCH_JVM_CP or the wheel's jars)")
+        s.log(
+            "jvm_depth: skipped (needs java and the core on the class path: OSQUEUE_BENCH_JVM_CP or the wheel's jars)"
+        )
         return {"skipped": "java or the core's class path not found"}
     k, heap_mb = 2048, 512
     appends, deliveries = (10, 2000) if s.quick else (50, 20000)
     depths = [100, 10_000] if s.quick else [100, 100_000, 1_000_000]
     opts = [f"{key}={v}" for key, v in env.options().items()]
-    cmd = [shutil.which("java") or "java", f"-Xmx{heap_mb}m", "-cp", cp, str(DEPTH_BENCH_SOURCE),
-           env.uri(f"jvmdepth-{uuid.uuid4().hex[:8]}"), str(k), str(appends), str(deliveries), *map(str, depths), *opts]
-    s.log(f"jvm_depth: K = {k}, depths {depths}, {appends} appends and {deliveries} deliveries each, -Xmx{heap_mb}m ...")
+    cmd = [
+        shutil.which("java") or "java",
+        f"-Xmx{heap_mb}m",
+        "-cp",
+        cp,
+        str(DEPTH_BENCH_SOURCE),
+        env.uri(f"jvmdepth-{uuid.uuid4().hex[:8]}"),
+        str(k),
+        str(appends),
+        str(deliveries),
+        *map(str, depths),
+        *opts,
+    ]
+    s.log(
+        f"jvm_depth: K = {k}, depths {depths}, {appends} appends and {deliveries} deliveries each, -Xmx{heap_mb}m ..."
+    )
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     if p.returncode != 0 or len(rows) != len(depths):

@@ -26,7 +26,9 @@ TOKEN_PROVIDER_VERSIONS = ("4.1.3", "4.0.0")
 CACHE = pathlib.Path(os.environ.get("OSQUEUE_BENCH_CACHE", pathlib.Path.home() / ".cache" / "osqueue-bench"))
 
 
-def _maven_fetch(name: str, deps: Sequence[tuple[str, str, str]], transitive: bool, log: Callable[[str], None]) -> list[str]:
+def _maven_fetch(
+    name: str, deps: Sequence[tuple[str, str, str]], transitive: bool, log: Callable[[str], None]
+) -> list[str]:
     """Copies `deps` (+ their runtime dependencies if `transitive`) into the cache with Maven's own
     client (`mvn dependency:copy-dependencies`: the machine's mirror and proxy settings apply).
     Returns the jar paths."""
@@ -41,7 +43,11 @@ def _maven_fetch(name: str, deps: Sequence[tuple[str, str, str]], transitive: bo
             raise RuntimeError("mvn not found (Maven fetches the Kafka jars)")
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(parents=True)
-        exclusions = "" if transitive else "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+        exclusions = (
+            ""
+            if transitive
+            else "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+        )
         body = "".join(
             f"<dependency><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId><version>{escape(v)}</version>"
             f"{exclusions}</dependency>"
@@ -55,7 +61,10 @@ def _maven_fetch(name: str, deps: Sequence[tuple[str, str, str]], transitive: bo
         log(f"fetching {name} with Maven (mvn dependency:copy-dependencies) into {jars} ...")
         p = subprocess.run(
             [mvn, "-q", "-B", "dependency:copy-dependencies", f"-DoutputDirectory={jars}", "-DincludeScope=runtime"],
-            cwd=base, capture_output=True, text=True, timeout=900,
+            cwd=base,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
         if p.returncode != 0:
             errors = [line for line in (p.stdout + p.stderr).splitlines() if "ERROR" in line][:3]
@@ -74,7 +83,11 @@ def kafka_jars(log: Callable[[str], None]) -> tuple[list[str], list[str], dict[s
     )
     errors = []
     # A version already in the cache wins (a failed lookup costs Maven ~15 s and is not cached).
-    cached = [tp for tp in TOKEN_PROVIDER_VERSIONS if (CACHE / "maven" / f"spark-sql-kafka-{SPARK_KAFKA_VERSION}-tp{tp}" / ".complete").is_file()]
+    cached = [
+        tp
+        for tp in TOKEN_PROVIDER_VERSIONS
+        if (CACHE / "maven" / f"spark-sql-kafka-{SPARK_KAFKA_VERSION}-tp{tp}" / ".complete").is_file()
+    ]
     for tp in cached[:1] or TOKEN_PROVIDER_VERSIONS:
         try:
             connector = _maven_fetch(
@@ -88,8 +101,13 @@ def kafka_jars(log: Callable[[str], None]) -> tuple[list[str], list[str], dict[s
                 False,
                 log,
             )
-            versions = {"kafka_broker": KAFKA_VERSION, "spark_sql_kafka": SPARK_KAFKA_VERSION,
-                        "spark_token_provider_kafka": tp, "kafka_clients": KAFKA_VERSION, "commons_pool2": "2.12.1"}
+            versions = {
+                "kafka_broker": KAFKA_VERSION,
+                "spark_sql_kafka": SPARK_KAFKA_VERSION,
+                "spark_token_provider_kafka": tp,
+                "kafka_clients": KAFKA_VERSION,
+                "commons_pool2": "2.12.1",
+            }
             return broker, connector, versions
         except RuntimeError as e:
             errors.append(str(e))
@@ -134,15 +152,21 @@ def kafka_broker(jars: Sequence[str], work: pathlib.Path, log: Callable[[str], N
         + "\n"
     )
     log4j = work / "log4j.properties"
-    log4j.write_text("log4j.rootLogger=WARN, f\nlog4j.appender.f=org.apache.log4j.FileAppender\n"
-                     f"log4j.appender.f.File={work / 'broker.log'}\nlog4j.appender.f.layout=org.apache.log4j.PatternLayout\n"
-                     "log4j.appender.f.layout.ConversionPattern=%d %p %c - %m%n\n")
+    log4j.write_text(
+        "log4j.rootLogger=WARN, f\nlog4j.appender.f=org.apache.log4j.FileAppender\n"
+        f"log4j.appender.f.File={work / 'broker.log'}\nlog4j.appender.f.layout=org.apache.log4j.PatternLayout\n"
+        "log4j.appender.f.layout.ConversionPattern=%d %p %c - %m%n\n"
+    )
     java = shutil.which("java") or "java"
     cp = os.pathsep.join(jars)
     jvm = [java, "-Xmx1g", f"-Dlog4j.configuration=file:{log4j}", "-cp", cp]
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    fmt = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
-                         capture_output=True, text=True, timeout=120)
+    fmt = subprocess.run(
+        [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if fmt.returncode != 0:
         raise RuntimeError(f"kafka-storage format failed: {(fmt.stdout + fmt.stderr).strip()[-1000:]}")
     out = open(work / "broker.out", "w")
@@ -183,14 +207,26 @@ def bench_kafka(env: Env, s: Settings) -> dict[str, Any]:
     with kafka_broker(broker_jars, work, s.log) as bootstrap:
         topic = "bench"
         t0 = time.monotonic()
-        (spark.read.text(str(ds.text_dir)).select("value").write.format("kafka")
-         .option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save())
+        (
+            spark.read.text(str(ds.text_dir))
+            .select("value")
+            .write.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", topic)
+            .save()
+        )
         load_s = time.monotonic() - t0
         s.log(f"kafka: loaded {ds.records} records into topic '{topic}' (2 partitions) in {load_s:.1f} s")
 
         def kafka() -> dict[str, Any]:
-            df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                  .option("subscribe", topic).option("startingOffsets", "earliest").load().select("value"))
+            df = (
+                spark.readStream.format("kafka")
+                .option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .load()
+                .select("value")
+            )
             return stream_to_noop(spark, df, holder.checkpoint("kafka"))
 
         out = compare_sources(holder, s, ds, "kafka", kafka)

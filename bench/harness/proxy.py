@@ -20,7 +20,16 @@ import time
 import urllib.parse
 from typing import Any
 
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "expect"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+}
 
 
 _COUNT_PATH = "/__proxy__/count"
@@ -99,10 +108,14 @@ def _make_proxy_handler(upstream_host: str, upstream_port: int, latency_s: float
         def _count_or_forward(self) -> None:
             # `GET /__proxy__/count?<suffix>`: requests so far, by method, whose path ends with it.
             if self.path.startswith(_COUNT_PATH):
-                needle = urllib.parse.unquote(self.path[len(_COUNT_PATH):].lstrip("?"))
+                needle = urllib.parse.unquote(self.path[len(_COUNT_PATH) :].lstrip("?"))
                 with counts_lock:
-                    body = json.dumps({m: sum(n for (mm, p), n in counts.items() if mm == m and p.endswith(needle))
-                                       for m in ("GET", "PUT", "POST", "DELETE", "HEAD")}).encode()
+                    body = json.dumps(
+                        {
+                            m: sum(n for (mm, p), n in counts.items() if mm == m and p.endswith(needle))
+                            for m in ("GET", "PUT", "POST", "DELETE", "HEAD")
+                        }
+                    ).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

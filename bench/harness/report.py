@@ -16,15 +16,25 @@ def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     b = result["benchmarks"]
     rows: list[dict[str, Any]] = []
 
-    def add(item: str, what: str, stat: dict[str, Any] | None, goal: float, unit: str = "", higher: bool = True) -> None:
+    def add(
+        item: str, what: str, stat: dict[str, Any] | None, goal: float, unit: str = "", higher: bool = True
+    ) -> None:
         if stat and stat.get("median") is not None:
             met = stat["median"] >= goal if higher else stat["median"] <= goal
-            rows.append({"item": item, "what": what, "stat": stat, "goal": goal, "unit": unit, "higher": higher, "met": met})
+            rows.append(
+                {"item": item, "what": what, "stat": stat, "goal": goal, "unit": unit, "higher": higher, "met": met}
+            )
 
     if "raw_put" in b:
         add("1", "JVM producer MB/s ÷ raw PUT MB/s", b["raw_put"].get("ratio_producer_to_raw_put"), 0.9)
     if "contention" in b:
-        add("2", "8 producers ÷ 1 (batches/s, shared committer)", b["contention"]["modes"]["shared"]["speedup_8_vs_1"], 6.0, "x")
+        add(
+            "2",
+            "8 producers ÷ 1 (batches/s, shared committer)",
+            b["contention"]["modes"]["shared"]["speedup_8_vs_1"],
+            6.0,
+            "x",
+        )
     if "spark_file" in b:
         add("3", "osqueue source rows/s ÷ text file source", b["spark_file"].get("ratio_osqueue_to_text"), 1.0)
     if "kafka" in b:
@@ -37,7 +47,14 @@ def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             add("5", "real-time mode: produce → seen by the sink, p50", rt["p50_ms"], 150, " ms", higher=False)
             add("5", "real-time mode: produce → seen by the sink, p99", rt["p99_ms"], 400, " ms", higher=False)
     if "jvm_depth" in b:
-        add("15", "JVM append latency at 1M queued ÷ at 100", b["jvm_depth"].get("append_latency_ratio_deepest_to_100"), 1.5, "x", higher=False)
+        add(
+            "15",
+            "JVM append latency at 1M queued ÷ at 100",
+            b["jvm_depth"].get("append_latency_ratio_deepest_to_100"),
+            1.5,
+            "x",
+            higher=False,
+        )
     if "py_vs_jvm" in b:
         add("7", "Python producer MB/s ÷ JVM producer", b["py_vs_jvm"].get("ratio_python_to_jvm"), 0.5)
     return rows
@@ -70,8 +87,14 @@ def write_plots(result: dict[str, Any], out_dir: pathlib.Path, stem: str) -> lis
         for mode, md in b["contention"]["modes"].items():
             xs = [r["producers"] for r in md["rows"]]
             st = [r["batches_per_s"] for r in md["rows"]]
-            ax.errorbar(xs, [x["median"] for x in st], yerr=err(st), marker="o", capsize=3,
-                        label=f"{mode} ({'one group committer' if mode == 'shared' else 'one committer each'})")
+            ax.errorbar(
+                xs,
+                [x["median"] for x in st],
+                yerr=err(st),
+                marker="o",
+                capsize=3,
+                label=f"{mode} ({'one group committer' if mode == 'shared' else 'one committer each'})",
+            )
         one = b["contention"]["modes"]["shared"]["rows"][0]["batches_per_s"]["median"]
         xs = [r["producers"] for r in b["contention"]["modes"]["shared"]["rows"]]
         ax.plot(xs, [one * x for x in xs], "k:", label="linear (N × one producer)")
@@ -93,7 +116,13 @@ def write_plots(result: dict[str, Any], out_dir: pathlib.Path, stem: str) -> lis
         ax.set_xlabel("queued entries in the manifest")
         ax.set_ylabel("append latency, ms (median, min–max)")
         ax2 = ax.twinx()
-        ax2.plot(xs, [r["bytes_rewritten_per_append"] / 1e6 for r in rows], "s--", color="tab:red", label="MB rewritten per append")
+        ax2.plot(
+            xs,
+            [r["bytes_rewritten_per_append"] / 1e6 for r in rows],
+            "s--",
+            color="tab:red",
+            label="MB rewritten per append",
+        )
         ax2.set_ylabel("MB rewritten per append", color="tab:red")
         ax.set_title("Cost vs queue depth" + title_suffix, fontsize=9)
         h1, l1 = ax.get_legend_handles_labels()
@@ -120,8 +149,11 @@ def write_plots(result: dict[str, Any], out_dir: pathlib.Path, stem: str) -> lis
         ax2.axvline(400, color="tab:green", ls=":")
         ax2.axvline(1000, color="tab:red", ls=":")
         ax2.grid(True, which="both", alpha=0.3)
-        fig.suptitle(f"End-to-end latency, {len(samples)} records over {lat['samples_per_run']['n']} runs, "
-                     f"S3 +{result['s3']['latency_ms']:g} ms/request" + title_suffix, fontsize=9)
+        fig.suptitle(
+            f"End-to-end latency, {len(samples)} records over {lat['samples_per_run']['n']} runs, "
+            f"S3 +{result['s3']['latency_ms']:g} ms/request" + title_suffix,
+            fontsize=9,
+        )
         save(fig, "latency")
 
     goals = goal_rows(result)
@@ -131,9 +163,15 @@ def write_plots(result: dict[str, Any], out_dir: pathlib.Path, stem: str) -> lis
         for g in goals:
             st, goal = g["stat"], g["goal"]
             # measured / goal, so that 1.0 is the goal for every row ("≥" rows) or goal / measured ("≤" rows)
-            f = (lambda v: v / goal) if g["higher"] else (lambda v: goal / v if v else float("nan"))
+            f = (
+                (lambda v, goal=goal: v / goal)
+                if g["higher"]
+                else (lambda v, goal=goal: goal / v if v else float("nan"))
+            )
             med, a, c = f(st["median"]), f(st["min"]), f(st["max"])
-            labels.append(f"{g['item']}: {g['what']}\n{st['median']:.2f}{g['unit']} vs goal {'≥' if g['higher'] else '≤'} {goal:g}{g['unit']}")
+            labels.append(
+                f"{g['item']}: {g['what']}\n{st['median']:.2f}{g['unit']} vs goal {'≥' if g['higher'] else '≤'} {goal:g}{g['unit']}"
+            )
             vals.append(med)
             lo.append(med - min(a, c))
             hi.append(max(a, c) - med)
@@ -143,19 +181,29 @@ def write_plots(result: dict[str, Any], out_dir: pathlib.Path, stem: str) -> lis
         ax.axvline(1.0, color="k", ls="--", lw=1)
         ax.set_yticks(ys)
         ax.set_yticklabels(labels, fontsize=7)
-        ax.set_xlabel("measured ÷ goal (latency: goal ÷ measured); ≥ 1 meets the goal\nmedian, min–max over the repeats", fontsize=8)
+        ax.set_xlabel(
+            "measured ÷ goal (latency: goal ÷ measured); ≥ 1 meets the goal\nmedian, min–max over the repeats",
+            fontsize=8,
+        )
         ax.set_title("Goals of issue 7" + title_suffix, fontsize=9)
         save(fig, "ratios")
 
-    sources = [(n, k) for n, k in (("spark_file", "text"), ("kafka", "kafka")) if n in b and b[n].get("osqueue_rows_per_s")]
+    sources = [
+        (n, k) for n, k in (("spark_file", "text"), ("kafka", "kafka")) if n in b and b[n].get("osqueue_rows_per_s")
+    ]
     if sources:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         names, st = [], []
         for n, k in sources:
             names += [f"osqueue\n({n} run)", {"text": "text files", "kafka": "Kafka"}[k]]
             st += [b[n]["osqueue_rows_per_s"], b[n][f"{k}_rows_per_s"]]
-        ax.bar(range(len(names)), [x["median"] for x in st], yerr=err(st), capsize=4,
-               color=["tab:blue", "tab:orange"] * len(sources))
+        ax.bar(
+            range(len(names)),
+            [x["median"] for x in st],
+            yerr=err(st),
+            capsize=4,
+            color=["tab:blue", "tab:orange"] * len(sources),
+        )
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, fontsize=8)
         ax.set_ylabel("rows/s, availableNow → noop (median, min–max)")
@@ -176,7 +224,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"- started {result['started']}, took {result['elapsed_s']:.0f} s; command: `{result['command']}`",
         f"- machine: {mf['cpu_count']} cores ({mf.get('cpu_model')}), {mf.get('memory_gib')} GiB, "
         f"{mf['platform']}; load average at start {mf.get('loadavg_at_start')}, at end {result.get('loadavg_at_end')}",
-        f"- versions: " + ", ".join(f"{k} {v}" for k, v in mf["versions"].items()),
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in mf["versions"].items()),
         f"- S3: {result['s3']['kind']} on loopback, injected latency {result['s3']['latency_ms']:g} ms per request "
         "(proxy in its own process)",
         "- each figure: median (min–max) over the repeats; timings are noisy (shared machine)",
@@ -185,7 +233,12 @@ def markdown_report(result: dict[str, Any]) -> str:
     b = result["benchmarks"]
     goals = goal_rows(result)
     if goals:
-        lines += ["## Goals", "", "| # | what | goal | measured (median, min–max) | verdict |", "| --- | --- | --- | --- | --- |"]
+        lines += [
+            "## Goals",
+            "",
+            "| # | what | goal | measured (median, min–max) | verdict |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         if result["quick"]:
             lines[-4] = "## Goals (a --quick run: sizes too small for the verdicts to mean anything)"
         for g in goals:
@@ -258,7 +311,8 @@ def markdown_report(result: dict[str, Any]) -> str:
         lines += [
             "## Object-store requests per 1,000 entries",
             "",
-            q["description"] + f"; {fmt(q['batches'], ' batches', 0)}, {fmt(q['entries_per_batch'], ' entries per batch', 0)}.",
+            q["description"]
+            + f"; {fmt(q['batches'], ' batches', 0)}, {fmt(q['entries_per_batch'], ' entries per batch', 0)}.",
             "",
             "| phase | PUT | GET | LIST | DELETE |",
             "| --- | --- | --- | --- | --- |",
@@ -285,7 +339,10 @@ def markdown_report(result: dict[str, Any]) -> str:
             f"{fmt(r['batches'], ' batches', 0)} per run; entries verified: {r['entries_verified']}.",
             "",
         ]
-    for n, other, label in (("spark_file", "text", "Spark's text file source"), ("kafka", "kafka", "Spark's Kafka source")):
+    for n, other, label in (
+        ("spark_file", "text", "Spark's text file source"),
+        ("kafka", "kafka", "Spark's Kafka source"),
+    ):
         if n in b and "skipped" not in b[n]:
             r = b[n]
             lines += [
@@ -302,8 +359,12 @@ def markdown_report(result: dict[str, Any]) -> str:
                 "",
             ]
             if n == "kafka":
-                lines += [f"Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items())
-                          + f"; loading the topic took {r['kafka_load_s']:.1f} s.", ""]
+                lines += [
+                    "Versions: "
+                    + ", ".join(f"{k} {v}" for k, v in r["versions"].items())
+                    + f"; loading the topic took {r['kafka_load_s']:.1f} s.",
+                    "",
+                ]
     if "latency" in b:
         r = b["latency"]
         lines += [
@@ -321,19 +382,23 @@ def markdown_report(result: dict[str, Any]) -> str:
             f"collect() p50 {fmt(r['collect_p50_ms'], ' ms', 0)}; max {fmt(r['max_ms'], ' ms', 0)}.",
             "",
             "A micro-batch with rows, by Spark's phases (`durationMs` of its progress; median per run, then over runs): "
-            + ", ".join(f"{k} {fmt(v, ' ms', 0)}" for k, v in r["micro_batch_phase_p50_ms"].items()) + ".",
+            + ", ".join(f"{k} {fmt(v, ' ms', 0)}" for k, v in r["micro_batch_phase_p50_ms"].items())
+            + ".",
             "",
         ]
         modes = r.get("modes") or {}
         if modes:
-            lines += ["| mode | produce → durable p50 | seen p50 ms | p90 | p99 | max | batches/run | idle manifest GET/min | idle PUT/min |",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [
+                "| mode | produce → durable p50 | seen p50 ms | p90 | p99 | max | batches/run | idle manifest GET/min | idle PUT/min |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            ]
             for name, m in modes.items():
                 lines.append(
                     f"| {name} | {fmt(m['produce_to_durable_p50_ms'], '', 0)} | {fmt(m['p50_ms'], '', 0)} | "
                     f"{fmt(m['p90_ms'], '', 0)} | {fmt(m['p99_ms'], '', 0)} | {fmt(m['max_ms'], '', 0)} | "
                     f"{fmt(m['batches'], '', 0)} | {fmt(m['idle_manifest_gets_per_min'], '', 0) if m['idle_manifest_gets_per_min'] else 'n/a'} | "
-                    f"{fmt(m['idle_manifest_puts_per_min'], '', 0) if m['idle_manifest_puts_per_min'] else 'n/a'} |")
+                    f"{fmt(m['idle_manifest_puts_per_min'], '', 0) if m['idle_manifest_puts_per_min'] else 'n/a'} |"
+                )
             lines.append("")
     return "\n".join(lines)
 

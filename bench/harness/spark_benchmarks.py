@@ -130,23 +130,35 @@ def spark_dataset(holder: SparkHolder, s: Settings) -> SparkDataset:
     filler = bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(record_bytes))
     qdir, tdir = holder.tmp / "queue", holder.tmp / "text"
     tdir.mkdir(parents=True)
-    s.log(f"spark data: {records} records of {record_bytes} B ({records * record_bytes / 1e6:.0f} MB) in batches of "
-          f"{per_batch} -> {qdir} and {tdir}")
+    s.log(
+        f"spark data: {records} records of {record_bytes} B ({records * record_bytes / 1e6:.0f} MB) in batches of "
+        f"{per_batch} -> {qdir} and {tdir}"
+    )
     t0 = time.monotonic()
     batches = 0
     with Producer(str(qdir), flush_interval=3600, flush_size_bytes=1 << 40) as p:
         for start in range(0, records, per_batch):
             batch = [(b"%010d" % i + filler)[:record_bytes] for i in range(start, min(start + per_batch, records))]
             for c in range(0, len(batch), 1000):
-                p.produce(batch[c:c + 1000], b"bench")
+                p.produce(batch[c : c + 1000], b"bench")
             p.flush()
             (tdir / f"part-{batches:05d}.txt").write_bytes(b"\n".join(batch) + b"\n")
             batches += 1
     write_s = time.monotonic() - t0
     queue_bytes = sum(f.stat().st_size for f in (qdir / PREFIX).glob("*.batch"))
     text_bytes = sum(f.stat().st_size for f in tdir.iterdir())
-    ds = SparkDataset(qdir, tdir, (qdir / MANIFEST).read_bytes(), records, record_bytes, batches,
-                      records * record_bytes, queue_bytes, text_bytes, write_s)
+    ds = SparkDataset(
+        qdir,
+        tdir,
+        (qdir / MANIFEST).read_bytes(),
+        records,
+        record_bytes,
+        batches,
+        records * record_bytes,
+        queue_bytes,
+        text_bytes,
+        write_s,
+    )
     holder.dataset = ds
     return ds
 
@@ -267,8 +279,9 @@ def _real_time_writer(spark: Any, df: Any, out: pathlib.Path, batch_duration: st
     return writer
 
 
-def _latency_run(env: Env, s: Settings, holder: SparkHolder, duration: float, rate: float, mode: str,
-                 linger: float, idle_s: float) -> dict[str, Any]:
+def _latency_run(
+    env: Env, s: Settings, holder: SparkHolder, duration: float, rate: float, mode: str, linger: float, idle_s: float
+) -> dict[str, Any]:
     from osqueue.producer import Producer
 
     spark = holder.spark
@@ -342,8 +355,11 @@ def _latency_run(env: Env, s: Settings, holder: SparkHolder, duration: float, ra
         c0, t_idle = _proxy_count(env, f"/{prefix}/ingest/manifest"), time.monotonic()
         time.sleep(idle_s)
         c1 = _proxy_count(env, f"/{prefix}/ingest/manifest")
-        idle_per_min = None if c0 is None or c1 is None else {
-            m: round((c1[m] - c0[m]) * 60 / (time.monotonic() - t_idle), 1) for m in ("GET", "PUT")}
+        idle_per_min = (
+            None
+            if c0 is None or c1 is None
+            else {m: round((c1[m] - c0[m]) * 60 / (time.monotonic() - t_idle), 1) for m in ("GET", "PUT")}
+        )
     finally:
         progress = [pr for pr in q.recentProgress if pr and int(pr.get("numInputRows", 0)) > 0]
         q.stop()

@@ -31,6 +31,7 @@ Verdicts (any non-zero one fails the run, exit status 1):
   delivered (every producer batch holds at least one entry, so each sequence must show up).
 - **zombie_landed**: zombie consumer calls that did not raise FencedError-or-error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -168,8 +169,17 @@ def _events(run: pathlib.Path) -> list[dict[str, Any]]:
 
 def zombie_figures(run: pathlib.Path) -> dict[str, Any]:
     path = run / "zombie.log"
-    z: dict[str, Any] = {"present": path.exists(), "init_epoch": None, "go_epoch": None, "attempts": 0,
-                         "fenced": 0, "landed": 0, "errors": 0, "by_kind": {}, "landed_examples": []}
+    z: dict[str, Any] = {
+        "present": path.exists(),
+        "init_epoch": None,
+        "go_epoch": None,
+        "attempts": 0,
+        "fenced": 0,
+        "landed": 0,
+        "errors": 0,
+        "by_kind": {},
+        "landed_examples": [],
+    }
     if not path.exists():
         return z
     by_kind: collections.Counter[str] = collections.Counter()
@@ -194,8 +204,9 @@ def zombie_figures(run: pathlib.Path) -> dict[str, Any]:
     return z
 
 
-def epoch_figures(run: pathlib.Path, zombie: dict[str, Any], footer: dict[str, int] | None,
-                  driver_starts: int) -> dict[str, Any]:
+def epoch_figures(
+    run: pathlib.Path, zombie: dict[str, Any], footer: dict[str, int] | None, driver_starts: int
+) -> dict[str, Any]:
     path = run / "epochs.jsonl"
     samples = [json.loads(x) for x in _lines(str(path))] if path.exists() else []
     epochs = [s["epoch"] for s in samples]
@@ -205,12 +216,19 @@ def epoch_figures(run: pathlib.Path, zombie: dict[str, Any], footer: dict[str, i
     z = zombie.get("init_epoch")
     # The epoch only grows; the Spark query's first start moved it past the zombie's, and every
     # later start (after a kill or a failure) bumps it again.
-    consistent = decreases == 0 and (z is None or final is None or (
-        final > z and (zombie.get("go_epoch") is None or zombie["go_epoch"] > z)))
-    return {"samples": len(samples), "distinct": distinct[:50], "decreases": decreases, "final": final,
-            "zombie_epoch": z, "driver_starts": driver_starts,
-            "bumps_after_zombie": (final - z) if (final is not None and z is not None) else None,
-            "consistent": consistent}
+    consistent = decreases == 0 and (
+        z is None or final is None or (final > z and (zombie.get("go_epoch") is None or zombie["go_epoch"] > z))
+    )
+    return {
+        "samples": len(samples),
+        "distinct": distinct[:50],
+        "decreases": decreases,
+        "final": final,
+        "zombie_epoch": z,
+        "driver_starts": driver_starts,
+        "bumps_after_zombie": (final - z) if (final is not None and z is not None) else None,
+        "consistent": consistent,
+    }
 
 
 def check(run: str | os.PathLike[str]) -> dict[str, Any]:
@@ -269,7 +287,9 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
             if key[0] != seq or keys[key][1] != loc or (idx is not None and key[1] != idx):
                 c["misplaced"] += 1
                 if len(misplaced) < 20:
-                    misplaced.append({"value": f"{tag}-{n}", "acked": [seq, loc, idx], "delivered": [*key, keys[key][1]]})
+                    misplaced.append(
+                        {"value": f"{tag}-{n}", "acked": [seq, loc, idx], "delivered": [*key, keys[key][1]]}
+                    )
             if prev_key is not None and key < prev_key:
                 c["out_of_order"] += 1
                 if len(ooo) < 20:
@@ -283,8 +303,21 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
         m = _VALUE.match(v)
         per[m.group("name") if m else "?"]["unexpected"] += 1
 
-    fields = ("incarnations", "attempted", "acked", "failed", "unknown", "delivered", "lost", "duplicated",
-              "out_of_order", "unexpected", "misplaced", "failed_but_delivered", "unknown_but_delivered")
+    fields = (
+        "incarnations",
+        "attempted",
+        "acked",
+        "failed",
+        "unknown",
+        "delivered",
+        "lost",
+        "duplicated",
+        "out_of_order",
+        "unexpected",
+        "misplaced",
+        "failed_but_delivered",
+        "unknown_but_delivered",
+    )
     producers = {name: {f: per[name][f] for f in fields} for name in sorted(per)}
     total = {f: sum(p[f] for p in producers.values()) for f in fields}
     total["duplicated"] += len(sink["key_conflicts"]) + len(sink["keys_redelivered"])
@@ -310,12 +343,16 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
     on_cond = proxy.get("injected_on_conditional", {})
     puts = proxy.get("by_method", {}).get("PUT", 0)
     faults = {
-        "requests": requests, "by_method": proxy.get("by_method", {}), "injected": injected,
+        "requests": requests,
+        "by_method": proxy.get("by_method", {}),
+        "injected": injected,
         "injected_total": sum(injected.values()),
         "error_pct": round(100.0 * sum(injected.values()) / requests, 2) if requests else 0.0,
-        "conditional_puts": cond, "injected_on_conditional_puts": on_cond,
+        "conditional_puts": cond,
+        "injected_on_conditional_puts": on_cond,
         "conditional_puts_reply_dropped_pct": round(100.0 * on_cond.get("drop_reply", 0) / cond, 2) if cond else 0.0,
-        "puts": puts, "puts_reply_dropped": proxy.get("drop_reply_on_put", on_cond.get("drop_reply", 0)),
+        "puts": puts,
+        "puts_reply_dropped": proxy.get("drop_reply_on_put", on_cond.get("drop_reply", 0)),
     }
     faults["puts_reply_dropped_pct"] = round(100.0 * faults["puts_reply_dropped"] / puts, 2) if puts else 0.0
 
@@ -325,9 +362,15 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
         "total": total,
         "producers": producers,
         "failure_kinds": {k: dict(v) for k, v in failed_kinds.items()},
-        "sink": {"rows": sink["rows"], "batches": sink["batches"], "distinct_keys": len(keys),
-                 "sequences": len({s for s, _ in keys}), "key_conflicts": len(sink["key_conflicts"]),
-                 "keys_redelivered": len(sink["keys_redelivered"]), "sequence_location_conflicts": seq_location_conflicts},
+        "sink": {
+            "rows": sink["rows"],
+            "batches": sink["batches"],
+            "distinct_keys": len(keys),
+            "sequences": len({s for s, _ in keys}),
+            "key_conflicts": len(sink["key_conflicts"]),
+            "keys_redelivered": len(sink["keys_redelivered"]),
+            "sequence_location_conflicts": seq_location_conflicts,
+        },
         "manifest": footer,
         "faults": faults,
         "kills": dict(kills),
@@ -335,8 +378,14 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
         "driver_starts": driver_starts,
         "zombie": zombie,
         "epochs": epoch_figures(run, zombie, footer, driver_starts),
-        "examples": {"lost": lost, "duplicated": (dup_values[:10] + sink["key_conflicts"][:5] + sink["keys_redelivered"][:5]),
-                     "out_of_order": ooo, "unexpected": unexpected[:20], "misplaced": misplaced, "sequence_gaps": gaps[:20]},
+        "examples": {
+            "lost": lost,
+            "duplicated": (dup_values[:10] + sink["key_conflicts"][:5] + sink["keys_redelivered"][:5]),
+            "out_of_order": ooo,
+            "unexpected": unexpected[:20],
+            "misplaced": misplaced,
+            "sequence_gaps": gaps[:20],
+        },
         "meta": _read_json(run / "run.json", {}),
     }
     if not report["epochs"]["consistent"]:
@@ -345,34 +394,51 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    cols = ("attempted", "acked", "failed", "unknown", "delivered", "lost", "duplicated", "out_of_order",
-            "unexpected", "misplaced")
-    out = [f"Verdict: **{report['verdict']}**", "",
-           "| producer | " + " | ".join(cols) + " |", "| --- |" + " --- |" * len(cols)]
+    cols = (
+        "attempted",
+        "acked",
+        "failed",
+        "unknown",
+        "delivered",
+        "lost",
+        "duplicated",
+        "out_of_order",
+        "unexpected",
+        "misplaced",
+    )
+    out = [
+        f"Verdict: **{report['verdict']}**",
+        "",
+        "| producer | " + " | ".join(cols) + " |",
+        "| --- |" + " --- |" * len(cols),
+    ]
     for name, p in report["producers"].items():
         out.append(f"| {name} | " + " | ".join(f"{p[c]:,}" for c in cols) + " |")
     t = report["total"]
     out.append("| **total** | " + " | ".join(f"**{t[c]:,}**" for c in cols) + " |")
     f, z, e = report["faults"], report["zombie"], report["epochs"]
     inj = f["injected"]
-    out += ["",
-            "| figure | value |", "| --- | --- |",
-            f"| sink | {report['sink']['rows']:,} rows in {report['sink']['batches']:,} micro-batches, "
-            f"{report['sink']['sequences']:,} sequences; sequence gaps {t['sequence_gaps']} |",
-            f"| requests through the proxy | {f['requests']:,} ({', '.join(f'{k} {v:,}' for k, v in sorted(f['by_method'].items()))}) |",
-            f"| faults injected | {f['injected_total']:,} = {f['error_pct']}% of requests "
-            f"(503 {inj.get('503', 0):,}, 500 {inj.get('500', 0):,}, reset {inj.get('reset', 0):,}, "
-            f"stall {inj.get('stall', 0):,}, drop_reply {inj.get('drop_reply', 0):,}) |",
-            f"| conditional PUTs (manifest CAS) with reply dropped | {f['injected_on_conditional_puts'].get('drop_reply', 0):,} "
-            f"of {f['conditional_puts']:,} = {f['conditional_puts_reply_dropped_pct']}% |",
-            f"| all PUTs with reply dropped | {f['puts_reply_dropped']:,} of {f['puts']:,} = {f['puts_reply_dropped_pct']}% |",
-            f"| kills (SIGKILL) | {', '.join(f'{k} {v}' for k, v in sorted(report['kills'].items())) or 'none'} |",
-            f"| query failures (restarted) | {report['query_failures']} |",
-            f"| driver starts | {report['driver_starts']} |",
-            f"| zombie consumer | {z['attempts']:,} attempts, {z['fenced']:,} fenced, {z['landed']} landed, {z['errors']} errors |",
-            f"| manifest epoch | zombie {e['zombie_epoch']}, final {e['final']}, "
-            f"{e['decreases']} decreases in {e['samples']} samples, consistent: {e['consistent']} |",
-            f"| producer failures by class | {json.dumps(report['failure_kinds'], sort_keys=True)} |"]
+    out += [
+        "",
+        "| figure | value |",
+        "| --- | --- |",
+        f"| sink | {report['sink']['rows']:,} rows in {report['sink']['batches']:,} micro-batches, "
+        f"{report['sink']['sequences']:,} sequences; sequence gaps {t['sequence_gaps']} |",
+        f"| requests through the proxy | {f['requests']:,} ({', '.join(f'{k} {v:,}' for k, v in sorted(f['by_method'].items()))}) |",
+        f"| faults injected | {f['injected_total']:,} = {f['error_pct']}% of requests "
+        f"(503 {inj.get('503', 0):,}, 500 {inj.get('500', 0):,}, reset {inj.get('reset', 0):,}, "
+        f"stall {inj.get('stall', 0):,}, drop_reply {inj.get('drop_reply', 0):,}) |",
+        f"| conditional PUTs (manifest CAS) with reply dropped | {f['injected_on_conditional_puts'].get('drop_reply', 0):,} "
+        f"of {f['conditional_puts']:,} = {f['conditional_puts_reply_dropped_pct']}% |",
+        f"| all PUTs with reply dropped | {f['puts_reply_dropped']:,} of {f['puts']:,} = {f['puts_reply_dropped_pct']}% |",
+        f"| kills (SIGKILL) | {', '.join(f'{k} {v}' for k, v in sorted(report['kills'].items())) or 'none'} |",
+        f"| query failures (restarted) | {report['query_failures']} |",
+        f"| driver starts | {report['driver_starts']} |",
+        f"| zombie consumer | {z['attempts']:,} attempts, {z['fenced']:,} fenced, {z['landed']} landed, {z['errors']} errors |",
+        f"| manifest epoch | zombie {e['zombie_epoch']}, final {e['final']}, "
+        f"{e['decreases']} decreases in {e['samples']} samples, consistent: {e['consistent']} |",
+        f"| producer failures by class | {json.dumps(report['failure_kinds'], sort_keys=True)} |",
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -16,6 +16,7 @@ where tag = ``<name>-<incarnation>``. An attempted call with neither line is unk
 The S3 client is built here (short timeouts, few retries) and handed to ``S3Store(client=...)``:
 the Python store has no timeout options of its own.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,11 +29,22 @@ def s3_client(endpoint: str, region: str, access_key: str, secret_key: str, time
     import boto3
     from botocore.config import Config
 
-    cfg = Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
-                 retries={"mode": "standard", "max_attempts": 3}, connect_timeout=timeout, read_timeout=timeout,
-                 max_pool_connections=20)
-    return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=cfg,
-                        aws_access_key_id=access_key, aws_secret_access_key=secret_key)
+    cfg = Config(
+        s3={"addressing_style": "path"},
+        request_checksum_calculation="when_required",
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=timeout,
+        read_timeout=timeout,
+        max_pool_connections=20,
+    )
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=region,
+        config=cfg,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+    )
 
 
 def add_queue_args(ap: argparse.ArgumentParser) -> None:
@@ -63,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
 
     tag = f"{args.name}-{args.incarnation}"
     log = open(args.log, "a", buffering=1, encoding="utf-8")  # line-buffered: one write per line
-    store = S3Store(args.bucket, args.prefix, client=s3_client(args.endpoint, args.region, args.access_key,
-                                                                 args.secret_key, args.timeout))
+    store = S3Store(
+        args.bucket,
+        args.prefix,
+        client=s3_client(args.endpoint, args.region, args.access_key, args.secret_key, args.timeout),
+    )
     producer = Producer(store=store, flush_interval=args.flush_interval)
     pending: collections.deque = collections.deque()
 

@@ -23,6 +23,7 @@ so they land mid-run whatever the machine's speed. When the producers are done, 
 until it has delivered every sequence below the manifest's ``next_sequence``; then everything
 stops and the checker writes ``report.json`` and ``report.md``. Exit status: the checker's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,10 +77,14 @@ class CountingFaultProxy(FaultProxy):
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {"counts": dict(self.counts), "injected": {k: self.counts[k] for k in
-                                                              ("503", "500", "stall", "reset", "drop_reply")},
-                    "injected_on_conditional": dict(self.injected_on_conditional), "by_method": dict(self.by_method),
-                    "drop_reply_on_put": self.drop_reply_on_put, "enabled": self.enabled}
+            return {
+                "counts": dict(self.counts),
+                "injected": {k: self.counts[k] for k in ("503", "500", "stall", "reset", "drop_reply")},
+                "injected_on_conditional": dict(self.injected_on_conditional),
+                "by_method": dict(self.by_method),
+                "drop_reply_on_put": self.drop_reply_on_put,
+                "enabled": self.enabled,
+            }
 
 
 class S3:
@@ -87,8 +92,13 @@ class S3:
 
     def __init__(self, kind: str, run: pathlib.Path) -> None:
         self.err = open(run / "s3server.err", "w")
-        self.proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "s3" / "s3server.py"), "--kind", kind],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(REPO / "tests" / "s3" / "s3server.py"), "--kind", kind],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"s3server.py --kind {kind} did not start: see {run / 's3server.err'}")
@@ -134,14 +144,23 @@ class Tail:
 class Child:
     """One incarnation of a killable process (its own session)."""
 
-    def __init__(self, kind: str, name: str, incarnation: int, argv: list[str], stdout: pathlib.Path,
-                 stderr: pathlib.Path | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        incarnation: int,
+        argv: list[str],
+        stdout: pathlib.Path,
+        stderr: pathlib.Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.kind, self.name, self.incarnation = kind, name, incarnation
         self.log = stdout
         out = open(stdout, "ab")
         err = open(stderr, "ab") if stderr else subprocess.STDOUT
-        self.proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=REPO,
-                                     start_new_session=True, env=env)
+        self.proc = subprocess.Popen(
+            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True, env=env
+        )
         out.close()
         if stderr:
             err.close()
@@ -199,10 +218,15 @@ class Harness:
 
     def store_options(self, endpoint: str) -> dict[str, str]:
         s = self.s3
-        return {"fs.s3a.endpoint": endpoint, "fs.s3a.access.key": s.access_key, "fs.s3a.secret.key": s.secret_key,
-                "fs.s3a.path.style.access": "true", "fs.s3a.endpoint.region": s.region,
-                "fs.s3a.connection.timeout": str(int(self.args.timeout * 1000)),
-                "fs.s3a.connection.request.timeout": str(int(self.args.timeout * 1000) + 2000)}
+        return {
+            "fs.s3a.endpoint": endpoint,
+            "fs.s3a.access.key": s.access_key,
+            "fs.s3a.secret.key": s.secret_key,
+            "fs.s3a.path.style.access": "true",
+            "fs.s3a.endpoint.region": s.region,
+            "fs.s3a.connection.timeout": str(int(self.args.timeout * 1000)),
+            "fs.s3a.connection.request.timeout": str(int(self.args.timeout * 1000) + 2000),
+        }
 
     def read_footer(self):
         from osqueue.format import read_manifest_footer
@@ -228,8 +252,17 @@ class Harness:
                 self.manifest_footer = footer
                 now = time.monotonic() - self.t0
                 if footer.epoch != last_epoch or now - last_write >= 10:
-                    f.write(json.dumps({"t": round(now, 1), "epoch": footer.epoch, "next_sequence": footer.next_sequence,
-                                        "entries": footer.entry_count}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "t": round(now, 1),
+                                "epoch": footer.epoch,
+                                "next_sequence": footer.next_sequence,
+                                "entries": footer.entry_count,
+                            }
+                        )
+                        + "\n"
+                    )
                     last_epoch, last_write = footer.epoch, now
 
     # -- children -------------------------------------------------------------------------------
@@ -252,9 +285,21 @@ class Harness:
             from integration import jvm_tool
 
             flush_ms = max(5, int(a.chunk * 1000 / rate * 0.8)) if rate else 5
-            argv = jvm_tool.command("produce", self.uri, tag, str(remaining), "--per-call", str(a.chunk),
-                                    "--flush-ms", str(flush_ms), "--sync", "true", "--keep-going", "true",
-                                    store_options=self.store_options(self.proxy.endpoint))
+            argv = jvm_tool.command(
+                "produce",
+                self.uri,
+                tag,
+                str(remaining),
+                "--per-call",
+                str(a.chunk),
+                "--flush-ms",
+                str(flush_ms),
+                "--sync",
+                "true",
+                "--keep-going",
+                "true",
+                store_options=self.store_options(self.proxy.endpoint),
+            )
             # QueueTool prints per entry; the attempted range is the whole incarnation's.
             with open(logf, "a") as f:
                 f.write(f"attempt\t{tag}\t0\t{remaining}\n")
@@ -262,11 +307,37 @@ class Harness:
             child = Child("producer-jvm", name, k, argv, logf, errf)
         else:
             s = self.s3
-            argv = [sys.executable, "-m", "integration.chaos.py_producer", "--endpoint", self.proxy.endpoint,
-                    "--region", s.region, "--access-key", s.access_key, "--secret-key", s.secret_key,
-                    "--bucket", self.bucket, "--prefix", PREFIX, "--name", name, "--incarnation", str(k),
-                    "--count", str(remaining), "--chunk", str(a.chunk), "--rate", f"{rate:.3f}",
-                    "--timeout", str(a.timeout), "--log", str(logf)]
+            argv = [
+                sys.executable,
+                "-m",
+                "integration.chaos.py_producer",
+                "--endpoint",
+                self.proxy.endpoint,
+                "--region",
+                s.region,
+                "--access-key",
+                s.access_key,
+                "--secret-key",
+                s.secret_key,
+                "--bucket",
+                self.bucket,
+                "--prefix",
+                PREFIX,
+                "--name",
+                name,
+                "--incarnation",
+                str(k),
+                "--count",
+                str(remaining),
+                "--chunk",
+                str(a.chunk),
+                "--rate",
+                f"{rate:.3f}",
+                "--timeout",
+                str(a.timeout),
+                "--log",
+                str(logf),
+            ]
             child = Child("producer-py", name, k, argv, errf)
             child.tail = Tail(logf)
         self.producers[name] = child
@@ -278,9 +349,23 @@ class Harness:
         self.driver_starts += 1
         opts = self.store_options(self.proxy.endpoint)
         opts.update({"gcInterval": a.gc_interval})
-        argv = [sys.executable, "-m", "integration.chaos.spark_driver", "--queue", self.uri,
-                "--checkpoint", str(self.run / "checkpoint"), "--out", str(self.run / "out"),
-                "--options", json.dumps(opts), "--max-batches", str(a.max_batches), "--trigger-ms", str(a.trigger_ms)]
+        argv = [
+            sys.executable,
+            "-m",
+            "integration.chaos.spark_driver",
+            "--queue",
+            self.uri,
+            "--checkpoint",
+            str(self.run / "checkpoint"),
+            "--out",
+            str(self.run / "out"),
+            "--options",
+            json.dumps(opts),
+            "--max-batches",
+            str(a.max_batches),
+            "--trigger-ms",
+            str(a.trigger_ms),
+        ]
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
         self.driver = Child("driver", "driver", k, argv, self.run / "spark" / f"driver-{k}.log", env=env)
         self.driver_batches_since_start = 0
@@ -290,10 +375,31 @@ class Harness:
         s = self.s3
         zlog = self.run / "zombie.log"
         self.zombie = subprocess.Popen(
-            [sys.executable, "-m", "integration.chaos.zombie", "--endpoint", s.endpoint, "--region", s.region,
-             "--access-key", s.access_key, "--secret-key", s.secret_key, "--bucket", self.bucket, "--prefix", PREFIX,
-             "--log", str(zlog)], cwd=REPO, stdout=open(self.run / "zombie.err", "ab"), stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "integration.chaos.zombie",
+                "--endpoint",
+                s.endpoint,
+                "--region",
+                s.region,
+                "--access-key",
+                s.access_key,
+                "--secret-key",
+                s.secret_key,
+                "--bucket",
+                self.bucket,
+                "--prefix",
+                PREFIX,
+                "--log",
+                str(zlog),
+            ],
+            cwd=REPO,
+            stdout=open(self.run / "zombie.err", "ab"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if zlog.exists():
@@ -378,8 +484,10 @@ class Harness:
         d.kill()
         self.poll_driver()
         self.event("kill", kind="driver", incarnation=d.incarnation)
-        log(f"kill -9 Spark driver {d.incarnation} at {100 * self.progress():.0f}% produced, "
-            f"after {self.driver_batches_since_start} micro-batches")
+        log(
+            f"kill -9 Spark driver {d.incarnation} at {100 * self.progress():.0f}% produced, "
+            f"after {self.driver_batches_since_start} micro-batches"
+        )
         time.sleep(self.rng.uniform(0.5, 3.0))
         self.start_driver()
 
@@ -392,8 +500,14 @@ class Harness:
         self.s3 = S3(a.server, self.run)
         log(f"{a.server} S3 server up")
         rates, cond = self.fault_rates()
-        self.proxy = CountingFaultProxy(self.s3.endpoint, seed=a.seed, rates=rates, conditional_rates=cond,
-                                        stall_seconds=a.timeout + 2.0, drop_reply_every=a.drop_reply_every or None)
+        self.proxy = CountingFaultProxy(
+            self.s3.endpoint,
+            seed=a.seed,
+            rates=rates,
+            conditional_rates=cond,
+            stall_seconds=a.timeout + 2.0,
+            drop_reply_every=a.drop_reply_every or None,
+        )
         self.proxy.start()
         self.direct = self.s3.client()
         self.bucket = f"chaos-{a.seed}-{int(time.time())}"
@@ -410,8 +524,10 @@ class Harness:
             self.start_driver()
             for name in PRODUCERS:
                 self.start_producer(name)
-            log(f"4 producers ({a.entries:,} entries, {a.chunk} per call) and the Spark driver started; "
-                f"faults: {json.dumps(rates)} / CAS {json.dumps(cond)}")
+            log(
+                f"4 producers ({a.entries:,} entries, {a.chunk} per call) and the Spark driver started; "
+                f"faults: {json.dumps(rates)} / CAS {json.dumps(cond)}"
+            )
             pkills = sorted(self.rng.uniform(0.1, 0.8) for _ in range(a.kills_producers))
             dkills = sorted(self.rng.uniform(0.15, 0.85) for _ in range(a.kills_driver))
             meta.update(producer_kill_points=pkills, driver_kill_points=dkills)
@@ -446,10 +562,12 @@ class Harness:
                     last_report = time.monotonic()
                     snap = self.proxy.snapshot()
                     inj = sum(snap["injected"].values())
-                    log(f"produced {sum(self.resolved.values()):,}/{a.entries:,} ({100 * prog:.0f}%), "
+                    log(
+                        f"produced {sum(self.resolved.values()):,}/{a.entries:,} ({100 * prog:.0f}%), "
                         f"next_sequence {footer.next_sequence if footer else '-'}, delivered through "
                         f"{self.max_delivered}, kills {pk}+{dk}, requests {snap['counts'].get('requests', 0):,}, "
-                        f"faults {inj:,}, producers done {len(self.finished)}")
+                        f"faults {inj:,}, producers done {len(self.finished)}"
+                    )
                 time.sleep(0.25)
             else:
                 log(f"TIMEOUT after {a.max_minutes} min: checking what there is")
@@ -496,15 +614,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--kills-driver", type=int, default=1)
     ap.add_argument("--out", required=True, help="run directory (replaced)")
     ap.add_argument("--server", choices=("moto", "localstack"), default="moto")
-    ap.add_argument("--error-rate", type=float, default=0.05,
-                    help="fault rate of non-conditional requests (503 30%%, 500 25%%, reset 25%%, stall 10%%, drop_reply 10%%)")
-    ap.add_argument("--cas-error-rate", type=float, default=0.04,
-                    help="503/500/reset/stall rate of conditional PUTs (the manifest's CAS writes)")
+    ap.add_argument(
+        "--error-rate",
+        type=float,
+        default=0.05,
+        help="fault rate of non-conditional requests (503 30%%, 500 25%%, reset 25%%, stall 10%%, drop_reply 10%%)",
+    )
+    ap.add_argument(
+        "--cas-error-rate",
+        type=float,
+        default=0.04,
+        help="503/500/reset/stall rate of conditional PUTs (the manifest's CAS writes)",
+    )
     ap.add_argument("--drop-reply-rate", type=float, default=0.03, help="drop_reply rate of conditional PUTs")
     ap.add_argument("--drop-reply-every", type=int, default=0, help="also drop the reply of every n-th conditional PUT")
     ap.add_argument("--chunk", type=int, default=100, help="entries per produce() call")
-    ap.add_argument("--produce-seconds", type=float, default=60.0,
-                    help="pace the producers to spread the entries over this long (0: as fast as they go)")
+    ap.add_argument(
+        "--produce-seconds",
+        type=float,
+        default=60.0,
+        help="pace the producers to spread the entries over this long (0: as fast as they go)",
+    )
     ap.add_argument("--timeout", type=float, default=3.0, help="S3 client socket timeout (s); stalls last 2 s more")
     ap.add_argument("--max-batches", type=int, default=200, help="maxBatchesPerTrigger of the query")
     ap.add_argument("--trigger-ms", type=int, default=500)

@@ -9,6 +9,7 @@ written to a temp file and renamed, so a replayed batch id rewrites the same fil
 by batch id, hence by (sequence, index)). Local checkpoint. Prints one line per micro-batch.
 Exits non-zero when the query fails (the chaos harness counts and restarts it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,12 +38,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import osqueue.spark as osq
 
-    builder = (SparkSession.builder.appName("osqueue-chaos").master("local[2]")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.memory", "1g"))
+    builder = (
+        SparkSession.builder.appName("osqueue-chaos")
+        .master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.memory", "1g")
+    )
     spark = osq.configure_spark_with_osqueue(builder).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
 

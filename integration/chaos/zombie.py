@@ -17,6 +17,7 @@ first FencedError the Consumer remembers it and raises without a request); ``rea
 ``dequeue_through`` go to the Consumer's manifest layer, which re-reads the manifest and checks
 the epoch on every call, so each of these attempts reaches the store.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
                 consumer.flush()
             outcome = "landed"
         except FencedError as e:
-            outcome, detail = "fenced", f"own {e.own_epoch} current {e.current_epoch}" if hasattr(e, "own_epoch") else str(e)
+            outcome, detail = (
+                "fenced",
+                f"own {e.own_epoch} current {e.current_epoch}" if hasattr(e, "own_epoch") else str(e),
+            )
         except Exception as e:  # noqa: BLE001 - logged and counted
             outcome, detail = "error", f"{type(e).__name__}: {str(e)[:200]}"
         log.write(f"attempt\t{n}\t{kind}\t{outcome}\t{detail}\n")

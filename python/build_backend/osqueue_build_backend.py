@@ -6,6 +6,7 @@ rebuilt only when a JVM source or build file is newer than one of them. `OSQUEUE
 directory of prebuilt jars (the same names) to bundle instead (release pipelines, or machines
 without a JDK).
 """
+
 from __future__ import annotations
 
 import os
@@ -69,8 +70,10 @@ def ensure_jar() -> list[pathlib.Path]:
         built = wanted
         newest = _newest_source_mtime()
         if any(not p.exists() or p.stat().st_mtime < newest for p in built.values()):
-            print("osqueue: building the Spark connector jars with sbt (first build downloads sbt and dependencies)",
-                  flush=True)
+            print(
+                "osqueue: building the Spark connector jars with sbt (first build downloads sbt and dependencies)",
+                flush=True,
+            )
             subprocess.run(["bash", str(ROOT / ".ci" / "sbt"), *SBT_TASKS], cwd=ROOT, check=True)
     JAR_DIR.mkdir(parents=True, exist_ok=True)
     for old in JAR_DIR.glob("*.jar"):

@@ -11,8 +11,8 @@ from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
 from osqueue.errors import (
     AmbiguousCommitError,
     BatchNotFoundError,
-    ConflictRetriesExhaustedError,
     ConditionalWritesNotHonouredError,
+    ConflictRetriesExhaustedError,
     CorruptBatchError,
     CorruptManifestError,
     ErrorKind,

@@ -6,6 +6,7 @@ The wheel carries, per Scala version, the protocol core with its relocated AWS S
 :func:`jar_path` joins the two for a Spark into one jar (the same classes as the Maven
 ``...-assembly`` artifact), once, in a cache directory, so that ``spark.jars`` gets a single file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,13 @@ import zipfile
 
 from osqueue._version import __version__
 
-SPARK_LINES: tuple[tuple[str, str], ...] = (("3.5", "2.12"), ("3.5", "2.13"), ("4.0", "2.13"), ("4.1", "2.13"), ("4.2", "2.13"))
+SPARK_LINES: tuple[tuple[str, str], ...] = (
+    ("3.5", "2.12"),
+    ("3.5", "2.13"),
+    ("4.0", "2.13"),
+    ("4.1", "2.13"),
+    ("4.2", "2.13"),
+)
 """Every (Spark line, Scala binary version) a connector is built for; build.sbt's ``sparkLines``."""
 
 NEWEST_LINE = SPARK_LINES[-1][0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
 
 from osqueue import metrics as m
 from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, OsqueueError, StoreError
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from osqueue.queue import Clock, ManifestStore, RetryPolicy
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 __all__ = ["Snapshot", "CasStep", "Done", "Write", "PreviousAttempt", "CONFLICT", "Unknown", "Settle", "CasLoop"]
 
@@ -50,7 +51,7 @@ class Write(Generic[T]):
     result: Callable[[], T]
 
 
-CasStep = Union[Done[T], Write[T]]
+CasStep = Done[T] | Write[T]
 """What a manifest edit wants after looking at a snapshot."""
 
 
@@ -71,14 +72,14 @@ class Unknown:
     error: StoreError
 
 
-PreviousAttempt = Union[_Conflict, Unknown]
+PreviousAttempt = _Conflict | Unknown
 """How the previous conditional write ended, as the next step sees it."""
 
 
-class Settle(Protocol[T]):
+class Settle(Protocol[T_co]):
     """How a caller that tracks its own writes of unknown outcome settles them when the loop gives up."""
 
-    def landed(self, snapshot: Snapshot, previous: PreviousAttempt | None) -> T | None:
+    def landed(self, snapshot: Snapshot, previous: PreviousAttempt | None) -> T_co | None:
         """A last look at a fresh snapshot: the result if one of the caller's earlier writes landed."""
         ...
 

@@ -189,9 +189,7 @@ def queue_options(f: F) -> F:
         "fs.gs.auth.service.account.json.keyfile.",
     )
     @functools.wraps(f)
-    def wrapper(
-        path: str, manifest_path: str, data_prefix: str, store_options: dict[str, str], **kwargs: Any
-    ) -> Any:
+    def wrapper(path: str, manifest_path: str, data_prefix: str, store_options: dict[str, str], **kwargs: Any) -> Any:
         target = QueueTarget(_absolute_if_local(path), manifest_path, data_prefix.strip().rstrip("/"), store_options)
         return f(target=target, **kwargs)
 
@@ -328,9 +326,15 @@ def head_to_json(head: ManifestHead, head_bytes: int) -> dict[str, Any]:
         "first_sequence": head.first_sequence,
         "low_water": head.low_water,
         "segments": [
-            {"key": r.key, "first_sequence": r.first_sequence, "last_sequence": r.last_sequence,
-             "entry_count": r.entry_count, "byte_length": r.byte_length, "sha256": r.sha256.hex(),
-             "oldest_batch_ms": r.oldest_batch_ms}
+            {
+                "key": r.key,
+                "first_sequence": r.first_sequence,
+                "last_sequence": r.last_sequence,
+                "entry_count": r.entry_count,
+                "byte_length": r.byte_length,
+                "sha256": r.sha256.hex(),
+                "oldest_batch_ms": r.oldest_batch_ms,
+            }
             for r in head.segments
         ],  # fmt: skip
         "tail_entries": len(head.tail),
@@ -345,7 +349,10 @@ def _print_head_summary(target: QueueTarget, store: ObjectStore, head: ManifestH
     table = Table(title=f"osqueue {store.uri}", show_header=False, title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value")
-    table.add_row("manifest", f"{target.manifest_path} ({_human_bytes(head_bytes)}, format version {head.version}: a segmented head)")
+    table.add_row(
+        "manifest",
+        f"{target.manifest_path} ({_human_bytes(head_bytes)}, format version {head.version}: a segmented head)",
+    )
     table.add_row("entries (depth)", str(head.depth))
     table.add_row("sequences", f"{head.first_sequence}..{head.next_sequence - 1}" if head.depth else "-")
     table.add_row("next sequence", str(head.next_sequence))
@@ -402,9 +409,7 @@ def _print_summary(
     if last_meta:
         newest = last_meta[-1].ingestion_time_ms
         table.add_row("newest entry", f"{_iso(newest)} (age {_human_age(now - newest)})")
-    table.add_row(
-        "unreferenced batches", f"{len(unreferenced)} under {prefix} (being enqueued, or orphans for GC)"
-    )
+    table.add_row("unreferenced batches", f"{len(unreferenced)} under {prefix} (being enqueued, or orphans for GC)")
     if missing:
         table.add_row("missing batches", f"{len(missing)} referenced but not found, first: {missing[0]}")
     Console(soft_wrap=False, width=max(100, _terminal_width())).print(table)
@@ -745,7 +750,11 @@ def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:
     click.echo(
         f"{verb} {_plural(len(result.deleted), 'unreferenced batch file', 'unreferenced batch files')} "
         f"older than the oldest referenced batch and the {result.grace_period_ms / 1000:g} s grace period"
-        + (f" (the queue's; --grace-period {grace_period:g} is shorter)" if result.grace_period_ms > grace_period * 1000 else "")
+        + (
+            f" (the queue's; --grace-period {grace_period:g} is shorter)"
+            if result.grace_period_ms > grace_period * 1000
+            else ""
+        )
         + (":" if result.deleted else "")
     )
     for key in result.deleted:
@@ -779,4 +788,3 @@ def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point of the ``osqueue`` script and ``python -m osqueue``."""
     cli.main(args=argv, prog_name="osqueue")
     raise SystemExit(0)  # pragma: no cover - click always exits
-

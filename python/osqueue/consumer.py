@@ -23,9 +23,9 @@ from __future__ import annotations
 import random
 import threading
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterator, Mapping
 
 from osqueue import metrics as m
 from osqueue.errors import (
@@ -513,7 +513,11 @@ class Consumer:
             if self._closed:
                 return
             try:
-                if self._queue.fenced is None and self._last_acked is not None and self._last_acked != self._last_dequeued:
+                if (
+                    self._queue.fenced is None
+                    and self._last_acked is not None
+                    and self._last_acked != self._last_dequeued
+                ):
                     self._dequeue_acked()
             finally:
                 self._closed = True

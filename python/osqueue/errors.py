@@ -130,8 +130,7 @@ class UnsupportedFormatVersionError(OsqueueError):
         self.object_type = object_type
         self.version = version
         super().__init__(
-            f"{object_type} '{key}' has format version {version}; "
-            "this osqueue reads version 1 only (upgrade osqueue)",
+            f"{object_type} '{key}' has format version {version}; this osqueue reads version 1 only (upgrade osqueue)",
             ErrorKind.PERSISTENT_STATE,
         )
 

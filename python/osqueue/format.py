@@ -16,9 +16,9 @@ import hashlib
 import re
 import secrets
 import struct
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
-from collections.abc import Iterator, Mapping, Sequence
 
 from osqueue.errors import (
     CorruptBatchError,
@@ -333,9 +333,7 @@ def decode_manifest(data: bytes, key: str) -> Manifest:
         body = pos + 4
         entry_end = body + entry_len
         if entry_end > end:
-            raise CorruptManifestError(
-                key, f"entry {i} of {count}: entry_len {entry_len} runs past the entries region"
-            )
+            raise CorruptManifestError(key, f"entry {i} of {count}: entry_len {entry_len} runs past the entries region")
         if entry_len < _ENTRY_FIXED:
             raise CorruptManifestError(key, f"entry {i}: entry_len {entry_len} is smaller than 14")
         _, sequence, location_len = _ENTRY_HEAD.unpack_from(data, pos)
@@ -352,9 +350,7 @@ def decode_manifest(data: bytes, key: str) -> Manifest:
         (meta_count,) = _U32.unpack_from(data, p)
         p += 4
         if meta_count * _META_FIXED > entry_end - p:
-            raise CorruptManifestError(
-                key, f"entry {i}: {meta_count} metadata items run past the entry's end"
-            )
+            raise CorruptManifestError(key, f"entry {i}: {meta_count} metadata items run past the entry's end")
         metadata: list[MetadataItem] = []
         for j in range(meta_count):
             if p + _META_FIXED > entry_end:
@@ -384,9 +380,7 @@ def _check_sequences(entries: Sequence[ManifestEntry], next_sequence: int, key: 
         if e.sequence > MAX_SEQUENCE:
             raise CorruptManifestError(key, f"sequence {e.sequence} is at or above 2^63")
         if previous is not None and e.sequence != previous + 1:
-            raise CorruptManifestError(
-                key, f"sequences are not contiguous: {e.sequence} follows {previous}"
-            )
+            raise CorruptManifestError(key, f"sequences are not contiguous: {e.sequence} follows {previous}")
         previous = e.sequence
     # Appends take next_sequence and dequeues remove a prefix: the last entry is always next - 1.
     if previous is not None and previous != next_sequence - 1:
@@ -395,9 +389,7 @@ def _check_sequences(entries: Sequence[ManifestEntry], next_sequence: int, key: 
         )
 
 
-def encode_entry(
-    sequence: int, location: str, metadata: Sequence[MetadataItem], extension: bytes = b""
-) -> bytes:
+def encode_entry(sequence: int, location: str, metadata: Sequence[MetadataItem], extension: bytes = b"") -> bytes:
     """Encodes one manifest entry (``entry_len`` included).
 
     Raises:
@@ -937,15 +929,17 @@ def decode_head(data: bytes, key: str) -> ManifestHead:
             raise CorruptManifestError(key, f"segment ref {i}: sequences out of range")
         if segments and first != segments[-1].last_sequence + 1:
             raise CorruptManifestError(
-                key, f"segment ref {i} starts at {first}, not at {segments[-1].last_sequence + 1} (segments must be contiguous)"
+                key,
+                f"segment ref {i} starts at {first}, not at {segments[-1].last_sequence + 1} (segments must be contiguous)",
             )
         segments.append(SegmentRef(first, n_entries, length, oldest, sha, seg_key))
     if pos != segments_len:
         raise CorruptManifestError(key, f"{segments_len - pos} unexpected bytes after the last segment ref")
     if not segments[0].first_sequence <= low_water <= segments[0].last_sequence:
         raise CorruptManifestError(
-            key, f"low_water {low_water} is not in the first segment "
-            f"({segments[0].first_sequence} to {segments[0].last_sequence})"
+            key,
+            f"low_water {low_water} is not in the first segment "
+            f"({segments[0].first_sequence} to {segments[0].last_sequence})",
         )
     # The tail is a v1 entries region: decode it with its own footer (same checks, same messages).
     tail = decode_manifest(bytes(data[segments_len:trailer_at]) + _footer_bytes(entry_count, next_sequence, epoch), key)
@@ -973,7 +967,8 @@ def decode_segment(data: bytes, ref: SegmentRef) -> list[ManifestEntry]:
     m = decode_manifest(data, ref.key)
     if len(m.entries) != ref.entry_count or m.first_sequence != ref.first_sequence:
         raise CorruptManifestError(
-            ref.key, f"segment: holds {len(m.entries)} entries from {m.first_sequence}, "
-            f"but the head lists {ref.entry_count} from {ref.first_sequence}"
+            ref.key,
+            f"segment: holds {len(m.entries)} entries from {m.first_sequence}, "
+            f"but the head lists {ref.entry_count} from {ref.first_sequence}",
         )
     return m.entries

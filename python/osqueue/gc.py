@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 
 from osqueue import metrics as m
@@ -33,8 +32,8 @@ from osqueue.errors import IllegalQueueStateError, InvalidConfigError, OsqueueEr
 from osqueue.format import parse_batch_ulid_ms
 from osqueue.queue import (
     DEFAULT_DATA_PATH_PREFIX,
-    DEFAULT_MANIFEST_PATH,
     DEFAULT_GC_GRACE_PERIOD_MS,
+    DEFAULT_MANIFEST_PATH,
     Clock,
     ManifestStore,
     SystemClock,
@@ -174,7 +173,10 @@ class GarbageCollector:
             than the default (a GC started with a tiny one must not shorten what producers are told).
         """
         owner = claim_data_prefix(
-            self._store, self._manifest.key, self._prefix, self._clock,
+            self._store,
+            self._manifest.key,
+            self._prefix,
+            self._clock,
             create_with_grace_ms=max(self._grace_ms, DEFAULT_GC_GRACE_PERIOD_MS),
         )
         assert owner is not None

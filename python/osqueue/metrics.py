@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Union
 
 __all__ = ["Counter", "Gauge", "Histogram", "MetricsRegistry", "REGISTRY"]
 
@@ -115,7 +114,7 @@ class Histogram:
             return {"count": self.count, "sum": self.sum, "min": self.min, "max": self.max}
 
 
-_Metric = Union[Counter, Gauge, Histogram]
+_Metric = Counter | Gauge | Histogram
 
 
 class MetricsRegistry:

@@ -17,11 +17,11 @@ import collections
 import random
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping, Sequence
 
 from osqueue import metrics as m
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, InvalidObjectKeyError
@@ -256,8 +256,13 @@ class Producer:
         try:
             # Claimed before the first upload, so GC can prove this producer's files are its queue's (§6).
             owner = claim_data_prefix(
-                self._store, manifest_path, data_path_prefix, self._clock, create_with_grace_ms=self._grace_ms,
-                retry=retry, rng=rng,
+                self._store,
+                manifest_path,
+                data_path_prefix,
+                self._clock,
+                create_with_grace_ms=self._grace_ms,
+                retry=retry,
+                rng=rng,
             )
             assert owner is not None
             # The queue's grace period is the one GC uses: a longer option of ours must not count (§6).

@@ -18,10 +18,10 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Protocol
-from collections.abc import Callable, Mapping, Sequence
 
 from osqueue import metrics as m
 from osqueue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Snapshot, Unknown, Write
@@ -309,8 +309,10 @@ def _claim_data_prefix_once(
                 raise ValueError
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             raise InvalidConfigError(
-                "data_path_prefix", prefix, f"its owner record '{key}' is not osqueue's (expected JSON with "
-                "manifest, claimedAtMs and gcGracePeriodMs); GC will not delete there and producers will not write there"
+                "data_path_prefix",
+                prefix,
+                f"its owner record '{key}' is not osqueue's (expected JSON with "
+                "manifest, claimedAtMs and gcGracePeriodMs); GC will not delete there and producers will not write there",
             ) from None
         if owner.manifest == manifest_key:
             return owner
@@ -441,7 +443,9 @@ class _GroupCommitter:
         if receipts is None:
             return {}
         start = max(min_sequence, receipts.first)
-        return {q: receipts.locations[q - receipts.first] for q in range(start, receipts.first + len(receipts.locations))}
+        return {
+            q: receipts.locations[q - receipts.first] for q in range(start, receipts.first + len(receipts.locations))
+        }
 
     def _find_landed(
         self, raw: bytes | None, tried: list[tuple[str, ...]], min_base: int, history: Mapping[int, str] | None = None
@@ -476,8 +480,10 @@ class _GroupCommitter:
                 continue
             base = found[present[0][1]] - present[0][0]
             # A slot is checked where it is known: in the manifest, or in the receipts.
-            if all(at.get(base + i) == loc if base + i >= first_present or base + i in at else True
-                   for i, loc in enumerate(attempt)):
+            if all(
+                at.get(base + i) == loc if base + i >= first_present or base + i in at else True
+                for i, loc in enumerate(attempt)
+            ):
                 return [EnqueueResult(base + i, loc) for i, loc in enumerate(attempt)]
         raise AmbiguousCommitError(
             f"manifest '{self.manifest.key}' holds locations of this producer's writes ({sorted(found)}) "
@@ -725,7 +731,9 @@ class QueueProducer:
             self._committer.submit(_Pending(location, metadata, future, reupload, max_age_ms))
             return future
 
-    def enqueue(self, location: str, metadata: Sequence[MetadataItem] = (), timeout: float | None = None) -> EnqueueResult:
+    def enqueue(
+        self, location: str, metadata: Sequence[MetadataItem] = (), timeout: float | None = None
+    ) -> EnqueueResult:
         """Like :meth:`enqueue_async`, but waits for the manifest write."""
         return self.enqueue_async(location, metadata).result(timeout)
 

@@ -42,9 +42,7 @@ SUPPORTED_SPARK_LINES = SPARK_LINES
 """Every ``(Spark line, Scala binary version)`` a connector jar is bundled for; a Spark newer than
 the newest line runs that line's jar with a warning."""
 
-SOURCE_SCHEMA = (
-    "value binary, sequence bigint, index int, location string, ingestionTime timestamp, metadata binary"
-)
+SOURCE_SCHEMA = "value binary, sequence bigint, index int, location string, ingestionTime timestamp, metadata binary"
 """The fixed schema of rows read from a queue (DDL)."""
 
 FORMAT = "osqueue"
@@ -113,7 +111,6 @@ def _store_packages(stores: Sequence[str]) -> list[str]:
     """Maven coordinates of the store artifacts for the installed PySpark's Scala."""
     if isinstance(stores, str):
         raise TypeError("stores must be a list of store names such as ['gcs'] or ['azure'], not a single string")
-    from osqueue._version import __version__
 
     unknown = [s for s in stores if s not in STORE_ARTIFACTS]
     if unknown:
@@ -236,7 +233,9 @@ def _duration(name: str, value: Duration) -> str:
         return f"{ms}ms"
     if isinstance(value, str):
         return value
-    raise TypeError(f"{name} must be seconds (int/float), a timedelta or a string like '30s', not {type(value).__name__}")
+    raise TypeError(
+        f"{name} must be seconds (int/float), a timedelta or a string like '30s', not {type(value).__name__}"
+    )
 
 
 def _integer(name: str, value: int) -> str:
@@ -261,7 +260,9 @@ def _common(
         out["dataPathPrefix"] = str(data_path_prefix)
     for key, value in (store_options or {}).items():
         if not str(key).lower().startswith(STORE_OPTION_PREFIXES):
-            raise ValueError(f"store option '{key}' is not a store setting ({', '.join(p + '*' for p in STORE_OPTION_PREFIXES)})")
+            raise ValueError(
+                f"store option '{key}' is not a store setting ({', '.join(p + '*' for p in STORE_OPTION_PREFIXES)})"
+            )
         out[str(key)] = _boolean(str(key), value) if isinstance(value, bool) else str(value)
     return out
 

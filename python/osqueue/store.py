@@ -17,16 +17,16 @@ import hashlib
 import importlib
 import itertools
 import os
-import re
 import random
+import re
 import secrets
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, Union, runtime_checkable
-from collections.abc import Iterator, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from osqueue.errors import ConditionalWritesNotHonouredError, InvalidConfigError, InvalidObjectKeyError, StoreError
 
@@ -90,7 +90,7 @@ class PreconditionFailed:
 
 PRECONDITION_FAILED = PreconditionFailed()
 
-CasOutcome = Union[Written, PreconditionFailed]
+CasOutcome = Written | PreconditionFailed
 """The outcome of a conditional write. A raised ``StoreError`` means the outcome is unknown."""
 
 
@@ -324,7 +324,9 @@ class LocalFileSystemStore:
         validate_key(key)
         segments = key.split("/")
         if any(s.startswith(".") for s in segments):
-            raise InvalidObjectKeyError(key, "names starting with '.' are reserved for the local store's internal files")
+            raise InvalidObjectKeyError(
+                key, "names starting with '.' are reserved for the local store's internal files"
+            )
         path = os.path.join(self._root, *segments)
         # No symlink (a directory on the way, or the file itself) may lead the key outside the root; a
         # dangling link counts as missing, as on the JVM (docs/format.md §1).
@@ -574,9 +576,14 @@ def _make_s3_client(options: Mapping[str, Any] | None) -> Any:
         "s3": {"addressing_style": "path" if path_style else "auto"},
         # 3 attempts per request by default; fs.s3a.attempts.maximum counts retries, as in S3A. A
         # retried conditional PUT that then fails its precondition is an unknown outcome (_conditional).
-        "retries": {"mode": "standard", "total_max_attempts": _parse_retries(opts[S3_ATTEMPTS]) + 1 if S3_ATTEMPTS in opts else 3},
+        "retries": {
+            "mode": "standard",
+            "total_max_attempts": _parse_retries(opts[S3_ATTEMPTS]) + 1 if S3_ATTEMPTS in opts else 3,
+        },
         # The same keys and defaults as the JVM store (S3StoreConfig): 10 s to connect, 60 s per read.
-        "connect_timeout": parse_duration(S3_CONNECT_TIMEOUT, opts[S3_CONNECT_TIMEOUT]) if S3_CONNECT_TIMEOUT in opts else 10,
+        "connect_timeout": parse_duration(S3_CONNECT_TIMEOUT, opts[S3_CONNECT_TIMEOUT])
+        if S3_CONNECT_TIMEOUT in opts
+        else 10,
         "read_timeout": parse_duration(S3_SOCKET_TIMEOUT, opts[S3_SOCKET_TIMEOUT]) if S3_SOCKET_TIMEOUT in opts else 60,
     }
     try:
@@ -886,7 +893,9 @@ class S3Store:
             if created is None:
                 return refuse(f"a PUT of the new object {where} with If-None-Match: * failed")
             if put(b"osqueue probe 2", IfNoneMatch="*") is not None:
-                return refuse(f"a PUT of the existing object {where} with If-None-Match: * replaced it (S3 answers 412)")
+                return refuse(
+                    f"a PUT of the existing object {where} with If-None-Match: * replaced it (S3 answers 412)"
+                )
             wrong = hashlib.md5(secrets.token_bytes(16)).hexdigest()
             current, honoured = created, []
             for form in _IF_MATCH_FORMS:

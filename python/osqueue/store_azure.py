@@ -25,11 +25,11 @@ from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from osqueue.errors import ConditionalWritesNotHonouredError, InvalidConfigError, InvalidObjectKeyError, StoreError
 from osqueue.store import (
+    IF_MATCH_QUOTED,
     PRECONDITION_FAILED,
     PROBE_ATTEMPTS,
     PROBE_BACKOFF_S,
     PROBE_KEY_PREFIX,
-    IF_MATCH_QUOTED,
     CasOutcome,
     EndpointConditions,
     ObjectInfo,
@@ -66,7 +66,7 @@ _TOKEN_ENDPOINT = re.compile(r"^(https://[^/]+)/([^/]+)/oauth2/(?:v2\.0/)?token/
 
 def _swap_service(host: str, frm: str, to: str) -> str:
     account, dot, rest = host.partition(".")
-    return f"{account}.{to}.{rest[len(frm) + 1:]}" if dot and rest.startswith(frm + ".") else host
+    return f"{account}.{to}.{rest[len(frm) + 1 :]}" if dot and rest.startswith(frm + ".") else host
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,9 @@ class AzureLocation:
             raise InvalidConfigError("path", uri, f"name the container before '@': {_FORM}")
         if not _CONTAINER.match(container):
             raise InvalidConfigError(
-                "path", uri, f"'{container}' is not an Azure container name (3-63 lower-case letters, digits and single hyphens)"
+                "path",
+                uri,
+                f"'{container}' is not an Azure container name (3-63 lower-case letters, digits and single hyphens)",
             )
         account = host.split(".", 1)[0]
         if not account or "." not in host:
@@ -132,7 +134,9 @@ class AzureAuth:
 
     def __repr__(self) -> str:
         shown = {"shared_key": f"({self.account}, <key>)", "sas": "(<token>)", "default_chain": ""}
-        return f"AzureAuth.{self.kind}" + shown.get(self.kind, f"({self.tenant}, {self.client_id}, <secret>, {self.authority})")
+        return f"AzureAuth.{self.kind}" + shown.get(
+            self.kind, f"({self.tenant}, {self.client_id}, <secret>, {self.authority})"
+        )
 
 
 def _lookup(options: Mapping[str, Any], names: list[str]) -> tuple[str, str] | None:
@@ -169,7 +173,9 @@ def azure_auth(options: Mapping[str, Any], location: AzureLocation) -> AzureAuth
         return AzureAuth("shared_key", account=location.account, secret=found[1])
 
     def sas() -> AzureAuth | None:
-        found = per_account(SAS_FIXED_TOKEN) or _lookup(options, [f"fs.azure.sas.{location.container}.{h}" for h in hosts])
+        found = per_account(SAS_FIXED_TOKEN) or _lookup(
+            options, [f"fs.azure.sas.{location.container}.{h}" for h in hosts]
+        )
         return None if found is None else AzureAuth("sas", secret=found[1].lstrip("?"))
 
     def oauth() -> AzureAuth | None:
@@ -181,8 +187,10 @@ def azure_auth(options: Mapping[str, Any], location: AzureLocation) -> AzureAuth
             value = per_account(name)
             if value is None:
                 raise InvalidConfigError(
-                    name, "", f"OAuth client credentials need {CLIENT_ID}, {CLIENT_SECRET} and {CLIENT_ENDPOINT} "
-                    f"(optionally suffixed with .{location.host})"
+                    name,
+                    "",
+                    f"OAuth client credentials need {CLIENT_ID}, {CLIENT_SECRET} and {CLIENT_ENDPOINT} "
+                    f"(optionally suffixed with .{location.host})",
                 )
             return value
 
@@ -191,7 +199,9 @@ def azure_auth(options: Mapping[str, Any], location: AzureLocation) -> AzureAuth
         m = _TOKEN_ENDPOINT.match(endpoint)
         if not m:
             raise InvalidConfigError(
-                key, endpoint, "expected the tenant's token endpoint, https://login.microsoftonline.com/<tenant id>/oauth2/token"
+                key,
+                endpoint,
+                "expected the tenant's token endpoint, https://login.microsoftonline.com/<tenant id>/oauth2/token",
             )
         return AzureAuth("client_secret", secret=secret, tenant=m.group(2), client_id=found[1], authority=m.group(1))
 
@@ -223,7 +233,8 @@ def _endpoint(options: Mapping[str, Any], location: AzureLocation) -> str:
         return location.blob_endpoint
     if not re.match(r"(?i)^https?://[^/]+", found[1]):
         raise InvalidConfigError(
-            found[0], found[1],
+            found[0],
+            found[1],
             "expected the Blob service URL, e.g. https://account.blob.core.windows.net or http://127.0.0.1:10000/devstoreaccount1 (azurite)",
         )
     return found[1].rstrip("/")
@@ -300,13 +311,16 @@ class AzureBlobStore:
             code = getattr(e, "error_code", None) or ""
             detail = f"{e.status_code} {code}"
             if code == "ContainerNotFound":
-                hint = f" (the container '{self._location.container}' does not exist: osqueue does not create containers)"
+                hint = (
+                    f" (the container '{self._location.container}' does not exist: osqueue does not create containers)"
+                )
             elif e.status_code == 403:
                 hint = f" (check the credentials: {ACCOUNT_KEY}.{self._location.host}, a SAS token or OAuth; using {self._auth!r})"
         else:
             detail = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return StoreError(
-            f"Azure {op} of '{full}' in {self.uri} via {self._endpoint} failed: {detail}{hint}", outcome_known=outcome_known
+            f"Azure {op} of '{full}' in {self.uri} via {self._endpoint} failed: {detail}{hint}",
+            outcome_known=outcome_known,
         )
 
     def get(self, key: str) -> VersionedObject | None:
@@ -336,7 +350,9 @@ class AzureBlobStore:
             if etag is None:
                 r = blob.upload_blob(bytes(data), overwrite=False)
             else:
-                r = blob.upload_blob(bytes(data), overwrite=True, etag=etag, match_condition=MatchConditions.IfNotModified)
+                r = blob.upload_blob(
+                    bytes(data), overwrite=True, etag=etag, match_condition=MatchConditions.IfNotModified
+                )
         except HttpResponseError as e:
             code = getattr(e, "error_code", None)
             if e.status_code == 412 or code == "BlobAlreadyExists" or code == "BlobNotFound":
@@ -351,7 +367,9 @@ class AzureBlobStore:
         except HttpResponseError as e:
             # Rejected outright (403, 400...): certainly not applied. Anything else: unknown.
             known = 400 <= (e.status_code or 0) < 500 and e.status_code not in (408, 429)
-            raise self._fail(f"conditional PUT ({'If-Match' if etag else 'If-None-Match: *'})", full, e, outcome_known=known) from e
+            raise self._fail(
+                f"conditional PUT ({'If-Match' if etag else 'If-None-Match: *'})", full, e, outcome_known=known
+            ) from e
         except AzureError as e:
             raise self._fail(f"conditional PUT ({'If-Match' if etag else 'If-None-Match: *'})", full, e) from e
         return PRECONDITION_FAILED if new is None else Written(ObjectVersion(new))
@@ -403,7 +421,9 @@ class AzureBlobStore:
             try:
                 return self._upload(full, body, etag)
             except AzureError as e:
-                raise StoreError(f"probing conditional writes at {self.endpoint} with {where} failed: {e}", outcome_known=True) from e
+                raise StoreError(
+                    f"probing conditional writes at {self.endpoint} with {where} failed: {e}", outcome_known=True
+                ) from e
 
         def refuse(detail: str) -> EndpointConditions:
             return EndpointConditions(self.endpoint, (), detail)
@@ -413,7 +433,9 @@ class AzureBlobStore:
             if created is None:
                 return refuse(f"a PUT of the new object {where} with If-None-Match: * failed")
             if put(b"osqueue probe 2", None) is not None:
-                return refuse(f"a PUT of the existing object {where} with If-None-Match: * replaced it (Azure answers 409)")
+                return refuse(
+                    f"a PUT of the existing object {where} with If-None-Match: * replaced it (Azure answers 409)"
+                )
             wrong = '"0x' + uuid.uuid4().hex[:15].upper() + '"'
             if put(b"osqueue probe 3", wrong) is not None:
                 return refuse(f"a PUT of {where} with If-Match set to a wrong ETag replaced it (Azure answers 412)")
@@ -436,7 +458,7 @@ class AzureBlobStore:
             for blob in self._container.list_blobs(name_starts_with=full, include=["metadata"]):
                 if str((blob.metadata or {}).get("hdi_isfolder", "")).lower() == "true":
                     continue
-                key = blob.name[len(self._root):]
+                key = blob.name[len(self._root) :]
                 try:
                     validate_key(key)
                 except InvalidObjectKeyError:

@@ -25,8 +25,8 @@ import os
 import re
 import secrets
 import time
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 import google.auth.exceptions
 import requests
@@ -106,9 +106,12 @@ def _credentials(options: Mapping[str, Any]) -> Any:
         value = _option(options, name)
         if value is not None:
             raise InvalidConfigError(
-                name, value, "osqueue talks to GCS through its own client and cannot use this way of authenticating; "
+                name,
+                value,
+                "osqueue talks to GCS through its own client and cannot use this way of authenticating; "
                 f"set {AUTH_TYPE} to SERVICE_ACCOUNT_JSON_KEYFILE with {JSON_KEYFILE}, give {EMAIL} and {PRIVATE_KEY}, "
-                "or leave the auth options unset to use Application Default Credentials")
+                "or leave the auth options unset to use Application Default Credentials",
+            )
     from google.auth.credentials import AnonymousCredentials
     from google.oauth2 import service_account
 
@@ -116,20 +119,28 @@ def _credentials(options: Mapping[str, Any]) -> Any:
     if key is not None and email is None:
         raise InvalidConfigError(EMAIL, "", f"{PRIVATE_KEY} is set, so the service account's email is required too")
     if email is not None and key is None and keyfile is None:
-        raise InvalidConfigError(PRIVATE_KEY, "", f"{EMAIL} is set, so the service account's private key is required too")
+        raise InvalidConfigError(
+            PRIVATE_KEY, "", f"{EMAIL} is set, so the service account's private key is required too"
+        )
 
     def from_keyfile() -> Any:
         assert keyfile is not None
         if not os.access(keyfile, os.R_OK):
-            raise InvalidConfigError(JSON_KEYFILE, keyfile, "the service account JSON key file does not exist or cannot be read")
+            raise InvalidConfigError(
+                JSON_KEYFILE, keyfile, "the service account JSON key file does not exist or cannot be read"
+            )
         try:
             return service_account.Credentials.from_service_account_file(keyfile)
         except (ValueError, KeyError) as e:
             raise InvalidConfigError(JSON_KEYFILE, keyfile, f"not a service account JSON key file: {e}") from e
 
     def inline() -> Any:
-        info = {"client_email": email, "private_key": str(key).replace("\\n", "\n"),
-                "private_key_id": _option(options, PRIVATE_KEY_ID), "token_uri": "https://oauth2.googleapis.com/token"}
+        info = {
+            "client_email": email,
+            "private_key": str(key).replace("\\n", "\n"),
+            "private_key_id": _option(options, PRIVATE_KEY_ID),
+            "token_uri": "https://oauth2.googleapis.com/token",
+        }
         try:
             return service_account.Credentials.from_service_account_info(info)
         except (ValueError, KeyError) as e:
@@ -146,9 +157,15 @@ def _credentials(options: Mapping[str, Any]) -> Any:
             return from_keyfile()
         if email is not None:
             return inline()
-        raise InvalidConfigError(JSON_KEYFILE, "", f"{AUTH_TYPE} is SERVICE_ACCOUNT_JSON_KEYFILE, so the key file's path is required")
+        raise InvalidConfigError(
+            JSON_KEYFILE, "", f"{AUTH_TYPE} is SERVICE_ACCOUNT_JSON_KEYFILE, so the key file's path is required"
+        )
     if kind is not None:
-        raise InvalidConfigError(AUTH_TYPE, auth, "expected APPLICATION_DEFAULT, COMPUTE_ENGINE, SERVICE_ACCOUNT_JSON_KEYFILE or UNAUTHENTICATED")
+        raise InvalidConfigError(
+            AUTH_TYPE,
+            auth,
+            "expected APPLICATION_DEFAULT, COMPUTE_ENGINE, SERVICE_ACCOUNT_JSON_KEYFILE or UNAUTHENTICATED",
+        )
     if keyfile is not None:
         return from_keyfile()
     if email is not None:
@@ -171,11 +188,17 @@ class GcsStore:
         client: A ready ``google.cloud.storage.Client`` (``options`` then only gives timeouts and retries).
     """
 
-    def __init__(self, bucket: str, prefix: str = "", options: Mapping[str, Any] | None = None, *, client: Any = None) -> None:
+    def __init__(
+        self, bucket: str, prefix: str = "", options: Mapping[str, Any] | None = None, *, client: Any = None
+    ) -> None:
         options = options or {}
         if not isinstance(bucket, str) or not _BUCKET.match(bucket):
-            raise InvalidConfigError("path", f"gs://{bucket}", "expected gs://bucket/prefix with a valid GCS bucket name "
-                                     "(3 to 222 characters: lower-case letters, digits, '-', '_' and '.')")
+            raise InvalidConfigError(
+                "path",
+                f"gs://{bucket}",
+                "expected gs://bucket/prefix with a valid GCS bucket name "
+                "(3 to 222 characters: lower-case letters, digits, '-', '_' and '.')",
+            )
         self._bucket_name = bucket
         self._prefix = prefix.strip("/")
         if self._prefix:
@@ -185,7 +208,11 @@ class GcsStore:
                 raise InvalidConfigError("path", f"gs://{bucket}/{prefix}", f"bad key prefix: {e}") from e
         service_path = _option(options, SERVICE_PATH)
         if service_path is not None and service_path.strip("/") != "storage/v1":
-            raise InvalidConfigError(SERVICE_PATH, service_path, f"osqueue speaks the JSON API at storage/v1/ only; set the server with {ROOT_URL}")
+            raise InvalidConfigError(
+                SERVICE_PATH,
+                service_path,
+                f"osqueue speaks the JSON API at storage/v1/ only; set the server with {ROOT_URL}",
+            )
         root = _option(options, ROOT_URL)
         if root is not None and not re.match(r"^https?://[^/]+", root):
             raise InvalidConfigError(ROOT_URL, root, "expected an http(s):// URL")
@@ -238,7 +265,9 @@ class GcsStore:
             hint = f" (the bucket '{self._bucket_name}' does not exist: create it first)"
         elif isinstance(e, (gexc.Unauthorized, gexc.Forbidden)):
             hint = f" (check the credentials: {AUTH_TYPE}, {JSON_KEYFILE}, or Application Default Credentials)"
-        return StoreError(f"GCS {what} of '{key}' in {self.uri} via {self.endpoint} failed: {e}{hint}", outcome_known=outcome_known)
+        return StoreError(
+            f"GCS {what} of '{key}' in {self.uri} via {self.endpoint} failed: {e}{hint}", outcome_known=outcome_known
+        )
 
     def get(self, key: str) -> VersionedObject | None:
         full = self._full(key)
@@ -260,20 +289,25 @@ class GcsStore:
                 if meta is None:
                     return None
                 exact = self._bucket.blob(full, generation=meta.generation)
-                return VersionedObject(exact.download_as_bytes(timeout=self._timeout, retry=self._retry),
-                                       ObjectVersion(str(meta.generation)))
+                return VersionedObject(
+                    exact.download_as_bytes(timeout=self._timeout, retry=self._retry),
+                    ObjectVersion(str(meta.generation)),
+                )
             except gexc.NotFound:
                 continue  # replaced or deleted in between
             except _FAILURES as e:
                 raise self._fail("GET", key, e) from e
-        raise StoreError(f"GCS GET of '{key}' in {self.uri}: the object was replaced between reading its "
-                         f"generation and its bytes {READ_ATTEMPTS} times in a row")
+        raise StoreError(
+            f"GCS GET of '{key}' in {self.uri}: the object was replaced between reading its "
+            f"generation and its bytes {READ_ATTEMPTS} times in a row"
+        )
 
     def put(self, key: str, data: bytes) -> None:
         full = self._full(key)
         try:
-            self._bucket.blob(full).upload_from_string(bytes(data), content_type="application/octet-stream",
-                                                       timeout=self._timeout, retry=self._retry)
+            self._bucket.blob(full).upload_from_string(
+                bytes(data), content_type="application/octet-stream", timeout=self._timeout, retry=self._retry
+            )
         except _FAILURES as e:
             raise self._fail("PUT", key, e) from e
 
@@ -281,8 +315,13 @@ class GcsStore:
         """A write with ``if_generation_match=generation`` (0: only if absent), never retried."""
         blob = self._bucket.blob(full)
         try:
-            blob.upload_from_string(bytes(data), content_type="application/octet-stream",
-                                    if_generation_match=generation, timeout=self._timeout, retry=None)
+            blob.upload_from_string(
+                bytes(data),
+                content_type="application/octet-stream",
+                if_generation_match=generation,
+                timeout=self._timeout,
+                retry=None,
+            )
         except gexc.PreconditionFailed:
             return PRECONDITION_FAILED
         except gexc.NotFound as e:
@@ -294,10 +333,14 @@ class GcsStore:
             known = isinstance(code, int) and code not in (408, 429)  # rejected outright: certainly not applied
             raise self._fail(f"PUT if_generation_match={generation}", key, e, outcome_known=known) from e
         except _FAILURES as e:
-            raise StoreError(f"GCS PUT if_generation_match={generation} of '{key}' in {self.uri} via {self.endpoint} "
-                             f"failed (outcome unknown): {e}") from e
+            raise StoreError(
+                f"GCS PUT if_generation_match={generation} of '{key}' in {self.uri} via {self.endpoint} "
+                f"failed (outcome unknown): {e}"
+            ) from e
         if blob.generation is None:
-            raise StoreError(f"GCS PUT if_generation_match={generation} of '{key}' in {self.uri} returned no generation")
+            raise StoreError(
+                f"GCS PUT if_generation_match={generation} of '{key}' in {self.uri} returned no generation"
+            )
         return Written(ObjectVersion(str(blob.generation)))
 
     def put_if_absent(self, key: str, data: bytes) -> CasOutcome:
@@ -356,11 +399,17 @@ class GcsStore:
                 return refuse(f"creating the new object {where} with ifGenerationMatch=0 failed")
             generation = int(created.version.token)
             if self._conditional(full, b"osqueue probe 2", 0, name) is not PRECONDITION_FAILED:
-                return refuse(f"a write of the existing object {where} with ifGenerationMatch=0 replaced it (GCS answers 412)")
+                return refuse(
+                    f"a write of the existing object {where} with ifGenerationMatch=0 replaced it (GCS answers 412)"
+                )
             if self._conditional(full, b"osqueue probe 3", generation + 1000003, name) is not PRECONDITION_FAILED:
-                return refuse(f"a write of {where} with ifGenerationMatch set to a wrong generation replaced it (GCS answers 412)")
+                return refuse(
+                    f"a write of {where} with ifGenerationMatch set to a wrong generation replaced it (GCS answers 412)"
+                )
             if self._conditional(full, b"osqueue probe 4", generation, name) is PRECONDITION_FAILED:
-                return refuse(f"a write of {where} with ifGenerationMatch set to its own generation {generation} failed")
+                return refuse(
+                    f"a write of {where} with ifGenerationMatch set to its own generation {generation} failed"
+                )
             return EndpointConditions(self.endpoint, ())
         finally:
             try:
@@ -374,7 +423,9 @@ class GcsStore:
         strip = len(self._prefix) + 1 if self._prefix else 0
         out: list[ObjectInfo] = []
         try:
-            for blob in self._client.list_blobs(self._bucket_name, prefix=full, timeout=self._timeout, retry=self._retry):
+            for blob in self._client.list_blobs(
+                self._bucket_name, prefix=full, timeout=self._timeout, retry=self._retry
+            ):
                 key = blob.name[strip:]
                 try:
                     validate_key(key)
@@ -410,6 +461,10 @@ def open_store(uri: str, options: Mapping[str, Any]) -> GcsStore:
     rest = uri.split("://", 1)[1] if "://" in uri else ""
     bucket, _, prefix = rest.partition("/")
     if not _BUCKET.match(bucket):
-        raise InvalidConfigError("path", uri, "expected gs://bucket/prefix with a valid GCS bucket name "
-                                 "(3 to 222 characters: lower-case letters, digits, '-', '_' and '.')")
+        raise InvalidConfigError(
+            "path",
+            uri,
+            "expected gs://bucket/prefix with a valid GCS bucket name "
+            "(3 to 222 characters: lower-case letters, digits, '-', '_' and '.')",
+        )
     return GcsStore(bucket, prefix, options)

@@ -5,6 +5,7 @@ The session gets the Azure store the way a Python user adds it, configure_spark_
 stores=["azure"]) (the artifact through spark.jars.packages; the tests pass the build's Maven
 repository and a fresh Ivy cache as --conf), and its fs.azure.* keys as spark.hadoop.* settings.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,17 @@ def main() -> None:
         builder = builder.config(*kv.split("=", 1))
     spark = configure_spark_with_osqueue(builder, stores=["azure"]).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    df = (spark.readStream.format("osqueue").option("maxBatchesPerTrigger", "2").option("gc", "false")
-          .load(args.source).select("value", "metadata"))
+    df = (
+        spark.readStream.format("osqueue")
+        .option("maxBatchesPerTrigger", "2")
+        .option("gc", "false")
+        .load(args.source)
+        .select("value", "metadata")
+    )
     writer = df.writeStream.format("osqueue").option("checkpointLocation", args.checkpoint)
-    writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")
+    writer = (
+        writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")
+    )
     query = writer.start(args.sink)
     print("query started", flush=True)
     query.awaitTermination()

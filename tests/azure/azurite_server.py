@@ -14,6 +14,7 @@ the path of its azurite-blob program). Telemetry is off: the machine reaches no 
 
 Stdlib only, and nothing from the project: the JVM tests run this file too.
 """
+
 import argparse
 import json
 import os
@@ -44,7 +45,9 @@ def log(msg):
 
 def azurite_program():
     """The azurite-blob program: $OSQUEUE_AZURITE, else the one .ci/setup.sh installs in the checkout."""
-    return os.environ.get("OSQUEUE_AZURITE") or str(REPO / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob")
+    return os.environ.get("OSQUEUE_AZURITE") or str(
+        REPO / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+    )
 
 
 def blob_ready(endpoint):
@@ -57,8 +60,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--port", type=int, default=0, help="0 (default): pick a free port")
     ap.add_argument("--ignore-stdin", action="store_true", help="don't stop at stdin EOF (manual runs under nohup &)")
-    ap.add_argument("--state-dir", type=Path,
-                    help="where azurite keeps every file (created; must not exist yet; removed at stop)")
+    ap.add_argument(
+        "--state-dir", type=Path, help="where azurite keeps every file (created; must not exist yet; removed at stop)"
+    )
     args = ap.parse_args()
 
     stop = threading.Event()
@@ -86,14 +90,30 @@ def main():
     started = time.monotonic()
     for _ in range(3):  # a picked free port can be grabbed before azurite binds it
         port = args.port or s3server.free_port()
-        argv = [program, "--blobHost", HOST, "--blobPort", str(port), "--location", str(workdir / "data"),
-                "--disableTelemetry", "--skipApiVersionCheck"]
+        argv = [
+            program,
+            "--blobHost",
+            HOST,
+            "--blobPort",
+            str(port),
+            "--location",
+            str(workdir / "data"),
+            "--disableTelemetry",
+            "--skipApiVersionCheck",
+        ]
         env = {**os.environ, **s3server.confined_env(workdir)}
         env["NO_PROXY"] = env["no_proxy"] = ",".join(filter(None, [env.get("NO_PROXY"), "127.0.0.1,localhost"]))
         with open(logfile, "ab") as out:
-            proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=s3server._die_with_parent)
+            proc = subprocess.Popen(
+                argv,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=s3server._die_with_parent,
+            )
         endpoint = f"http://{HOST}:{port}/{ACCOUNT}"
         while proc.poll() is None and not stop.is_set() and time.monotonic() < deadline:
             if blob_ready(endpoint) and s3server.owns_port(proc.pid, port):
@@ -124,7 +144,9 @@ def main():
         print(json.dumps(info), flush=True)
         while not stop.wait(0.5):
             if proc.poll() is not None:
-                log(f"error: azurite exited unexpectedly with code {proc.returncode}; tail: {s3server.log_tail(logfile)}")
+                log(
+                    f"error: azurite exited unexpectedly with code {proc.returncode}; tail: {s3server.log_tail(logfile)}"
+                )
                 rc = 1
                 break
     except BrokenPipeError:

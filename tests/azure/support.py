@@ -42,7 +42,9 @@ class Azurite:
     def service(self) -> Any:
         from azure.storage.blob import BlobServiceClient
 
-        return BlobServiceClient(self.endpoint, credential={"account_name": self.account, "account_key": self.account_key})
+        return BlobServiceClient(
+            self.endpoint, credential={"account_name": self.account, "account_key": self.account_key}
+        )
 
     def new_container(self) -> str:
         name = f"osq-{uuid.uuid4().hex[:20]}"
@@ -73,8 +75,13 @@ def run_azurite() -> Iterator[Azurite]:
             pytest.fail(reason)
         pytest.skip(reason)
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, str(HERE / "azurite_server.py")], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "azurite_server.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
         try:
             line = proc.stdout.readline()  # type: ignore[union-attr]
             if not line:

@@ -39,8 +39,12 @@ def test_two_producer_processes_then_one_consumer_reads_each_entry_once_and_a_se
     uri = azurite.uri(container, "team/events")
     options = json.dumps(azurite.options)
     procs = [
-        subprocess.Popen([sys.executable, "-c", _PRODUCER, str(PYTHON_DIR), uri, options, f"p{n}", "500"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _PRODUCER, str(PYTHON_DIR), uri, options, f"p{n}", "500"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for n in range(2)
     ]
     for p in procs:
@@ -81,8 +85,14 @@ def test_cli_takes_the_fs_azure_keys(azurite: Azurite, container: str) -> None:
     opts = [arg for k, v in azurite.options.items() for arg in ("--store-option", f"{k}={v}")]
 
     def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "osqueue", *args], input=stdin, capture_output=True, text=True,
-                              timeout=120, env={"PYTHONPATH": str(PYTHON_DIR), "PATH": "/usr/bin:/bin"})
+        return subprocess.run(
+            [sys.executable, "-m", "osqueue", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PYTHONPATH": str(PYTHON_DIR), "PATH": "/usr/bin:/bin"},
+        )
 
     produced = cli("produce", uri, *opts, "-q", stdin="a\nb\nc\n")
     assert produced.returncode == 0, produced.stderr

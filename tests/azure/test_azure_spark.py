@@ -2,6 +2,7 @@
 kill -9 mid-stream and restarted, delivers each entry exactly once. The Azure store reaches Spark
 as a Python user adds it: configure_spark_with_osqueue(stores=["azure"]), resolved from the
 build's Maven repository (bash .ci/sbt publishBuildRepo) with a fresh Ivy cache."""
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,9 @@ REPO = HERE.parents[1] / "target" / "maven-repo"
 
 @pytest.fixture(scope="module")
 def published() -> pathlib.Path:
-    artifact = REPO / "io" / "github" / "osqueue" / f"osqueue-azure_{_installed_scala_version()[:4]}" / osqueue.__version__
+    artifact = (
+        REPO / "io" / "github" / "osqueue" / f"osqueue-azure_{_installed_scala_version()[:4]}" / osqueue.__version__
+    )
     if not artifact.is_dir():
         message = f"{artifact} is not published: run `bash .ci/sbt publishBuildRepo`"
         if os.environ.get("CI"):
@@ -61,10 +64,19 @@ def test_stream_source_and_sink_on_azurite_survive_kill_dash_nine_with_exact_cou
 ) -> None:
     source, sink = azurite.uri(container, "in"), azurite.uri(container, "out")
     expected = _produce(source, azurite.options, batches=20, per_batch=3)
-    confs = [f"spark.jars.repositories=file://{published}", f"spark.jars.ivy={tmp_path / 'ivy'}",
-             *(f"spark.hadoop.{k}={v}" for k, v in azurite.options.items())]
-    args = [sys.executable, str(HERE / "azure_stream_job.py"), source, sink, str(tmp_path / "ckpt"),
-            *(x for c in confs for x in ("--conf", c))]
+    confs = [
+        f"spark.jars.repositories=file://{published}",
+        f"spark.jars.ivy={tmp_path / 'ivy'}",
+        *(f"spark.hadoop.{k}={v}" for k, v in azurite.options.items()),
+    ]
+    args = [
+        sys.executable,
+        str(HERE / "azure_stream_job.py"),
+        source,
+        sink,
+        str(tmp_path / "ckpt"),
+        *(x for c in confs for x in ("--conf", c)),
+    ]
     log = tmp_path / "job.log"
 
     def manifest(uri: str) -> Any:
@@ -103,7 +115,9 @@ def test_stream_source_and_sink_on_azurite_survive_kill_dash_nine_with_exact_cou
     assert _drain(source, azurite.options) == [], "the source queue still holds what Spark committed"
 
 
-def test_configure_with_stores_adds_the_azure_artifact_and_nothing_to_the_wheel_jar(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_configure_with_stores_adds_the_azure_artifact_and_nothing_to_the_wheel_jar(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from pyspark.sql import SparkSession
 
     from osqueue import spark as osp
@@ -114,11 +128,15 @@ def test_configure_with_stores_adds_the_azure_artifact_and_nothing_to_the_wheel_
     options = dict(builder._options)
     assert options["spark.jars"] == "/opt/osqueue.jar"
     scala = _installed_scala_version()[:4]
-    assert options["spark.jars.packages"] == f"org.example:lib:1.0,io.github.osqueue:osqueue-azure_{scala}:{osqueue.__version__}"
+    assert (
+        options["spark.jars.packages"]
+        == f"org.example:lib:1.0,io.github.osqueue:osqueue-azure_{scala}:{osqueue.__version__}"
+    )
     with pytest.raises(TypeError, match="list of store names"):
         osp.configure_spark_with_osqueue(SparkSession.builder, stores="azure")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown store 'azrue'"):
         osp.configure_spark_with_osqueue(SparkSession.builder, stores=["azrue"])
     # The read/write helpers take hadoop-azure's keys as store options.
     assert osp.source_options(store_options={"fs.azure.account.key.a.dfs.core.windows.net": "k"}) == {
-        "fs.azure.account.key.a.dfs.core.windows.net": "k"}
+        "fs.azure.account.key.a.dfs.core.windows.net": "k"
+    }

@@ -37,9 +37,19 @@ def test_store_contract(azure_store: Any) -> None:
     s.put("ingest/a.batch", b"aaaa")
     s.put("empty", b"")
     assert s.get("empty").data == b""
-    assert {(i.key, i.size) for i in s.list("ingest/")} == {("ingest/manifest", 2), ("ingest/a.batch", 4), ("ingest/sub/b.batch", 2)}
+    assert {(i.key, i.size) for i in s.list("ingest/")} == {
+        ("ingest/manifest", 2),
+        ("ingest/a.batch", 4),
+        ("ingest/sub/b.batch", 2),
+    }
     assert {i.key for i in s.list("ingest/a")} == {"ingest/a.batch"}
-    assert {i.key for i in s.list("")} == {"ingest/manifest", "ingest/a.batch", "ingest/sub/b.batch", "other/c", "empty"}
+    assert {i.key for i in s.list("")} == {
+        "ingest/manifest",
+        "ingest/a.batch",
+        "ingest/sub/b.batch",
+        "other/c",
+        "empty",
+    }
     s.delete("ingest/a.batch")
     s.delete("ingest/a.batch")  # missing is fine
     assert s.get("ingest/a.batch") is None
@@ -87,7 +97,9 @@ def test_cas_increments_from_threads_count_exactly(azure_store: Any) -> None:
         for _ in range(15):
             while True:
                 cur = s.get("counter")
-                if isinstance(s.put_if_version_matches("counter", str(int(cur.data) + 1).encode(), cur.version), Written):
+                if isinstance(
+                    s.put_if_version_matches("counter", str(int(cur.data) + 1).encode(), cur.version), Written
+                ):
                     break
 
     threads = [threading.Thread(target=bump) for _ in range(4)]
@@ -100,8 +112,13 @@ def test_cas_increments_from_threads_count_exactly(azure_store: Any) -> None:
 
 @pytest.mark.parametrize("key", BAD_KEYS)
 def test_every_operation_rejects_bad_keys_before_io(azure_store: Any, key: str) -> None:
-    for op in (lambda: azure_store.get(key), lambda: azure_store.put(key, b"x"), lambda: azure_store.put_if_absent(key, b"x"),
-               lambda: azure_store.put_if_version_matches(key, b"x", ObjectVersion('"0x1"')), lambda: azure_store.delete(key)):
+    for op in (
+        lambda: azure_store.get(key),
+        lambda: azure_store.put(key, b"x"),
+        lambda: azure_store.put_if_absent(key, b"x"),
+        lambda: azure_store.put_if_version_matches(key, b"x", ObjectVersion('"0x1"')),
+        lambda: azure_store.delete(key),
+    ):
         with pytest.raises(InvalidObjectKeyError):
             op()
     assert azure_store.list("") == []
@@ -112,8 +129,11 @@ def test_every_uri_form_reaches_the_same_blobs(azurite: Azurite, container: str)
     abfss = open_store(f"abfss://{container}@{a}.dfs.core.windows.net/q", azurite.options)
     abfss.put("k", b"v")
     assert abfss.uri == f"abfss://{container}@{a}.dfs.core.windows.net/q"
-    for uri in (f"wasbs://{container}@{a}.blob.core.windows.net/q", f"wasb://{container}@{a}.blob.core.windows.net/q",
-                f"abfs://{container}@{a}.dfs.core.windows.net/q/"):
+    for uri in (
+        f"wasbs://{container}@{a}.blob.core.windows.net/q",
+        f"wasb://{container}@{a}.blob.core.windows.net/q",
+        f"abfs://{container}@{a}.dfs.core.windows.net/q/",
+    ):
         other = open_store(uri, {f"spark.hadoop.{k}": v for k, v in azurite.options.items()})
         assert other.get("k").data == b"v", uri
 
@@ -125,7 +145,9 @@ def test_probe_learns_azurite_honours_conditions_and_cleans_up(azurite: Azurite,
     assert s.list("") == []
 
 
-def test_a_server_that_ignores_conditions_is_refused(azurite: Azurite, container: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_server_that_ignores_conditions_is_refused(
+    azurite: Azurite, container: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = open_store(azurite.uri(container), azurite.options)
     forget_endpoint_conditions(s.endpoint)
 
@@ -164,8 +186,14 @@ def test_unreachable_endpoint_is_a_store_error(azurite: Azurite) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    s = open_store(azurite.uri("c00"), {**azurite.options, "fs.azure.blob.endpoint": f"http://127.0.0.1:{port}/x",
-                                         "fs.azure.io.retry.max.retries": "0"})
+    s = open_store(
+        azurite.uri("c00"),
+        {
+            **azurite.options,
+            "fs.azure.blob.endpoint": f"http://127.0.0.1:{port}/x",
+            "fs.azure.io.retry.max.retries": "0",
+        },
+    )
     with pytest.raises(StoreError, match=f"127.0.0.1:{port}"):
         s.get("k")
 
@@ -176,15 +204,52 @@ def test_unreachable_endpoint_is_a_store_error(azurite: Azurite) -> None:
         ("abfss://acct.dfs.core.windows.net/q", {}, "path", "expected abfss://"),
         ("abfss://Bad_Name@acct.dfs.core.windows.net/q", {}, "path", "not an Azure container name"),
         ("abfss://c00@acct.dfs.core.windows.net/a/../b", {}, "path", "not a valid key"),
-        ("abfss://c00@acct.dfs.core.windows.net/q", {"fs.azure.blob.endpoint": "127.0.0.1:1"}, "fs.azure.blob.endpoint", "Blob service URL"),
-        ("abfss://c00@acct.dfs.core.windows.net/q", {"fs.azure.account.key.acct.dfs.core.windows.net": "not base64!"},
-         "fs.azure.account.key.acct.dfs.core.windows.net", "not Base64"),
-        ("abfss://c00@acct.dfs.core.windows.net/q", {"fs.azure.account.auth.type": "SharedKey"}, "fs.azure.account.key", "SharedKey"),
-        ("abfss://c00@acct.dfs.core.windows.net/q", {"fs.azure.account.auth.type": "Kerberos"}, "fs.azure.account.auth.type", "expected"),
-        ("abfss://c00@acct.dfs.core.windows.net/q", {"fs.azure.account.oauth2.client.id": "a"}, "fs.azure.account.oauth2.client.secret", "OAuth"),
-        ("abfss://c00@acct.dfs.core.windows.net/q", {"fs.azure.account.oauth2.client.id": "a", "fs.azure.account.oauth2.client.secret": "b",
-         "fs.azure.account.oauth2.client.endpoint": "login"}, "fs.azure.account.oauth2.client.endpoint", "token endpoint"),
-        ("abfss://c00@acct.dfs.core.windows.net/q", {"fs.azure.io.retry.max.retries": "-1"}, "fs.azure.io.retry.max.retries", ">= 0"),
+        (
+            "abfss://c00@acct.dfs.core.windows.net/q",
+            {"fs.azure.blob.endpoint": "127.0.0.1:1"},
+            "fs.azure.blob.endpoint",
+            "Blob service URL",
+        ),
+        (
+            "abfss://c00@acct.dfs.core.windows.net/q",
+            {"fs.azure.account.key.acct.dfs.core.windows.net": "not base64!"},
+            "fs.azure.account.key.acct.dfs.core.windows.net",
+            "not Base64",
+        ),
+        (
+            "abfss://c00@acct.dfs.core.windows.net/q",
+            {"fs.azure.account.auth.type": "SharedKey"},
+            "fs.azure.account.key",
+            "SharedKey",
+        ),
+        (
+            "abfss://c00@acct.dfs.core.windows.net/q",
+            {"fs.azure.account.auth.type": "Kerberos"},
+            "fs.azure.account.auth.type",
+            "expected",
+        ),
+        (
+            "abfss://c00@acct.dfs.core.windows.net/q",
+            {"fs.azure.account.oauth2.client.id": "a"},
+            "fs.azure.account.oauth2.client.secret",
+            "OAuth",
+        ),
+        (
+            "abfss://c00@acct.dfs.core.windows.net/q",
+            {
+                "fs.azure.account.oauth2.client.id": "a",
+                "fs.azure.account.oauth2.client.secret": "b",
+                "fs.azure.account.oauth2.client.endpoint": "login",
+            },
+            "fs.azure.account.oauth2.client.endpoint",
+            "token endpoint",
+        ),
+        (
+            "abfss://c00@acct.dfs.core.windows.net/q",
+            {"fs.azure.io.retry.max.retries": "-1"},
+            "fs.azure.io.retry.max.retries",
+            ">= 0",
+        ),
     ],
 )
 def test_bad_paths_and_options_name_the_option(uri: str, options: dict[str, str], option: str, text: str) -> None:
@@ -199,18 +264,34 @@ def test_hadoop_azure_credentials_are_read() -> None:
 
     at = AzureLocation.parse("abfss://events@acct.dfs.core.windows.net/team/q")
     assert at.blob_endpoint == "https://acct.blob.core.windows.net"
-    assert AzureLocation.parse("wasb://events@acct.blob.core.windows.net").blob_endpoint == "http://acct.blob.core.windows.net"
+    assert (
+        AzureLocation.parse("wasb://events@acct.blob.core.windows.net").blob_endpoint
+        == "http://acct.blob.core.windows.net"
+    )
     key = base64.b64encode(b"k").decode()
-    assert azure_auth({"spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net": key}, at) == AzureAuth("shared_key", "acct", key)
-    assert azure_auth({"fs.azure.sas.fixed.token.acct.dfs.core.windows.net": "?sv=1"}, at) == AzureAuth("sas", secret="sv=1")
+    assert azure_auth({"spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net": key}, at) == AzureAuth(
+        "shared_key", "acct", key
+    )
+    assert azure_auth({"fs.azure.sas.fixed.token.acct.dfs.core.windows.net": "?sv=1"}, at) == AzureAuth(
+        "sas", secret="sv=1"
+    )
     assert azure_auth({"fs.azure.sas.events.acct.blob.core.windows.net": "sv=2"}, at) == AzureAuth("sas", secret="sv=2")
-    oauth = azure_auth({
-        "fs.azure.account.auth.type": "OAuth",
-        "fs.azure.account.oauth2.client.id.acct.dfs.core.windows.net": "app",
-        "fs.azure.account.oauth2.client.secret": "s3cret",
-        "fs.azure.account.oauth2.client.endpoint": "https://login.microsoftonline.com/tenant-1/oauth2/token",
-    }, at)
-    assert oauth == AzureAuth("client_secret", secret="s3cret", tenant="tenant-1", client_id="app", authority="https://login.microsoftonline.com")
+    oauth = azure_auth(
+        {
+            "fs.azure.account.auth.type": "OAuth",
+            "fs.azure.account.oauth2.client.id.acct.dfs.core.windows.net": "app",
+            "fs.azure.account.oauth2.client.secret": "s3cret",
+            "fs.azure.account.oauth2.client.endpoint": "https://login.microsoftonline.com/tenant-1/oauth2/token",
+        },
+        at,
+    )
+    assert oauth == AzureAuth(
+        "client_secret",
+        secret="s3cret",
+        tenant="tenant-1",
+        client_id="app",
+        authority="https://login.microsoftonline.com",
+    )
     assert "s3cret" not in repr(oauth)
     assert azure_auth({}, at) == AzureAuth("default_chain")
 

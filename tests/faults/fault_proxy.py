@@ -21,6 +21,7 @@ is i-th). ``counts`` counts injected faults by kind (and ``forwarded`` / ``reque
     with FaultProxy(upstream, seed=7, rates={"503": 0.02}, conditional_rates={"drop_reply": 0.05}) as p:
         endpoint = p.endpoint   # http://127.0.0.1:<port>
 """
+
 from __future__ import annotations
 
 import collections
@@ -31,8 +32,8 @@ import struct
 import threading
 import time
 import urllib.parse
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Mapping
 
 KINDS = ("503", "500", "stall", "reset", "drop_reply")
 
@@ -88,7 +89,7 @@ class FaultProxy:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         proxy = self
 
         class Handler(_Handler):
@@ -107,7 +108,7 @@ class FaultProxy:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -190,8 +191,10 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self.owner.decide(self.command, headers)
         if fault in _ERROR_BODY:
             status, reason, code, message = _ERROR_BODY[fault]
-            payload = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-                       f"<Message>{message}</Message><RequestId>fault-proxy</RequestId></Error>").encode()
+            payload = (
+                f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                f"<Message>{message}</Message><RequestId>fault-proxy</RequestId></Error>"
+            ).encode()
             self.send_response(status, reason)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(payload)))
@@ -207,8 +210,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reset()
             return
         # Forward (also for drop_reply: the server applies the request, then the reply is lost).
-        conn = http.client.HTTPConnection(self.owner.upstream_host, self.owner.upstream_port,
-                                          timeout=self.owner.upstream_timeout)
+        conn = http.client.HTTPConnection(
+            self.owner.upstream_host, self.owner.upstream_port, timeout=self.owner.upstream_timeout
+        )
         try:
             fwd = {k: v for k, v in headers.items() if k.lower() not in _HOP and k.lower() != "content-length"}
             if body or self.command in ("PUT", "POST"):

@@ -11,6 +11,7 @@ Invariants checked after each run, on the manifest read directly from the server
   "unknown": its entries may or may not be in the queue; other failures too, because a failed
   flush may have landed before the failure was seen). A handle never stays pending.
 """
+
 from __future__ import annotations
 
 import collections
@@ -51,11 +52,22 @@ def _client(endpoint: str, server, **cfg: Any):
     import boto3
     from botocore.config import Config
 
-    base = dict(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
-                retries={"mode": "standard", "max_attempts": 3}, connect_timeout=1, read_timeout=1)
+    base = dict(
+        s3={"addressing_style": "path"},
+        request_checksum_calculation="when_required",
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=1,
+        read_timeout=1,
+    )
     base.update(cfg)
-    return boto3.client("s3", endpoint_url=endpoint, region_name=server.region, config=Config(**base),
-                        aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key)
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=server.region,
+        config=Config(**base),
+        aws_access_key_id=server.access_key,
+        aws_secret_access_key=server.secret_key,
+    )
 
 
 def _queue_contents(server, bucket: str, prefix: str) -> tuple[Any, dict[int, tuple[str, list[bytes]]]]:
@@ -70,8 +82,9 @@ def _queue_contents(server, bucket: str, prefix: str) -> tuple[Any, dict[int, tu
     return m, out
 
 
-def _check_invariants(m, contents, durable: dict[bytes, tuple[int, str]], failed: dict[bytes, str],
-                      produced: set[bytes]) -> dict[str, int]:
+def _check_invariants(
+    m, contents, durable: dict[bytes, tuple[int, str]], failed: dict[bytes, str], produced: set[bytes]
+) -> dict[str, int]:
     seqs = [e.sequence for e in m.entries]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else True
     locations = [e.location for e in m.entries]
@@ -92,8 +105,14 @@ def _check_invariants(m, contents, durable: dict[bytes, tuple[int, str]], failed
     unexplained = [v for v in seen if v not in durable and v not in failed]
     assert not unexplained, f"entries present that no handle reported: {unexplained[:10]}"
     failed_present = sum(1 for v in failed if v in seen)
-    return {"acked": len(durable), "failed_handles": len(failed), "failed_but_present": failed_present,
-            "failed_absent": len(failed) - failed_present, "lost": len(missing), "duplicated": len(dups)}
+    return {
+        "acked": len(durable),
+        "failed_handles": len(failed),
+        "failed_but_present": failed_present,
+        "failed_absent": len(failed) - failed_present,
+        "lost": len(missing),
+        "duplicated": len(dups),
+    }
 
 
 def test_proxy_forwards_and_counts_each_fault_kind(s3) -> None:
@@ -140,15 +159,15 @@ def test_proxy_forwards_and_counts_each_fault_kind(s3) -> None:
 
     # Determinism: the same seed gives the same decisions in the same order.
     def decisions(seed: int) -> list:
-        p = FaultProxy(s3.endpoint, seed=seed, rates={"503": 0.2, "reset": 0.1},
-                       conditional_rates={"drop_reply": 0.5})
+        p = FaultProxy(s3.endpoint, seed=seed, rates={"503": 0.2, "reset": 0.1}, conditional_rates={"drop_reply": 0.5})
         return [p.decide("PUT" if i % 3 else "GET", {"If-Match": "x"} if i % 3 else {}) for i in range(200)]
 
     assert decisions(7) == decisions(7) and decisions(7) != decisions(8)
 
 
-def _python_run(s3, seed: int, threads: int = 4, calls: int = 30, scale: float = 1.0,
-                consume: bool = False) -> dict[str, Any]:
+def _python_run(
+    s3, seed: int, threads: int = 4, calls: int = 30, scale: float = 1.0, consume: bool = False
+) -> dict[str, Any]:
     """Producers through the proxy; with ``consume``, a consumer (direct to the server, no faults)
     reads, acks and dequeues concurrently, so dequeued entries can make a lost reply undecidable."""
     from osqueue import Consumer, Producer
@@ -157,8 +176,9 @@ def _python_run(s3, seed: int, threads: int = 4, calls: int = 30, scale: float =
     bucket = new_bucket(s3)
     prefix = "q"
     rates = {k: v * scale for k, v in {"503": 0.03, "500": 0.02, "reset": 0.02, "stall": 0.005}.items()}
-    conditional = {k: v * scale for k, v in
-                   {"503": 0.02, "500": 0.01, "reset": 0.01, "drop_reply": 0.03, "stall": 0.005}.items()}
+    conditional = {
+        k: v * scale for k, v in {"503": 0.02, "500": 0.01, "reset": 0.01, "drop_reply": 0.03, "stall": 0.005}.items()
+    }
     durable: dict[bytes, tuple[int, str]] = {}
     failed: dict[bytes, str] = {}
     produced: set[bytes] = set()
@@ -166,15 +186,25 @@ def _python_run(s3, seed: int, threads: int = 4, calls: int = 30, scale: float =
     errors_seen: list[BaseException] = []
 
     # Every 25th conditional PUT loses its reply on top of the random 3%: at least 4% are ambiguous.
-    with FaultProxy(s3.endpoint, seed=seed, rates=rates, conditional_rates=conditional, stall_seconds=1.5,
-                    drop_reply_every=25) as proxy:
+    with FaultProxy(
+        s3.endpoint, seed=seed, rates=rates, conditional_rates=conditional, stall_seconds=1.5, drop_reply_every=25
+    ) as proxy:
+
         def worker(t: int) -> None:
             # The store's own S3A-style options, with short timeouts so stalls become errors quickly.
-            store = S3Store(bucket, prefix, options={
-                "fs.s3a.endpoint": proxy.endpoint, "fs.s3a.path.style.access": "true",
-                "fs.s3a.access.key": s3.access_key, "fs.s3a.secret.key": s3.secret_key,
-                "fs.s3a.endpoint.region": s3.region,
-                "fs.s3a.connection.establish.timeout": "1s", "fs.s3a.connection.timeout": "1s"})
+            store = S3Store(
+                bucket,
+                prefix,
+                options={
+                    "fs.s3a.endpoint": proxy.endpoint,
+                    "fs.s3a.path.style.access": "true",
+                    "fs.s3a.access.key": s3.access_key,
+                    "fs.s3a.secret.key": s3.secret_key,
+                    "fs.s3a.endpoint.region": s3.region,
+                    "fs.s3a.connection.establish.timeout": "1s",
+                    "fs.s3a.connection.timeout": "1s",
+                },
+            )
             producer = Producer(store=store, flush_interval=0.005)
             try:
                 for i in range(calls):
@@ -247,9 +277,14 @@ def _python_run(s3, seed: int, threads: int = 4, calls: int = 30, scale: float =
         seqs = sorted(contents)
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else True
     figures = _check_invariants(m, contents, durable, failed, produced)
-    figures.update(injected=injected, injected_on_conditional_puts=on_conditional, requests=counts.get("requests", 0),
-                   conditional_puts=counts.get("conditional_puts", 0), seconds=round(elapsed, 1),
-                   failure_kinds=dict(collections.Counter(failed.values())))
+    figures.update(
+        injected=injected,
+        injected_on_conditional_puts=on_conditional,
+        requests=counts.get("requests", 0),
+        conditional_puts=counts.get("conditional_puts", 0),
+        seconds=round(elapsed, 1),
+        failure_kinds=dict(collections.Counter(failed.values())),
+    )
     return figures
 
 
@@ -289,8 +324,9 @@ def test_python_producers_through_faults_on_localstack() -> None:
 
 
 def _jvm_command(*args: str, store_options: dict[str, str]) -> list[str]:
-    import osqueue
     import pyspark
+
+    import osqueue
 
     jars = pathlib.Path(pyspark.__file__).parent / "jars"
     cp = os.environ.get("OSQUEUE_FAULTS_JAR") or str(osqueue.jar_path())
@@ -306,8 +342,9 @@ def _jvm_supports_keep_going(store_options: dict[str, str]) -> bool:
 @pytest.mark.skipif(shutil.which("java") is None, reason="no java")
 def test_jvm_producers_through_faults_keep_the_manifest_exact(s3) -> None:
     try:
-        import osqueue
         import pyspark  # noqa: F401
+
+        import osqueue
 
         osqueue.jar_path()
     except Exception as e:  # noqa: BLE001
@@ -315,21 +352,44 @@ def test_jvm_producers_through_faults_keep_the_manifest_exact(s3) -> None:
     bucket = new_bucket(s3)
     rates = {"503": 0.04, "500": 0.03, "reset": 0.03, "stall": 0.005}
     conditional = {"503": 0.02, "500": 0.01, "reset": 0.01, "drop_reply": 0.03, "stall": 0.005}
-    with FaultProxy(s3.endpoint, seed=23, rates=rates, conditional_rates=conditional, stall_seconds=2.5,
-                    drop_reply_every=25) as proxy:
+    with FaultProxy(
+        s3.endpoint, seed=23, rates=rates, conditional_rates=conditional, stall_seconds=2.5, drop_reply_every=25
+    ) as proxy:
         opts = {
-            "fs.s3a.endpoint": proxy.endpoint, "fs.s3a.access.key": s3.access_key,
-            "fs.s3a.secret.key": s3.secret_key, "fs.s3a.path.style.access": "true",
-            "fs.s3a.endpoint.region": s3.region, "fs.s3a.connection.timeout": "1000",
+            "fs.s3a.endpoint": proxy.endpoint,
+            "fs.s3a.access.key": s3.access_key,
+            "fs.s3a.secret.key": s3.secret_key,
+            "fs.s3a.path.style.access": "true",
+            "fs.s3a.endpoint.region": s3.region,
+            "fs.s3a.connection.timeout": "1000",
             "fs.s3a.connection.request.timeout": "2000",
         }
         keep_going = _jvm_supports_keep_going(opts)
         extra = ["--keep-going", "true"] if keep_going else []
         count = 40
         t0 = time.monotonic()
-        procs = [subprocess.Popen(_jvm_command("produce", f"s3a://{bucket}/q", f"jvm{t}", str(count), "--per-call", "1",
-                                               "--flush-ms", "5", "--sync", "true", *extra, store_options=opts),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for t in range(2)]
+        procs = [
+            subprocess.Popen(
+                _jvm_command(
+                    "produce",
+                    f"s3a://{bucket}/q",
+                    f"jvm{t}",
+                    str(count),
+                    "--per-call",
+                    "1",
+                    "--flush-ms",
+                    "5",
+                    "--sync",
+                    "true",
+                    *extra,
+                    store_options=opts,
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for t in range(2)
+        ]
         outs = [p.communicate(timeout=240) for p in procs]
         elapsed = time.monotonic() - t0
         injected, counts, on_cond = proxy.injected(), dict(proxy.counts), dict(proxy.injected_on_conditional)
@@ -354,9 +414,15 @@ def test_jvm_producers_through_faults_keep_the_manifest_exact(s3) -> None:
         failed = {v: "unknown" for v in produced}
     m, contents = _queue_contents(s3, bucket, "q")
     f = _check_invariants(m, contents, durable, failed, produced)
-    f.update(injected=injected, injected_on_conditional_puts=on_cond, requests=counts.get("requests", 0),
-             conditional_puts=counts.get("conditional_puts", 0), seconds=round(elapsed, 1), keep_going=keep_going,
-             failure_kinds=dict(collections.Counter(failed.values())))
+    f.update(
+        injected=injected,
+        injected_on_conditional_puts=on_cond,
+        requests=counts.get("requests", 0),
+        conditional_puts=counts.get("conditional_puts", 0),
+        seconds=round(elapsed, 1),
+        keep_going=keep_going,
+        failure_kinds=dict(collections.Counter(failed.values())),
+    )
     RESULTS["jvm seed=23"] = f
     print(json.dumps(f, indent=1, sort_keys=True))
     assert sum(injected.values()) >= 0.05 * f["requests"], f

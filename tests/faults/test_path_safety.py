@@ -2,6 +2,7 @@
 outside the queue root / the data prefix. Every relative escape target holds a VALID batch, so a
 read through the hostile key would have succeeded: the InvalidObjectKey error proves it was not.
 (The JVM side is jvm/core/src/test/scala/osqueue/consumer/PathSafetySuite.scala.)"""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,16 @@ from osqueue.store import LocalFileSystemStore  # noqa: E402
 T0 = 1767225600000
 VALID = encode_batch([b"stolen"], Compression.NONE)
 
-HOSTILE = ["../../etc/passwd", "/etc/passwd", "s3://other-bucket/x", "ingest/../../x",
-           "ingest/../../../outside.batch", "./ingest/x.batch", "ingest//x.batch", "ingest\\..\\..\\x"]
+HOSTILE = [
+    "../../etc/passwd",
+    "/etc/passwd",
+    "s3://other-bucket/x",
+    "ingest/../../x",
+    "ingest/../../../outside.batch",
+    "./ingest/x.batch",
+    "ingest//x.batch",
+    "ingest\\..\\..\\x",
+]
 
 
 class _Clock:

@@ -6,6 +6,7 @@
 are the fs.gs.* options a user would give for that server. Missing fake-gcs-server is a skip locally
 and a failure in CI (it is in the test extra that .ci/setup.sh installs).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,15 +34,19 @@ class GcsServer:
 
     @property
     def options(self) -> dict[str, str]:
-        return {"fs.gs.storage.root.url": self.endpoint, "fs.gs.project.id": self.project,
-                "fs.gs.auth.type": "UNAUTHENTICATED"}
+        return {
+            "fs.gs.storage.root.url": self.endpoint,
+            "fs.gs.project.id": self.project,
+            "fs.gs.auth.type": "UNAUTHENTICATED",
+        }
 
     def client(self) -> Any:
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
-        return storage.Client(project=self.project, credentials=AnonymousCredentials(),
-                              client_options={"api_endpoint": self.endpoint})
+        return storage.Client(
+            project=self.project, credentials=AnonymousCredentials(), client_options={"api_endpoint": self.endpoint}
+        )
 
 
 def missing_reason() -> str | None:
@@ -62,14 +67,22 @@ def run_gcs_server(*, state_dir: Path | None = None, env: dict[str, str] | None 
         pytest.skip(reason)
     with tempfile.TemporaryFile() as err:
         extra = ["--state-dir", str(state_dir)] if state_dir else []
-        proc = subprocess.Popen([sys.executable, str(SCRIPT), *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=err, text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+        )
         try:
             line = proc.stdout.readline() if proc.stdout else ""
             if not line:
                 proc.wait(30)
                 err.seek(0)
-                raise RuntimeError(f"gcsserver.py exited {proc.returncode}: {err.read().decode(errors='replace').strip()}")
+                raise RuntimeError(
+                    f"gcsserver.py exited {proc.returncode}: {err.read().decode(errors='replace').strip()}"
+                )
             info = json.loads(line)
             yield GcsServer(info["endpoint"], info["project"], proc)
         finally:

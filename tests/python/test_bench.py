@@ -12,9 +12,8 @@ import pathlib
 import re
 import sys
 
-from click.testing import CliRunner
-
 import pytest
+from click.testing import CliRunner
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the harness is imported from the checkout, as `python -m bench.harness` does
@@ -25,6 +24,7 @@ from bench.harness.client_benchmarks import CountingStore  # noqa: E402
 from bench.harness.report import replot  # noqa: E402
 from bench.harness.run import normalize_names  # noqa: E402
 from bench.harness.stats import summarize  # noqa: E402
+
 from osqueue.cli import cli  # noqa: E402
 from osqueue.store import InMemoryStore  # noqa: E402
 
@@ -82,7 +82,9 @@ def test_the_package_imports_neither_the_harness_nor_the_tests() -> None:
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 imports += [(where, f"{node.module}.{alias.name}") for alias in node.names]
     assert ("python/osqueue/cli.py", "click") in imports, "the scan is broken"
-    bad = [(m, name) for m, name in imports if name.split(".")[0] in ("bench", "tests") or name.startswith("osqueue.bench")]
+    bad = [
+        (m, name) for m, name in imports if name.split(".")[0] in ("bench", "tests") or name.startswith("osqueue.bench")
+    ]
     assert bad == []
 
 
@@ -190,6 +192,11 @@ def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
     except ImportError:
         assert data["plots"] == [] and "matplotlib" in data["plots_skipped"]
     else:
-        assert {p.split("-quick-")[1] for p in data["plots"]} >= {"contention.png", "depth.png", "latency.png", "ratios.png"}
+        assert {p.split("-quick-")[1] for p in data["plots"]} >= {
+            "contention.png",
+            "depth.png",
+            "latency.png",
+            "ratios.png",
+        }
         for name in data["plots"]:
             assert (out / name).stat().st_size > 1000

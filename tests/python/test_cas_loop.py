@@ -7,8 +7,8 @@ import random
 from collections.abc import Callable
 
 import pytest
-
 from helpers import ManualClock, WrappedStore, lost_reply_hook
+
 from osqueue.cas_loop import CONFLICT, CasLoop, Done, PreviousAttempt, Snapshot, Unknown, Write
 from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, StoreError
 from osqueue.format import Manifest, ManifestEntry, encode_manifest

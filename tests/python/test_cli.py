@@ -125,8 +125,12 @@ def _expected_json(results: list[DurableWrite], epoch: int) -> dict[str, Any]:
         "epoch": epoch,  # the producer created the manifest: a fresh incarnation, no consumer yet
         "next_sequence": 3,
         "entries": [
-            {"sequence": 0, "location": loc[0], "metadata": [item(0, T0_MS, b"m0"), item(2, T0_MS, b"m1")],
-             "extension_base64": ""},
+            {
+                "sequence": 0,
+                "location": loc[0],
+                "metadata": [item(0, T0_MS, b"m0"), item(2, T0_MS, b"m1")],
+                "extension_base64": "",
+            },
             {"sequence": 1, "location": loc[1], "metadata": [item(0, T0_MS + 1000, b"m2")], "extension_base64": ""},
             {"sequence": 2, "location": loc[2], "metadata": [item(0, T0_MS + 2000, b"m3")], "extension_base64": ""},
         ],
@@ -157,7 +161,11 @@ def test_inspect_json_carries_each_entrys_extension_bytes(tmp_path: pathlib.Path
     dumped = json.loads(result.stdout)["entries"]
     assert [base64.b64decode(e["extension_base64"]) for e in dumped] == [tag, other, b""]
     assert EntryTag.decode(base64.b64decode(dumped[0]["extension_base64"])) == EntryTag("query-1", 7, "01JATTEMPT")
-    assert [(e["sequence"], e["location"]) for e in dumped] == [(4, "ingest/a.batch"), (5, "ingest/b.batch"), (6, "ingest/c.batch")]
+    assert [(e["sequence"], e["location"]) for e in dumped] == [
+        (4, "ingest/a.batch"),
+        (5, "ingest/b.batch"),
+        (6, "ingest/c.batch"),
+    ]
 
 
 def test_inspect_json_in_a_subprocess(queue: tuple[pathlib.Path, list[DurableWrite]]) -> None:
@@ -297,8 +305,14 @@ def test_tail_json_format(queue: tuple[pathlib.Path, list[DurableWrite]]) -> Non
     records = [json.loads(line) for line in result.stdout.splitlines()]
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
     assert records == [
-        {"sequence": 0, "index": i, "value_base64": b64(v), "metadata_base64": b64(m),
-         "ingestion_time_ms": T0_MS, "location": results[0].location}
+        {
+            "sequence": 0,
+            "index": i,
+            "value_base64": b64(v),
+            "metadata_base64": b64(m),
+            "ingestion_time_ms": T0_MS,
+            "location": results[0].location,
+        }
         for i, (v, m) in enumerate([(b"a", b"m0"), (b"b", b"m0"), (b"c", b"m1")])
     ]
 
@@ -325,7 +339,9 @@ def test_tail_follow_picks_up_new_batches(tmp_path: pathlib.Path) -> None:
     make_queue(root, [[([b"first"], b"")]])
     proc = subprocess.Popen(
         [sys.executable, "-m", "osqueue", "tail", str(root), "--follow", "--interval", "0.05", "--max-batches", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
     )
     try:
         assert proc.stdout is not None
@@ -344,7 +360,9 @@ def test_tail_follow_stops_cleanly_on_ctrl_c(queue: tuple[pathlib.Path, list[Dur
     before = manifest_bytes(root)
     proc = subprocess.Popen(
         [sys.executable, "-m", "osqueue", "tail", str(root), "--follow", "--interval", "0.05"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
     )
     try:
         assert proc.stdout is not None
@@ -364,7 +382,9 @@ def test_tail_ack_follow_dequeues_on_ctrl_c(queue: tuple[pathlib.Path, list[Dura
     root, _ = queue
     proc = subprocess.Popen(
         [sys.executable, "-m", "osqueue", "tail", str(root), "--ack", "--follow", "--interval", "0.05"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
     )
     try:
         assert proc.stdout is not None
@@ -483,7 +503,9 @@ def test_bad_path_in_a_subprocess() -> None:
     assert proc.stdout == b""
 
 
-@pytest.mark.parametrize("command", [["inspect"], ["inspect", "--json"], ["tail"], ["tail", "--ack"], ["gc"], ["produce"]])
+@pytest.mark.parametrize(
+    "command", [["inspect"], ["inspect", "--json"], ["tail"], ["tail", "--ack"], ["gc"], ["produce"]]
+)
 def test_corrupt_manifest_is_one_line_naming_the_manifest(command: list[str], tmp_path: pathlib.Path) -> None:
     (tmp_path / "ingest").mkdir()
     (tmp_path / "ingest" / "manifest").write_bytes(b"garbage")
@@ -513,7 +535,9 @@ def test_missing_batch_is_an_error(queue: tuple[pathlib.Path, list[DurableWrite]
     one_error_line(result.stderr, results[2].location, "does not exist")
 
 
-def test_unexpected_errors_exit_1_with_one_line(queue: tuple[pathlib.Path, list[DurableWrite]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unexpected_errors_exit_1_with_one_line(
+    queue: tuple[pathlib.Path, list[DurableWrite]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import osqueue.cli
 
     def boom(self: Any) -> Any:
@@ -544,11 +568,16 @@ def test_version() -> None:
 
 def _s3_args(s3_endpoint: dict[str, str]) -> list[str]:
     return [
-        "--store-option", f"fs.s3a.endpoint={s3_endpoint['endpoint']}",
-        "--store-option", f"fs.s3a.endpoint.region={s3_endpoint.get('region', 'us-east-1')}",
-        "--store-option", f"fs.s3a.access.key={s3_endpoint.get('access_key', 'test')}",
-        "--store-option", f"fs.s3a.secret.key={s3_endpoint.get('secret_key', 'test')}",
-        "--store-option", "fs.s3a.path.style.access=true",
+        "--store-option",
+        f"fs.s3a.endpoint={s3_endpoint['endpoint']}",
+        "--store-option",
+        f"fs.s3a.endpoint.region={s3_endpoint.get('region', 'us-east-1')}",
+        "--store-option",
+        f"fs.s3a.access.key={s3_endpoint.get('access_key', 'test')}",
+        "--store-option",
+        f"fs.s3a.secret.key={s3_endpoint.get('secret_key', 'test')}",
+        "--store-option",
+        "fs.s3a.path.style.access=true",
     ]
 
 

@@ -6,7 +6,6 @@ import threading
 from typing import Any
 
 import pytest
-
 from helpers import WrappedStore
 
 from osqueue.consumer import ACK_DEQUEUE_INTERVAL, Consumer
@@ -242,7 +241,13 @@ def test_old_consumer_is_fenced_on_every_operation_and_writes_nothing(mem_store:
     with pytest.raises(FencedError) as info:
         old.ack(ACK_DEQUEUE_INTERVAL - 1)  # the 100th ack's dequeue finds the fence
     assert (info.value.own_epoch, info.value.current_epoch) == (old.epoch, old.epoch + 1)
-    for op in (old.next_batch, lambda: old.ack(ACK_DEQUEUE_INTERVAL), lambda: old.ack_through(50), old.flush, lambda: old.next_descriptors(1)):
+    for op in (
+        old.next_batch,
+        lambda: old.ack(ACK_DEQUEUE_INTERVAL),
+        lambda: old.ack_through(50),
+        old.flush,
+        lambda: old.next_descriptors(1),
+    ):
         with pytest.raises(FencedError):
             op()
     assert mem_store.get(KEY).data == before  # no write from the old consumer landed

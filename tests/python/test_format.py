@@ -7,10 +7,9 @@ import struct
 
 import pytest
 import ulid
+from helpers import ManualClock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from helpers import ManualClock
 
 from osqueue import format as fmt
 from osqueue.errors import (
@@ -428,9 +427,14 @@ def manifests_with_tags(draw: st.DrawFn) -> Manifest:
 
     m = draw(manifests())
     entries = [
-        dataclasses.replace(e, extension=fmt.EntryTag(
-            draw(st.text(max_size=10)), draw(st.integers(0, (1 << 63) - 1)), draw(st.text(min_size=1, max_size=26))
-        ).encode()) if draw(st.booleans()) else e
+        dataclasses.replace(
+            e,
+            extension=fmt.EntryTag(
+                draw(st.text(max_size=10)), draw(st.integers(0, (1 << 63) - 1)), draw(st.text(min_size=1, max_size=26))
+            ).encode(),
+        )
+        if draw(st.booleans())
+        else e
         for e in m.entries
     ]
     return Manifest(entries, m.next_sequence, m.epoch)
@@ -452,9 +456,11 @@ def test_decode_manifest_mutations_all_kinds(m: Manifest, data: st.DataObject) -
 @given(manifests_with_tags(), st.data(), st.integers(-1, 50))
 def test_raw_manifest_edits_on_mutated_bytes_are_typed(m: Manifest, data: st.DataObject, through: int) -> None:
     raw = _mutate(encode_manifest(m), data)
-    for op in (lambda: dequeue_through(raw, max(through, 0), "mut"),
-               lambda: append_entries(raw, [("ingest/x.batch", [])], "mut"),
-               lambda: list(iter_entry_locations(raw, "mut"))):
+    for op in (
+        lambda: dequeue_through(raw, max(through, 0), "mut"),
+        lambda: append_entries(raw, [("ingest/x.batch", [])], "mut"),
+        lambda: list(iter_entry_locations(raw, "mut")),
+    ):
         try:
             op()
         except (CorruptManifestError, UnsupportedFormatVersionError):
@@ -462,8 +468,12 @@ def test_raw_manifest_edits_on_mutated_bytes_are_typed(m: Manifest, data: st.Dat
 
 
 @FUZZ
-@given(st.binary(max_size=200), st.integers(0, 12), st.sampled_from([0, 1, 5, 0xFFFFFFFF, 0x7FFFFFFF]),
-       st.sampled_from([0, 1, 20, (1 << 63) - 1, U64_MAX]))
+@given(
+    st.binary(max_size=200),
+    st.integers(0, 12),
+    st.sampled_from([0, 1, 5, 0xFFFFFFFF, 0x7FFFFFFF]),
+    st.sampled_from([0, 1, 20, (1 << 63) - 1, U64_MAX]),
+)
 def test_decode_manifest_arbitrary_entries_before_a_valid_footer(body: bytes, _: int, count: int, nxt: int) -> None:
     raw = body + struct.pack("<IQQH", count, nxt, 0, 1)
     try:
@@ -474,8 +484,11 @@ def test_decode_manifest_arbitrary_entries_before_a_valid_footer(body: bytes, _:
 
 
 @FUZZ
-@given(st.lists(st.one_of(st.just(b""), st.binary(max_size=64)), max_size=12),
-       st.sampled_from(list(Compression)), st.data())
+@given(
+    st.lists(st.one_of(st.just(b""), st.binary(max_size=64)), max_size=12),
+    st.sampled_from(list(Compression)),
+    st.data(),
+)
 def test_decode_batch_mutations_all_kinds(records: list[bytes], compression: Compression, data: st.DataObject) -> None:
     raw = _mutate(encode_batch(records, compression), data)
     try:
@@ -487,8 +500,9 @@ def test_decode_batch_mutations_all_kinds(records: list[bytes], compression: Com
 
 
 @FUZZ
-@given(st.binary(max_size=200), st.sampled_from([0, 1]), st.sampled_from([0, 1, 3, 0x7FFFFFFF, 0xFFFFFFFF]),
-       st.booleans())
+@given(
+    st.binary(max_size=200), st.sampled_from([0, 1]), st.sampled_from([0, 1, 3, 0x7FFFFFFF, 0xFFFFFFFF]), st.booleans()
+)
 def test_decode_batch_arbitrary_block_before_a_valid_footer(body: bytes, comp: int, count: int, magic: bool) -> None:
     block = (b"\x28\xb5\x2f\xfd" + body) if magic else body
     try:

@@ -6,9 +6,8 @@ import random
 import threading
 from typing import Any
 
-from helpers import ManualClock, WrappedStore
-
 import pytest
+from helpers import ManualClock, WrappedStore
 
 from osqueue.consumer import Consumer
 from osqueue.errors import StoreError
@@ -28,7 +27,10 @@ def _name(clock: ManualClock, age_ms: int, rnd: int = 0) -> str:
 
 
 def _manifest(store: Any, locations: list[str]) -> None:
-    store.put(KEY, encode_manifest(Manifest([ManifestEntry(i, loc, []) for i, loc in enumerate(locations)], len(locations), 1)))
+    store.put(
+        KEY,
+        encode_manifest(Manifest([ManifestEntry(i, loc, []) for i, loc in enumerate(locations)], len(locations), 1)),
+    )
 
 
 def test_gc_rules(mem_store: InMemoryStore, clock: ManualClock) -> None:
@@ -344,7 +346,9 @@ def test_gc_claiming_a_queue_never_records_less_than_the_default(mem_store: InMe
     assert owner is not None and owner.gc_grace_period_ms == 10 * MIN
 
 
-def test_a_producer_told_a_longer_grace_period_reuploads_by_the_queues(mem_store: InMemoryStore, clock: ManualClock) -> None:
+def test_a_producer_told_a_longer_grace_period_reuploads_by_the_queues(
+    mem_store: InMemoryStore, clock: ManualClock
+) -> None:
     from osqueue.queue import QueueProducer
 
     Producer(store=mem_store, clock=clock).close()  # the queue's: 10 min

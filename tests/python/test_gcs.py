@@ -41,7 +41,9 @@ def any_store(gcs_bucket: str, gcs_options: dict[str, str]) -> Iterator[Any]:
     store.close()
 
 
-def test_gs_uris_open_through_the_plugged_store_with_spark_hadoop_keys_too(gcs_bucket: str, gcs_options: dict[str, str]) -> None:
+def test_gs_uris_open_through_the_plugged_store_with_spark_hadoop_keys_too(
+    gcs_bucket: str, gcs_options: dict[str, str]
+) -> None:
     prefixed = {f"spark.hadoop.{k}": v for k, v in gcs_options.items()}
     for i, options in enumerate((gcs_options, prefixed)):
         store = open_store(f"gs://{gcs_bucket}/team/q{i}", options)
@@ -83,8 +85,16 @@ def test_bad_gs_uris_name_the_path(uri: str) -> None:
 
 
 def test_timeouts_and_retries_come_from_the_fs_gs_options() -> None:
-    store = GcsStore("b-1", "q", {"fs.gs.auth.type": "UNAUTHENTICATED", "fs.gs.http.connect-timeout": "3s",
-                                  "fs.gs.http.read-timeout": "5000", "fs.gs.http.max.retry": "0"})
+    store = GcsStore(
+        "b-1",
+        "q",
+        {
+            "fs.gs.auth.type": "UNAUTHENTICATED",
+            "fs.gs.http.connect-timeout": "3s",
+            "fs.gs.http.read-timeout": "5000",
+            "fs.gs.http.max.retry": "0",
+        },
+    )
     assert store._timeout == (3.0, 5.0) and store._retry is None
 
 
@@ -94,15 +104,25 @@ def test_an_unreachable_server_is_a_store_error_naming_it() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    store = GcsStore("b-1", "q", {"fs.gs.auth.type": "UNAUTHENTICATED", "fs.gs.storage.root.url": f"http://127.0.0.1:{port}",
-                                  "fs.gs.http.max.retry": "0", "fs.gs.http.connect-timeout": "2s"})
+    store = GcsStore(
+        "b-1",
+        "q",
+        {
+            "fs.gs.auth.type": "UNAUTHENTICATED",
+            "fs.gs.storage.root.url": f"http://127.0.0.1:{port}",
+            "fs.gs.http.max.retry": "0",
+            "fs.gs.http.connect-timeout": "2s",
+        },
+    )
     with pytest.raises(StoreError) as info:
         store.get("m")
     assert f"127.0.0.1:{port}" in str(info.value) and "GET" in str(info.value)
 
 
 @pytest.mark.parametrize("fault", ["lost_reply", "lying_precondition"])
-def test_concurrent_ambiguous_writes_on_gcs_leave_no_duplicates(gcs_bucket: str, gcs_options: dict[str, str], fault: str) -> None:
+def test_concurrent_ambiguous_writes_on_gcs_leave_no_duplicates(
+    gcs_bucket: str, gcs_options: dict[str, str], fault: str
+) -> None:
     base = GcsStore(gcs_bucket, "queues/q1", gcs_options)
     rng = random.Random(11)
     lock = threading.Lock()
@@ -164,7 +184,9 @@ class _IgnoringPreconditions:
         return getattr(self._real, attr)
 
 
-def test_the_probe_refuses_a_server_that_ignores_generation_preconditions(gcs_bucket: str, gcs_options: dict[str, str]) -> None:
+def test_the_probe_refuses_a_server_that_ignores_generation_preconditions(
+    gcs_bucket: str, gcs_options: dict[str, str]
+) -> None:
     real = GcsStore(gcs_bucket, "q", gcs_options)
     store = GcsStore(gcs_bucket, "q", gcs_options, client=_IgnoringPreconditions(real.client))
     forget_endpoint_conditions(store.endpoint)
@@ -197,11 +219,21 @@ def test_two_producer_processes_then_a_consumer_reads_each_entry_once_in_order_a
     """The issue's acceptance run on GCS: 2 processes x 500 entries, each flush a manifest CAS
     (generation precondition) contending with the other process."""
     uri, per_process = f"gs://{gcs_bucket}/acceptance/q", 500
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[2] / "python"),
-                                                       os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(pathlib.Path(__file__).resolve().parents[2] / "python"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     endpoint = gcs_options["fs.gs.storage.root.url"]
-    procs = [subprocess.Popen([sys.executable, "-c", _PRODUCER_PROCESS, uri, endpoint, name, str(per_process)],
-                              env=env, stderr=subprocess.PIPE) for name in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PRODUCER_PROCESS, uri, endpoint, name, str(per_process)],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        for name in ("a", "b")
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode(errors="replace")[-3000:]
@@ -270,6 +302,11 @@ def test_the_server_keeps_every_file_in_its_state_dir_and_removes_it_at_stop(tmp
 def test_a_state_dir_that_exists_is_refused(tmp_path: pathlib.Path) -> None:
     (tmp_path / "state").mkdir()
     script = pathlib.Path(__file__).resolve().parents[1] / "gcs" / "gcsserver.py"
-    done = subprocess.run([sys.executable, str(script), "--state-dir", str(tmp_path / "state")],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(script), "--state-dir", str(tmp_path / "state")],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "already exists" in done.stderr

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
-from collections.abc import Callable
 
 import pytest
-
 from helpers import ManualClock, WrappedStore, assert_well_formed
 
 from osqueue.consumer import Consumer
@@ -280,7 +279,9 @@ def _consume_all(store: Any) -> tuple[list[bytes], int]:
 
 @pytest.mark.parametrize("kind", ["memory", "local"])
 @pytest.mark.parametrize("n_producers", [1, 8])
-def test_eight_threads_produce_to_one_manifest(kind: str, n_producers: int, mem_store: InMemoryStore, local_store: Any) -> None:
+def test_eight_threads_produce_to_one_manifest(
+    kind: str, n_producers: int, mem_store: InMemoryStore, local_store: Any
+) -> None:
     store = mem_store if kind == "memory" else local_store
     producers = [_producer(store, flush_interval=0.005) for _ in range(n_producers)]
     sent = _hammer(store, producers, threads=8, calls=30)

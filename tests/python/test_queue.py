@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-
 from helpers import (
     ManualClock,
     WrappedStore,
@@ -119,7 +118,9 @@ def test_eight_threads_append_to_one_manifest(any_store: Any, shared: bool) -> N
     locations = assert_well_formed(any_store)
     assert sorted(locations) == sorted(f"ingest/t{t}-{i}.batch" for t in range(threads) for i in range(per_thread))
     for t in range(threads):
-        assert [loc for loc in locations if loc.startswith(f"ingest/t{t}-")] == [f"ingest/t{t}-{i}.batch" for i in range(per_thread)]
+        assert [loc for loc in locations if loc.startswith(f"ingest/t{t}-")] == [
+            f"ingest/t{t}-{i}.batch" for i in range(per_thread)
+        ]
     if shared_qp:
         shared_qp.close()
 
@@ -157,7 +158,9 @@ def test_write_that_landed_but_reported_failure_is_not_appended_twice(mem_store:
 
 
 @pytest.mark.parametrize("fault", ["lost_reply", "lying_precondition"])
-def test_concurrent_producers_with_random_ambiguous_replies_leave_no_duplicates(fault: str, mem_store: InMemoryStore) -> None:
+def test_concurrent_producers_with_random_ambiguous_replies_leave_no_duplicates(
+    fault: str, mem_store: InMemoryStore
+) -> None:
     rng = random.Random(7)
     lock = threading.Lock()
 
@@ -268,7 +271,9 @@ def test_budget_spent_on_unknown_outcomes_raises_ambiguous_commit(mem_store: InM
     qp.close()
 
 
-def test_conflicts_spending_the_budget_after_an_unknown_outcome_raise_ambiguous_commit(mem_store: InMemoryStore) -> None:
+def test_conflicts_spending_the_budget_after_an_unknown_outcome_raise_ambiguous_commit(
+    mem_store: InMemoryStore,
+) -> None:
     """A write of unknown outcome found pending (``next_sequence == base``, our location absent)
     may still land; when the retries then only conflict, the budget ends in AmbiguousCommit."""
     mem_store.put(KEY, encode_manifest(Manifest([ManifestEntry(0, "ingest/old.batch", [])], 1, 1)))
@@ -337,13 +342,23 @@ def test_dequeue_receipts_keep_the_last_entries_and_restart_after_a_gap() -> Non
     assert r == DequeueReceipts(0, ("a", "b"))
     r = r.extended([(2, "c"), (3, "d")], max_count=3)
     assert r == DequeueReceipts(1, ("b", "c", "d")) and r.location_at(0) is None and r.location_at(3) == "d"
-    assert r.extended([(3, "d"), (4, "e")], max_count=10) == DequeueReceipts(1, ("b", "c", "d", "e"))  # a retried dequeue
+    assert r.extended([(3, "d"), (4, "e")], max_count=10) == DequeueReceipts(
+        1, ("b", "c", "d", "e")
+    )  # a retried dequeue
     assert r.extended([(9, "x")]) == DequeueReceipts(9, ("x",))  # a gap: only what is known for sure
     assert DequeueReceipts.decode(r.encode()) == r
     good = r.encode()
     assert good[:4] == b"OSQR" and len(good) == 17 + 3 * (2 + 1)
-    for bad in (b"", b"OSQR", good[:-1], good + b"x", b"OSQX" + good[4:], good[:4] + b"\x02" + good[5:],
-                good[:13] + b"\xff\xff\xff\xff" + good[17:], good[:-1] + b"\xff"):
+    for bad in (
+        b"",
+        b"OSQR",
+        good[:-1],
+        good + b"x",
+        b"OSQX" + good[4:],
+        good[:4] + b"\x02" + good[5:],
+        good[:13] + b"\xff\xff\xff\xff" + good[17:],
+        good[:-1] + b"\xff",
+    ):
         assert DequeueReceipts.decode(bad) is None, bad
 
 
@@ -378,7 +393,11 @@ def test_write_found_partly_dequeued_landed_and_reports_its_sequences(mem_store:
     release.set()
     assert first.result(10).sequence == 0
     results = [f.result(10) for f in group]
-    assert [(r.sequence, r.location) for r in results] == [(1, "ingest/g0.batch"), (2, "ingest/g1.batch"), (3, "ingest/g2.batch")]
+    assert [(r.sequence, r.location) for r in results] == [
+        (1, "ingest/g0.batch"),
+        (2, "ingest/g1.batch"),
+        (3, "ingest/g2.batch"),
+    ]
     assert manifest_locations(mem_store) == ["ingest/g1.batch", "ingest/g2.batch"]  # nothing appended twice
     assert calls["n"] == 2
     qp.close()
@@ -391,8 +410,13 @@ def test_retried_locations_resolve_to_the_attempt_that_landed(mem_store: InMemor
     committer = qp._committer
     raw = mem_store.get(KEY).data
     # Attempt 1 tried (a, b) at base 0 and landed; attempt 2 tried (a, b2) at base 2.
-    landed = committer._find_landed(raw, [("ingest/a.batch", "ingest/b.batch"), ("ingest/a.batch", "ingest/b2.batch")], 0)
-    assert landed is not None and [(r.sequence, r.location) for r in landed] == [(0, "ingest/a.batch"), (1, "ingest/b.batch")]
+    landed = committer._find_landed(
+        raw, [("ingest/a.batch", "ingest/b.batch"), ("ingest/a.batch", "ingest/b2.batch")], 0
+    )
+    assert landed is not None and [(r.sequence, r.location) for r in landed] == [
+        (0, "ingest/a.batch"),
+        (1, "ingest/b.batch"),
+    ]
     assert committer._find_landed(raw, [("ingest/x.batch",)], 0) is None
     qp.close()
 
@@ -582,7 +606,9 @@ def test_resume_point_errors(mem_store: InMemoryStore, first: int, n: int, last_
 
 
 @pytest.mark.parametrize("last_acked,remaining", [(4, [5, 6, 7]), (5, [6, 7]), (7, [])])
-def test_resume_point_dequeues_in_the_same_write_as_the_epoch_bump(mem_store: InMemoryStore, last_acked: int, remaining: list[int]) -> None:
+def test_resume_point_dequeues_in_the_same_write_as_the_epoch_bump(
+    mem_store: InMemoryStore, last_acked: int, remaining: list[int]
+) -> None:
     _seed(mem_store, 3, first=5, epoch=4)
     store = WrappedStore(mem_store)
     c = _consumer(store)
@@ -715,7 +741,9 @@ def test_a_failed_reupload_while_a_write_is_undecided_is_an_ambiguous_commit(mem
     store.on_conditional = hook
     old = new_batch_key("ingest", clock)
     mem_store.put(old, b"batch-bytes")
-    qp = _producer(store, clock=clock, retry=RetryPolicy(base_delay=0.0, max_delay=0.0, max_attempts=5, max_elapsed=10_000))
+    qp = _producer(
+        store, clock=clock, retry=RetryPolicy(base_delay=0.0, max_delay=0.0, max_attempts=5, max_elapsed=10_000)
+    )
     with pytest.raises(AmbiguousCommitError, match="had an unknown outcome"):
         qp.enqueue_async(old, reupload=reupload, max_age_ms=300_000).result(10)
     qp.close()

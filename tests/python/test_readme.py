@@ -1,4 +1,5 @@
 """What README.md tells Python users about handles and `pip install .` holds for the code."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -34,7 +35,7 @@ def test_result_blocks_and_try_result_does_not_as_the_readme_says(tmp_path: path
 def test_readme_names_what_pip_install_needs_and_the_build_reads_it() -> None:
     assert "JDK 17 and Maven" in README and "`OSQUEUE_JAR`" in README
     backend = (ROOT / "python" / "build_backend" / "osqueue_build_backend.py").read_text()
-    assert 'os.environ.get("OSQUEUE_JAR")' in backend and ".ci\" / \"sbt\"" in backend
+    assert 'os.environ.get("OSQUEUE_JAR")' in backend and '.ci" / "sbt"' in backend
 
 
 def test_readme_lists_the_artifact_of_every_spark_line_the_build_and_the_wheel_have() -> None:

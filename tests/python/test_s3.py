@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
-
 from helpers import WrappedStore, assert_well_formed, lost_reply_hook, lying_precondition_hook
 
-from osqueue.consumer import Consumer
 import osqueue.store as store_module
-from osqueue.errors import ConditionalWritesNotHonouredError, ConflictRetriesExhaustedError, ErrorKind, StoreError
+from osqueue.consumer import Consumer
+from osqueue.errors import ConditionalWritesNotHonouredError, ErrorKind, StoreError
 from osqueue.producer import Producer
 from osqueue.queue import QueueConsumer, QueueProducer, RetryPolicy
 from osqueue.store import (
@@ -39,7 +38,9 @@ class _Meta:
     endpoint_url = "http://fake-s3.invalid"
 
 
-def _skip_probe(endpoint: str = _Meta.endpoint_url, forms: tuple[str, ...] = (IF_MATCH_QUOTED, IF_MATCH_UNQUOTED)) -> None:
+def _skip_probe(
+    endpoint: str = _Meta.endpoint_url, forms: tuple[str, ...] = (IF_MATCH_QUOTED, IF_MATCH_UNQUOTED)
+) -> None:
     """What a probe of the fake endpoint would have found (fake clients cannot be probed)."""
     forget_endpoint_conditions(endpoint)
     store_module._endpoint_conditions[endpoint] = EndpointConditions(endpoint, forms)
@@ -68,7 +69,10 @@ class _FakeClient:
 
 def _client_error(status: int, code: str, retries: int = 0) -> ClientError:
     return ClientError(
-        {"Error": {"Code": code, "Message": "test"}, "ResponseMetadata": {"HTTPStatusCode": status, "RetryAttempts": retries}},
+        {
+            "Error": {"Code": code, "Message": "test"},
+            "ResponseMetadata": {"HTTPStatusCode": status, "RetryAttempts": retries},
+        },
         "PutObject",
     )
 
@@ -132,7 +136,13 @@ def test_client_side_retry_of_a_landed_conditional_write_is_resolved(s3_store: S
     def force_retry(response: Any, attempts: int, request_dict: dict[str, Any], **kwargs: Any) -> Any:
         headers = request_dict.get("headers", {})
         conditional = "If-Match" in headers or "If-None-Match" in headers
-        if conditional and attempts == 1 and response is not None and response[0].status_code == 200 and forced["n"] < 2:
+        if (
+            conditional
+            and attempts == 1
+            and response is not None
+            and response[0].status_code == 200
+            and forced["n"] < 2
+        ):
             forced["n"] += 1
             return 0  # "the reply was lost": retry at once
         return None
@@ -222,9 +232,14 @@ def test_producers_and_consumer_end_to_end_through_an_s3_uri(s3_bucket: str, s3_
 def test_s3_timeouts_come_from_the_s3a_options_as_on_the_jvm() -> None:
     from osqueue.errors import InvalidConfigError
 
-    opts = {"fs.s3a.endpoint": "127.0.0.1:9", "fs.s3a.connection.ssl.enabled": "false",
-            "fs.s3a.access.key": "a", "fs.s3a.secret.key": "b",
-            "fs.s3a.connection.establish.timeout": "2s", "fs.s3a.connection.timeout": "1500"}
+    opts = {
+        "fs.s3a.endpoint": "127.0.0.1:9",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": "a",
+        "fs.s3a.secret.key": "b",
+        "fs.s3a.connection.establish.timeout": "2s",
+        "fs.s3a.connection.timeout": "1500",
+    }
     client = S3Store("b", options=opts)._client
     assert (client.meta.config.connect_timeout, client.meta.config.read_timeout) == (2.0, 1.5)
     assert client.meta.endpoint_url == "http://127.0.0.1:9"
@@ -247,8 +262,15 @@ def test_a_server_that_never_answers_gives_store_error_after_the_read_timeout() 
         server.bind(("127.0.0.1", 0))
         server.listen(16)
         port = server.getsockname()[1]
-        store = S3Store("b", options={"fs.s3a.endpoint": f"http://127.0.0.1:{port}", "fs.s3a.access.key": "a",
-                                      "fs.s3a.secret.key": "b", "fs.s3a.connection.timeout": "300ms"})
+        store = S3Store(
+            "b",
+            options={
+                "fs.s3a.endpoint": f"http://127.0.0.1:{port}",
+                "fs.s3a.access.key": "a",
+                "fs.s3a.secret.key": "b",
+                "fs.s3a.connection.timeout": "300ms",
+            },
+        )
         started = time.monotonic()
         with pytest.raises(StoreError):
             store.get(KEY)
@@ -311,7 +333,9 @@ def test_if_match_failing_while_the_tag_never_changes_is_reported_as_not_honoure
 
     raw = empty_manifest()
     store.get = lambda key: store_module.VersionedObject(raw, ObjectVersion(server.etag))  # type: ignore[method-assign]
-    consumer = QueueConsumer(store, "ingest/manifest", retry=RetryPolicy(base_delay=0.001, max_delay=0.002, max_attempts=5))
+    consumer = QueueConsumer(
+        store, "ingest/manifest", retry=RetryPolicy(base_delay=0.001, max_delay=0.002, max_attempts=5)
+    )
     sent = len(server.if_match_sent)
     with pytest.raises(ConditionalWritesNotHonouredError):
         consumer.initialize()
@@ -332,7 +356,9 @@ def test_the_probe_refuses_a_server_that_ignores_conditions(
     """Real HTTP: a loopback proxy in front of the test server drops the condition headers, so
     the server answers 200 where S3 answers 412. No queue may be written through it."""
     if s3_endpoint.get("kind") == "ceph":
-        pytest.skip("the proxy forwards SigV4 signatures over the dropped headers: only moto, which does not check them")
+        pytest.skip(
+            "the proxy forwards SigV4 signatures over the dropped headers: only moto, which does not check them"
+        )
     from ignoring_proxy import IgnoringProxy
 
     with IgnoringProxy(s3_endpoint["endpoint"], drop) as proxy:
@@ -343,7 +369,9 @@ def test_the_probe_refuses_a_server_that_ignores_conditions(
             with Producer(uri, store_options=options, flush_interval=0.01) as p:
                 p.produce([b"x"]).wait_durable(30)
         assert info.value.endpoint == endpoint and what in str(info.value)
-        assert f"team/q/{store_module.PROBE_KEY_PREFIX}" in str(info.value)  # the scratch object, under the queue's prefix
+        assert f"team/q/{store_module.PROBE_KEY_PREFIX}" in str(
+            info.value
+        )  # the scratch object, under the queue's prefix
         assert proxy.requests.count("PUT") >= 2
         # The verdict is kept for the endpoint: the next store is refused without a conditional PUT.
         puts = proxy.requests.count("PUT")
@@ -360,7 +388,9 @@ def test_the_probe_refuses_a_server_that_ignores_conditions(
     assert all(k.startswith("team/q/ingest/") and k.endswith(".batch") for k in keys), keys
 
 
-def test_the_probe_accepts_the_test_server_and_learns_its_if_match_form(s3_endpoint: dict[str, str], s3_store: S3Store) -> None:
+def test_the_probe_accepts_the_test_server_and_learns_its_if_match_form(
+    s3_endpoint: dict[str, str], s3_store: S3Store
+) -> None:
     forget_endpoint_conditions(s3_store.endpoint)
     conditions = s3_store.conditions()
     expected = IF_MATCH_UNQUOTED if s3_endpoint.get("kind") == "ceph" else IF_MATCH_QUOTED
@@ -432,10 +462,20 @@ def test_two_producer_processes_then_a_consumer_reads_each_entry_once_in_order_a
     from osqueue.errors import FencedError
 
     uri, per_process = f"s3://{s3_bucket}/acceptance/q", 500
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[2] / "python"),
-                                                       os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, "-c", _PRODUCER_PROCESS, uri, s3_endpoint["endpoint"], name, str(per_process)],
-                              env=env, stderr=subprocess.PIPE) for name in ("a", "b")]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(pathlib.Path(__file__).resolve().parents[2] / "python"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PRODUCER_PROCESS, uri, s3_endpoint["endpoint"], name, str(per_process)],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        for name in ("a", "b")
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode(errors="replace")[-3000:]

@@ -25,9 +25,15 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("queue.py", "time.monotonic("): (1, "SystemClock: the seam itself"),
     ("queue.py", "time.sleep("): (1, "SystemClock: the seam itself"),
     ("queue.py", "random.Random("): (3, "the default rng when none is injected"),
-    ("format.py", "secrets.randbelow("): (1, "a new incarnation must differ across seeded test queues (docs/format.md §5.2)"),
+    ("format.py", "secrets.randbelow("): (
+        1,
+        "a new incarnation must differ across seeded test queues (docs/format.md §5.2)",
+    ),
     ("format.py", "secrets.randbits("): (1, "a batch name's entropy when no rng is injected"),
-    ("producer.py", "time.monotonic("): (3, "the flush deadline is waited on a threading.Condition, which needs real time"),
+    ("producer.py", "time.monotonic("): (
+        3,
+        "the flush deadline is waited on a threading.Condition, which needs real time",
+    ),
     ("store.py", "secrets.token_hex("): (2, "temporary file and probe object names: unique, never compared"),
     ("store.py", "secrets.token_bytes("): (1, "the conditional-write probe's wrong entity tag"),
     ("store.py", "time.monotonic("): (2, "the local lock's timeout: a real wait between processes"),
@@ -47,7 +53,11 @@ def _raw_calls() -> dict[tuple[str, str], int]:
         for line in path.read_text(encoding="utf-8").splitlines():
             code = line.split("#", 1)[0]
             for match in RAW_CALLS.finditer(code):
-                call = match.group(0).removeprefix("datetime.") if match.group(0).startswith("datetime.datetime") else match.group(0)
+                call = (
+                    match.group(0).removeprefix("datetime.")
+                    if match.group(0).startswith("datetime.datetime")
+                    else match.group(0)
+                )
                 found[(path.name, call)] = found.get((path.name, call), 0) + 1
     return found
 

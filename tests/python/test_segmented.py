@@ -49,7 +49,11 @@ def test_golden_head_and_its_segments_decode(vector: dict) -> None:
     expected = vector["head"]
     head = decode_head(data, vector["name"])
     assert head.version == HEAD_VERSION
-    assert (head.next_sequence, head.epoch, head.low_water) == (expected["next_sequence"], expected["epoch"], expected["low_water"])
+    assert (head.next_sequence, head.epoch, head.low_water) == (
+        expected["next_sequence"],
+        expected["epoch"],
+        expected["low_water"],
+    )
     assert head.segments == [_ref(s) for s in expected["segments"]]
     assert head.tail == [_entry(e) for e in expected["tail"]]
     queued = []
@@ -112,7 +116,11 @@ def test_inspect_shows_a_segmented_heads_depth_and_segments(tmp_path: pathlib.Pa
     result = CliRunner().invoke(cli, ["inspect", str(tmp_path), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     dumped = json.loads(result.stdout)
-    assert (dumped["format_version"], dumped["depth"], dumped["low_water"]) == (2, len(expected["queued_sequences"]), 11)
+    assert (dumped["format_version"], dumped["depth"], dumped["low_water"]) == (
+        2,
+        len(expected["queued_sequences"]),
+        11,
+    )
     assert [s["key"] for s in dumped["segments"]] == [s["key"] for s in expected["segments"]]
     assert dumped["tail_sequences"] == [15, 16] and dumped["next_sequence"] == 17
     table = CliRunner().invoke(cli, ["inspect", str(tmp_path)], catch_exceptions=False)

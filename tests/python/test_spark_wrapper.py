@@ -126,7 +126,11 @@ def test_configure_rejects_anything_but_a_builder(not_a_builder: Any, fake_jar: 
     ],
 )
 def test_the_jar_is_chosen_by_the_installed_pyspark(
-    spark: str, scala: str | None, line: tuple[str, str] | None, error: str | None, fake_jar: str,
+    spark: str,
+    scala: str | None,
+    line: tuple[str, str] | None,
+    error: str | None,
+    fake_jar: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(osp, "_installed_spark_version", lambda: spark)
@@ -142,7 +146,9 @@ def test_the_jar_is_chosen_by_the_installed_pyspark(
     with pytest.raises(RuntimeError) as e:
         osp.configure_spark_with_osqueue(builder)
     assert error in str(e.value)
-    assert "it is built for Spark 3.5 with Scala 2.12, Spark 3.5 with Scala 2.13, Spark 4.0 with Scala 2.13" in str(e.value)
+    assert "it is built for Spark 3.5 with Scala 2.12, Spark 3.5 with Scala 2.13, Spark 4.0 with Scala 2.13" in str(
+        e.value
+    )
     assert "spark.jars" not in _builder_options(builder)
     assert JAR_REQUESTS == []
 
@@ -318,7 +324,9 @@ def _connector_jar() -> str | None:
     try:
         return osqueue.jar_path()
     except FileNotFoundError:
-        built = sorted((ROOT / "jvm" / "spark" / "target").glob("line-4.1-2.13/scala-2.13/osqueue-spark-4.1-assembly_2.13-*.jar"))
+        built = sorted(
+            (ROOT / "jvm" / "spark" / "target").glob("line-4.1-2.13/scala-2.13/osqueue-spark-4.1-assembly_2.13-*.jar")
+        )
         return str(built[-1]) if built else None
 
 
@@ -427,7 +435,12 @@ def test_real_spark_reads_a_local_queue(spark: SparkSession, tmp_path: pathlib.P
     stream_recorder = SparkRecorder(spark)
     stream = osp.read_stream(stream_recorder, str(root), max_batches_per_trigger=1, gc=False)  # type: ignore[arg-type]
     assert stream.isStreaming
-    assert stream_recorder.options == {"<format>": "osqueue", "maxBatchesPerTrigger": "1", "gc": "false", "<path>": str(root)}
+    assert stream_recorder.options == {
+        "<format>": "osqueue",
+        "maxBatchesPerTrigger": "1",
+        "gc": "false",
+        "<path>": str(root),
+    }
     with pytest.raises(Exception, match="maxbatchespertrigger"):
         osp.read_stream(spark, str(root), max_batches_per_trigger=0)
 

@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 import pytest
-
 from helpers import assert_well_formed
 
 from osqueue.errors import InvalidConfigError, InvalidObjectKeyError, StoreError
@@ -51,7 +50,9 @@ def test_validate_key_rejects(key: str, reason: str) -> None:
     assert info.value.kind.value == "Configuration"
 
 
-@pytest.mark.parametrize("key", ["ingest/manifest", "a", "ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch", ".hidden/x", "a.b/c..d"])
+@pytest.mark.parametrize(
+    "key", ["ingest/manifest", "a", "ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch", ".hidden/x", "a.b/c..d"]
+)
 def test_validate_key_accepts(key: str) -> None:
     assert validate_key(key) == key
 
@@ -63,7 +64,9 @@ class _NoIoClient:
 
 @pytest.mark.parametrize("kind", ["memory", "local", "s3"])
 @pytest.mark.parametrize("key,reason", BAD_KEYS)
-def test_every_operation_of_every_store_rejects_bad_keys_before_io(key: str, reason: str, kind: str, tmp_path: pathlib.Path) -> None:
+def test_every_operation_of_every_store_rejects_bad_keys_before_io(
+    key: str, reason: str, kind: str, tmp_path: pathlib.Path
+) -> None:
     store: Any = {
         "memory": lambda: InMemoryStore("bad-keys"),
         "local": lambda: LocalFileSystemStore(tmp_path / "root"),
@@ -221,7 +224,9 @@ _WORKER = textwrap.dedent(
 )
 
 
-def _run_processes(root: pathlib.Path, mode: str, processes: int, threads: int, per_thread: int) -> tuple[list[str], float]:
+def _run_processes(
+    root: pathlib.Path, mode: str, processes: int, threads: int, per_thread: int
+) -> tuple[list[str], float]:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _WORKER, str(PYTHON_DIR), str(root), mode, f"p{n}", str(threads), str(per_thread)],
@@ -284,7 +289,10 @@ def test_open_store_uris(tmp_path: pathlib.Path, s3_options: dict[str, str]) -> 
     assert open_store("s3://bucket-name", s3_options).uri == "s3://bucket-name"
 
 
-@pytest.mark.parametrize("uri", ["relative/dir", "file:relative", "file://otherhost/dir", "http://x/y", "memory://", "s3:///x", "", "s3://b/../x"])
+@pytest.mark.parametrize(
+    "uri",
+    ["relative/dir", "file:relative", "file://otherhost/dir", "http://x/y", "memory://", "s3:///x", "", "s3://b/../x"],
+)
 def test_open_store_rejects_bad_uris(uri: str) -> None:
     with pytest.raises(InvalidConfigError) as info:
         open_store(uri)
@@ -357,7 +365,8 @@ def test_local_store_refuses_reserved_names_and_symlink_escapes(tmp_path):
     from osqueue.store import LocalFileSystemStore
 
     root, outside = tmp_path / "root", tmp_path / "outside"
-    root.mkdir(); outside.mkdir()
+    root.mkdir()
+    outside.mkdir()
     (root / "link").symlink_to(outside, target_is_directory=True)
     store = LocalFileSystemStore(str(root))
     with pytest.raises(InvalidObjectKeyError, match="reserved"):
@@ -374,7 +383,8 @@ def test_local_store_refuses_a_file_symlink_that_points_outside_the_root(tmp_pat
     from osqueue.store import LocalFileSystemStore
 
     root, outside = tmp_path / "root", tmp_path / "outside"
-    (root / "ingest").mkdir(parents=True); outside.mkdir()
+    (root / "ingest").mkdir(parents=True)
+    outside.mkdir()
     (outside / "secret.batch").write_bytes(b"not yours")
     (root / "ingest" / "escape.batch").symlink_to(outside / "secret.batch")
     (root / "ingest" / "inside.batch").write_bytes(b"ok")

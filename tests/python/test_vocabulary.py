@@ -49,7 +49,9 @@ def test_every_unit_of_the_grammar_is_accepted() -> None:
 
 
 def test_metric_names_are_the_shared_ones() -> None:
-    python_names = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith("buffer.")}
+    python_names = {
+        v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith("buffer.")
+    }
     assert python_names == set(VOCABULARY["metrics"])
 
 
@@ -62,9 +64,15 @@ def test_error_conditions_and_their_kinds_are_the_shared_ones() -> None:
     shared = {e["condition"]: e for e in VOCABULARY["errors"] if "jvm_only" not in e}
     assert set(python_errors) == set(shared)
     samples: dict[str, tuple[Any, ...]] = {
-        "InvalidConfig": ("opt", "v", "hint"), "InvalidObjectKey": ("k", "why"), "CorruptManifest": ("k", "d"),
-        "CorruptBatch": ("k", "d"), "UnsupportedFormatVersion": ("k", "manifest", 9), "BatchNotFound": ("k", 1),
-        "Fenced": (1, 2), "ConflictRetriesExhausted": ("k", 3, 4), "ConditionalWritesNotHonoured": ("http://x", "d"),
+        "InvalidConfig": ("opt", "v", "hint"),
+        "InvalidObjectKey": ("k", "why"),
+        "CorruptManifest": ("k", "d"),
+        "CorruptBatch": ("k", "d"),
+        "UnsupportedFormatVersion": ("k", "manifest", 9),
+        "BatchNotFound": ("k", 1),
+        "Fenced": (1, 2),
+        "ConflictRetriesExhausted": ("k", 3, 4),
+        "ConditionalWritesNotHonoured": ("http://x", "d"),
     }
     for condition, cls in python_errors.items():
         error = cls(*samples.get(condition, ("message",)))
@@ -97,15 +105,24 @@ def test_option_defaults_are_the_shared_ones(option: dict[str, Any]) -> None:
         assert _python_default(option, owners[of]) == _expected(option), (option["name"], of)
 
 
-@pytest.mark.parametrize("mode,builder", [("source", spark.source_options), ("batch read", spark.batch_read_options),
-                                          ("sink", spark.sink_options)])
+@pytest.mark.parametrize(
+    "mode,builder",
+    [("source", spark.source_options), ("batch read", spark.batch_read_options), ("sink", spark.sink_options)],
+)
 def test_the_spark_wrapper_sets_exactly_the_connector_keys(mode: str, builder: Any) -> None:
     values: dict[str, Any] = {}
     for name, p in inspect.signature(builder).parameters.items():
         if name == "store_options":
             continue
         hint = str(p.annotation)
-        values[name] = (True if "bool" in hint else 1 if "int" in hint and "str" not in hint
-                        else "1s" if "Duration" in hint else "x")
+        values[name] = (
+            True
+            if "bool" in hint
+            else 1
+            if "int" in hint and "str" not in hint
+            else "1s"
+            if "Duration" in hint
+            else "x"
+        )
     keys = set(builder(**values))
     assert keys == set(VOCABULARY["spark_options"][mode]) - {"path"}

@@ -8,6 +8,7 @@ supervisor (so s3server.py's SIGTERM to the process tree reaches all of them); w
 dies the rest are stopped and this exits 1. Stdlib only; the programs come from Debian's
 radosgw, ceph-mon, ceph-osd and ceph-common packages.
 """
+
 import signal
 import subprocess
 import sys
@@ -69,8 +70,14 @@ def main(work, host, rgw_port, mon_port):
 
     run("ceph-authtool", "--create-keyring", keyring, "--gen-key", "-n", "mon.", "--cap", "mon", "allow *")
     for name, caps in KEYS:
-        run("ceph-authtool", keyring, "--gen-key", "-n", name,
-            *[a for i in range(0, len(caps), 2) for a in ("--cap", caps[i], caps[i + 1])])
+        run(
+            "ceph-authtool",
+            keyring,
+            "--gen-key",
+            "-n",
+            name,
+            *[a for i in range(0, len(caps), 2) for a in ("--cap", caps[i], caps[i + 1])],
+        )
     run("monmaptool", "--create", "--fsid", fsid, "--addv", "a", f"[v2:{host}:{mon_port}]", monmap)
     run("ceph-mon", *c, "--mkfs", "-i", "a", "--monmap", monmap, "--keyring", keyring)
 
@@ -90,8 +97,20 @@ def main(work, host, rgw_port, mon_port):
     daemons.append(subprocess.Popen(["ceph-osd", *c, "-f", "-i", "0"]))
     daemons.append(subprocess.Popen(["radosgw", *c, "-f", "-n", "client.rgw"]))
     # As client.admin: client.rgw's admin socket is the gateway's.
-    run("radosgw-admin", *c, "user", "create", "--uid", "test", "--display-name", "test",
-        "--access-key", "test", "--secret-key", "test")
+    run(
+        "radosgw-admin",
+        *c,
+        "user",
+        "create",
+        "--uid",
+        "test",
+        "--display-name",
+        "test",
+        "--access-key",
+        "test",
+        "--secret-key",
+        "test",
+    )
     while not stopping and all(d.poll() is None for d in daemons):
         try:
             daemons[0].wait(1)

@@ -11,6 +11,7 @@ Use from any pytest suite (both import styles work):
 
 `s3_server(kind)` starts each kind once per session; `run_s3_server(kind)` is the plain context manager.
 """
+
 import contextlib
 import json
 import os
@@ -49,8 +50,12 @@ class S3Server:
 
         cfg = Config(s3={"addressing_style": "path"}).merge(Config(**config))
         return boto3.client(
-            "s3", endpoint_url=self.endpoint, region_name=self.region, config=cfg,
-            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            config=cfg,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
         )
 
 
@@ -65,8 +70,10 @@ def missing_reason(kind):
     """Why `kind` cannot run here, or None. Missing LocalStack is a skip locally but a failure in CI;
     missing Ceph is always a skip (it installs only as root: .ci/setup.sh)."""
     if kind == "ceph" and s3server.ceph_missing():
-        return (f"Ceph RGW is not installed (missing {', '.join(s3server.ceph_missing())}): "
-                f"apt-get install {s3server.CEPH_PACKAGES}, or run .ci/setup.sh as root")
+        return (
+            f"Ceph RGW is not installed (missing {', '.join(s3server.ceph_missing())}): "
+            f"apt-get install {s3server.CEPH_PACKAGES}, or run .ci/setup.sh as root"
+        )
     python = s3server.interpreter(kind)
     if kind == "localstack" and not Path(python).exists():
         return f"LocalStack interpreter {python} not found: run .ci/setup-localstack.sh"
@@ -89,15 +96,20 @@ def run_s3_server(kind="moto", *, state_dir=None, env=None):
         extra = ["--state-dir", str(state_dir)] if state_dir else []
         proc = subprocess.Popen(
             [sys.executable, str(SCRIPT), "--kind", kind, *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
         )
         try:
             line = proc.stdout.readline()  # s3server.py enforces the startup timeout itself
             if not line:
                 proc.wait(30)
                 err.seek(0)
-                raise RuntimeError(f"s3server.py --kind {kind} exited {proc.returncode}: "
-                                   f"{err.read().decode(errors='replace').strip()}")
+                raise RuntimeError(
+                    f"s3server.py --kind {kind} exited {proc.returncode}: {err.read().decode(errors='replace').strip()}"
+                )
             info = json.loads(line)
             yield S3Server(info["endpoint"], info["region"], info["access_key"], info["secret_key"], kind, proc)
         finally:

@@ -12,6 +12,7 @@ reaches EOF or SIGTERM/SIGINT arrives. Every request is forwarded as it came (Si
 included: moto does not check them) except for the dropped headers. Stdlib only, nothing from the
 project: the JVM tests run this file too. In Python, `IgnoringProxy(upstream)` is a context manager.
 """
+
 import argparse
 import http.client
 import http.server
@@ -56,8 +57,11 @@ def handler_for(upstream, drop, seen, spoil_if_match=False):
         def _forward(self):
             seen.append(self.command)
             body = self._body()
-            headers = {k: v for k, v in self.headers.items()
-                       if k.lower() not in drop and k.lower() not in HOP_BY_HOP and k.lower() != "content-length"}
+            headers = {
+                k: v
+                for k, v in self.headers.items()
+                if k.lower() not in drop and k.lower() not in HOP_BY_HOP and k.lower() != "content-length"
+            }
             if spoil_if_match:
                 headers = {k: (SPOILED_TAG if k.lower() == "if-match" else v) for k, v in headers.items()}
             if body or self.command in ("PUT", "POST"):
@@ -90,7 +94,8 @@ class IgnoringProxy:
     def __init__(self, upstream, drop=CONDITIONS, spoil_if_match=False):
         self.requests = []  # the method of every request forwarded
         self.server = http.server.ThreadingHTTPServer(
-            (HOST, 0), handler_for(upstream, {d.lower() for d in drop}, self.requests, spoil_if_match))
+            (HOST, 0), handler_for(upstream, {d.lower() for d in drop}, self.requests, spoil_if_match)
+        )
         self.server.daemon_threads = True
         self.endpoint = f"http://{HOST}:{self.server.server_address[1]}"
 

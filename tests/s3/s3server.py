@@ -16,6 +16,7 @@ SIGTERM/SIGINT arrives; then its whole process tree is stopped and we exit 0.
 
 Stdlib only, and nothing from the project: the JVM tests run this file too.
 """
+
 import argparse
 import datetime
 import errno
@@ -69,8 +70,13 @@ def interpreter(kind):
 
 def confined_env(workdir):
     """Environment that keeps a server's home, caches and temp files inside workdir."""
-    dirs = {"HOME": "home", "XDG_CACHE_HOME": "home/.cache", "XDG_CONFIG_HOME": "home/.config",
-            "XDG_DATA_HOME": "home/.local/share", "TMPDIR": "tmp"}
+    dirs = {
+        "HOME": "home",
+        "XDG_CACHE_HOME": "home/.cache",
+        "XDG_CONFIG_HOME": "home/.config",
+        "XDG_DATA_HOME": "home/.local/share",
+        "TMPDIR": "tmp",
+    }
     for sub in dirs.values():
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     return {var: str(workdir / sub) for var, sub in dirs.items()}
@@ -275,6 +281,7 @@ def _die_with_parent():
 
 def stop_at_stdin_eof(stop):
     """Sets `stop` when stdin reaches EOF (a dying parent closes it), from a daemon thread."""
+
     def watch_stdin():
         try:  # raw fd: a daemon thread blocked in sys.stdin would hold its lock at interpreter exit
             while os.read(0, 65536):
@@ -299,9 +306,12 @@ def main():
     ap.add_argument("--kind", choices=sorted(START_TIMEOUT), required=True)
     ap.add_argument("--port", type=int, default=0, help="0 (default): pick a free port")
     ap.add_argument("--ignore-stdin", action="store_true", help="don't stop at stdin EOF (manual runs under nohup &)")
-    ap.add_argument("--state-dir", type=Path,
-                    help="where the server keeps every file (created; must not exist yet; removed at stop). "
-                         "Default: a fresh directory under the system temp dir")
+    ap.add_argument(
+        "--state-dir",
+        type=Path,
+        help="where the server keeps every file (created; must not exist yet; removed at stop). "
+        "Default: a fresh directory under the system temp dir",
+    )
     args = ap.parse_args()
     kind = args.kind
 
@@ -312,8 +322,10 @@ def main():
         stop_at_stdin_eof(stop)
 
     if kind == "ceph" and ceph_missing():
-        log(f"error: Ceph RGW is not installed (missing {', '.join(ceph_missing())}): "
-            f"apt-get install {CEPH_PACKAGES}, or run .ci/setup.sh as root")
+        log(
+            f"error: Ceph RGW is not installed (missing {', '.join(ceph_missing())}): "
+            f"apt-get install {CEPH_PACKAGES}, or run .ci/setup.sh as root"
+        )
         return 2
     python = interpreter(kind)
     if not Path(python).exists() and not shutil.which(python):
@@ -340,8 +352,14 @@ def main():
         env["NO_PROXY"] = env["no_proxy"] = ",".join(filter(None, [env.get("NO_PROXY"), "127.0.0.1,localhost"]))
         with open(logfile, "ab") as out:
             proc = subprocess.Popen(
-                argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent,
+                argv,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         endpoint = f"http://{HOST}:{port}"
         while proc.poll() is None and not stop.is_set() and time.monotonic() < deadline:
@@ -373,8 +391,10 @@ def main():
         print(json.dumps(info), flush=True)
         while not stop.wait(0.5):
             if proc.poll() is not None:
-                log(f"error: {kind} server exited unexpectedly with code {proc.returncode}; "
-                    f"log {logfile}; tail: {log_tail(logfile)}")
+                log(
+                    f"error: {kind} server exited unexpectedly with code {proc.returncode}; "
+                    f"log {logfile}; tail: {log_tail(logfile)}"
+                )
                 rc = 1
                 break
     except BrokenPipeError:  # the reader went away: same as stdin EOF

@@ -1,4 +1,5 @@
 """The S3 test servers do real conditional writes, and stop without leaving anything behind."""
+
 import json
 import os
 import signal
@@ -48,12 +49,14 @@ def test_conditional_writes_then_clean_stop(kind):
         etag = c.head_object(Bucket=b, Key="k")["ETag"]
         unquoted = http_status(lambda: c.put_object(Bucket=b, Key="k", Body=b"v2", IfMatch=etag.strip('"')))
         assert unquoted == expected["unquoted"]
-        assert http_status(lambda: c.put_object(Bucket=b, Key="missing", Body=b"x", IfMatch=etag)) == expected["missing"]
+        assert (
+            http_status(lambda: c.put_object(Bucket=b, Key="missing", Body=b"x", IfMatch=etag)) == expected["missing"]
+        )
         etag = c.head_object(Bucket=b, Key="k")["ETag"]
         etag2 = c.put_object(Bucket=b, Key="k", Body=b"v3", IfMatch=etag.strip('"') if kind == "ceph" else etag)["ETag"]
         assert etag2 != etag
         for stale in (etag, etag.strip('"')):  # a stale tag fails in either form
-            assert http_status(lambda: c.put_object(Bucket=b, Key="k", Body=b"x", IfMatch=stale)) == 412
+            assert http_status(lambda stale=stale: c.put_object(Bucket=b, Key="k", Body=b"x", IfMatch=stale)) == 412
         assert c.get_object(Bucket=b, Key="k")["Body"].read() == b"v3"
 
     assert server.proc.returncode == 0
@@ -88,14 +91,20 @@ def test_server_starts_on_a_machine_that_never_ran_it_and_keeps_its_files_in_the
 
 def test_state_dir_that_exists_is_refused(tmp_path):
     (tmp_path / "state").mkdir()
-    done = subprocess.run([sys.executable, str(SCRIPT), "--kind", "moto", "--state-dir", str(tmp_path / "state")],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--kind", "moto", "--state-dir", str(tmp_path / "state")],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "already exists" in done.stderr
 
 
 def test_sigterm_stops_cleanly():
-    with subprocess.Popen([sys.executable, str(SCRIPT), "--kind", "moto"],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--kind", "moto"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
         info = json.loads(proc.stdout.readline())
         assert info.keys() == {"endpoint", "region", "access_key", "secret_key", "kind"}
         tree = s3server.descendants(proc.pid)
@@ -112,8 +121,13 @@ def test_failed_start_is_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("OSQUEUE_MOTO_PYTHON", str(fake))
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the failed server's log dir is kept: keep it in here
     # stdin stays open: EOF would mean "stop" and could win the race against the failure.
-    with subprocess.Popen([sys.executable, str(SCRIPT), "--kind", "moto"], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--kind", "moto"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         out, err = proc.stdout.read(), proc.stderr.read()
         assert proc.wait(60) == 1 and out == ""
     assert "exited with code 3" in err and "no moto here" in err

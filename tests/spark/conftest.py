@@ -1,4 +1,5 @@
 """Spark fixtures: a local SparkSession with the installed osqueue jar, queues, LocalStack and Ceph RGW S3 servers."""
+
 from __future__ import annotations
 
 import pathlib
@@ -68,4 +69,3 @@ def ceph():
 def ceph_queue(ceph):
     """A fresh bucket on Ceph RGW: (s3a:// root URI, store options for osqueue and Spark)."""
     return queue_on(ceph)
-

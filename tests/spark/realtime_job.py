@@ -9,6 +9,7 @@ file is truncated when Spark opens the writer for a (partition, batch id), so a 
 runs again after a crash replaces what its first attempt wrote: the sink is idempotent per batch id.
 PySpark 4.1 has no `trigger(realTime=...)`; the trigger is set on the JVM writer (Trigger.RealTime).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,12 @@ class FileRowWriter:
 
     def process(self, r):
         seen_ms = time.time() * 1000
-        self.f.write(json.dumps({"sequence": r.sequence, "index": r["index"], "value": bytes(r.value).decode(),
-                                 "seen_ms": seen_ms}) + "\n")
+        self.f.write(
+            json.dumps(
+                {"sequence": r.sequence, "index": r["index"], "value": bytes(r.value).decode(), "seen_ms": seen_ms}
+            )
+            + "\n"
+        )
         self.f.flush()
 
     def close(self, error):
@@ -64,7 +69,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     builder = spark_builder("osqueue-realtime-job", args.master).config(
-        "spark.sql.streaming.realTimeMode.minBatchDuration", "500")
+        "spark.sql.streaming.realTimeMode.minBatchDuration", "500"
+    )
     for kv in args.conf:
         k, v = kv.split("=", 1)
         builder = builder.config(k, v)

@@ -8,6 +8,7 @@ Trigger.AvailableNow (or, with `--trigger-ms`, a processing-time trigger that ru
 query fails or the process is killed). `--crash-at` sets the connector's test-only crash point: the driver JVM exits
 there as if killed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,14 @@ def main() -> None:
     spark.sparkContext.setLogLevel("WARN")
     from pyspark.sql import functions as F
 
-    lines = (spark.readStream.option("maxFilesPerTrigger", 1).text(args.input)
-             .select(F.col("value").cast("binary").alias("value"),
-                     F.element_at(F.split(F.input_file_name(), "/"), -1).cast("binary").alias("metadata")))
+    lines = (
+        spark.readStream.option("maxFilesPerTrigger", 1)
+        .text(args.input)
+        .select(
+            F.col("value").cast("binary").alias("value"),
+            F.element_at(F.split(F.input_file_name(), "/"), -1).cast("binary").alias("metadata"),
+        )
+    )
     writer = lines.writeStream.format("osqueue").option("checkpointLocation", args.checkpoint)
     for kv in args.option:
         k, v = kv.split("=", 1)

@@ -10,6 +10,7 @@ exactly-once contract requires of sinks. With `--hold-at-sequence S`, the micro-
 sequence S writes its file and then never returns: its sink wrote, but Spark never writes its
 commit log (a test kills the job there).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,7 +84,9 @@ def main() -> None:
                 time.sleep(60)
 
     writer = df.writeStream.foreachBatch(write_batch).option("checkpointLocation", args.checkpoint)
-    writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")
+    writer = (
+        writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")
+    )
     query = writer.start()
     query.awaitTermination()
 

@@ -1,4 +1,5 @@
 """Helpers shared by the Spark tests and the stream job they run as a separate process."""
+
 from __future__ import annotations
 
 import contextlib
@@ -32,8 +33,9 @@ def spark_builder(app: str, master: str = "local[2]"):
     )
 
 
-def produce_entries(path: str, batches: int, per_batch: int, store_options=None, tag: str = "e",
-                    gc_grace_period: float = 600.0) -> list[str]:
+def produce_entries(
+    path: str, batches: int, per_batch: int, store_options=None, tag: str = "e", gc_grace_period: float = 600.0
+) -> list[str]:
     """Writes `batches` batches of `per_batch` entries; returns the entries in queue order. The first
     producer of a queue records its grace period, which no GC can shorten (docs/format.md §6)."""
     values = []
@@ -103,12 +105,42 @@ def standalone_cluster(work_dir: pathlib.Path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     master = subprocess.Popen(
-        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-         "--webui-port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            "0",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     worker = subprocess.Popen(
-        [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
-         "--cores", "2", "--memory", "2g", "--webui-port", "0", "--work-dir", str(work_dir / "work")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            spark_class,
+            "org.apache.spark.deploy.worker.Worker",
+            f"spark://127.0.0.1:{port}",
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            "2",
+            "--memory",
+            "2g",
+            "--webui-port",
+            "0",
+            "--work-dir",
+            str(work_dir / "work"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         yield f"spark://127.0.0.1:{port}"
     finally:

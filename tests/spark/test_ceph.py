@@ -1,5 +1,6 @@
 """The connector on Ceph RGW, a real S3-compatible server whose If-Match matches only unquoted
 entity tags (docs/format.md §8): batch appends, an AvailableNow stream, and the native consumer."""
+
 from __future__ import annotations
 
 from .support import native_values, produce_entries
@@ -13,7 +14,9 @@ def test_two_batch_appends_and_an_available_now_stream_on_ceph_rgw(spark, ceph_q
     appended = []
     for run in ("w1", "w2"):  # the second append replaces the manifest with If-Match
         rows = [(f"{run}-{i}", f"m-{run}") for i in range(4)]
-        df = spark.createDataFrame(rows, "value string, metadata string").selectExpr("value", "cast(metadata as binary) as metadata")
+        df = spark.createDataFrame(rows, "value string, metadata string").selectExpr(
+            "value", "cast(metadata as binary) as metadata"
+        )
         writer = df.coalesce(1).write.format("osqueue").mode("append")
         for k, v in options.items():
             writer = writer.option(k, v)
@@ -25,4 +28,4 @@ def test_two_batch_appends_and_an_available_now_stream_on_ceph_rgw(spark, ceph_q
     batches, _ = run_query(spark, uri, tmp_path / "ckpt", options=options)
     assert_exactly_once(flatten(batches), expected)
     rest = native_values(uri, options)  # what Spark had not acked yet: a suffix, in order
-    assert rest == expected[len(expected) - len(rest):]
+    assert rest == expected[len(expected) - len(rest) :]

@@ -3,6 +3,7 @@ configure_spark_with_osqueue(stores=["gcs"]) adds to spark.jars.packages (resolv
 build's target/maven-repo, as a user resolves it from Maven Central), the fs.gs.* settings given as
 spark.hadoop.* session settings. A source stream and a sink stream, each killed with kill -9
 mid-stream and restarted: exact counts, nothing twice."""
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,9 @@ from gcs_fixtures import run_gcs_server  # noqa: E402
 def gcs():
     bundle = list((BUILD_REPO / "io" / "github" / "osqueue").glob(f"osqueue-gcs-bundle_*/{osqueue.__version__}/*.jar"))
     if not bundle:
-        pytest.fail(f"no osqueue-gcs-bundle in {BUILD_REPO}: run `bash .ci/sbt publishBuildRepo` first (tests/run_all.sh does)")
+        pytest.fail(
+            f"no osqueue-gcs-bundle in {BUILD_REPO}: run `bash .ci/sbt publishBuildRepo` first (tests/run_all.sh does)"
+        )
     with run_gcs_server() as server:
         yield server
 
@@ -45,9 +48,13 @@ def _queue(gcs) -> str:
 
 def _spark_args(gcs, tmp_path) -> list[str]:
     # A persistent Ivy cache under target/: the bundle has no dependencies, so nothing else is fetched.
-    return ["--stores", "gcs", f"--conf=spark.jars.repositories={BUILD_REPO.as_uri()}",
-            f"--conf=spark.jars.ivy={tmp_path / 'ivy'}",
-            *[f"--conf=spark.hadoop.{k}={v}" for k, v in gcs.options.items()]]
+    return [
+        "--stores",
+        "gcs",
+        f"--conf=spark.jars.repositories={BUILD_REPO.as_uri()}",
+        f"--conf=spark.jars.ivy={tmp_path / 'ivy'}",
+        *[f"--conf=spark.hadoop.{k}={v}" for k, v in gcs.options.items()],
+    ]
 
 
 def _kill_after(job, out: pathlib.Path, files: int, pattern: str, timeout: float = 300) -> None:
@@ -85,8 +92,12 @@ def test_sink_to_gs_survives_kill_dash_nine_with_exact_counts(gcs, tmp_path):
     args = _spark_args(gcs, tmp_path)
     log = tmp_path / "sink.log"
     with open(log, "w") as f:
-        job = subprocess.Popen([sys.executable, str(HERE / "sink_job.py"), str(inp), queue, str(ckpt), "--trigger-ms", "300", *args],
-                               stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        job = subprocess.Popen(
+            [sys.executable, str(HERE / "sink_job.py"), str(inp), queue, str(ckpt), "--trigger-ms", "300", *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.time() + 300
     while not (ckpt / "commits" / "2").exists() and time.time() < deadline:  # mid-stream: 3 of 8 files committed
         if job.poll() is not None:
@@ -97,8 +108,12 @@ def test_sink_to_gs_survives_kill_dash_nine_with_exact_counts(gcs, tmp_path):
     committed = len([p for p in (ckpt / "commits").iterdir() if p.name.isdigit()])
     assert 3 <= committed < 8, f"the kill came after {committed} of 8 files: not mid-stream"
 
-    again = subprocess.run([sys.executable, str(HERE / "sink_job.py"), str(inp), queue, str(ckpt), *args],
-                           capture_output=True, text=True, timeout=400)
+    again = subprocess.run(
+        [sys.executable, str(HERE / "sink_job.py"), str(inp), queue, str(ckpt), *args],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     got = native_values(queue, gcs.options)
     assert sorted(got) == sorted(expected) and len(got) == len(expected)  # each line once

@@ -1,6 +1,7 @@
 """`spark-submit --packages` and PySpark's `spark.jars.packages` resolve the connector for the
 installed Spark from the Maven repository the build publishes (`bash .ci/sbt publishBuildRepo`,
 target/maven-repo), with a fresh Ivy cache (its dependencies come from Maven Central), and read a queue."""
+
 from __future__ import annotations
 
 import os
@@ -57,9 +58,24 @@ def test_spark_submit_packages_resolves_the_connector_with_a_fresh_ivy_cache(pub
     script.write_text(READ)
     submit = pathlib.Path(pyspark.__file__).parent / "bin" / "spark-submit"
     confs = [x for kv in [f"spark.jars.ivy={tmp_path / 'ivy'}", *LOOPBACK] for x in ("--conf", kv)]
-    p = subprocess.run([str(submit), "--master", "local[1]", "--packages", COORDINATES,
-                        "--repositories", published.as_uri(), *confs, str(script), str(queue)],
-                       capture_output=True, text=True, timeout=600, env=_env())
+    p = subprocess.run(
+        [
+            str(submit),
+            "--master",
+            "local[1]",
+            "--packages",
+            COORDINATES,
+            "--repositories",
+            published.as_uri(),
+            *confs,
+            str(script),
+            str(queue),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+    )
     assert p.returncode == 0 and "rows 12" in p.stdout, p.stdout + p.stderr[-5000:]
     assert f"osqueue-spark-{LINE}_{SCALA}" in p.stderr  # Ivy's resolution report names it
     fetched = {f.name for f in (tmp_path / "ivy" / "jars").iterdir()}
@@ -70,10 +86,15 @@ def test_spark_submit_packages_resolves_the_connector_with_a_fresh_ivy_cache(pub
 def test_spark_jars_packages_from_pyspark_resolves_the_connector(published, tmp_path):
     queue = tmp_path / "q"
     produce_entries(str(queue), batches=2, per_batch=5)
-    confs = [f"spark.jars.packages={COORDINATES}", f"spark.jars.repositories={published.as_uri()}",
-             f"spark.jars.ivy={tmp_path / 'ivy'}", *LOOPBACK]
-    p = subprocess.run([sys.executable, "-c", READ, str(queue), *confs],
-                       capture_output=True, text=True, timeout=600, env=_env())
+    confs = [
+        f"spark.jars.packages={COORDINATES}",
+        f"spark.jars.repositories={published.as_uri()}",
+        f"spark.jars.ivy={tmp_path / 'ivy'}",
+        *LOOPBACK,
+    ]
+    p = subprocess.run(
+        [sys.executable, "-c", READ, str(queue), *confs], capture_output=True, text=True, timeout=600, env=_env()
+    )
     assert p.returncode == 0 and "rows 10" in p.stdout, p.stdout + p.stderr[-5000:]
 
 
@@ -98,19 +119,39 @@ def test_the_cluster_library_jar_works_next_to_hadoop_aws_and_its_sdk_bundle(pub
 
     from osqueue.spark import _installed_hadoop_version
 
-    assembly = (published / "io" / "github" / "osqueue" / f"osqueue-spark-{LINE}_{SCALA}" / osqueue.__version__
-                / f"osqueue-spark-{LINE}_{SCALA}-{osqueue.__version__}-assembly.jar")
+    assembly = (
+        published
+        / "io"
+        / "github"
+        / "osqueue"
+        / f"osqueue-spark-{LINE}_{SCALA}"
+        / osqueue.__version__
+        / f"osqueue-spark-{LINE}_{SCALA}-{osqueue.__version__}-assembly.jar"
+    )
     with run_s3_server("moto") as moto:
         bucket = new_bucket(moto)
-        options = {"fs.s3a.endpoint": moto.endpoint, "fs.s3a.access.key": moto.access_key,
-                   "fs.s3a.secret.key": moto.secret_key, "fs.s3a.path.style.access": "true",
-                   "fs.s3a.endpoint.region": moto.region}
+        options = {
+            "fs.s3a.endpoint": moto.endpoint,
+            "fs.s3a.access.key": moto.access_key,
+            "fs.s3a.secret.key": moto.secret_key,
+            "fs.s3a.path.style.access": "true",
+            "fs.s3a.endpoint.region": moto.region,
+        }
         queue = f"s3a://{bucket}/queue"
         produce_entries(queue, batches=3, per_batch=5, store_options=options)
-        confs = [f"spark.jars={assembly}", f"spark.jars.packages=org.apache.hadoop:hadoop-aws:{_installed_hadoop_version()}",
-                 *LOOPBACK, *[f"spark.hadoop.{k}={v}" for k, v in options.items()]]
-        p = subprocess.run([sys.executable, "-c", WRITE_BACK, queue, f"s3a://{bucket}/out", *confs],
-                           capture_output=True, text=True, timeout=900, env=_env())
+        confs = [
+            f"spark.jars={assembly}",
+            f"spark.jars.packages=org.apache.hadoop:hadoop-aws:{_installed_hadoop_version()}",
+            *LOOPBACK,
+            *[f"spark.hadoop.{k}={v}" for k, v in options.items()],
+        ]
+        p = subprocess.run(
+            [sys.executable, "-c", WRITE_BACK, queue, f"s3a://{bucket}/out", *confs],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=_env(),
+        )
         assert p.returncode == 0 and "rows 15" in p.stdout, p.stdout + p.stderr[-5000:]
         keys = [o["Key"] for o in moto.client().list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]]
         assert any(k.endswith(".parquet") for k in keys), keys

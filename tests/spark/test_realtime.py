@@ -5,6 +5,7 @@ the sinks open-source Spark allows in real-time mode; its output files are per (
 partition) and a replayed batch replaces its file, so the rows in the files are what the query
 delivered once each, whatever crashed on the way.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,20 @@ if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 1):
 
 def start_job(queue, ckpt, out, *extra):
     return subprocess.Popen(
-        [sys.executable, str(HERE / "realtime_job.py"), str(queue), str(ckpt), str(out), "--batch-duration",
-         "1 second", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [
+            sys.executable,
+            str(HERE / "realtime_job.py"),
+            str(queue),
+            str(ckpt),
+            str(out),
+            "--batch-duration",
+            "1 second",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -117,7 +129,9 @@ def test_real_time_query_reads_each_entry_once_in_order_as_it_lands_and_acks_com
     # (by the commit of that batch or the one before), nothing above it.
     end, _ = committed_end(ckpt)
     assert end > 0
-    first = manifest(queue_dir).entries[0].sequence if manifest(queue_dir).entries else manifest(queue_dir).next_sequence
+    first = (
+        manifest(queue_dir).entries[0].sequence if manifest(queue_dir).entries else manifest(queue_dir).next_sequence
+    )
     assert 0 < first <= end
 
 
@@ -140,10 +154,17 @@ def test_kill_dash_nine_mid_stream_and_restart_delivers_each_entry_exactly_once(
     assert [r["value"] for r in rows] == ["w0-0"] + values, "entries lost, duplicated or out of order"
     assert len({(r["sequence"], r["index"]) for r in rows}) == len(rows)
     end, index = committed_end(ckpt)
-    logs = {p.name: (p.read_text().splitlines()[-1], (ckpt / "commits" / p.name).exists())
-            for p in (ckpt / "offsets").iterdir() if p.name.isdigit()}
-    assert (end, index) == (manifest(queue_dir).next_sequence, 0), f"the last committed batch did not read everything: {logs}"
-    first = manifest(queue_dir).entries[0].sequence if manifest(queue_dir).entries else manifest(queue_dir).next_sequence
+    logs = {
+        p.name: (p.read_text().splitlines()[-1], (ckpt / "commits" / p.name).exists())
+        for p in (ckpt / "offsets").iterdir()
+        if p.name.isdigit()
+    }
+    assert (end, index) == (manifest(queue_dir).next_sequence, 0), (
+        f"the last committed batch did not read everything: {logs}"
+    )
+    first = (
+        manifest(queue_dir).entries[0].sequence if manifest(queue_dir).entries else manifest(queue_dir).next_sequence
+    )
     assert first <= end
 
 
@@ -181,7 +202,10 @@ def test_a_second_query_fences_the_first_which_stops_reading(queue_dir, tmp_path
     [
         (["maxBatchesPerTrigger=2"], "option 'maxbatchespertrigger' does not apply in real-time mode"),
         (["pollInterval=soon"], "invalid value for option 'pollinterval': 'soon'"),
-        (["pollInterval=2s", "maxPollInterval=1s"], "option 'maxpollinterval' (1s) must not be below 'pollinterval' (2s)"),
+        (
+            ["pollInterval=2s", "maxPollInterval=1s"],
+            "option 'maxpollinterval' (1s) must not be below 'pollinterval' (2s)",
+        ),
     ],
 )
 def test_bad_real_time_options_fail_the_query_naming_the_option(queue_dir, tmp_path, options, message):

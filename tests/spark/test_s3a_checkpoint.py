@@ -1,6 +1,7 @@
 """Stateless end to end: the queue and the streaming query's checkpoint both on s3a:// (the moto S3
 server), with hadoop-aws brought by configure_spark_with_osqueue(builder, s3=True) at the installed
 pyspark's Hadoop version; the query is killed with kill -9 mid-stream and restarted, exact counts."""
+
 from __future__ import annotations
 
 import os

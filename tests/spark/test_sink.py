@@ -1,4 +1,5 @@
 """The osqueue Spark sink: round trips, crash points, contention, bad input."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def sink_job(input_dir, queue, ckpt, *extra, timeout=300):
-    return subprocess.run([sys.executable, str(HERE / "sink_job.py"), str(input_dir), str(queue), str(ckpt), *extra],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(HERE / "sink_job.py"), str(input_dir), str(queue), str(ckpt), *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def read_queue(spark, queue, options=None):
@@ -109,8 +114,11 @@ def test_an_old_driver_of_the_same_query_is_fenced_and_lands_nothing(spark, tmp_
     first = add_file("a")
     log = tmp_path / "old-driver.log"
     with open(log, "w") as out:
-        old = subprocess.Popen([sys.executable, str(HERE / "sink_job.py"), str(inp), str(q), str(ckpt), "--trigger-ms", "200"],
-                               stdout=out, stderr=subprocess.STDOUT)
+        old = subprocess.Popen(
+            [sys.executable, str(HERE / "sink_job.py"), str(inp), str(q), str(ckpt), "--trigger-ms", "200"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         _wait_for(lambda: (ckpt / "commits" / "0").exists(), 240, "the old driver's first epoch", old, log)
         shutil.copytree(ckpt, ckpt2)  # the same query id, so the same writer id
@@ -151,9 +159,21 @@ def test_two_sink_queries_and_a_native_producer_share_one_queue(spark, tmp_path)
 
     t = threading.Thread(target=produce)
     t.start()
-    procs = [subprocess.Popen([sys.executable, str(HERE / "sink_job.py"), str(tmp_path / x), str(tmp_path / "q"),
-                               str(tmp_path / f"ckpt-{x}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for x in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "sink_job.py"),
+                str(tmp_path / x),
+                str(tmp_path / "q"),
+                str(tmp_path / f"ckpt-{x}"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for x in ("a", "b")
+    ]
     try:
         for p in procs:
             out, err = p.communicate(timeout=300)
@@ -168,14 +188,17 @@ def test_two_sink_queries_and_a_native_producer_share_one_queue(spark, tmp_path)
     for tag, rows in (("a", a), ("b", b)):  # each writer's epochs stay in order
         assert [v for v in values if v.startswith(tag)] == rows
     sink_positions = [i for i, v in enumerate(values) if not v.startswith("native")]
-    assert any(v.startswith("native") for v in values[sink_positions[0]:sink_positions[-1]]), \
+    assert any(v.startswith("native") for v in values[sink_positions[0] : sink_positions[-1]]), (
         "no native append landed between the sinks' commits: nothing contended"
+    )
 
 
 def test_sink_on_localstack(spark, s3_queue, tmp_path):
     uri, options = s3_queue
     expected = make_input(tmp_path / "in", files=2, lines=3)
-    p = sink_job(tmp_path / "in", uri, tmp_path / "ckpt", *[x for k, v in options.items() for x in ("--option", f"{k}={v}")])
+    p = sink_job(
+        tmp_path / "in", uri, tmp_path / "ckpt", *[x for k, v in options.items() for x in ("--option", f"{k}={v}")]
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert [v for v, _ in read_queue(spark, uri, options)] == expected
     assert native_values(uri, options) == expected
@@ -199,8 +222,13 @@ def test_a_batch_write_of_several_tasks_appends_split_compressed_files_in_partit
     rows = [(f"p{i // 6}-r{i % 6}", f"g{i // 3}".encode()) for i in range(18)]
     # parallelize slices a list into contiguous partitions: partition k holds rows 6k..6k+5.
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 3), "value string, metadata binary")
-    (df.write.format("osqueue").mode("append").option("compression", "zstd").option("flushSizeBytes", "20")
-       .save(str(q)))
+    (
+        df.write.format("osqueue")
+        .mode("append")
+        .option("compression", "zstd")
+        .option("flushSizeBytes", "20")
+        .save(str(q))
+    )
     m = manifest(q)
     assert len(m.entries) > 3, "each task split its rows over several files"
     assert [e.sequence for e in m.entries] == list(range(len(m.entries)))
@@ -245,14 +273,19 @@ def test_bad_sink_input_fails_before_any_write(spark, tmp_path, columns, options
     assert not (tmp_path / "q").exists() or not list((tmp_path / "q").rglob("*.batch")), "files were written"
 
 
-@pytest.mark.parametrize("columns, message", [("value as v", "needs a 'value' column"),
-                                              ("value, value as extra", "got 'extra'")])
+@pytest.mark.parametrize(
+    "columns, message", [("value as v", "needs a 'value' column"), ("value, value as extra", "got 'extra'")]
+)
 def test_bad_streaming_sink_input_fails_before_any_write(spark, tmp_path, columns, message):
     make_input(tmp_path / "in", files=1, lines=2)
     stream = spark.readStream.text(str(tmp_path / "in")).selectExpr(*[c.strip() for c in columns.split(",")])
     with pytest.raises(Exception) as err:
-        q = (stream.writeStream.format("osqueue").option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(availableNow=True).start(str(tmp_path / "q")))
+        q = (
+            stream.writeStream.format("osqueue")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start(str(tmp_path / "q"))
+        )
         q.awaitTermination(120)
     assert message in str(err.value)
     assert not (tmp_path / "q").exists() or not list((tmp_path / "q").rglob("*.batch")), "files were written"

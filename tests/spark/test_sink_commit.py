@@ -1,4 +1,5 @@
 """The osqueue sink's driver commit: failures after the append, writer ids, metrics in query progress."""
+
 from __future__ import annotations
 
 import base64
@@ -9,8 +10,6 @@ import threading
 
 import pytest
 
-import osqueue
-
 from osqueue.gc import GarbageCollector
 from osqueue.store import LocalFileSystemStore
 
@@ -18,8 +17,13 @@ from .support import make_input, manifest, native_values, produce_entries
 
 
 def start_stream(spark, inp, queue, ckpt, **options):
-    writer = (spark.readStream.option("maxFilesPerTrigger", 1).text(str(inp))
-              .writeStream.format("osqueue").option("checkpointLocation", str(ckpt)).trigger(availableNow=True))
+    writer = (
+        spark.readStream.option("maxFilesPerTrigger", 1)
+        .text(str(inp))
+        .writeStream.format("osqueue")
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+    )
     for k, v in options.items():
         writer = writer.option(k, v)
     return writer.start(str(queue))
@@ -149,7 +153,9 @@ def state_key(writer_id: str) -> str:
 
 
 def batch_write(spark, queue, values, **options):
-    writer = spark.createDataFrame([(v,) for v in values], "value string").coalesce(1).write.format("osqueue").mode("append")
+    writer = (
+        spark.createDataFrame([(v,) for v in values], "value string").coalesce(1).write.format("osqueue").mode("append")
+    )
     for k, v in options.items():
         writer = writer.option(k, v)
     writer.save(str(queue))
@@ -211,7 +217,7 @@ def test_a_writer_id_reused_by_a_new_checkpoint_fails_loudly(spark, tmp_path):
     assert "new 'writerid'" in text and "original query" in text
     assert manifest(q).next_sequence == landed, "the refused query appended entries"
 
-    more = make_input(inp, files=3, lines=3)[len(first):]  # the original checkpoint still works
+    more = make_input(inp, files=3, lines=3)[len(first) :]  # the original checkpoint still works
     run_stream(spark, inp, q, tmp_path / "ckpt-a", writerId="enrich")
     run_stream(spark, inp, q, tmp_path / "ckpt-c", writerId="enrich-2")  # a new writer id: all rows again
     assert read_values(spark, q) == first + more + first + more

@@ -1,4 +1,5 @@
 """The osqueue Spark source end to end: real Spark, real files, a real S3 server."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,14 @@ def run_query(spark, path, checkpoint, *, available_now=True, options=None, time
 
     def collect(df, batch_id):
         batches[batch_id] = [
-            (r.sequence, r["index"], bytes(r.value).decode(), None if r.metadata is None else bytes(r.metadata).decode(),
-             r.ingestionTime, r.location)
+            (
+                r.sequence,
+                r["index"],
+                bytes(r.value).decode(),
+                None if r.metadata is None else bytes(r.metadata).decode(),
+                r.ingestionTime,
+                r.location,
+            )
             for r in df.collect()
         ]
 
@@ -52,8 +59,11 @@ def manifest_of(path: pathlib.Path):
 
 def source_metric(query, name):
     """The last value of a source metric in the query's progress reports (they are cumulative)."""
-    values = [int(p["sources"][0]["metrics"][name]) for p in query.recentProgress
-              if name in (p["sources"][0].get("metrics") or {})]
+    values = [
+        int(p["sources"][0]["metrics"][name])
+        for p in query.recentProgress
+        if name in (p["sources"][0].get("metrics") or {})
+    ]
     assert values, f"no '{name}' in the progress of {query}"
     return values[-1]
 
@@ -70,7 +80,7 @@ def test_stream_delivers_every_entry_once_in_order_with_metadata(spark, queue_di
     batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
     rows = flatten(batches)
     assert_exactly_once(rows, expected)
-    for seq, index, value, meta, ingestion, location in rows:
+    for _seq, _index, value, meta, ingestion, location in rows:
         assert meta == "meta-e" + value[1:].split("-")[0]
         assert before - 1 <= ingestion.timestamp() <= time.time() + 1
         assert location.startswith("ingest/") and location.endswith(".batch")
@@ -88,9 +98,12 @@ def test_each_row_carries_the_metadata_and_ingestion_time_of_its_own_range(spark
         p.flush()
     (entry,) = manifest_of(queue_dir).entries
     assert [mi.start_index for mi in entry.metadata] == [0, 2, 3]
-    expected = [(i, v, meta.decode(), entry.metadata[k].ingestion_time_ms)
-                for k, (values, meta) in enumerate(calls) for v in values
-                for i in [sum(len(c[0]) for c in calls[:k]) + values.index(v)]]
+    expected = [
+        (i, v, meta.decode(), entry.metadata[k].ingestion_time_ms)
+        for k, (values, meta) in enumerate(calls)
+        for v in values
+        for i in [sum(len(c[0]) for c in calls[:k]) + values.index(v)]
+    ]
     batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt")
     rows = flatten(batches)
     assert [(r[1], r[2], r[3], round(r[4].timestamp() * 1000)) for r in rows] == expected
@@ -112,7 +125,7 @@ def test_stream_on_localstack_s3_via_s3a(spark, localstack, s3_queue, tmp_path):
     batches, _ = run_query(spark, uri, tmp_path / "ckpt", options={**options, "maxBatchesPerTrigger": "1"})
     rows = flatten(batches)
     assert_exactly_once(rows, expected)
-    for seq, index, value, meta, ingestion, location in rows:
+    for seq, _index, value, meta, ingestion, location in rows:
         assert meta == "meta-e" + value[1:].split("-")[0]
         assert before - 1 <= ingestion.timestamp() <= time.time() + 1
         assert location == locations[seq]
@@ -170,8 +183,13 @@ def _wait_for(predicate, seconds):
 
 def test_min_batches_per_trigger_waits_for_enough_batches(spark, queue_dir, tmp_path):
     first = produce_entries(str(queue_dir), batches=2, per_batch=2, tag="a")
-    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", available_now=False,
-                               options={"minBatchesPerTrigger": "3", "maxTriggerDelay": "1h"})
+    batches, query = run_query(
+        spark,
+        str(queue_dir),
+        tmp_path / "ckpt",
+        available_now=False,
+        options={"minBatchesPerTrigger": "3", "maxTriggerDelay": "1h"},
+    )
     try:
         assert _wait_for(lambda: len(query.recentProgress) >= 3, 60), "the query made no triggers"
         # Spark may run an empty batch 0 (from the initial offset to itself): no rows in it.
@@ -187,8 +205,13 @@ def test_min_batches_per_trigger_waits_for_enough_batches(spark, queue_dir, tmp_
 def test_max_trigger_delay_releases_fewer_batches_than_the_minimum(spark, queue_dir, tmp_path):
     expected = produce_entries(str(queue_dir), batches=2, per_batch=2)
     started = time.monotonic()
-    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", available_now=False,
-                               options={"minBatchesPerTrigger": "5", "maxTriggerDelay": "3s"})
+    batches, query = run_query(
+        spark,
+        str(queue_dir),
+        tmp_path / "ckpt",
+        available_now=False,
+        options={"minBatchesPerTrigger": "5", "maxTriggerDelay": "3s"},
+    )
     try:
         assert _wait_for(lambda: any(batches.values()), 90), "maxTriggerDelay did not release the waiting batches"
         assert time.monotonic() - started >= 2.5, "released before maxTriggerDelay"
@@ -222,7 +245,7 @@ def test_available_now_drains_what_was_there_and_stops_while_producers_write(spa
     rows = flatten(batches)
     values = [r[2] for r in rows]
     assert values[: len(expected)] == expected
-    late = values[len(expected):]
+    late = values[len(expected) :]
     assert len(late) == len(set(late)) and all(v.startswith("late") for v in late)
     # Exactly a prefix of the queue, with nothing missing inside it, covering all present at start.
     sequences = sorted({r[0] for r in rows})
@@ -260,9 +283,15 @@ def test_progress_lag_covers_the_wait_and_outstanding_files_match_batches_behind
 def test_second_query_fences_the_first(spark, queue_dir, tmp_path):
     produce_entries(str(queue_dir), batches=2, per_batch=1)
     seen = []
-    q1 = (spark.readStream.format("osqueue").option("gc", "false").load(str(queue_dir)).writeStream
-          .foreachBatch(lambda df, bid: seen.append(df.count()))
-          .option("checkpointLocation", str(tmp_path / "c1")).trigger(processingTime="100 milliseconds").start())
+    q1 = (
+        spark.readStream.format("osqueue")
+        .option("gc", "false")
+        .load(str(queue_dir))
+        .writeStream.foreachBatch(lambda df, bid: seen.append(df.count()))
+        .option("checkpointLocation", str(tmp_path / "c1"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
     q1.processAllAvailable()
     first_after_q1 = manifest_of(queue_dir).entries[0].sequence
     epoch_q1 = manifest_of(queue_dir).epoch
@@ -279,7 +308,9 @@ def test_second_query_fences_the_first(spark, queue_dir, tmp_path):
     # The fenced query acked nothing after the takeover: the manifest is as the new reader left it.
     final = manifest_of(queue_dir)
     assert final.entries[0].sequence == after_takeover.entries[0].sequence >= first_after_q1
-    assert [(e.sequence, e.location) for e in final.entries] == [(e.sequence, e.location) for e in after_takeover.entries]
+    assert [(e.sequence, e.location) for e in final.entries] == [
+        (e.sequence, e.location) for e in after_takeover.entries
+    ]
 
 
 def test_corrupt_batch_fails_the_query_naming_the_object(spark, queue_dir, tmp_path):
@@ -489,7 +520,9 @@ def test_batch_read_returns_current_entries_without_fencing_or_acking(spark, que
     before = (queue_dir / "ingest" / "manifest").read_bytes()
     rows = spark.read.format("osqueue").load(str(queue_dir)).orderBy("sequence", "index").collect()
     assert [bytes(r.value).decode() for r in rows] == expected
-    window = spark.read.format("osqueue").option("startingSequence", "1").option("endingSequence", "3").load(str(queue_dir))
+    window = (
+        spark.read.format("osqueue").option("startingSequence", "1").option("endingSequence", "3").load(str(queue_dir))
+    )
     assert sorted({r.sequence for r in window.collect()}) == [1, 2]
     assert (queue_dir / "ingest" / "manifest").read_bytes() == before, "a batch read changed the manifest"
 
@@ -505,7 +538,11 @@ def test_only_the_selected_columns_are_read(spark, queue_dir):
     assert sorted(bytes(r["value"]).decode() for r in rows) == sorted(expected)
     assert sorted(r["index"] for r in rows) == sorted([0, 1] * 3)
     only_time = spark.read.format("osqueue").load(str(queue_dir)).select("ingestionTime", "sequence").collect()
-    assert all(r["ingestionTime"] is not None for r in only_time) and sorted({r["sequence"] for r in only_time}) == [0, 1, 2]
+    assert all(r["ingestionTime"] is not None for r in only_time) and sorted({r["sequence"] for r in only_time}) == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_task_metrics_count_the_bytes_fetched(spark, queue_dir):
@@ -521,7 +558,10 @@ def test_task_metrics_count_the_bytes_fetched(spark, queue_dir):
 def _run_job(queue, ckpt, out, *extra):
     return subprocess.Popen(
         [sys.executable, str(HERE / "stream_job.py"), str(queue), str(ckpt), str(out), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -573,10 +613,19 @@ def test_standalone_cluster_executors_in_another_jvm(queue_dir, tmp_path):
 def test_gc_with_the_stream_deletes_consumed_batches_and_nothing_unread(spark, queue_dir, tmp_path):
     expected = produce_entries(str(queue_dir), batches=5, per_batch=2, gc_grace_period=1.0)  # the queue's grace
     seen = []
-    q = (spark.readStream.format("osqueue").option("gcInterval", "200ms").option("gcGracePeriod", "1s")
-         .option("maxBatchesPerTrigger", "2").load(str(queue_dir)).writeStream
-         .foreachBatch(lambda df, bid: seen.extend(bytes(r.value).decode() for r in df.orderBy("sequence", "index").collect()))
-         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="100 milliseconds").start())
+    q = (
+        spark.readStream.format("osqueue")
+        .option("gcInterval", "200ms")
+        .option("gcGracePeriod", "1s")
+        .option("maxBatchesPerTrigger", "2")
+        .load(str(queue_dir))
+        .writeStream.foreachBatch(
+            lambda df, bid: seen.extend(bytes(r.value).decode() for r in df.orderBy("sequence", "index").collect())
+        )
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
     try:
         q.processAllAvailable()
         more = produce_entries(str(queue_dir), batches=1, per_batch=1, tag="late")  # makes Spark commit the last batch
@@ -625,9 +674,18 @@ def test_gc_with_a_tiny_grace_period_keeps_what_a_replayed_batch_reads(spark, qu
             out[batch_id] = sorted((r.sequence, r["index"], bytes(r.value).decode()) for r in df.collect())
             if batch_id == fail_at:
                 raise RuntimeError(f"failing batch {batch_id} after it was read")
-        return (spark.readStream.format("osqueue").option("gcInterval", "20ms").option("gcGracePeriod", "1ms")
-                .option("maxBatchesPerTrigger", "2").load(str(queue_dir)).writeStream.foreachBatch(collect)
-                .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+
+        return (
+            spark.readStream.format("osqueue")
+            .option("gcInterval", "20ms")
+            .option("gcGracePeriod", "1ms")
+            .option("maxBatchesPerTrigger", "2")
+            .load(str(queue_dir))
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start()
+        )
 
     with pytest.raises(Exception) as err:
         start(fail_at=1).awaitTermination(120)

@@ -5,6 +5,7 @@ ends (AvailableNow or Once finishing, `query.stop()`) plans none. The source's `
 the checkpoint's commit log and dequeues through its last committed batch (docs/adr/0003). What the
 queue holds is checked with `osqueue inspect --json`, as a user would.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,10 +55,19 @@ def test_a_finished_available_now_run_leaves_nothing_it_delivered_queued(spark, 
 def test_a_finished_trigger_once_run_leaves_nothing_queued(spark, queue_dir, tmp_path):
     expected = produce_entries(str(queue_dir), batches=4, per_batch=2)
     seen: dict[int, list] = {}
-    query = (spark.readStream.format("osqueue").option("gc", "false").load(str(queue_dir)).writeStream
-             .foreachBatch(lambda df, bid: seen.__setitem__(bid, [bytes(r.value).decode() for r in
-                                                                  df.orderBy("sequence", "index").collect()]))
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(once=True).start())
+    query = (
+        spark.readStream.format("osqueue")
+        .option("gc", "false")
+        .load(str(queue_dir))
+        .writeStream.foreachBatch(
+            lambda df, bid: seen.__setitem__(
+                bid, [bytes(r.value).decode() for r in df.orderBy("sequence", "index").collect()]
+            )
+        )
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(once=True)
+        .start()
+    )
     assert query.awaitTermination(120) and query.exception() is None
     assert [v for b in sorted(seen) for v in seen[b]] == expected
     assert queued_sequences(queue_dir) == []
@@ -95,9 +105,16 @@ def test_a_query_stopped_during_a_batch_keeps_that_batch_queued_and_the_restart_
             raise RuntimeError("the sink's commit did not complete")
         delivered[batch_id] = rows
 
-    query = (spark.readStream.format("osqueue").option("gc", "false").option("maxBatchesPerTrigger", "1")
-             .load(str(queue_dir)).writeStream.foreachBatch(sink).option("checkpointLocation", str(ckpt))
-             .trigger(processingTime="100 milliseconds").start())
+    query = (
+        spark.readStream.format("osqueue")
+        .option("gc", "false")
+        .option("maxBatchesPerTrigger", "1")
+        .load(str(queue_dir))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(ckpt))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
     assert in_batch.wait(120), "the query never reached its last batch"
     stopper = threading.Thread(target=query.stop)
     stopper.start()

@@ -1,6 +1,7 @@
 """The connector jar for each Spark line: the installed pyspark gets its own line's jar; a jar of
 another line fails at once naming the artifact to use; a Spark newer than the newest line runs the
 newest jar with one warning line. Runs in every pyspark of the matrix (tests/spark_lines.sh)."""
+
 from __future__ import annotations
 
 import pathlib
@@ -39,8 +40,9 @@ READ = textwrap.dedent("""
 
 def _read_in_a_new_session(jar: str, queue: pathlib.Path) -> subprocess.CompletedProcess:
     here = pathlib.Path(__file__).resolve().parent
-    return subprocess.run([sys.executable, "-c", READ, jar, str(queue), str(here)],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", READ, jar, str(queue), str(here)], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_installed_pyspark_gets_the_jar_of_its_line():

@@ -83,8 +83,9 @@ class VocabularySuite extends AnyFunSuite {
       val default = option.get("default")
       list(option.get("of")).map(_.asText).foreach { of =>
         val values = owners(of)
-        val actual = values.getOrElse(name, values.getOrElse(name + "Ms",
-          fail(s"$of has no option $name (nor ${name}Ms)")))
+        val actual = values.getOrElse(name,
+          values.getOrElse(name + "Ms",
+            fail(s"$of has no option $name (nor ${name}Ms)")))
         val expected: Any =
           if (name == "compression") Compression.parse(name, default.asText)
           else if (values.contains(name + "Ms")) Durations.parse(name, default.asText).toMillis

@@ -34,7 +34,11 @@ private[osqueue] object Scala213Methods {
     }
   }
   final class StringOps(private val s: String) extends AnyVal {
-    def toIntOption: Option[Int] = try Some(s.toInt) catch { case _: NumberFormatException => None }
-    def toLongOption: Option[Long] = try Some(s.toLong) catch { case _: NumberFormatException => None }
+    def toIntOption: Option[Int] =
+      try Some(s.toInt)
+      catch { case _: NumberFormatException => None }
+    def toLongOption: Option[Long] =
+      try Some(s.toLong)
+      catch { case _: NumberFormatException => None }
   }
 }

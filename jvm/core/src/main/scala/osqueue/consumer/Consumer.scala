@@ -209,7 +209,8 @@ final class Consumer(
       val (admit, next) = state.admit(EntryTag.decode(e.extension))
       state = next
       last = Some(e.sequence)
-      if (admit) { ds += BatchDescriptor.of(e); n += 1 } else skips += e.sequence
+      if (admit) { ds += BatchDescriptor.of(e); n += 1 }
+      else skips += e.sequence
     }
     val s = Scan(ds.result(), skips.result(), last, state)
     // The first entry read is always delivered (an empty map admits anything).
@@ -257,9 +258,9 @@ final class Consumer(
     }
     val period = config.gcInterval.toMillis
     ex.scheduleWithFixedDelay(() => {
-      try gc.runOnce()
-      catch { case e: Exception => log.warn(s"GC cycle failed; retrying in ${config.gcInterval}", e) }
-    }, period, period, TimeUnit.MILLISECONDS)
+        try gc.runOnce()
+        catch { case e: Exception => log.warn(s"GC cycle failed; retrying in ${config.gcInterval}", e) }
+      }, period, period, TimeUnit.MILLISECONDS)
     gcExecutor = Some(ex)
   }
 }

@@ -185,7 +185,8 @@ object ManifestHead {
       pos += RefFixedSize
       if (keyLen > segmentsLen - pos) throw corrupt(s"segment ref $i: its key runs past the refs region")
       val segKey = utf8(raw, pos, keyLen).getOrElse(throw corrupt(s"segment ref $i: key is not valid UTF-8"))
-      try ObjectKeys.validate(segKey) catch { case e: InvalidObjectKeyException => throw corrupt(s"segment ref $i: ${e.getMessage}") }
+      try ObjectKeys.validate(segKey)
+      catch { case e: InvalidObjectKeyException => throw corrupt(s"segment ref $i: ${e.getMessage}") }
       pos += keyLen
       if (n == 0) throw corrupt(s"segment ref $i ('$segKey') has no entries")
       if (first < 0 || first > Long.MaxValue - n) throw corrupt(s"segment ref $i: sequences out of range")
@@ -221,7 +222,8 @@ object ManifestHead {
     if (!MessageDigest.isEqual(sha256(bytes), ref.sha256)) throw corrupt("its SHA-256 differs from the head's ref")
     val m = ManifestCodec.decode(bytes, ref.key)
     if (m.entries.size.toLong != ref.entryCount || m.firstSequence != ref.firstSequence)
-      throw corrupt(s"holds ${m.entries.size} entries from ${m.firstSequence}, but the head lists ${ref.entryCount} from ${ref.firstSequence}")
+      throw corrupt(
+        s"holds ${m.entries.size} entries from ${m.firstSequence}, but the head lists ${ref.entryCount} from ${ref.firstSequence}")
     m.entries
   }
 
@@ -252,7 +254,7 @@ object ManifestHead {
 
   private def utf8(bytes: Array[Byte], offset: Int, len: Int): Option[String] =
     try Some(StandardCharsets.UTF_8.newDecoder()
-      .onMalformedInput(CodingErrorAction.REPORT).onUnmappableCharacter(CodingErrorAction.REPORT)
-      .decode(ByteBuffer.wrap(bytes, offset, len)).toString)
+          .onMalformedInput(CodingErrorAction.REPORT).onUnmappableCharacter(CodingErrorAction.REPORT)
+          .decode(ByteBuffer.wrap(bytes, offset, len)).toString)
     catch { case _: CharacterCodingException => None }
 }

@@ -63,9 +63,10 @@ final class GarbageCollector(
   def runOnce(dryRun: Boolean = false): GcResult = {
     val started = clock.nanoTime()
     val snapshotTime = clock.nowMillis()
-    val head = ManifestHead.parse(store.get(manifestPath).getOrElse(throw new IllegalQueueStateException(
-      s"GC found no manifest at '$manifestPath': it deletes nothing without its queue's manifest (is the manifest path right?)"))
-      .bytes, manifestPath)
+    val head = ManifestHead.parse(
+      store.get(manifestPath).getOrElse(throw new IllegalQueueStateException(
+          s"GC found no manifest at '$manifestPath': it deletes nothing without its queue's manifest (is the manifest path right?)"))
+        .bytes, manifestPath)
     val graceMs = checkOwner()
     val referenced = head.tailLocations.map(_._2).toSet
     val oldestReferenced = head.oldestReferencedBatchMs
@@ -77,8 +78,7 @@ final class GarbageCollector(
       if (!BatchNames.isBatchUnder(dataPathPrefix, key)) {
         if (key != manifestPath && !key.startsWith(segmentPrefix)) skipped += 1
         false
-      }
-      else if (referenced.contains(key)) { keptReferenced += 1; false }
+      } else if (referenced.contains(key)) { keptReferenced += 1; false }
       else {
         val ts = BatchNames.ulidTimeMs(key).get
         if (oldestReferenced.exists(ts >= _)) { keptNewer += 1; false }

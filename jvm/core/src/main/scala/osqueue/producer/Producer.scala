@@ -35,8 +35,10 @@ final class Producer(
 
   // Claimed before the first upload, so GC can prove this producer's files are its queue's, and the
   // queue's grace period (what GC uses) caps ours (docs/format.md §6).
-  private val gracePeriodMs: Long = math.min(config.gcGracePeriod.toMillis, DataPrefixOwner.claim(store,
-    config.manifestPath, config.dataPathPrefix, clock, Some(config.gcGracePeriod.toMillis), config.retry).fold(Long.MaxValue)(_.gcGracePeriodMs))
+  private val gracePeriodMs: Long = math.min(config.gcGracePeriod.toMillis,
+    DataPrefixOwner.claim(store,
+      config.manifestPath, config.dataPathPrefix, clock, Some(config.gcGracePeriod.toMillis), config.retry).fold(Long.MaxValue)(
+      _.gcGracePeriodMs))
   private val queueProducer = new QueueProducer(
     new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs, random = random,
     segmentEntries = config.manifestSegmentEntries)

@@ -1,7 +1,14 @@
 package osqueue.queue
 
-import osqueue.{AmbiguousCommitException, Clock, ConflictRetriesExhaustedException, OsqueueException, RandomSource, StoreException,
-  SystemRandomSource}
+import osqueue.{
+  AmbiguousCommitException,
+  Clock,
+  ConflictRetriesExhaustedException,
+  OsqueueException,
+  RandomSource,
+  StoreException,
+  SystemRandomSource
+}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.store.CasOutcome
 
@@ -94,27 +101,29 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
             val elapsedMs = (clock.nanoTime() - started) / 1000000
             def exhausted: OsqueueException = previous match {
               case Some(PreviousAttempt.Unknown(e)) => new StoreException(
-                s"manifest '${manifest.describe}': gave up after $attempts attempts in $elapsedMs ms; " +
-                  s"the store kept failing (last: ${e.getMessage})", e)
+                  s"manifest '${manifest.describe}': gave up after $attempts attempts in $elapsedMs ms; " +
+                    s"the store kept failing (last: ${e.getMessage})", e)
               case _ => new ConflictRetriesExhaustedException(manifest.describe, attempts, elapsedMs)
             }
             settle match {
               case Some(s) =>
                 if (s.stillUnknown(previous).isDefined) {
                   // A failed last look leaves the write undecided: reported as ambiguous below.
-                  val last = try Some(manifest.read()) catch { case _: StoreException => None }
+                  val last =
+                    try Some(manifest.read())
+                    catch { case _: StoreException => None }
                   last.flatMap(s.landed(_, previous)).foreach(r => return r)
                 }
                 throw settled(settle, previous, exhausted)
               case None => previous match {
-                case Some(PreviousAttempt.Unknown(_)) =>
-                  // One last look: the step either finds its edit done, or wants to write again (it did not land).
-                  step(manifest.read(), previous) match {
-                    case CasStep.Done(result) => return result
-                    case CasStep.Write(_, _) => throw exhausted
-                  }
-                case _ => throw exhausted
-              }
+                  case Some(PreviousAttempt.Unknown(_)) =>
+                    // One last look: the step either finds its edit done, or wants to write again (it did not land).
+                    step(manifest.read(), previous) match {
+                      case CasStep.Done(result) => return result
+                      case CasStep.Write(_, _) => throw exhausted
+                    }
+                  case _ => throw exhausted
+                }
             }
           }
           clock.sleepMillis(policy.delayMs(attempts - 1, () => random.nextDouble()))
@@ -127,8 +136,8 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
   private def settled[T](settle: Option[Settle[T]], previous: Option[PreviousAttempt], error: Exception): Exception =
     settle.flatMap(_.stillUnknown(previous)) match {
       case Some(write) => new AmbiguousCommitException(
-        s"manifest '${manifest.describe}': gave up (${error.getMessage}) while $write had an unknown outcome; " +
-          "it may still land, so it is neither reported as written nor as failed", error)
+          s"manifest '${manifest.describe}': gave up (${error.getMessage}) while $write had an unknown outcome; " +
+            "it may still land, so it is neither reported as written nor as failed", error)
       case None => error
     }
 }

@@ -68,11 +68,11 @@ object DataPrefixOwner {
           parsed match {
             case Some(owner) if owner.manifest == manifestKey => return Some(owner)
             case Some(DataPrefixOwner(owner, _, _)) => throw new InvalidConfigException("dataPathPrefix", prefix,
-              s"holds the batches of the queue whose manifest is '$owner' (per '$k'), not of '$manifestKey': two " +
-                "queues sharing a data prefix would delete each other's batches in GC; give each queue its own")
+                s"holds the batches of the queue whose manifest is '$owner' (per '$k'), not of '$manifestKey': two " +
+                  "queues sharing a data prefix would delete each other's batches in GC; give each queue its own")
             case None => throw new InvalidConfigException("dataPathPrefix", prefix,
-              s"its owner record '$k' is not osqueue's (expected JSON with manifest, claimedAtMs and gcGracePeriodMs); GC will not " +
-                "delete there and producers will not write there")
+                s"its owner record '$k' is not osqueue's (expected JSON with manifest, claimedAtMs and gcGracePeriodMs); GC will not " +
+                  "delete there and producers will not write there")
           }
       }
     }
@@ -84,7 +84,7 @@ object DataPrefixOwner {
     s.foreach {
       case '"' => b ++= "\\\""
       case '\\' => b ++= "\\\\"
-      case c if c < 0x20 || c > 0x7e => b ++= f"\\u${c.toInt}%04x"
+      case c if c < 0x20 || c > 0x7E => b ++= f"\\u${c.toInt}%04x"
       case c => b += c
     }
     b += '"'

@@ -115,20 +115,20 @@ final class ManifestAppender(
       }
     }
     loop.run[IndexedSeq[Long]]({ (snapshot, previous) =>
-      register(previous)
-      landedIn(snapshot) match {
-        case Some(sequences) => CasStep.Done(sequences)
-        case None =>
-          beforeWrite()
-          refreshStaleUploads(group)
-          val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
-          // Creating the manifest starts a new incarnation (docs/format.md §5.2).
-          val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
-          val (bytes, base) = ManifestHead.parse(raw, manifest.key).appended(entries, segmentEntries, seal)
-          lastSent = Some((base, entries.map(_.location)))
-          CasStep.Write(bytes, () => base until base + group.size)
-      }
-    }, Some(settle))
+        register(previous)
+        landedIn(snapshot) match {
+          case Some(sequences) => CasStep.Done(sequences)
+          case None =>
+            beforeWrite()
+            refreshStaleUploads(group)
+            val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
+            // Creating the manifest starts a new incarnation (docs/format.md §5.2).
+            val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
+            val (bytes, base) = ManifestHead.parse(raw, manifest.key).appended(entries, segmentEntries, seal)
+            lastSent = Some((base, entries.map(_.location)))
+            CasStep.Write(bytes, () => base until base + group.size)
+        }
+      }, Some(settle))
   }
 
   /**
@@ -160,7 +160,9 @@ final class ManifestAppender(
     def landed(a: Attempt) = a -> a.locations.indices.map(a.base + _)
     attempts.iterator.find(a => probe(a).exists(_._2)).map(landed).orElse {
       // Read after the manifest: a consumer writes receipts before it dequeues (§5.1).
-      lazy val receipts = try manifest.readReceipts() catch { case _: osqueue.StoreException => None }
+      lazy val receipts =
+        try manifest.readReceipts()
+        catch { case _: osqueue.StoreException => None }
       attempts.filter(a => a.unknownOutcome && !a.resolvedNotLanded).iterator.flatMap { a =>
         // Nothing appended since its base: not landed, but it still may (pending; writing again is safe).
         if (head.nextSequence == a.base) None

@@ -3,7 +3,17 @@ package osqueue.queue
 import java.util.concurrent.{CompletableFuture, CompletionException, Executors}
 
 import osqueue.CorruptManifestException
-import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, ManifestEntry, ManifestHead, SealedTail, SegmentNames, SegmentRef}
+import osqueue.format.{
+  DequeueReceipts,
+  Incarnation,
+  Manifest,
+  ManifestCodec,
+  ManifestEntry,
+  ManifestHead,
+  SealedTail,
+  SegmentNames,
+  SegmentRef
+}
 import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
 
 /** The manifest's bytes as read, with the version a conditional write must match (None = absent). */
@@ -33,7 +43,8 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
     else {
       val sealedEntries = head.segments.grouped(ManifestStore.ParallelReads).flatMap { refs =>
         refs.map(r => CompletableFuture.supplyAsync(() => readSegment(r), ManifestStore.readers)).map { f =>
-          try f.join() catch { case e: CompletionException if e.getCause != null => throw e.getCause }
+          try f.join()
+          catch { case e: CompletionException if e.getCause != null => throw e.getCause }
         }
       }.flatten.filter(_.sequence >= head.lowWater).toIndexedSeq
       Manifest(sealedEntries ++ head.tailEntries, head.nextSequence, head.epoch)
@@ -45,7 +56,7 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
   /** A listed segment's entries, checked against its ref; CorruptManifestException if it is missing or differs. */
   def readSegment(ref: SegmentRef): IndexedSeq[ManifestEntry] =
     ManifestHead.decodeSegment(readSegmentBytes(ref).getOrElse(throw new CorruptManifestException(ref.key,
-      s"segment of '$describe' (sequences ${ref.firstSequence} to ${ref.lastSequence}) is listed but missing")), ref)
+          s"segment of '$describe' (sequences ${ref.firstSequence} to ${ref.lastSequence}) is listed but missing")), ref)
 
   /** The segment's bytes, None if it is gone (a reader racing the dequeue that dropped it, and GC). */
   def readSegmentBytes(ref: SegmentRef): Option[Array[Byte]] = store.getBytes(ref.key)
@@ -84,7 +95,8 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
 object ManifestStore {
   /** Segment GETs in flight at once when a whole segmented manifest is read. */
   val ParallelReads = 8
-  private lazy val readers = Executors.newFixedThreadPool(ParallelReads, { r =>
-    val t = new Thread(r, "osqueue-segment-reader"); t.setDaemon(true); t
-  })
+  private lazy val readers = Executors.newFixedThreadPool(ParallelReads,
+    { r =>
+      val t = new Thread(r, "osqueue-segment-reader"); t.setDaemon(true); t
+    })
 }

@@ -2,8 +2,15 @@ package osqueue.queue
 
 import org.slf4j.LoggerFactory
 
-import osqueue.{Clock, FencedException, IllegalQueueStateException, RandomSource, ResumePointException, StoreException,
-  SystemRandomSource}
+import osqueue.{
+  Clock,
+  FencedException,
+  IllegalQueueStateException,
+  RandomSource,
+  ResumePointException,
+  StoreException,
+  SystemRandomSource
+}
 import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, ManifestEntry, ManifestHead, RawManifest, SegmentRef}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 

@@ -43,7 +43,9 @@ private[store] object LocalFileLock {
   private def acquire(channel: FileChannel, deadline: Long, what: String): Option[FileLock] = {
     while (true) {
       // Overlapping means another channel of this JVM holds it (a store outside this registry): wait too.
-      val lock = try channel.tryLock() catch { case _: OverlappingFileLockException => null }
+      val lock =
+        try channel.tryLock()
+        catch { case _: OverlappingFileLockException => null }
       if (lock != null) return Some(lock)
       if (System.nanoTime() - deadline > 0) return None
       interruptible(what)(Thread.sleep(1 + ThreadLocalRandom.current().nextInt(5)))

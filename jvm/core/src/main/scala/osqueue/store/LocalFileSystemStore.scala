@@ -49,7 +49,9 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
     val path = resolve(key)
     io("read", key) {
       if (Files.isDirectory(path)) None
-      else try Some(Files.readAllBytes(path)) catch { case _: NoSuchFileException => None }
+      else
+        try Some(Files.readAllBytes(path))
+        catch { case _: NoSuchFileException => None }
     }
   }
 
@@ -131,7 +133,8 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
       if (parent != null) LocalFileSystemStore.fsyncDirectory(parent)
     }
 
-  private def walk(dir: Path, dirKey: String, namePrefix: String, out: scala.collection.mutable.Builder[ObjectInfo, Vector[ObjectInfo]]): Unit = {
+  private def walk(dir: Path, dirKey: String, namePrefix: String, out: scala.collection.mutable.Builder[ObjectInfo, Vector[ObjectInfo]])
+      : Unit = {
     val entries =
       try Using.resource(Files.newDirectoryStream(dir))(_.asScala.toVector)
       catch { case _: NoSuchFileException | _: NotDirectoryException => Vector.empty }

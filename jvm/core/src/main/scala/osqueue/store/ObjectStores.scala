@@ -45,10 +45,10 @@ object ObjectStores {
         ObjectStoreProvider.find(lower) match {
           case Some(provider) => provider.open(uri, options)
           case None => ObjectStoreProvider.ArtifactForScheme.get(lower) match {
-            case Some(artifact) => throw invalid(s"$lower:// paths need the $artifact artifact on the classpath (README: " +
-              "object stores), e.g. spark-submit --packages io.github.osqueue:" + artifact + "_<scala version>:<version>")
-            case None => throw invalid()
-          }
+              case Some(artifact) => throw invalid(s"$lower:// paths need the $artifact artifact on the classpath (README: " +
+                  "object stores), e.g. spark-submit --packages io.github.osqueue:" + artifact + "_<scala version>:<version>")
+              case None => throw invalid()
+            }
         }
       case _ => local(uri)
     }

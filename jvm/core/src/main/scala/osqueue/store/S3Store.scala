@@ -5,7 +5,13 @@ import java.io.UncheckedIOException
 import scala.jdk.CollectionConverters._
 import scala.jdk.DurationConverters._
 
-import software.amazon.awssdk.auth.credentials.{AwsBasicCredentials, AwsCredentialsProvider, AwsSessionCredentials, DefaultCredentialsProvider, StaticCredentialsProvider}
+import software.amazon.awssdk.auth.credentials.{
+  AwsBasicCredentials,
+  AwsCredentialsProvider,
+  AwsSessionCredentials,
+  DefaultCredentialsProvider,
+  StaticCredentialsProvider
+}
 import software.amazon.awssdk.awscore.exception.AwsServiceException
 import software.amazon.awssdk.awscore.retry.AwsRetryStrategy
 import software.amazon.awssdk.core.checksums.{RequestChecksumCalculation, ResponseChecksumValidation}
@@ -18,7 +24,15 @@ import software.amazon.awssdk.http.urlconnection.UrlConnectionHttpClient
 import software.amazon.awssdk.regions.Region
 import software.amazon.awssdk.regions.providers.DefaultAwsRegionProviderChain
 import software.amazon.awssdk.services.s3.{S3Client, S3Configuration}
-import software.amazon.awssdk.services.s3.model.{DeleteObjectRequest, GetObjectRequest, HeadObjectRequest, ListObjectsV2Request, NoSuchBucketException, NoSuchKeyException, PutObjectRequest}
+import software.amazon.awssdk.services.s3.model.{
+  DeleteObjectRequest,
+  GetObjectRequest,
+  HeadObjectRequest,
+  ListObjectsV2Request,
+  NoSuchBucketException,
+  NoSuchKeyException,
+  PutObjectRequest
+}
 
 import osqueue.{ConditionalWritesNotHonouredException, InvalidConfigException, StoreException}
 
@@ -111,9 +125,9 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
       case Some((form, written)) => known.learned(form); written
       case None if !stillAt(key, expected) => CasOutcome.PreconditionFailed
       case None => throw new ConditionalWritesNotHonouredException(endpoint,
-        s"a PUT of '${fullKey(key)}' in bucket '$bucket' with If-Match set to the object's current entity tag " +
-          s"${expected.token} failed with 412 in every form tried (${known.ifMatchForms.mkString(", ")}) " +
-          "while the object did not change")
+          s"a PUT of '${fullKey(key)}' in bucket '$bucket' with If-Match set to the object's current entity tag " +
+            s"${expected.token} failed with 412 in every form tried (${known.ifMatchForms.mkString(", ")}) " +
+            "while the object did not change")
     }
   }
 
@@ -188,9 +202,11 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
               }
             }
             if (honoured.isEmpty) refuse(s"a PUT of $at with If-Match set to a wrong entity tag replaced it (S3 answers 412)")
-            else honoured.find(form => put("osqueue probe 4", s"If-Match: ${form.value(current)}")(_.ifMatch(form.value(current))).isDefined) match {
+            else honoured.find(form =>
+              put("osqueue probe 4", s"If-Match: ${form.value(current)}")(_.ifMatch(form.value(current))).isDefined) match {
               case Some(form) => new EndpointConditions(endpoint, form +: honoured.filterNot(_ == form), None)
-              case None => refuse(s"a PUT of $at with If-Match set to its own entity tag $current failed in every form (${honoured.mkString(", ")})")
+              case None =>
+                refuse(s"a PUT of $at with If-Match set to its own entity tag $current failed in every form (${honoured.mkString(", ")})")
             }
           }
       }

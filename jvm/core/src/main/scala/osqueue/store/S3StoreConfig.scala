@@ -59,8 +59,10 @@ object S3StoreConfig {
     val credentials = (str("fs.s3a.access.key"), str("fs.s3a.secret.key")) match {
       case (Some(a), Some(s)) => Some(S3Credentials(a, s, str("fs.s3a.session.token")))
       case (None, None) => None
-      case (Some(_), None) => throw new InvalidConfigException("fs.s3a.secret.key", "", "fs.s3a.access.key is set, so the secret key is required too")
-      case (None, Some(_)) => throw new InvalidConfigException("fs.s3a.access.key", "", "fs.s3a.secret.key is set, so the access key is required too")
+      case (Some(_), None) =>
+        throw new InvalidConfigException("fs.s3a.secret.key", "", "fs.s3a.access.key is set, so the secret key is required too")
+      case (None, Some(_)) =>
+        throw new InvalidConfigException("fs.s3a.access.key", "", "fs.s3a.secret.key is set, so the access key is required too")
     }
     raw(CredentialsProviderOption).foreach { case (n, v) => checkCredentialsProviders(n, v) }
     val defaults = S3StoreConfig()
@@ -135,7 +137,10 @@ object S3StoreConfig {
     val withScheme = if (value.contains("://")) value else (if (ssl) "https://" else "http://") + value
     val uri =
       try new URI(withScheme)
-      catch { case _: java.net.URISyntaxException => throw new InvalidConfigException(option, value, "expected a host[:port] or an http(s):// URL") }
+      catch {
+        case _: java.net.URISyntaxException =>
+          throw new InvalidConfigException(option, value, "expected a host[:port] or an http(s):// URL")
+      }
     val scheme = Option(uri.getScheme).map(_.toLowerCase).getOrElse("")
     if ((scheme != "http" && scheme != "https") || uri.getHost == null)
       throw new InvalidConfigException(option, value, "expected a host[:port] or an http(s):// URL")

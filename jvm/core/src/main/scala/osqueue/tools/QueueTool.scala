@@ -24,10 +24,12 @@ import osqueue.store.ObjectStores
  */
 object QueueTool {
   def main(args: Array[String]): Unit = {
-    val exit = try { run(args.toList); 0 } catch {
-      case e: OsqueueException => System.err.println(s"osqueue: error: ${e.getMessage}"); 2
-      case e: IllegalArgumentException => System.err.println(s"osqueue: error: ${e.getMessage}"); 2
-    }
+    val exit =
+      try { run(args.toList); 0 }
+      catch {
+        case e: OsqueueException => System.err.println(s"osqueue: error: ${e.getMessage}"); 2
+        case e: IllegalArgumentException => System.err.println(s"osqueue: error: ${e.getMessage}"); 2
+      }
     System.out.flush()
     sys.exit(exit)
   }

@@ -117,7 +117,8 @@ class DecoderPropertiesSuite extends AnyFunSuite with ScalaCheckDrivenPropertyCh
   } yield Manifest(entries.toIndexedSeq, if (n == 0) math.min(Long.MaxValue, first + gap) else first + n, epoch)
 
   private val genRecords: Gen[Seq[Array[Byte]]] = Gen.sized { n =>
-    Gen.choose(0, math.max(1, n / 4)).flatMap(k => Gen.listOfN(k, Gen.frequency(2 -> Gen.const(Array.emptyByteArray), 5 -> genBytesUpTo(64))))
+    Gen.choose(0, math.max(1, n / 4)).flatMap(k =>
+      Gen.listOfN(k, Gen.frequency(2 -> Gen.const(Array.emptyByteArray), 5 -> genBytesUpTo(64))))
   }
   private val genCompression: Gen[Compression] = Gen.oneOf(Compression.None, Compression.Zstd)
 
@@ -136,8 +137,7 @@ class DecoderPropertiesSuite extends AnyFunSuite with ScalaCheckDrivenPropertyCh
     }
     val truncateEnd = Gen.choose(0, n).map(k => valid.take(k))
     val truncateStart = Gen.choose(0, n).map(k => valid.drop(k))
-    val insert = for { at <- Gen.choose(0, n); ins <- genBytesUpTo(16).suchThat(_.nonEmpty) } yield
-      valid.take(at) ++ ins ++ valid.drop(at)
+    val insert = for { at <- Gen.choose(0, n); ins <- genBytesUpTo(16).suchThat(_.nonEmpty) } yield valid.take(at) ++ ins ++ valid.drop(at)
     val delete = for { at <- Gen.choose(0, n); k <- Gen.choose(1, 16) } yield valid.take(at) ++ valid.drop(at + k)
     // A "huge" value written over 4 or 8 bytes (lengths, counts, sequences): the OOM cases.
     val hugeField = for {

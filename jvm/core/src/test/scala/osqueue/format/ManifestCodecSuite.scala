@@ -71,7 +71,8 @@ class ManifestCodecSuite extends AnyFunSuite {
     rejects[UnsupportedFormatVersionException](footer(0, 0, 0, 2), "format version 2")
     rejects[CorruptManifestException](footer(1, 1, 0, 1), "cannot fit")
     rejects[CorruptManifestException](good.take(40) ++ footer(2, 7, 3, 1), "runs past")
-    rejects[CorruptManifestException](good.dropRight(22) ++ Array[Byte](1, 2) ++ good.takeRight(22), "between the last entry and the footer")
+    rejects[CorruptManifestException](good.dropRight(22) ++ Array[Byte](1, 2) ++ good.takeRight(22),
+      "between the last entry and the footer")
     // entry_len below 14 + location_len
     val shortLen = good.clone(); ByteBuffer.wrap(shortLen).order(ByteOrder.LITTLE_ENDIAN).putInt(0, 20)
     rejects[CorruptManifestException](shortLen, "entry 0")
@@ -106,16 +107,16 @@ class ManifestCodecSuite extends AnyFunSuite {
   test("should ignore extension bytes that are not exactly a sink tag (malformed UTF-8 too, as Python)") {
     val tag = EntryTag("wé", 258L, "A")
     assert(EntryTag.decode(tag.encode).contains(tag))
-    val bad = tag.encode.clone(); bad(7) = 0xff.toByte // first writer byte
+    val bad = tag.encode.clone(); bad(7) = 0xFF.toByte // first writer byte
     for (raw <- Seq(Array.emptyByteArray, tag.encode :+ 0.toByte, tag.encode.dropRight(1), bad, "OSQ2".getBytes ++ tag.encode.drop(4)))
       assert(EntryTag.decode(raw).isEmpty)
   }
 
   test("should reject a start_index of 2^31 or more, as the Python reader does (docs/format.md 2)") {
     val ok = ManifestCodec.encode(Manifest(IndexedSeq(ManifestEntry(0, "ingest/a.batch",
-      IndexedSeq(MetadataItem(Int.MaxValue, 0, Array.emptyByteArray)))), 1, 0))
+            IndexedSeq(MetadataItem(Int.MaxValue, 0, Array.emptyByteArray)))), 1, 0))
     assert(ManifestCodec.decode(ok, key).entries.head.metadata.head.startIndex == Int.MaxValue)
-    val at = ok.indexOfSlice(Array[Byte](-1, -1, -1, 0x7f))
+    val at = ok.indexOfSlice(Array[Byte](-1, -1, -1, 0x7F))
     val bad = ok.clone(); bad(at + 3) = 0x80.toByte; bad(at) = 0; bad(at + 1) = 0; bad(at + 2) = 0
     val e = intercept[CorruptManifestException](ManifestCodec.decode(bad, key))
     assert(e.getMessage.contains("start_index is out of range"), e.getMessage)

@@ -25,11 +25,12 @@ class SegmentedManifestSuite extends AnyFunSuite {
   private def build(n: Int, k: Int, stored: mutable.Map[String, Array[Byte]] = mutable.Map.empty): Array[Byte] = {
     var raw = ManifestCodec.EmptyBytes
     for (i <- 0 until n) {
-      raw = ManifestHead.parse(raw, key).appended(Seq(entry(i)), k, { t =>
-        val ref = SegmentRef.of(t, SegmentNames.newKey(key, 1767225600000L + i))
-        stored(ref.key) = t.bytes
-        ref
-      })._1
+      raw = ManifestHead.parse(raw, key).appended(Seq(entry(i)), k,
+        { t =>
+          val ref = SegmentRef.of(t, SegmentNames.newKey(key, 1767225600000L + i))
+          stored(ref.key) = t.bytes
+          ref
+        })._1
     }
     raw
   }
@@ -57,9 +58,10 @@ class SegmentedManifestSuite extends AnyFunSuite {
     var raw = ManifestCodec.EmptyBytes
     val added = (0 until 5).map(i => entry(i, if (i == 1) ext else Array.emptyByteArray))
     added.foreach { e =>
-      raw = ManifestHead.parse(raw, key).appended(Seq(e), 4, { t =>
-        val ref = SegmentRef.of(t, SegmentNames.newKey(key, 1L)); stored(ref.key) = t.bytes; ref
-      })._1
+      raw = ManifestHead.parse(raw, key).appended(Seq(e), 4,
+        { t =>
+          val ref = SegmentRef.of(t, SegmentNames.newKey(key, 1L)); stored(ref.key) = t.bytes; ref
+        })._1
     }
     assert(version(raw) == 2)
     intercept[UnsupportedFormatVersionException](ManifestCodec.decode(raw, key)) // what a v1 reader does
@@ -132,16 +134,17 @@ class SegmentedManifestSuite extends AnyFunSuite {
     val firstTail = ManifestHead.parse(raw, key)
     val cutHead = ManifestHead.parse(raw, key).dequeuedThrough(5).get // v1 with 6, 7
     assert(version(cutHead) == 1 && firstTail.tailSize == 2)
-    refused(ManifestHead.encodeRefs(h.segments.take(1)) ++ cutHead.dropRight(22) ++
-      ByteBuffer.allocate(38).order(ByteOrder.LITTLE_ENDIAN).putInt(second).putInt(1).putLong(0)
-        .put(ManifestCodec.encodeFooter(ManifestFooter(2, 8, 0), 2)).array(), "not where the last segment ends")
+    refused(
+      ManifestHead.encodeRefs(h.segments.take(1)) ++ cutHead.dropRight(22) ++
+        ByteBuffer.allocate(38).order(ByteOrder.LITTLE_ENDIAN).putInt(second).putInt(1).putLong(0)
+          .put(ManifestCodec.encodeFooter(ManifestFooter(2, 8, 0), 2)).array(), "not where the last segment ends")
     refused(raw.take(10) ++ raw.takeRight(22), "shorter than a segmented head")
   }
 
   // The golden head of tests/golden/heads.json (built by hand in make_vectors.py, read by Python too).
   private val heads = new ObjectMapper().readTree(RepoFiles.golden.resolve("heads.json").toFile)
   private def golden(file: String) = Files.readAllBytes(RepoFiles.golden.resolve(file))
-  private def hex(bytes: Array[Byte]) = bytes.map(b => f"${b & 0xff}%02x").mkString
+  private def hex(bytes: Array[Byte]) = bytes.map(b => f"${b & 0xFF}%02x").mkString
 
   for (v <- heads.get("heads").elements().asScala) {
     val name = v.get("name").asText
@@ -163,7 +166,7 @@ class SegmentedManifestSuite extends AnyFunSuite {
       val tail: Seq[JsonNode] = e.get("tail").elements().asScala.toSeq
       assert(h.tailEntries.map(x => (x.sequence, x.location)) == tail.map(t => (t.get("sequence").asLong, t.get("location").asText)))
       assert(h.tailEntries.head.metadata.head.payload.sameElements(
-        Base64.getDecoder.decode(tail.head.get("metadata").get(0).get("payload_b64").asText)))
+          Base64.getDecoder.decode(tail.head.get("metadata").get(0).get("payload_b64").asText)))
       // an edit that changes nothing re-encodes the same bytes
       assert(h.withEpoch(h.epoch, None).sameElements(bytes))
       assert(v.get("v1_error").asText == "UnsupportedFormatVersion")

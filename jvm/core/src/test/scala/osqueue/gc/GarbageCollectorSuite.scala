@@ -32,8 +32,8 @@ class GarbageCollectorSuite extends AnyFunSuite {
     val clock = new ManualClock(t0 + 1.hour.toMillis)
     val orphan = batchAt(store, t0)
     val referenced = batchAt(store, t0 + 1000)
-    val newerThanOldest = batchAt(store, t0 + 2000)           // unreferenced but may be about to be enqueued
-    val inGrace = batchAt(store, clock.nowMillis() - 60000)   // young
+    val newerThanOldest = batchAt(store, t0 + 2000) // unreferenced but may be about to be enqueued
+    val inGrace = batchAt(store, clock.nowMillis() - 60000) // young
     store.put("ingest/not-a-ulid.batch", Array[Byte](1))
     store.put("ingest/notes.txt", Array[Byte](1))
     store.put("ingest/sub/" + BatchNames.newKey("", t0), Array[Byte](1)) // not directly under the prefix
@@ -74,8 +74,9 @@ class GarbageCollectorSuite extends AnyFunSuite {
       c.ackThrough(b.sequence)
       gc.runOnce()
     }
-    assert(store.list("ingest/").map(_.key).sorted ==
-      Seq("ingest/manifest", "ingest/manifest.dequeued", "ingest/manifest.incarnation", "ingest/osqueue.owner"),
+    assert(
+      store.list("ingest/").map(_.key).sorted ==
+        Seq("ingest/manifest", "ingest/manifest.dequeued", "ingest/manifest.incarnation", "ingest/osqueue.owner"),
       "consumed batches were not collected (only the manifest and its sidecars may remain)")
   }
 
@@ -100,7 +101,7 @@ class GarbageCollectorSuite extends AnyFunSuite {
   test("should keep an unreferenced batch older than the oldest entry while it is in grace") {
     val store = InMemoryStore.fresh()
     val clock = new ManualClock(t0 + 1.hour.toMillis)
-    val young = batchAt(store, clock.nowMillis() - 2.minutes.toMillis)      // older than the oldest entry, young
+    val young = batchAt(store, clock.nowMillis() - 2.minutes.toMillis) // older than the oldest entry, young
     val referenced = batchAt(store, clock.nowMillis() - 1.minute.toMillis)
     enqueue(store, referenced)
     val r = new GarbageCollector(store, "ingest/manifest", "ingest", grace, clock).runOnce()

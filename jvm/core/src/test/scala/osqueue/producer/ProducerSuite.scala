@@ -87,8 +87,9 @@ class ProducerSuite extends AnyFunSuite {
     import osqueue.testing.FaultInjectingStore.Fault
     for (fault <- Seq(Fault.FailBefore, Fault.ApplyThenError)) {
       val inner = InMemoryStore.fresh()
-      val store = new osqueue.testing.FaultInjectingStore(inner, (key, n) =>
-        if (key.endsWith("/osqueue.owner") && n == 0) fault else Fault.None)
+      val store = new osqueue.testing.FaultInjectingStore(inner,
+        (key, n) =>
+          if (key.endsWith("/osqueue.owner") && n == 0) fault else Fault.None)
       val p = new Producer(store, ProducerConfig(flushInterval = 1.hour))
       assert(store.injected.get == 1, fault)
       assert(new String(inner.get("ingest/osqueue.owner").get.bytes).contains("\"manifest\":\"ingest/manifest\""), fault)
@@ -189,7 +190,8 @@ class ProducerSuite extends AnyFunSuite {
     val store = new osqueue.testing.FaultInjectingStore(inner, (_, _) => osqueue.testing.FaultInjectingStore.Fault.None) {
       override def put(k: String, b: Array[Byte]): Unit = { if (k.endsWith(".batch")) batchPuts.incrementAndGet(); super.put(k, b) }
       override def putIfAbsent(k: String, b: Array[Byte]): CasOutcome =
-        if (k == "ingest/manifest") { release.await(30, TimeUnit.SECONDS); super.putIfAbsent(k, b) } else super.putIfAbsent(k, b)
+        if (k == "ingest/manifest") { release.await(30, TimeUnit.SECONDS); super.putIfAbsent(k, b) }
+        else super.putIfAbsent(k, b)
     }
     val p = new Producer(store, ProducerConfig(flushSizeBytes = 1, flushInterval = 1.hour))
     val handles = (0 until 20).map(i => p.produce(Seq(s"e$i".getBytes)))

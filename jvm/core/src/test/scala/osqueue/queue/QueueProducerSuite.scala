@@ -53,10 +53,11 @@ class QueueProducerSuite extends AnyFunSuite {
         val a = appender(store, metrics)
         start.await() // all threads start appending together
         try (0 until perThread).map { _ =>
-          val p = pending(store)
-          a.enqueue(p).get(60, TimeUnit.SECONDS)
-          p.location
-        } finally a.close()
+            val p = pending(store)
+            a.enqueue(p).get(60, TimeUnit.SECONDS)
+            p.location
+          }
+        finally a.close()
       })
     }
     start.countDown()
@@ -94,7 +95,9 @@ class QueueProducerSuite extends AnyFunSuite {
     val slow = new FaultInjectingStore(inner, (_, _) => { writes.incrementAndGet(); Thread.sleep(50); Fault.None })
     val a = appender(slow)
     val ps = (0 until 40).map(_ => pending(inner))
-    val futures = ps.map { p => val f = a.enqueue(p); Thread.sleep(2); f }
+    val futures = ps.map { p =>
+      val f = a.enqueue(p); Thread.sleep(2); f
+    }
     futures.foreach(_.get(30, TimeUnit.SECONDS))
     a.close()
     assertExactUnion(inner, ps.map(_.location).toSet)
@@ -131,13 +134,15 @@ class QueueProducerSuite extends AnyFunSuite {
   test("should report the sequences where a retried write landed, not where the first try would have") {
     val inner = InMemoryStore.fresh()
     val other = appender(inner)
-    val faulty = new FaultInjectingStore(inner, (_, n) => n match {
-      case 0 =>
-        other.enqueue(pending(inner)).get() // someone else takes sequence 0 meanwhile
-        Fault.FailBefore
-      case 1 => Fault.ApplyThenError // our retry lands at sequence 1, its reply is lost
-      case _ => Fault.None
-    })
+    val faulty = new FaultInjectingStore(inner,
+      (_, n) =>
+        n match {
+          case 0 =>
+            other.enqueue(pending(inner)).get() // someone else takes sequence 0 meanwhile
+            Fault.FailBefore
+          case 1 => Fault.ApplyThenError // our retry lands at sequence 1, its reply is lost
+          case _ => Fault.None
+        })
     val a = appender(faulty)
     val p = pending(inner)
     assert(a.enqueue(p).get(30, TimeUnit.SECONDS) == 1L)

@@ -99,7 +99,9 @@ class SegmentedQueueSuite extends AnyFunSuite {
   test("a consumer holds one segment at a time: a large read returns at most a segment's entries") {
     val store = InMemoryStore.fresh()
     val producer = appender(store, 3)
-    val produced = (0 until 20).map { _ => val p = pending(store); producer.append(IndexedSeq(p)); p.location }
+    val produced = (0 until 20).map { _ =>
+      val p = pending(store); producer.append(IndexedSeq(p)); p.location
+    }
     assert(head(store).segments.size == 6)
     val c = consumer(store)
     c.initialize(None)
@@ -174,7 +176,9 @@ class SegmentedQueueSuite extends AnyFunSuite {
     val inner = InMemoryStore.fresh()
     val orphanBatch = { val k = BatchNames.newKey("ingest", t0 - 1000); inner.put(k, Array[Byte](1)); k }
     val producer = appender(inner, 2, clock)
-    val queued = (0 until 7).map { i => clock.set(t0 + i * 1000); val p = pending(inner, clock); producer.append(IndexedSeq(p)); p.location }
+    val queued = (0 until 7).map { i =>
+      clock.set(t0 + i * 1000); val p = pending(inner, clock); producer.append(IndexedSeq(p)); p.location
+    }
     assert(head(inner).segments.size == 3)
     clock.set(t0 + 1.hour.toMillis)
     // every segment read fails: GC must not need them
@@ -195,7 +199,9 @@ class SegmentedQueueSuite extends AnyFunSuite {
       pool.submit(() => {
         val q = new QueueProducer(new ManifestStore(store, key), fastRetry, SystemClock, new MetricsRegistry, grace,
           segmentEntries = 3)
-        try (0 until 25).map { _ => val p = pending(store); q.enqueue(p).get(60, TimeUnit.SECONDS); p.location }
+        try (0 until 25).map { _ =>
+            val p = pending(store); q.enqueue(p).get(60, TimeUnit.SECONDS); p.location
+          }
         finally q.close()
       })
     }

@@ -34,9 +34,10 @@ class SegmentedS3Suite extends AnyFunSuite with BeforeAndAfterAll {
         pool.submit(() => {
           val p = new Producer(store, config)
           try (0 until 15).foreach { i =>
-            p.produce(Seq(s"$name-$i-0".getBytes(UTF_8), s"$name-$i-1".getBytes(UTF_8)))
-            p.flush() // one batch per call: 30 batches, ten seals or so
-          } finally p.close()
+              p.produce(Seq(s"$name-$i-0".getBytes(UTF_8), s"$name-$i-1".getBytes(UTF_8)))
+              p.flush() // one batch per call: 30 batches, ten seals or so
+            }
+          finally p.close()
           name
         })
       }

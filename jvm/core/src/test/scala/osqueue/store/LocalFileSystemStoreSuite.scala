@@ -194,7 +194,8 @@ class LocalFileSystemStoreSuite extends ObjectStoreContractSuite with BeforeAndA
     val holder = startJvm("osqueue.store.LocalLockHolder", lockFile.toString)
     try {
       assert(firstLine(holder) === "locked")
-      val probe = "import fcntl,sys\nf=open(sys.argv[1],'a')\ntry:\n  fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n  sys.exit(3)"
+      val probe =
+        "import fcntl,sys\nf=open(sys.argv[1],'a')\ntry:\n  fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n  sys.exit(3)"
       val p = new ProcessBuilder(python, "-c", probe, lockFile.toString).inheritIO().start()
       assert(p.waitFor() === 3, "Python obtained a lock the JVM holds")
     } finally {

@@ -160,7 +160,8 @@ abstract class ObjectStoreContractSuite extends AnyFunSuite {
       val pool = Executors.newFixedThreadPool(threads)
       implicit val ec: ExecutionContext = ExecutionContext.fromExecutor(pool)
       try {
-        val work = Future.sequence((1 to threads).map(_ => Future((1 to casIncrementsPerThread).map(_ => CasCounter.increment(s, "q/counter")))))
+        val work =
+          Future.sequence((1 to threads).map(_ => Future((1 to casIncrementsPerThread).map(_ => CasCounter.increment(s, "q/counter")))))
         val stats = Await.result(work, 5.minutes).flatten
         assert(CasCounter.value(s, "q/counter") === threads * casIncrementsPerThread)
         info(s"${stats.size} increments took ${stats.map(_.attempts).sum} attempts " +

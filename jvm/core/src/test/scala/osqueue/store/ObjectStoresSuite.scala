@@ -44,7 +44,8 @@ class ObjectStoresSuite extends AnyFunSuite {
   }
 
   test("should reject other URIs as an invalid path") {
-    for (uri <- Seq("", "hdfs://nn/q", "gs://b/q", "file:rel", "file://host/q", "s3://", "s3a:///p", "s3://b/a//c", "s3://b/../x", "memory://", "abfs://c@a/q")) {
+    for (uri <- Seq("", "hdfs://nn/q", "gs://b/q", "file:rel", "file://host/q", "s3://", "s3a:///p", "s3://b/a//c", "s3://b/../x",
+        "memory://", "abfs://c@a/q")) {
       val e = intercept[InvalidConfigException](ObjectStores.open(uri, Map.empty))
       assert(e.option === "path" && e.value === uri, e.getMessage)
     }

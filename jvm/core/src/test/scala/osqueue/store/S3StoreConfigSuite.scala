@@ -46,7 +46,8 @@ class S3StoreConfigSuite extends AnyFunSuite {
 
   test("should add https to a bare endpoint unless SSL is disabled") {
     assert(read("fs.s3a.endpoint" -> "s3.example.com").endpoint === Some(URI.create("https://s3.example.com")))
-    assert(read("fs.s3a.endpoint" -> "minio:9000", "fs.s3a.connection.ssl.enabled" -> "false").endpoint === Some(URI.create("http://minio:9000")))
+    assert(read("fs.s3a.endpoint" -> "minio:9000", "fs.s3a.connection.ssl.enabled" -> "false").endpoint === Some(
+      URI.create("http://minio:9000")))
     assert(read("fs.s3a.endpoint" -> "").endpoint === None, "Hadoop's empty default means AWS")
   }
 
@@ -57,7 +58,8 @@ class S3StoreConfigSuite extends AnyFunSuite {
   }
 
   test("should parse Hadoop duration forms") {
-    val cases = Map("60000" -> 60.seconds, "200s" -> 200.seconds, "5m" -> 5.minutes, "1h" -> 1.hour, "250ms" -> 250.millis, " 2S " -> 2.seconds)
+    val cases =
+      Map("60000" -> 60.seconds, "200s" -> 200.seconds, "5m" -> 5.minutes, "1h" -> 1.hour, "250ms" -> 250.millis, " 2S " -> 2.seconds)
     for ((v, d) <- cases) assert(S3StoreConfig.parseDuration("o", v) === d, v)
     assert(read("fs.s3a.connection.request.timeout" -> "0").requestTimeout === None, "0 disables the request timeout")
   }
@@ -103,11 +105,11 @@ class S3StoreConfigSuite extends AnyFunSuite {
   test("should refuse a credential provider it cannot honour, naming the option and the class") {
     val assumed = "org.apache.hadoop.fs.s3a.auth.AssumedRoleCredentialProvider"
     val e = intercept[InvalidConfigException](read(
-      "fs.s3a.aws.credentials.provider" -> s"org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider,$assumed"))
+        "fs.s3a.aws.credentials.provider" -> s"org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider,$assumed"))
     assert(e.option == "fs.s3a.aws.credentials.provider")
     assert(e.getMessage.contains(s"unsupported: $assumed") && !e.getMessage.contains("unsupported: org.apache.hadoop.fs.s3a.Simple"))
     val perBucket = intercept[InvalidConfigException](read(
-      "fs.s3a.bucket.b.aws.credentials.provider" -> "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider"))
+        "fs.s3a.bucket.b.aws.credentials.provider" -> "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider"))
     assert(perBucket.getMessage.contains("AnonymousAWSCredentialsProvider"))
   }
 }

@@ -69,20 +69,22 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
   }
 
   test("should say the server does not honour If-Match when it fails while the tag is unchanged, not 'too many writers'") {
-    assume(server.kind != "ceph", "the proxy forwards SigV4 signatures over the changed header: only moto and LocalStack skip checking them")
+    assume(server.kind != "ceph",
+      "the proxy forwards SigV4 signatures over the changed header: only moto and LocalStack skip checking them")
     val (endpoint, proxy) = S3TestServer.ignoringProxy(server.endpoint, drop = "", spoilIfMatch = true)
     val config = S3StoreConfig.fromOptions(server.options + ("fs.s3a.endpoint" -> endpoint))
     try Using.resource(new S3Store(server.freshBucket(), "q", config)) { s =>
-      val refused = intercept[ConditionalWritesNotHonouredException](s.conditions())
-      assert(refused.getMessage.contains("with If-Match set to its own entity tag"), refused.getMessage)
-      // Past the probe (as if it had passed), a write says the same at once, not after the CAS budget.
-      EndpointConditions.remember(new EndpointConditions(s.endpoint, IfMatchForm.all, None))
-      def consumer() = new osqueue.queue.QueueConsumer(new osqueue.queue.ManifestStore(s, "ingest/manifest"),
-        osqueue.queue.RetryPolicy(baseDelayMs = 1, maxDelayMs = 2), osqueue.SystemClock, new osqueue.metrics.MetricsRegistry)
-      consumer().initialize(None) // creates the manifest: If-None-Match still works
-      val e = intercept[ConditionalWritesNotHonouredException](consumer().initialize(None))
-      assert(e.getMessage.contains("while the object did not change") && e.endpoint === s.endpoint, e.getMessage)
-    } finally {
+        val refused = intercept[ConditionalWritesNotHonouredException](s.conditions())
+        assert(refused.getMessage.contains("with If-Match set to its own entity tag"), refused.getMessage)
+        // Past the probe (as if it had passed), a write says the same at once, not after the CAS budget.
+        EndpointConditions.remember(new EndpointConditions(s.endpoint, IfMatchForm.all, None))
+        def consumer() = new osqueue.queue.QueueConsumer(new osqueue.queue.ManifestStore(s, "ingest/manifest"),
+          osqueue.queue.RetryPolicy(baseDelayMs = 1, maxDelayMs = 2), osqueue.SystemClock, new osqueue.metrics.MetricsRegistry)
+        consumer().initialize(None) // creates the manifest: If-None-Match still works
+        val e = intercept[ConditionalWritesNotHonouredException](consumer().initialize(None))
+        assert(e.getMessage.contains("while the object did not change") && e.endpoint === s.endpoint, e.getMessage)
+      }
+    finally {
       proxy.close()
       Using.resource(new S3Store("unused", "", config))(s => EndpointConditions.forget(s.endpoint))
     }
@@ -93,7 +95,8 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
       "if-none-match" -> "If-None-Match: * replaced it",
       "if-match" -> "If-Match set to a wrong entity tag replaced it")) {
     test(s"should refuse a server that ignores conditional writes (dropped: $drop), naming the endpoint and what it did") {
-      assume(server.kind != "ceph", "the proxy forwards SigV4 signatures over the dropped headers: only moto and LocalStack skip checking them")
+      assume(server.kind != "ceph",
+        "the proxy forwards SigV4 signatures over the dropped headers: only moto and LocalStack skip checking them")
       val (endpoint, proxy) = S3TestServer.ignoringProxy(server.endpoint, drop)
       try {
         val config = S3StoreConfig.fromOptions(server.options + ("fs.s3a.endpoint" -> endpoint))
@@ -116,8 +119,8 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
         }
       } finally {
         proxy.close()
-        Using.resource(new S3Store("unused", "", S3StoreConfig.fromOptions(server.options + ("fs.s3a.endpoint" -> endpoint))))(
-          s => EndpointConditions.forget(s.endpoint))
+        Using.resource(new S3Store("unused", "", S3StoreConfig.fromOptions(server.options + ("fs.s3a.endpoint" -> endpoint))))(s =>
+          EndpointConditions.forget(s.endpoint))
       }
     }
   }
@@ -141,7 +144,8 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
   test("should surface S3's 412 as PreconditionFailed") {
     Using.resource(newStore()) { s =>
       s.put("k", bytes("v"))
-      assert(s.putIfVersionMatches("k", bytes("w"), ObjectVersion("\"0123456789abcdef0123456789abcdef\"")) === CasOutcome.PreconditionFailed)
+      assert(s.putIfVersionMatches("k", bytes("w"),
+        ObjectVersion("\"0123456789abcdef0123456789abcdef\"")) === CasOutcome.PreconditionFailed)
       assert(s.putIfAbsent("k", bytes("w")) === CasOutcome.PreconditionFailed)
       assert(text(s.get("k")) === Some("v"))
     }
@@ -171,7 +175,8 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
       val outcome = new java.util.concurrent.CompletableFuture[Throwable]()
       val t = new Thread(() => {
         Thread.currentThread().interrupt()
-        outcome.complete(try { s.get("k"); null } catch { case e: Throwable => e })
+        outcome.complete(try { s.get("k"); null }
+          catch { case e: Throwable => e })
       })
       t.start()
       val e = outcome.get(30, java.util.concurrent.TimeUnit.SECONDS)
@@ -211,7 +216,10 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
     // still be a store failure the queue resolves, not a "query stopped" interruption.
     Using.resource(new ServerSocket(0)) { silent =>
       val accepted = new java.util.concurrent.CopyOnWriteArrayList[java.net.Socket]()
-      val acceptor = new Thread(() => while (!silent.isClosed) try accepted.add(silent.accept()) catch { case _: java.io.IOException => () })
+      val acceptor = new Thread(() =>
+        while (!silent.isClosed)
+          try accepted.add(silent.accept())
+          catch { case _: java.io.IOException => () })
       acceptor.setDaemon(true)
       acceptor.start()
       val config = S3StoreConfig(
@@ -224,15 +232,16 @@ class S3StoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
         requestTimeout = None,
         maxAttempts = 1)
       try Using.resource(new S3Store("bucket", "p", config)) { s =>
-        val errors = Seq(
-          intercept[StoreException](s.get("k")),
-          intercept[StoreException](s.putIfVersionMatches("k", bytes("v"), ObjectVersion("\"x\""))))
-        errors.foreach { e =>
-          val causes = Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null).toSeq
-          assert(causes.exists(_.isInstanceOf[java.net.SocketTimeoutException]), e.toString)
+          val errors = Seq(
+            intercept[StoreException](s.get("k")),
+            intercept[StoreException](s.putIfVersionMatches("k", bytes("v"), ObjectVersion("\"x\""))))
+          errors.foreach { e =>
+            val causes = Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null).toSeq
+            assert(causes.exists(_.isInstanceOf[java.net.SocketTimeoutException]), e.toString)
+          }
+          assert(!Thread.currentThread().isInterrupted)
         }
-        assert(!Thread.currentThread().isInterrupted)
-      } finally accepted.forEach(_.close())
+      finally accepted.forEach(_.close())
     }
   }
 

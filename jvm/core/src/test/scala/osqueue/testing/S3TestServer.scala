@@ -68,7 +68,8 @@ final class S3TestServer private (
   }
 
   override def close(): Unit = {
-    try process.getOutputStream.close() catch { case _: java.io.IOException => () }
+    try process.getOutputStream.close()
+    catch { case _: java.io.IOException => () }
     if (!process.waitFor(10, TimeUnit.SECONDS)) {
       process.descendants().forEach(p => { p.destroy(); () })
       process.destroy()
@@ -116,7 +117,8 @@ object S3TestServer {
     val args = Seq("--upstream", upstream, "--drop", drop) ++ (if (spoilIfMatch) Seq("--spoil-if-match") else Nil)
     val (process, fields, _) = launch("tests/s3/ignoring_proxy.py", args, 30.seconds)
     val stop: AutoCloseable = () => {
-      try process.getOutputStream.close() catch { case _: java.io.IOException => () }
+      try process.getOutputStream.close()
+      catch { case _: java.io.IOException => () }
       if (!process.waitFor(10, TimeUnit.SECONDS)) process.destroyForcibly()
       ()
     }
@@ -142,17 +144,17 @@ object S3TestServer {
       .start()
     val firstLine = new CompletableFuture[String]()
     val reader = new Thread(() => {
-      // Reads the JSON line, then keeps draining stdout so the launcher never blocks on it.
-      val in = new BufferedReader(new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
-      try {
-        var line = in.readLine()
-        while (line != null) {
-          if (line.trim.startsWith("{")) firstLine.complete(line.trim)
-          line = in.readLine()
-        }
-      } catch { case _: java.io.IOException => () }
-      firstLine.completeExceptionally(new IllegalStateException(s"the S3 server launcher exited (code ${process.waitFor()})"))
-    }, "s3server-stdout")
+        // Reads the JSON line, then keeps draining stdout so the launcher never blocks on it.
+        val in = new BufferedReader(new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
+        try {
+          var line = in.readLine()
+          while (line != null) {
+            if (line.trim.startsWith("{")) firstLine.complete(line.trim)
+            line = in.readLine()
+          }
+        } catch { case _: java.io.IOException => () }
+        firstLine.completeExceptionally(new IllegalStateException(s"the S3 server launcher exited (code ${process.waitFor()})"))
+      }, "s3server-stdout")
     reader.setDaemon(true)
     reader.start()
     val json =

@@ -42,7 +42,8 @@ final class GcsTestServer private (process: Process, val endpoint: String, val p
   }
 
   override def close(): Unit = {
-    try process.getOutputStream.close() catch { case _: java.io.IOException => () }
+    try process.getOutputStream.close()
+    catch { case _: java.io.IOException => () }
     if (!process.waitFor(10, TimeUnit.SECONDS)) process.destroyForcibly()
     ()
   }
@@ -59,16 +60,16 @@ object GcsTestServer {
     val process = new ProcessBuilder(python, script.toString).directory(S3TestServer.repoRoot.toFile).redirectError(stderr.toFile).start()
     val firstLine = new CompletableFuture[String]()
     val reader = new Thread(() => {
-      val in = new BufferedReader(new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
-      try {
-        var line = in.readLine()
-        while (line != null) {
-          if (line.trim.startsWith("{")) firstLine.complete(line.trim)
-          line = in.readLine()
-        }
-      } catch { case _: java.io.IOException => () }
-      firstLine.completeExceptionally(new IllegalStateException(s"the GCS server launcher exited (code ${process.waitFor()})"))
-    }, "gcsserver-stdout")
+        val in = new BufferedReader(new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
+        try {
+          var line = in.readLine()
+          while (line != null) {
+            if (line.trim.startsWith("{")) firstLine.complete(line.trim)
+            line = in.readLine()
+          }
+        } catch { case _: java.io.IOException => () }
+        firstLine.completeExceptionally(new IllegalStateException(s"the GCS server launcher exited (code ${process.waitFor()})"))
+      }, "gcsserver-stdout")
     reader.setDaemon(true)
     reader.start()
     val json =

@@ -197,7 +197,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
     val (entries, _) = SinkCopies.select(m.entries, from, to, delivered)
     duplicateCopiesSkipped.addAndGet(m.entries.count(e => e.sequence >= from && e.sequence < to) - entries.size)
     // A start inside a batch file (a real-time batch ended there): its first entries were read.
-    def skip(e: osqueue.format.ManifestEntry) = if (e.sequence == startAt.nextSequence && from == startAt.nextSequence) startAt.entryIndex else 0
+    def skip(e: osqueue.format.ManifestEntry) =
+      if (e.sequence == startAt.nextSequence && from == startAt.nextSequence) startAt.entryIndex else 0
     entries.map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss, skip(e)): InputPartition).toArray
   }
 
@@ -232,9 +233,9 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   override def stop(): Unit =
     try dequeueLastCommittedBatch()
     finally gc.foreach { ex =>
-      ex.shutdown()
-      if (!ex.awaitTermination(GcStopWaitSeconds, TimeUnit.SECONDS)) ex.shutdownNow()
-    }
+        ex.shutdown()
+        if (!ex.awaitTermination(GcStopWaitSeconds, TimeUnit.SECONDS)) ex.shutdownNow()
+      }
 
   /**
    * Dequeues through the end of the last micro-batch whose entry in the checkpoint's commit log
@@ -246,17 +247,19 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private def dequeueLastCommittedBatch(): Unit =
     if (queue.ownEpoch.isDefined) {
       try checkpoint match {
-        case None => logWarning(s"cannot locate the commit log from '$sourceCheckpoint': the last micro-batch " +
-            s"stays in '${location.identity}' until the next run of this query")
-        case Some(logs) => logs.lastCommittedEnd().foreach { case (batchId, json) =>
-            val end = ours(deserializeOffset(json))
-            logInfo(s"query ended: dequeuing '${location.identity}' through ${end.nextSequence - 1}, the end of " +
-              s"micro-batch $batchId, the last one committed in ${logs.root}")
-            commit(end)
-          }
-      } catch {
-        case NonFatal(e) => logWarning(s"could not dequeue the last committed micro-batch of '${location.identity}' " +
-            "when the query ended; it stays queued until the next run of this query", e)
+          case None => logWarning(s"cannot locate the commit log from '$sourceCheckpoint': the last micro-batch " +
+              s"stays in '${location.identity}' until the next run of this query")
+          case Some(logs) => logs.lastCommittedEnd().foreach { case (batchId, json) =>
+              val end = ours(deserializeOffset(json))
+              logInfo(s"query ended: dequeuing '${location.identity}' through ${end.nextSequence - 1}, the end of " +
+                s"micro-batch $batchId, the last one committed in ${logs.root}")
+              commit(end)
+            }
+        }
+      catch {
+        case NonFatal(e) => logWarning(
+            s"could not dequeue the last committed micro-batch of '${location.identity}' " +
+              "when the query ended; it stays queued until the next run of this query", e)
       }
     }
 

@@ -59,8 +59,8 @@ private[spark] object OsqueueOptions {
 
   def location(options: Map[String, String], sessionStoreOptions: Map[String, String]): QueueLocation = {
     val uri = options.get(Path).map(_.trim).filter(_.nonEmpty).getOrElse(throw new IllegalArgumentException(
-      "option 'path' is required: the queue's store root, e.g. s3a://bucket/prefix or /data/queue " +
-        "(spark.readStream.format(\"osqueue\").load(path) sets it)"))
+        "option 'path' is required: the queue's store root, e.g. s3a://bucket/prefix or /data/queue " +
+          "(spark.readStream.format(\"osqueue\").load(path) sets it)"))
     val manifest = key(options, ManifestPath, "ingest/manifest")
     val prefix = options.getOrElse(DataPathPrefix, "ingest").trim.stripSuffix("/")
     if (prefix.nonEmpty) validKey(DataPathPrefix, prefix)
@@ -88,12 +88,13 @@ private[spark] object OsqueueOptions {
   }
 
   def checkKnown(options: Map[String, String], mode: String): Unit = {
-    val known = (mode match {
-      case "source" => sourceKeys
-      case "batch read" => batchReadKeys
-      case "sink" => sinkKeys
-      case _ => sourceKeys ++ batchReadKeys ++ sinkKeys
-    }) ++ sparkKeys
+    val known =
+      (mode match {
+        case "source" => sourceKeys
+        case "batch read" => batchReadKeys
+        case "sink" => sinkKeys
+        case _ => sourceKeys ++ batchReadKeys ++ sinkKeys
+      }) ++ sparkKeys
     options.keys.filterNot(k => known(k) || isStoreOption(k)).toSeq.sorted
       .headOption.foreach { k =>
         throw new IllegalArgumentException(
@@ -135,9 +136,11 @@ private[spark] object OsqueueOptions {
     }.getOrElse(default)
 
   def compression(options: Map[String, String]): Compression =
-    options.get(CompressionKey).map(v => try Compression.parse(CompressionKey, v) catch {
-      case e: osqueue.InvalidConfigException => throw new IllegalArgumentException(e.getMessage)
-    }).getOrElse(Compression.None)
+    options.get(CompressionKey).map(v =>
+      try Compression.parse(CompressionKey, v)
+      catch {
+        case e: osqueue.InvalidConfigException => throw new IllegalArgumentException(e.getMessage)
+      }).getOrElse(Compression.None)
 
   private def key(options: Map[String, String], name: String, default: String): String =
     validKey(name, options.getOrElse(name, default).trim)
@@ -190,16 +193,19 @@ private[spark] object SourceOptions {
     val max = positiveInt(options, MaxBatchesPerTrigger)
     val min = positiveInt(options, MinBatchesPerTrigger)
     (min, max) match {
-      case (Some(lo), Some(hi)) if lo > hi => throw new IllegalArgumentException(
-        s"option '$MinBatchesPerTrigger' ($lo) must not exceed '$MaxBatchesPerTrigger' ($hi)")
+      case (Some(lo), Some(hi)) if lo > hi =>
+        throw new IllegalArgumentException(
+          s"option '$MinBatchesPerTrigger' ($lo) must not exceed '$MaxBatchesPerTrigger' ($hi)")
       case _ =>
     }
     if (options.contains(MaxTriggerDelay) && min.isEmpty)
       throw new IllegalArgumentException(s"option '$MaxTriggerDelay' only applies with '$MinBatchesPerTrigger'")
     val poll = duration(options, PollInterval, DefaultPollInterval)
-    val maxPoll = duration(options, MaxPollInterval, if (options.contains(PollInterval)) poll.max(DefaultMaxPollInterval) else DefaultMaxPollInterval)
+    val maxPoll =
+      duration(options, MaxPollInterval, if (options.contains(PollInterval)) poll.max(DefaultMaxPollInterval) else DefaultMaxPollInterval)
     if (maxPoll < poll) throw new IllegalArgumentException(
-      s"option '$MaxPollInterval' (${options(MaxPollInterval)}) must not be below '$PollInterval' (${options.getOrElse(PollInterval, poll.toString)})")
+      s"option '$MaxPollInterval' (${options(MaxPollInterval)}) must not be below '$PollInterval' (${options.getOrElse(
+          PollInterval, poll.toString)})")
     SourceOptions(
       location(options, session), max, min,
       duration(options, MaxTriggerDelay, 15.minutes),

@@ -62,7 +62,8 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition, fiel
   }
 
   private var current: InternalRow = _
-  override def next(): Boolean = if (rows.hasNext) { current = rows.next(); true } else false
+  override def next(): Boolean = if (rows.hasNext) { current = rows.next(); true }
+  else false
   override def get(): InternalRow = current
   override def close(): Unit = ()
 

@@ -10,12 +10,12 @@ import osqueue.consumer.ConsumedBatch
 /** The source's fixed row schema and the conversion of a batch's records into rows. */
 private[spark] object OsqueueSchema {
   val schema: StructType = StructType(Seq(
-    StructField("value", BinaryType, nullable = false),
-    StructField("sequence", LongType, nullable = false),
-    StructField("index", IntegerType, nullable = false),
-    StructField("location", StringType, nullable = false),
-    StructField("ingestionTime", TimestampType, nullable = true),
-    StructField("metadata", BinaryType, nullable = true)))
+      StructField("value", BinaryType, nullable = false),
+      StructField("sequence", LongType, nullable = false),
+      StructField("index", IntegerType, nullable = false),
+      StructField("location", StringType, nullable = false),
+      StructField("ingestionTime", TimestampType, nullable = true),
+      StructField("metadata", BinaryType, nullable = true)))
 
   /** The schema's fields, by name, in the order `required` lists them (column pruning). */
   def fieldIndexes(required: StructType): Array[Int] = required.fieldNames.map(schema.fieldIndex)

@@ -89,11 +89,13 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     }
     // Files of a batch id this committer already sent a manifest write for may be referenced: keep them.
     def deleteUnreferenced(): Unit = if (!manifestWriteAttempted(batchId)) batches.foreach(b => store.delete(b.location))
-    val state = try checkOwner() catch {
-      case e: WriterFencedException =>
-        deleteUnreferenced() // this attempt's own files: never referenced
-        throw e
-    }
+    val state =
+      try checkOwner()
+      catch {
+        case e: WriterFencedException =>
+          deleteUnreferenced() // this attempt's own files: never referenced
+          throw e
+      }
     // A df.write must not share a streaming query's batch ids (the claim refuses the reverse).
     val batchOwner = OsqueueSinkErrors.BatchWriteOwner
     state.flatMap(_.owner).filter(o => owner.contains(batchOwner) && o != batchOwner).foreach { o =>
@@ -113,8 +115,10 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     // Monotonic: a batch id already recorded (by a zombie that got further) is left alone. A staged
     // epoch that was quick after all ends the staging.
     updateState(
-      s => if (s.lastCommittedBatch >= batchId) s else s.copy(lastCommittedBatch = batchId, owner = s.owner.orElse(owner),
-        stageUploads = s.stageUploads && (staged.isEmpty || slow)),
+      s =>
+        if (s.lastCommittedBatch >= batchId) s
+        else s.copy(lastCommittedBatch = batchId, owner = s.owner.orElse(owner),
+          stageUploads = s.stageUploads && (staged.isEmpty || slow)),
       checkOwnerOf = true)
     if (staged.nonEmpty) deleteStaged(staged)
     true
@@ -148,7 +152,9 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     metrics.counter(MetricNames.BatchesReuploaded).add(copies.flatten.size.toLong)
     val missing = toCopy.zip(copies).collect { case (b, None) => b.location }
     if (missing.nonEmpty) {
-      copies.flatten.foreach(k => try store.delete(k) catch { case NonFatal(_) => () }) // orphans otherwise: GC's
+      copies.flatten.foreach(k =>
+        try store.delete(k)
+        catch { case NonFatal(_) => () }) // orphans otherwise: GC's
       if (recordExpiry) updateState(_.copy(stageUploads = true), checkOwnerOf = true)
       throw OsqueueSinkErrors.filesExpired(writerId, batchId, missing, graceMs, staging = recordExpiry)
     }
@@ -166,14 +172,15 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
    * Staged files are never referenced (their copies are): deleted after the commit, with any older
    * ones of this writer (left by an attempt that died before its commit).
    */
-  private def deleteStaged(staged: Seq[WrittenBatch]): Unit = try {
-    val oldest = staged.flatMap(b => BatchNames.ulidTimeMs(b.location)).min
-    val older = store.list(stagingPrefix + "/").map(_.key)
-      .filter(k => BatchNames.ulidTimeMs(k).exists(_ < oldest))
-    (staged.map(_.location) ++ older).foreach(store.delete)
-  } catch {
-    case NonFatal(e) => logWarning(s"osqueue sink '$writerId': could not delete staged files under '$stagingPrefix'", e)
-  }
+  private def deleteStaged(staged: Seq[WrittenBatch]): Unit =
+    try {
+      val oldest = staged.flatMap(b => BatchNames.ulidTimeMs(b.location)).min
+      val older = store.list(stagingPrefix + "/").map(_.key)
+        .filter(k => BatchNames.ulidTimeMs(k).exists(_ < oldest))
+      (staged.map(_.location) ++ older).foreach(store.delete)
+    } catch {
+      case NonFatal(e) => logWarning(s"osqueue sink '$writerId': could not delete staged files under '$stagingPrefix'", e)
+    }
 
   /** All the files in ONE manifest write; each write attempt first re-checks the generation. */
   private def append(batchId: Long, batches: Seq[WrittenBatch], tag: Array[Byte]): Unit = if (batches.nonEmpty) {
@@ -256,9 +263,11 @@ private[spark] object OsqueueSinkCommitter {
    * version stays 1.
    */
   def decodeState(key: String, bytes: Array[Byte]): WriterState = {
-    val node = try mapper.readTree(bytes) catch {
-      case e: Exception => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${e.getMessage}")
-    }
+    val node =
+      try mapper.readTree(bytes)
+      catch {
+        case e: Exception => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${e.getMessage}")
+      }
     def long(field: String, default: Option[Long]): Long = node.path(field) match {
       case n if n.isIntegralNumber && n.canConvertToLong => n.asLong
       case n if n.isMissingNode && default.isDefined => default.get

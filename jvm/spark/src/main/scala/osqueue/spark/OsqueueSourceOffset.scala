@@ -45,9 +45,11 @@ private[spark] object OsqueueSourceOffset {
   private val mapper = new ObjectMapper()
 
   def parse(json: String): OsqueueSourceOffset = {
-    val node = try mapper.readTree(json) catch {
-      case e: Exception => throw OsqueueExceptions.badOffset(json, s"not JSON (${e.getMessage})")
-    }
+    val node =
+      try mapper.readTree(json)
+      catch {
+        case e: Exception => throw OsqueueExceptions.badOffset(json, s"not JSON (${e.getMessage})")
+      }
     node match {
       case o: ObjectNode if o.has("version") && o.has("queue") && o.has("queueId") && o.has("nextSequence") =>
         val v = o.get("version")
@@ -57,7 +59,8 @@ private[spark] object OsqueueSourceOffset {
         if (version > Version) throw OsqueueExceptions.badOffset(json,
           s"offset format version $version was written by a newer osqueue; this one reads up to $Version")
         val next = o.get("nextSequence")
-        if (!next.isIntegralNumber || !next.canConvertToLong || next.asLong() < 0) throw OsqueueExceptions.badOffset(json, "nextSequence is not a sequence")
+        if (!next.isIntegralNumber || !next.canConvertToLong || next.asLong() < 0)
+          throw OsqueueExceptions.badOffset(json, "nextSequence is not a sequence")
         val writers = Option(o.get("writers")).map(_.properties().asScala.map { e =>
           val v = e.getValue
           if (!v.isArray || v.size != 2 || !v.get(0).canConvertToLong)

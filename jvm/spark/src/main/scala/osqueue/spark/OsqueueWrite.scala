@@ -37,7 +37,7 @@ private[spark] object OsqueueWriteBuilder {
       case BinaryType => false
       case StringType => true
       case other => throw new IllegalArgumentException(
-        s"the osqueue sink's 'value' column must be binary or string, not ${other.simpleString}")
+          s"the osqueue sink's 'value' column must be binary or string, not ${other.simpleString}")
     }
     val metadataIndex = Some(names.indexOf("metadata")).filter(_ >= 0)
     metadataIndex.foreach { i =>

@@ -57,7 +57,7 @@ private[spark] object SparkCheckpointLogs {
     val cls = LogPackages.iterator.map(p => Try(Class.forName(s"$p.$className", true, loader)))
       .collectFirst { case Success(c) => c }
       .getOrElse(throw new ClassNotFoundException(
-        s"Spark's $className is in none of ${LogPackages.mkString(", ")} (Spark ${org.apache.spark.SPARK_VERSION})"))
+          s"Spark's $className is in none of ${LogPackages.mkString(", ")} (Spark ${org.apache.spark.SPARK_VERSION})"))
     // Spark 4.2 added a third parameter, `metadataCacheEnabled: Boolean = false`: passed as its default.
     val constructors = cls.getConstructors.toSeq
     def takes(c: java.lang.reflect.Constructor[_], rest: Class[_]*): Boolean = {

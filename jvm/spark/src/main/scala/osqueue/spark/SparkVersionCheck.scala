@@ -102,7 +102,9 @@ object SparkVersionCheck {
     out(1) = -1
     var i = 0
     while (i < 2 && i < parts.length) {
-      out(i) = try Integer.parseInt(parts(i)) catch { case _: NumberFormatException => -1 }
+      out(i) =
+        try Integer.parseInt(parts(i))
+        catch { case _: NumberFormatException => -1 }
       i += 1
     }
     out

@@ -63,8 +63,9 @@ class SparkLineSuite extends AnyFunSuite with BeforeAndAfterAll {
       .writeStream.option("checkpointLocation", checkpoint).trigger(Trigger.AvailableNow())
       .foreachBatch(new VoidFunction2[Dataset[Row], java.lang.Long] {
         override def call(batch: Dataset[Row], id: java.lang.Long): Unit =
-          batch.collect().foreach(r => seen.add((r.getAs[Long]("sequence"), r.getAs[Int]("index").toLong,
-            new String(r.getAs[Array[Byte]]("value"), UTF_8))))
+          batch.collect().foreach(r =>
+            seen.add((r.getAs[Long]("sequence"), r.getAs[Int]("index").toLong,
+                new String(r.getAs[Array[Byte]]("value"), UTF_8))))
       })
       .start()
     assert(query.awaitTermination(120000), "the AvailableNow query did not finish")

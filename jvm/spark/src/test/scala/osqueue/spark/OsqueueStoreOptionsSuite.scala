@@ -9,7 +9,7 @@ import osqueue.store.ObjectStores
 class OsqueueStoreOptionsSuite extends AnyFunSuite {
   test("should pass fs.gs.* options (spark.hadoop.-prefixed too) to the store, over the session's") {
     val options = OsqueueOptions.normalize(Map("path" -> "gs://bucket/q", "fs.gs.project.id" -> "p-read",
-      "spark.hadoop.fs.gs.auth.type" -> "UNAUTHENTICATED", "fs.s3a.endpoint" -> "http://127.0.0.1:9"))
+        "spark.hadoop.fs.gs.auth.type" -> "UNAUTHENTICATED", "fs.s3a.endpoint" -> "http://127.0.0.1:9"))
     val session = Map("fs.gs.project.id" -> "p-session", "fs.gs.storage.root.url" -> "http://127.0.0.1:4443")
     val location = OsqueueOptions.location(options, session)
     assert(location.storeOptions === Map("fs.gs.project.id" -> "p-read", "fs.gs.auth.type" -> "UNAUTHENTICATED",

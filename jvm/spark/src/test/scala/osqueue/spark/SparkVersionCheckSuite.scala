@@ -30,8 +30,9 @@ class SparkVersionCheckSuite extends AnyFunSuite {
   test("should refuse another line naming the artifact built for it") {
     val spark35 = SparkVersionCheck.mismatch("3.5.7", "2.12.18").get
     assert(spark35.startsWith("OSQUEUE_INCOMPATIBLE_SPARK:"))
-    assert(spark35.contains(s"built for Spark ${BuiltFor.SparkLine}.x with Scala 2.13") &&
-      spark35.contains("loaded into Spark 3.5.7 with Scala 2.12.18"), spark35)
+    assert(
+      spark35.contains(s"built for Spark ${BuiltFor.SparkLine}.x with Scala 2.13") &&
+        spark35.contains("loaded into Spark 3.5.7 with Scala 2.12.18"), spark35)
     assert(spark35.contains(s"io.github.osqueue:osqueue-spark-3.5_2.12:$v"), spark35)
     assert(SparkVersionCheck.mismatch("3.5.2", "2.13.8").get.contains(s"osqueue-spark-3.5_2.13:$v"))
     assert(SparkVersionCheck.mismatch("4.0.1", "2.13.16").get.contains(s"osqueue-spark-4.0_2.13:$v"))

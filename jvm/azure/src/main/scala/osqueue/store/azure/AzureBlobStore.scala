@@ -222,8 +222,9 @@ final class AzureBlobStore(val location: AzureLocation, val config: AzureStoreCo
 private object StoreFailure {
   def unapply(t: Throwable): Option[Throwable] = t match {
     case _: AzureException | _: UncheckedIOException => Some(t)
-    case r: RuntimeException if r.getClass.getName.contains("reactor.core.Exceptions") ||
-        Iterator.iterate[Throwable](r)(_.getCause).takeWhile(_ != null).take(20).exists(_.isInstanceOf[java.io.IOException]) =>
+    case r: RuntimeException
+        if r.getClass.getName.contains("reactor.core.Exceptions") ||
+          Iterator.iterate[Throwable](r)(_.getCause).takeWhile(_ != null).take(20).exists(_.isInstanceOf[java.io.IOException]) =>
       Some(t)
     case _ => None
   }
@@ -243,7 +244,7 @@ object AzureBlobStore {
       case AzureAuth.Sas(token) => builder.sasToken(token)
       case AzureAuth.ClientSecret(tenant, id, secret, authority) =>
         builder.credential(new ClientSecretCredentialBuilder().tenantId(tenant).clientId(id).clientSecret(secret)
-          .authorityHost(authority).httpClient(http).build())
+            .authorityHost(authority).httpClient(http).build())
       case AzureAuth.DefaultChain => builder.credential(new DefaultAzureCredentialBuilder().httpClient(http).build())
     }
     builder.buildClient().getBlobContainerClient(location.container)

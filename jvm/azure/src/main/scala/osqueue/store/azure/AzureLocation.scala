@@ -20,7 +20,8 @@ final case class AzureLocation(scheme: String, container: String, account: Strin
 
 object AzureLocation {
   val Schemes: Set[String] = Set("abfss", "abfs", "wasbs", "wasb")
-  private val Form = "expected abfss://container@account.dfs.core.windows.net/prefix or wasbs://container@account.blob.core.windows.net/prefix"
+  private val Form =
+    "expected abfss://container@account.dfs.core.windows.net/prefix or wasbs://container@account.blob.core.windows.net/prefix"
   private val Uri = """(?i)^(abfss|abfs|wasbs|wasb)://([^@/]*)@([^/]*)(?:/(.*))?$""".r
   // Azure's container names: 3-63 of a-z, 0-9 and '-', starting and ending with a letter or digit.
   private val ContainerName = "^[a-z0-9](?:[a-z0-9]|-(?!-)){1,61}[a-z0-9]$".r

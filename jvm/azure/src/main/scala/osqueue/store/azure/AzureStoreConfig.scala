@@ -65,10 +65,14 @@ object AzureStoreConfig {
     def perAccount(name: String): Option[(String, String)] = lookup(hosts.map(h => s"$name.$h") :+ name)
 
     val endpoint = lookup(Seq(Endpoint)).map { case (k, v) =>
-      val uri = try new URI(v) catch { case _: java.net.URISyntaxException => null }
-      if (uri == null || uri.getScheme == null || !Set("http", "https").contains(uri.getScheme.toLowerCase(Locale.ROOT)) || uri.getHost == null)
-        throw new InvalidConfigException(k, v, "expected the Blob service URL, e.g. https://account.blob.core.windows.net " +
-          "or http://127.0.0.1:10000/devstoreaccount1 (azurite)")
+      val uri =
+        try new URI(v)
+        catch { case _: java.net.URISyntaxException => null }
+      if (uri == null || uri.getScheme == null || !Set("http", "https").contains(
+          uri.getScheme.toLowerCase(Locale.ROOT)) || uri.getHost == null)
+        throw new InvalidConfigException(k, v,
+          "expected the Blob service URL, e.g. https://account.blob.core.windows.net " +
+            "or http://127.0.0.1:10000/devstoreaccount1 (azurite)")
       v.stripSuffix("/")
     }.getOrElse(location.blobEndpoint)
 
@@ -83,8 +87,9 @@ object AzureStoreConfig {
     def sasToken = sas.map { case (_, v) => AzureAuth.Sas(v.stripPrefix("?")) }
     def oauth = clientId.map { case (_, id) =>
       def need(name: String) = perAccount(name).map(_._2).getOrElse(
-        throw new InvalidConfigException(name, "", s"OAuth client credentials need $ClientId, $ClientSecretKey and $ClientEndpoint " +
-          s"(optionally suffixed with .${location.host})"))
+        throw new InvalidConfigException(name, "",
+          s"OAuth client credentials need $ClientId, $ClientSecretKey and $ClientEndpoint " +
+            s"(optionally suffixed with .${location.host})"))
       val secret = need(ClientSecretKey)
       val (endpointKey, tokenEndpoint) = perAccount(ClientEndpoint).getOrElse(need(ClientEndpoint) -> "")
       val (authority, tenant) = parseTokenEndpoint(endpointKey, tokenEndpoint)
@@ -116,6 +121,6 @@ object AzureStoreConfig {
   private def parseTokenEndpoint(key: String, value: String): (String, String) = {
     val m = """^(https://[^/]+)/([^/]+)/oauth2/(?:v2\.0/)?token/?$""".r.findFirstMatchIn(value.trim)
     m.map(x => (x.group(1), x.group(2))).getOrElse(throw new InvalidConfigException(key, value,
-      "expected the tenant's token endpoint, https://login.microsoftonline.com/<tenant id>/oauth2/token"))
+        "expected the tenant's token endpoint, https://login.microsoftonline.com/<tenant id>/oauth2/token"))
   }
 }

@@ -62,7 +62,8 @@ class AzureBlobStoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAl
   }
 
   test("should refuse a wrong account key with the store's error naming the key to set") {
-    val wrong = server.options + (s"${AzureStoreConfig.AccountKey}.${server.host}" -> java.util.Base64.getEncoder.encodeToString(Array.fill(64)(1.toByte)))
+    val wrong = server.options + (s"${AzureStoreConfig.AccountKey}.${server.host}" -> java.util.Base64.getEncoder.encodeToString(
+      Array.fill(64)(1.toByte)))
     Using.resource(ObjectStores.open(s"abfss://${server.freshContainer()}@${server.host}/q", wrong)) { s =>
       val e = intercept[StoreException](s.list(""))
       assert(e.getMessage.contains("403") && e.getMessage.contains(s"fs.azure.account.key.${server.host}"), e.getMessage)
@@ -86,12 +87,13 @@ class AzureBlobStoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAl
     assert(invalid(s"abfss://${server.host}/q").option === "path")
     assert(invalid(s"abfss://Bad_Name@${server.host}/q").getMessage.contains("not an Azure container name"))
     assert(invalid(s"abfss://c00@${server.host}/a/../b").getMessage.contains("not a valid key"))
-    assert(invalid(s"abfss://c00@${server.host}/q", server.options + (AzureStoreConfig.Endpoint -> "127.0.0.1:1")).option === AzureStoreConfig.Endpoint)
+    assert(invalid(s"abfss://c00@${server.host}/q",
+      server.options + (AzureStoreConfig.Endpoint -> "127.0.0.1:1")).option === AzureStoreConfig.Endpoint)
     val badKey = intercept[InvalidConfigException](ObjectStores.open(s"abfss://c00@${server.host}/q",
-      Map(s"spark.hadoop.fs.azure.account.key.${server.host}" -> "not base64!")))
+        Map(s"spark.hadoop.fs.azure.account.key.${server.host}" -> "not base64!")))
     assert(badKey.option === s"fs.azure.account.key.${server.host}" && !badKey.getMessage.contains("not base64!"))
     val oauth = intercept[InvalidConfigException](ObjectStores.open(s"abfss://c00@${server.host}/q",
-      Map("fs.azure.account.auth.type" -> "OAuth", "fs.azure.account.oauth2.client.id" -> "id")))
+        Map("fs.azure.account.auth.type" -> "OAuth", "fs.azure.account.oauth2.client.id" -> "id")))
     assert(oauth.option === "fs.azure.account.oauth2.client.secret", oauth.getMessage)
   }
 }

@@ -21,7 +21,8 @@ class AzureStoreConfigSuite extends AnyFunSuite {
     assert(auth(Map("fs.azure.account.key.acct.dfs.core.windows.net" -> key)) === AzureAuth.SharedKey("acct", key))
     assert(auth(Map("spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net" -> key)) === AzureAuth.SharedKey("acct", key))
     val other = java.util.Base64.getEncoder.encodeToString("other".getBytes)
-    assert(auth(Map("fs.azure.account.key" -> other, "fs.azure.account.key.acct.dfs.core.windows.net" -> key)) === AzureAuth.SharedKey("acct", key))
+    assert(auth(Map("fs.azure.account.key" -> other, "fs.azure.account.key.acct.dfs.core.windows.net" -> key)) === AzureAuth.SharedKey(
+      "acct", key))
   }
 
   test("should read SAS tokens (ABFS fixed token, WASB per container) and OAuth client credentials") {
@@ -38,7 +39,7 @@ class AzureStoreConfigSuite extends AnyFunSuite {
     assert(!parsed.toString.contains("s3cret"))
     assert(auth(Map.empty) === AzureAuth.DefaultChain)
     assert(auth(Map("fs.azure.account.auth.type" -> "OAuth",
-      "fs.azure.account.oauth.provider.type" -> "org.apache.hadoop.fs.azurebfs.oauth2.MsiTokenProvider")) === AzureAuth.DefaultChain)
+        "fs.azure.account.oauth.provider.type" -> "org.apache.hadoop.fs.azurebfs.oauth2.MsiTokenProvider")) === AzureAuth.DefaultChain)
   }
 
   test("should name the bad or missing key") {
@@ -46,7 +47,7 @@ class AzureStoreConfigSuite extends AnyFunSuite {
     assert(invalid(Map("fs.azure.account.auth.type" -> "SharedKey")).option === "fs.azure.account.key")
     assert(invalid(Map("fs.azure.account.auth.type" -> "Kerberos")).option === "fs.azure.account.auth.type")
     assert(invalid(Map("fs.azure.account.oauth2.client.id" -> "a", "fs.azure.account.oauth2.client.secret" -> "b",
-      "fs.azure.account.oauth2.client.endpoint" -> "login")).option === "fs.azure.account.oauth2.client.endpoint")
+        "fs.azure.account.oauth2.client.endpoint" -> "login")).option === "fs.azure.account.oauth2.client.endpoint")
     assert(invalid(Map("fs.azure.io.retry.max.retries" -> "-1")).option === "fs.azure.io.retry.max.retries")
   }
 }

@@ -41,7 +41,8 @@ final class AzuriteTestServer private (process: Process, val endpoint: String, v
   }
 
   override def close(): Unit = {
-    try process.getOutputStream.close() catch { case _: java.io.IOException => () }
+    try process.getOutputStream.close()
+    catch { case _: java.io.IOException => () }
     if (!process.waitFor(10, TimeUnit.SECONDS)) process.destroyForcibly()
   }
 }
@@ -63,16 +64,16 @@ object AzuriteTestServer {
     val process = new ProcessBuilder(python, script.toString).directory(S3TestServer.repoRoot.toFile).redirectError(stderr.toFile).start()
     val firstLine = new CompletableFuture[String]()
     val reader = new Thread(() => {
-      val in = new BufferedReader(new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
-      try {
-        var line = in.readLine()
-        while (line != null) {
-          if (line.trim.startsWith("{")) firstLine.complete(line.trim)
-          line = in.readLine()
-        }
-      } catch { case _: java.io.IOException => () }
-      firstLine.completeExceptionally(new IllegalStateException(s"the azurite launcher exited (code ${process.waitFor()})"))
-    }, "azurite-stdout")
+        val in = new BufferedReader(new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
+        try {
+          var line = in.readLine()
+          while (line != null) {
+            if (line.trim.startsWith("{")) firstLine.complete(line.trim)
+            line = in.readLine()
+          }
+        } catch { case _: java.io.IOException => () }
+        firstLine.completeExceptionally(new IllegalStateException(s"the azurite launcher exited (code ${process.waitFor()})"))
+      }, "azurite-stdout")
     reader.setDaemon(true)
     reader.start()
     val json =
@@ -80,7 +81,8 @@ object AzuriteTestServer {
       catch {
         case e: Exception =>
           process.destroyForcibly()
-          throw new IllegalStateException(s"azurite did not start: $e\n" + new String(Files.readAllBytes(stderr), StandardCharsets.UTF_8).takeRight(4000), e)
+          throw new IllegalStateException(s"azurite did not start: $e\n" + new String(Files.readAllBytes(stderr),
+              StandardCharsets.UTF_8).takeRight(4000), e)
       }
     val fields = Field.findAllMatchIn(json).map(m => m.group(1) -> m.group(2)).toMap
     new AzuriteTestServer(process, fields("endpoint"), fields("account"), fields("account_key"))

@@ -141,7 +141,8 @@ final class GcsStore(val bucket: String, prefix: String, val config: GcsStoreCon
           if (conditionalPut(full, "osqueue probe 2".getBytes, 0L) != CasOutcome.PreconditionFailed)
             refuse(s"a write of the existing object $at with ifGenerationMatch=0 replaced it (GCS answers 412)")
           else conditionalPut(full, "osqueue probe 3".getBytes, generation + 1000003L) match {
-            case CasOutcome.Written(_) => refuse(s"a write of $at with ifGenerationMatch set to a wrong generation replaced it (GCS answers 412)")
+            case CasOutcome.Written(_) =>
+              refuse(s"a write of $at with ifGenerationMatch set to a wrong generation replaced it (GCS answers 412)")
             case CasOutcome.PreconditionFailed =>
               if (conditionalPut(full, "osqueue probe 4".getBytes, generation) == CasOutcome.PreconditionFailed)
                 refuse(s"a write of $at with ifGenerationMatch set to its own generation $generation failed")
@@ -186,7 +187,8 @@ final class GcsStore(val bucket: String, prefix: String, val config: GcsStoreCon
   private def conditionalPut(full: String, bytes: Array[Byte], generation: Long): CasOutcome = {
     val op = s"PUT ifGenerationMatch=$generation"
     try {
-      val blob = casClient.create(BlobInfo.newBuilder(BlobId.of(bucket, full, generation)).build(), bytes, BlobTargetOption.generationMatch())
+      val blob =
+        casClient.create(BlobInfo.newBuilder(BlobId.of(bucket, full, generation)).build(), bytes, BlobTargetOption.generationMatch())
       CasOutcome.Written(ObjectVersion(blob.getGeneration.toString))
     } catch {
       // 412: the condition failed. 404 on a replace: the object is gone (no current generation).
@@ -253,11 +255,11 @@ object GcsStore {
   private def buildClient(config: GcsStoreConfig, retries: Boolean): Storage = {
     val builder = StorageOptions.http()
       .setTransportOptions(HttpTransportOptions.newBuilder()
-        .setConnectTimeout(config.connectTimeout.toMillis.min(Int.MaxValue).toInt)
-        .setReadTimeout(config.readTimeout.toMillis.min(Int.MaxValue).toInt)
-        .build())
+          .setConnectTimeout(config.connectTimeout.toMillis.min(Int.MaxValue).toInt)
+          .setReadTimeout(config.readTimeout.toMillis.min(Int.MaxValue).toInt)
+          .build())
       .setRetrySettings(ServiceOptions.getDefaultRetrySettings.toBuilder
-        .setMaxAttempts(if (retries) math.max(1, config.maxAttempts) else 1).build())
+          .setMaxAttempts(if (retries) math.max(1, config.maxAttempts) else 1).build())
     config.rootUrl.foreach(u => builder.setHost(u.toString.stripSuffix("/")))
     config.projectId.foreach(p => builder.setProjectId(p))
     config.credentials match {
@@ -266,11 +268,17 @@ object GcsStore {
       case GcsCredentials.JsonKeyFile(path) =>
         val in = new FileInputStream(path)
         try builder.setCredentials(GoogleCredentials.fromStream(in))
-        catch { case e: java.io.IOException => throw new InvalidConfigException(GcsStoreConfig.JsonKeyFile, path, s"not a service account JSON key file: ${e.getMessage}") }
-        finally in.close()
+        catch {
+          case e: java.io.IOException =>
+            throw new InvalidConfigException(GcsStoreConfig.JsonKeyFile, path, s"not a service account JSON key file: ${e.getMessage}")
+        } finally in.close()
       case GcsCredentials.ServiceAccountKey(email, keyId, key) =>
-        try builder.setCredentials(ServiceAccountCredentials.fromPkcs8(null, email, key, keyId.orNull, java.util.Collections.emptyList[String]()))
-        catch { case e: java.io.IOException => throw new InvalidConfigException(GcsStoreConfig.PrivateKey, "<private key>", s"not a PKCS#8 private key: ${e.getMessage}") }
+        try builder.setCredentials(ServiceAccountCredentials.fromPkcs8(null, email, key, keyId.orNull,
+              java.util.Collections.emptyList[String]()))
+        catch {
+          case e: java.io.IOException =>
+            throw new InvalidConfigException(GcsStoreConfig.PrivateKey, "<private key>", s"not a PKCS#8 private key: ${e.getMessage}")
+        }
     }
     builder.build().getService
   }

@@ -72,9 +72,10 @@ object GcsStoreConfig {
     }
 
     for (name <- Unsupported; (n, v) <- raw(name))
-      throw new InvalidConfigException(n, v, "osqueue talks to GCS through its own client and cannot use this way " +
-        s"of authenticating; set $AuthType to SERVICE_ACCOUNT_JSON_KEYFILE with $JsonKeyFile, give $Email and " +
-        s"$PrivateKey, or leave the auth options unset to use Application Default Credentials")
+      throw new InvalidConfigException(n, v,
+        "osqueue talks to GCS through its own client and cannot use this way " +
+          s"of authenticating; set $AuthType to SERVICE_ACCOUNT_JSON_KEYFILE with $JsonKeyFile, give $Email and " +
+          s"$PrivateKey, or leave the auth options unset to use Application Default Credentials")
     raw(ServicePath).foreach { case (n, v) =>
       if (v.stripSuffix("/") != "storage/v1")
         throw new InvalidConfigException(n, v, "osqueue speaks the JSON API at storage/v1/ only; set the server with " + RootUrl)
@@ -85,7 +86,8 @@ object GcsStoreConfig {
       case (Some(e), Some(k)) => Some(GcsCredentials.ServiceAccountKey(e, str(PrivateKeyId), k.replace("\\n", "\n")))
       case (Some(_), None) if keyFile.isEmpty =>
         throw new InvalidConfigException(PrivateKey, "", s"$Email is set, so the service account's private key is required too")
-      case (None, Some(_)) => throw new InvalidConfigException(Email, "", s"$PrivateKey is set, so the service account's email is required too")
+      case (None, Some(_)) =>
+        throw new InvalidConfigException(Email, "", s"$PrivateKey is set, so the service account's email is required too")
       case _ => None
     }
     def fromKeyFile(option: String, path: String): GcsCredentials = {
@@ -98,9 +100,11 @@ object GcsStoreConfig {
       case Some((_, "UNAUTHENTICATED")) => GcsCredentials.Unauthenticated
       case Some((n, "SERVICE_ACCOUNT_JSON_KEYFILE")) =>
         keyFile.map(fromKeyFile(JsonKeyFile, _)).orElse(inline)
-          .getOrElse(throw new InvalidConfigException(JsonKeyFile, "", s"$n is SERVICE_ACCOUNT_JSON_KEYFILE, so the key file's path is required"))
+          .getOrElse(throw new InvalidConfigException(JsonKeyFile, "",
+              s"$n is SERVICE_ACCOUNT_JSON_KEYFILE, so the key file's path is required"))
       case Some((n, v)) =>
-        throw new InvalidConfigException(n, v, "expected APPLICATION_DEFAULT, COMPUTE_ENGINE, SERVICE_ACCOUNT_JSON_KEYFILE or UNAUTHENTICATED")
+        throw new InvalidConfigException(n, v,
+          "expected APPLICATION_DEFAULT, COMPUTE_ENGINE, SERVICE_ACCOUNT_JSON_KEYFILE or UNAUTHENTICATED")
       case None => keyFile.map(fromKeyFile(JsonKeyFile, _)).orElse(inline).getOrElse(GcsCredentials.DefaultChain)
     }
     val defaults = GcsStoreConfig()

@@ -17,8 +17,9 @@ final class GcsStoreProvider extends ObjectStoreProvider {
       case i => (rest.substring(0, i), rest.substring(i + 1))
     }
     if (!GcsStore.isBucketName(bucket))
-      throw new InvalidConfigException("path", uri, "expected gs://bucket/prefix with a valid GCS bucket name " +
-        "(3 to 222 characters: lower-case letters, digits, '-', '_' and '.')")
+      throw new InvalidConfigException("path", uri,
+        "expected gs://bucket/prefix with a valid GCS bucket name " +
+          "(3 to 222 characters: lower-case letters, digits, '-', '_' and '.')")
     new GcsStore(bucket, prefix, GcsStoreConfig.fromOptions(options))
   }
 }

@@ -70,15 +70,17 @@ class GcsStoreSuite extends ObjectStoreContractSuite with BeforeAndAfterAll {
 
   test("should read the GCS connector's options and name the bad one") {
     val c = GcsStoreConfig.fromOptions(Map("spark.hadoop.fs.gs.project.id" -> "p1", "fs.gs.storage.root.url" -> "http://127.0.0.1:4443/",
-      "fs.gs.auth.type" -> "unauthenticated", "fs.gs.http.read-timeout" -> "5000", "fs.gs.http.connect-timeout" -> "3s",
-      "fs.gs.http.max.retry" -> "2"))
+        "fs.gs.auth.type" -> "unauthenticated", "fs.gs.http.read-timeout" -> "5000", "fs.gs.http.connect-timeout" -> "3s",
+        "fs.gs.http.max.retry" -> "2"))
     assert(c.projectId === Some("p1") && c.rootUrl.map(_.toString) === Some("http://127.0.0.1:4443/"))
-    assert(c.credentials === GcsCredentials.Unauthenticated && c.readTimeout === 5.seconds && c.connectTimeout === 3.seconds && c.maxAttempts === 3)
+    assert(
+      c.credentials === GcsCredentials.Unauthenticated && c.readTimeout === 5.seconds && c.connectTimeout === 3.seconds && c.maxAttempts === 3)
     assert(GcsStoreConfig.fromOptions(Map.empty).credentials === GcsCredentials.DefaultChain)
     val key = Files.createTempFile("osqueue-gcs-key-", ".json")
-    assert(GcsStoreConfig.fromOptions(Map("fs.gs.auth.service.account.json.keyfile" -> key.toString)).credentials === GcsCredentials.JsonKeyFile(key.toString))
+    assert(GcsStoreConfig.fromOptions(
+      Map("fs.gs.auth.service.account.json.keyfile" -> key.toString)).credentials === GcsCredentials.JsonKeyFile(key.toString))
     val inline = GcsStoreConfig.fromOptions(Map("fs.gs.auth.service.account.email" -> "sa@p.iam.gserviceaccount.com",
-      "fs.gs.auth.service.account.private.key" -> "-----BEGIN PRIVATE KEY-----\\nabc"))
+        "fs.gs.auth.service.account.private.key" -> "-----BEGIN PRIVATE KEY-----\\nabc"))
     assert(!inline.credentials.toString.contains("abc"), "the private key is never shown")
     for ((options, option) <- Seq(
         Map("fs.gs.auth.type" -> "USER_CREDENTIALS") -> "fs.gs.auth.type",

@@ -69,9 +69,10 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
    * every few tens of milliseconds.
    */
   private val prefetched = scala.collection.mutable.Map.empty[Long, java.util.concurrent.Future[ConsumedBatch]]
-  private val prefetcher = java.util.concurrent.Executors.newFixedThreadPool(OsqueueRealTimeReader.Prefetch, { (r: Runnable) =>
-    val t = new Thread(r, s"osqueue-realtime-prefetch"); t.setDaemon(true); t
-  })
+  private val prefetcher = java.util.concurrent.Executors.newFixedThreadPool(OsqueueRealTimeReader.Prefetch,
+    { (r: Runnable) =>
+      val t = new Thread(r, s"osqueue-realtime-prefetch"); t.setDaemon(true); t
+    })
 
   private var bytesFetched = 0L
   private var fetchTimeMs = 0L
@@ -122,18 +123,19 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
       deliveredAfter = after
       val started = clock.nanoTime()
       prefetchAhead()
-      val batchRows = try {
-        val batch = prefetched.remove(e.sequence).map(awaitFetch).getOrElse(fetcher.fetch(BatchDescriptor.of(e)))
-        bytesFetched += batch.entries.foldLeft(0L)(_ + _.length)
-        OsqueueSchema.rows(batch, fields).drop(if (e.sequence == nextSeq) index else 0)
-      } catch {
-        case _: BatchNotFoundException if !p.failOnDataLoss =>
-          logWarning(s"skipping missing batch '${e.location}' (sequence ${e.sequence}): failOnDataLoss=false")
-          missing += 1
-          missingBatches.foreach(_.add(1))
-          Iterator.empty
-        case ex: BatchNotFoundException => throw OsqueueExceptions.dataLoss(ex.getMessage)
-      } finally fetchTimeMs += (clock.nanoTime() - started) / 1000000
+      val batchRows =
+        try {
+          val batch = prefetched.remove(e.sequence).map(awaitFetch).getOrElse(fetcher.fetch(BatchDescriptor.of(e)))
+          bytesFetched += batch.entries.foldLeft(0L)(_ + _.length)
+          OsqueueSchema.rows(batch, fields).drop(if (e.sequence == nextSeq) index else 0)
+        } catch {
+          case _: BatchNotFoundException if !p.failOnDataLoss =>
+            logWarning(s"skipping missing batch '${e.location}' (sequence ${e.sequence}): failOnDataLoss=false")
+            missing += 1
+            missingBatches.foreach(_.add(1))
+            Iterator.empty
+          case ex: BatchNotFoundException => throw OsqueueExceptions.dataLoss(ex.getMessage)
+        } finally fetchTimeMs += (clock.nanoTime() - started) / 1000000
       if (e.sequence != nextSeq) index = 0
       nextSeq = e.sequence
       rows = batchRows
@@ -148,7 +150,8 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
     }
 
   private def awaitFetch(f: java.util.concurrent.Future[ConsumedBatch]): ConsumedBatch =
-    try f.get() catch { case ex: java.util.concurrent.ExecutionException => throw ex.getCause }
+    try f.get()
+    catch { case ex: java.util.concurrent.ExecutionException => throw ex.getCause }
 
   private def finishBatch(): Unit = {
     nextSeq += 1
@@ -164,7 +167,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   override def close(): Unit = {
     prefetcher.shutdownNow()
     logInfo(s"osqueue real-time reader on '${p.location.identity}' stopped at sequence $nextSeq " +
-    s"(entry $index) after ${poller.requests} manifest polls")
+      s"(entry $index) after ${poller.requests} manifest polls")
   }
 
   override def currentMetricsValues(): Array[CustomTaskMetric] = Array(

@@ -40,8 +40,8 @@ private[spark] final class OsqueueRealTimeStream(options: SourceOptions, readers
     val (from, delivered) = resumePoint(startAt, m) // data loss is reported as in micro-batch mode
     val entryIndex = if (from == startAt.nextSequence && !fromAnotherIncarnation(startAt, m)) startAt.entryIndex else 0
     Array(OsqueueRealTimePartition(location, queueId, epoch, Incarnation.of(m.epoch), from, entryIndex, delivered,
-      options.failOnDataLoss, options.pollInterval.toMillis, options.maxPollInterval.toMillis,
-      initialWaitMs = if (lastBatchIdle) options.maxPollInterval.toMillis else options.pollInterval.toMillis))
+        options.failOnDataLoss, options.pollInterval.toMillis, options.maxPollInterval.toMillis,
+        initialWaitMs = if (lastBatchIdle) options.maxPollInterval.toMillis else options.pollInterval.toMillis))
   }
 
   /** One reader task: its position is the stream's. */
@@ -51,6 +51,6 @@ private[spark] final class OsqueueRealTimeStream(options: SourceOptions, readers
       lastBatchIdle = lastStart.exists(s => s.nextSequence == end.nextSequence && s.entryIndex == end.entryIndex)
       end
     case other => throw new IllegalStateException(
-      s"expected the position of the one osqueue real-time reader, got ${other.mkString("[", ", ", "]")}")
+        s"expected the position of the one osqueue real-time reader, got ${other.mkString("[", ", ", "]")}")
   }
 }
