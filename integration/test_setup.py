@@ -151,7 +151,7 @@ def test_without_tomllib_setup_installs_tomli_first_and_reads_the_requirements(t
 
     project = tomllib.loads((box.root / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    want = project["dependencies"] + extras["test"] + extras["bench"]
+    want = project["dependencies"] + extras["test"] + extras["bench"] + extras["lint"]
     assert (box.root / ".venv" / "requirements.txt").read_text().split("\n")[:-1] == want
     assert box.stamp.exists()
 
