@@ -23,7 +23,7 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -659,6 +659,46 @@ _endpoint_conditions: dict[str, EndpointConditions] = {}
 _endpoint_conditions_lock = threading.Lock()  # held during a probe: one probe per endpoint
 
 
+def probed_conditions(
+    endpoint: str,
+    probe: Callable[[], EndpointConditions],
+    *,
+    conclusive: Callable[[StoreError], bool] = lambda e: False,
+) -> EndpointConditions:
+    """What ``endpoint`` does with conditional writes: probed once per process and remembered.
+
+    A request of the probe that fails (5xx, I/O) runs the probe again on a new scratch object: a
+    store error during the probe is no verdict, and a caller's retry budget covers its own write,
+    not this one-off check. Every store with conditional writes (S3, GCS, Azure) goes through here.
+
+    Args:
+        probe: Runs the store's probe once.
+        conclusive: A probe error not worth retrying (e.g. a missing bucket).
+
+    Raises:
+        ConditionalWritesNotHonouredError: The endpoint does not honour them.
+        StoreError: The probe kept failing (nothing was learned; the next call tries again).
+    """
+    found = _endpoint_conditions.get(endpoint)
+    if found is None:
+        with _endpoint_conditions_lock:
+            found = _endpoint_conditions.get(endpoint)
+            if found is None:
+                for attempt in range(1, PROBE_ATTEMPTS + 1):
+                    try:
+                        found = probe()
+                        break
+                    except StoreError as e:
+                        if attempt == PROBE_ATTEMPTS or conclusive(e):
+                            raise
+                        time.sleep(PROBE_BACKOFF_S * 2 ** (attempt - 1))
+                assert found is not None
+                _endpoint_conditions[endpoint] = found
+    if found.refusal is not None:
+        raise ConditionalWritesNotHonouredError(found.endpoint, found.refusal)
+    return found
+
+
 def forget_endpoint_conditions(endpoint: str | None = None) -> None:
     """Drops what was learned about ``endpoint`` (all endpoints if None), so the next conditional
     write probes again (tests; a server that was reconfigured)."""
@@ -835,28 +875,7 @@ class S3Store:
             ConditionalWritesNotHonouredError: The endpoint does not honour them.
             StoreError: The probe could not run (nothing was learned; the next call tries again).
         """
-        found = _endpoint_conditions.get(self.endpoint)
-        if found is None:
-            with _endpoint_conditions_lock:
-                found = _endpoint_conditions.get(self.endpoint)
-                if found is None:
-                    found = _endpoint_conditions[self.endpoint] = self._probe_retrying_failures()
-        if found.refusal is not None:
-            raise ConditionalWritesNotHonouredError(found.endpoint, found.refusal)
-        return found
-
-    def _probe_retrying_failures(self) -> EndpointConditions:
-        """The probe, run again (on a new scratch object) when a request of it fails (5xx, I/O): a
-        store error during the probe is no verdict, and a caller's retry budget covers its own
-        write, not this one-off check. Raises the last StoreError after PROBE_ATTEMPTS."""
-        for attempt in range(1, PROBE_ATTEMPTS + 1):
-            try:
-                return self._probe()
-            except StoreError:
-                if attempt == PROBE_ATTEMPTS:
-                    raise
-                time.sleep(PROBE_BACKOFF_S * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
+        return probed_conditions(self.endpoint, self._probe)
 
     def _probe(self) -> EndpointConditions:
         """A scratch object under the prefix: a conditional create that must fail, conditional

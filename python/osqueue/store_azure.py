@@ -13,7 +13,6 @@ import base64
 import binascii
 import re
 import secrets
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,12 +22,10 @@ from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
-from osqueue.errors import ConditionalWritesNotHonouredError, InvalidConfigError, InvalidObjectKeyError, StoreError
+from osqueue.errors import InvalidConfigError, InvalidObjectKeyError, StoreError
 from osqueue.store import (
     IF_MATCH_QUOTED,
     PRECONDITION_FAILED,
-    PROBE_ATTEMPTS,
-    PROBE_BACKOFF_S,
     PROBE_KEY_PREFIX,
     CasOutcome,
     EndpointConditions,
@@ -36,9 +33,8 @@ from osqueue.store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _endpoint_conditions,
-    _endpoint_conditions_lock,
     _validate_prefix,
+    probed_conditions,
     validate_key,
 )
 
@@ -391,25 +387,7 @@ class AzureBlobStore:
             ConditionalWritesNotHonouredError: The endpoint does not honour them.
             StoreError: The probe could not run (nothing was learned; the next call tries again).
         """
-        found = _endpoint_conditions.get(self.endpoint)
-        if found is None:
-            with _endpoint_conditions_lock:
-                found = _endpoint_conditions.get(self.endpoint)
-                if found is None:
-                    found = _endpoint_conditions[self.endpoint] = self._probe_retrying_failures()
-        if found.refusal is not None:
-            raise ConditionalWritesNotHonouredError(found.endpoint, found.refusal)
-        return found
-
-    def _probe_retrying_failures(self) -> EndpointConditions:
-        for attempt in range(1, PROBE_ATTEMPTS + 1):
-            try:
-                return self._probe()
-            except StoreError:
-                if attempt == PROBE_ATTEMPTS:
-                    raise
-                time.sleep(PROBE_BACKOFF_S * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
+        return probed_conditions(self.endpoint, self._probe)
 
     def _probe(self) -> EndpointConditions:
         """A scratch object: a create that must fail, a replace with a wrong ETag that must fail,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,11 +33,9 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
 from google.cloud import storage
 
-from osqueue.errors import ConditionalWritesNotHonouredError, InvalidConfigError, InvalidObjectKeyError, StoreError
+from osqueue.errors import InvalidConfigError, InvalidObjectKeyError, StoreError
 from osqueue.store import (
     PRECONDITION_FAILED,
-    PROBE_ATTEMPTS,
-    PROBE_BACKOFF_S,
     PROBE_KEY_PREFIX,
     CasOutcome,
     EndpointConditions,
@@ -46,10 +43,9 @@ from osqueue.store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _endpoint_conditions,
-    _endpoint_conditions_lock,
     _validate_prefix,
     parse_duration,
+    probed_conditions,
     validate_key,
 )
 
@@ -363,25 +359,7 @@ class GcsStore:
             ConditionalWritesNotHonouredError: The server does not honour them.
             StoreError: The probe could not run (nothing was learned; the next call tries again).
         """
-        found = _endpoint_conditions.get(self.endpoint)
-        if found is None:
-            with _endpoint_conditions_lock:
-                found = _endpoint_conditions.get(self.endpoint)
-                if found is None:
-                    found = _endpoint_conditions[self.endpoint] = self._probe_retrying_failures()
-        if found.refusal is not None:
-            raise ConditionalWritesNotHonouredError(found.endpoint, found.refusal)
-        return found
-
-    def _probe_retrying_failures(self) -> EndpointConditions:
-        for attempt in range(1, PROBE_ATTEMPTS + 1):
-            try:
-                return self._probe()
-            except StoreError as e:
-                if attempt == PROBE_ATTEMPTS or "does not exist" in str(e):
-                    raise
-                time.sleep(PROBE_BACKOFF_S * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
+        return probed_conditions(self.endpoint, self._probe, conclusive=lambda e: "does not exist" in str(e))
 
     def _probe(self) -> EndpointConditions:
         """A scratch object: a create that must fail on the existing object, a replace with a wrong

@@ -39,9 +39,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("store.py", "time.monotonic("): (2, "the local lock's timeout: a real wait between processes"),
     ("store.py", "time.sleep("): (2, "the local lock's spin and the probe's backoff: real waits on a real store"),
     ("store.py", "random.uniform("): (1, "the local lock's spin jitter"),
-    ("store_gcs.py", "time.sleep("): (1, "the conditional-write probe's backoff: a real wait on a real store"),
     ("store_gcs.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
-    ("store_azure.py", "time.sleep("): (1, "the conditional-write probe's backoff: a real wait on a real store"),
     ("store_azure.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
     ("store_azure.py", "uuid.uuid4("): (1, "the probe's wrong entity tag: never matches"),
 }
