@@ -31,7 +31,7 @@ class SeamsSuite extends AnyFunSuite {
     ("LocalFileLock.scala", "System.nanoTime") -> ((2, true, "the lock's timeout: a real wait between processes")),
     ("LocalFileLock.scala", "Thread.sleep") -> ((1, true, "the lock's spin: a real wait between processes")),
     ("LocalFileLock.scala", "ThreadLocalRandom.current") -> ((1, true, "the lock's spin jitter")),
-    ("S3Store.scala", "Thread.sleep") -> ((1, true, "the conditional-write probe's backoff on a real endpoint")),
+    ("EndpointConditions.scala", "Thread.sleep") -> ((1, true, "the conditional-write probe's backoff on a real endpoint")),
     ("S3Store.scala", "UUID.randomUUID") -> ((2, true, "the probe's scratch object names: unique, never compared")),
     ("QueueTool.scala", "System.err.print") -> ((3, true, "a command-line tool's error output")),
     ("OsqueueStores.scala", "UUID.randomUUID") -> ((1, true, "the queue id: an identity, never seeded (like an incarnation)")))

@@ -2,6 +2,8 @@ package osqueue.store
 
 import java.util.concurrent.ConcurrentHashMap
 
+import osqueue.{ConditionalWritesNotHonouredException, StoreException}
+
 /** The two forms an entity tag can take in `If-Match` (docs/format.md §8). */
 sealed abstract class IfMatchForm(val name: String) {
   /** The header value for `tag` in this form. */
@@ -51,6 +53,35 @@ object EndpointConditions {
       if (again != null) again
       else { val probed = probe; known.put(endpoint, probed); probed }
     }
+  }
+
+  /**
+   * What `endpoint` does with conditional writes, probed once per JVM and remembered. A request of
+   * the probe that fails (5xx, I/O) runs the probe again on a new scratch object: a store error
+   * during the probe is no verdict, and a caller's retry budget covers its own write, not this
+   * one-off check. Every store with conditional writes (S3, GCS, Azure) goes through here.
+   * `conclusive`: a probe error not worth retrying (e.g. a missing bucket). Throws
+   * ConditionalWritesNotHonouredException for an endpoint that does not honour them, and the last
+   * StoreException after [[S3Store.ProbeAttempts]] (nothing is kept; the next call probes again).
+   */
+  def probed(endpoint: String, conclusive: StoreException => Boolean = _ => false)(probe: () => EndpointConditions)
+      : EndpointConditions = {
+    val conditions = getOrProbe(endpoint)(retrying(probe, conclusive))
+    conditions.refusal.foreach(r => throw new ConditionalWritesNotHonouredException(endpoint, r))
+    conditions
+  }
+
+  private def retrying(probe: () => EndpointConditions, conclusive: StoreException => Boolean): EndpointConditions = {
+    var attempt = 1
+    while (true) {
+      try return probe()
+      catch {
+        case e: StoreException if attempt < S3Store.ProbeAttempts && !conclusive(e) =>
+          Thread.sleep(S3Store.ProbeBackoffMs << (attempt - 1))
+          attempt += 1
+      }
+    }
+    throw new IllegalStateException("unreachable")
   }
 
   /** Sets what is known about an endpoint, as if its probe had found it (tests). */

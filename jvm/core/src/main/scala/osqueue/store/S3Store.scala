@@ -137,27 +137,7 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
    * StoreException when the probe could not run (nothing is kept; the next call probes again).
    */
   def conditions(): EndpointConditions = {
-    val known = EndpointConditions.getOrProbe(endpoint)(probeRetryingFailures())
-    known.refusal.foreach(r => throw new ConditionalWritesNotHonouredException(endpoint, r))
-    known
-  }
-
-  /**
-   * The probe, run again (on a new scratch object) when a request of it fails (5xx, I/O): a store
-   * error during the probe is no verdict, and a caller's retry budget covers its own write, not
-   * this one-off check. Gives up with the last StoreException after [[S3Store.ProbeAttempts]].
-   */
-  private def probeRetryingFailures(): EndpointConditions = {
-    var attempt = 1
-    while (true) {
-      try return probe()
-      catch {
-        case e: StoreException if attempt < S3Store.ProbeAttempts =>
-          Thread.sleep(S3Store.ProbeBackoffMs << (attempt - 1))
-          attempt += 1
-      }
-    }
-    throw new IllegalStateException("unreachable")
+    EndpointConditions.probed(endpoint)(() => probe())
   }
 
   /** Whether the object's entity tag (HEAD) is still `version`; false when that cannot be told. */

@@ -81,22 +81,7 @@ final class AzureBlobStore(val location: AzureLocation, val config: AzureStoreCo
    * StoreException when the probe could not run (nothing is kept; the next call probes again).
    */
   def conditions(): EndpointConditions = {
-    val known = EndpointConditions.getOrProbe(endpoint)(probeRetryingFailures())
-    known.refusal.foreach(r => throw new ConditionalWritesNotHonouredException(endpoint, r))
-    known
-  }
-
-  private def probeRetryingFailures(): EndpointConditions = {
-    var attempt = 1
-    while (true) {
-      try return probe()
-      catch {
-        case e: StoreException if attempt < S3Store.ProbeAttempts =>
-          Thread.sleep(S3Store.ProbeBackoffMs << (attempt - 1))
-          attempt += 1
-      }
-    }
-    throw new IllegalStateException("unreachable")
+    EndpointConditions.probed(endpoint)(() => probe())
   }
 
   /** A scratch object: a create that must fail, a replace with a wrong ETag that must fail, one with its own that must land. */

@@ -106,23 +106,7 @@ final class GcsStore(val bucket: String, prefix: String, val config: GcsStoreCon
    * StoreException when the probe could not run (nothing is kept; the next call probes again).
    */
   def conditions(): EndpointConditions = {
-    val known = EndpointConditions.getOrProbe(endpoint)(probeRetryingFailures())
-    known.refusal.foreach(r => throw new ConditionalWritesNotHonouredException(endpoint, r))
-    known
-  }
-
-  /** The probe, run again on a new scratch object when one of its requests fails (5xx, I/O). */
-  private def probeRetryingFailures(): EndpointConditions = {
-    var attempt = 1
-    while (true) {
-      try return probe()
-      catch {
-        case e: StoreException if attempt < S3Store.ProbeAttempts && !e.getMessage.contains(GcsStore.MissingBucket) =>
-          Thread.sleep(S3Store.ProbeBackoffMs << (attempt - 1))
-          attempt += 1
-      }
-    }
-    throw new IllegalStateException("unreachable")
+    EndpointConditions.probed(endpoint, _.getMessage.contains(GcsStore.MissingBucket))(() => probe())
   }
 
   /**
