@@ -67,6 +67,8 @@ __all__ = [
     "SegmentRef",
     "ManifestHead",
     "decode_head",
+    "HeadRefs",
+    "parse_head_refs",
     "decode_segment",
 ]
 
@@ -820,8 +822,8 @@ class DequeueReceipts:
 
 
 # -- segmented heads (docs/format.md §2.2) ----------------------------------------------------------
-# Read only for now: the codec mirrors the JVM's ManifestHead; Python producers and consumers still
-# refuse a version 2 head (read_manifest_footer raises UnsupportedFormatVersionError).
+# The decoded view; writers and lazy readers work on the raw head (osqueue.manifest_head), as the JVM's
+# ManifestHead does. The v1 functions above (read_manifest_footer, ...) refuse a version 2 head.
 
 HEAD_VERSION = 2
 """The format version of a segmented manifest head."""
@@ -896,9 +898,43 @@ def decode_head(data: bytes, key: str) -> ManifestHead:
     if n < MANIFEST_FOOTER_LEN or _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)[3] != HEAD_VERSION:
         m = decode_manifest(data, key)
         return ManifestHead([], m.first_sequence, m.entries, m.next_sequence, m.epoch, FORMAT_VERSION)
+    refs = parse_head_refs(data, key)
+    segments, low_water, segments_len, trailer_at = refs.segments, refs.low_water, refs.segments_len, refs.trailer_at
+    entry_count, next_sequence, epoch = refs.entry_count, refs.next_sequence, refs.epoch
+    # The tail is a v1 entries region: decode it with its own footer (same checks, same messages).
+    tail = decode_manifest(bytes(data[segments_len:trailer_at]) + _footer_bytes(entry_count, next_sequence, epoch), key)
+    segments_end = segments[-1].last_sequence + 1
+    if tail.entries and tail.entries[0].sequence != segments_end:
+        raise CorruptManifestError(
+            key, f"the tail starts at {tail.entries[0].sequence}, not where the last segment ends ({segments_end})"
+        )
+    if not tail.entries and segments_end != next_sequence:
+        raise CorruptManifestError(key, f"the segments end at {segments_end - 1} but next_sequence is {next_sequence}")
+    return ManifestHead(segments, low_water, tail.entries, next_sequence, epoch, HEAD_VERSION)
+
+
+@dataclass(frozen=True)
+class HeadRefs:
+    """The fixed parts of a version 2 head: its refs (checked), trailer and footer fields."""
+
+    segments: list[SegmentRef]
+    low_water: int
+    segments_len: int
+    trailer_at: int
+    entry_count: int
+    next_sequence: int
+    epoch: int
+
+
+def parse_head_refs(data: bytes, key: str) -> HeadRefs:
+    """Parses a version 2 head's refs, trailer and footer, checking every ref invariant of §2.2
+    (the tail is not read: see :func:`decode_head`)."""
+    n = len(data)
     if n < MANIFEST_FOOTER_LEN + _HEAD_TRAILER.size:
         raise CorruptManifestError(key, f"{n} bytes is shorter than a segmented head's trailer and footer")
     entry_count, next_sequence, epoch, _ = _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)
+    if next_sequence > MAX_SEQUENCE:
+        raise CorruptManifestError(key, f"next_sequence {next_sequence} is at or above 2^63")
     trailer_at = n - MANIFEST_FOOTER_LEN - _HEAD_TRAILER.size
     segments_len, count, low_water = _HEAD_TRAILER.unpack_from(data, trailer_at)
     if segments_len > trailer_at:
@@ -941,16 +977,7 @@ def decode_head(data: bytes, key: str) -> ManifestHead:
             f"low_water {low_water} is not in the first segment "
             f"({segments[0].first_sequence} to {segments[0].last_sequence})",
         )
-    # The tail is a v1 entries region: decode it with its own footer (same checks, same messages).
-    tail = decode_manifest(bytes(data[segments_len:trailer_at]) + _footer_bytes(entry_count, next_sequence, epoch), key)
-    segments_end = segments[-1].last_sequence + 1
-    if tail.entries and tail.entries[0].sequence != segments_end:
-        raise CorruptManifestError(
-            key, f"the tail starts at {tail.entries[0].sequence}, not where the last segment ends ({segments_end})"
-        )
-    if not tail.entries and segments_end != next_sequence:
-        raise CorruptManifestError(key, f"the segments end at {segments_end - 1} but next_sequence is {next_sequence}")
-    return ManifestHead(segments, low_water, tail.entries, next_sequence, epoch, HEAD_VERSION)
+    return HeadRefs(segments, low_water, segments_len, trailer_at, entry_count, next_sequence, epoch)
 
 
 def decode_segment(data: bytes, ref: SegmentRef) -> list[ManifestEntry]:
