@@ -182,6 +182,13 @@ class RawHead:
         """``(sequence, location)`` of the tail's entries (no metadata decoded)."""
         return [(s.sequence, s.location) for s in self._spans]
 
+    def tail_locations_through(self, sequence: int) -> list[tuple[int, str]]:
+        """``(sequence, location)`` of the tail's entries up to ``sequence``: only their headers are
+        walked (a dequeue's receipts cost O(removed), as the v1 dequeue)."""
+        count = min(self.tail_size, max(0, sequence - self.tail_first_sequence + 1))
+        spans = self._spans if count == self.tail_size else self._walk(count)
+        return [(s.sequence, s.location) for s in spans]
+
     def tail_location_at(self, sequence: int) -> str | None:
         i = sequence - self.tail_first_sequence
         return self._spans[i].location if 0 <= i < self.tail_size else None

@@ -26,6 +26,7 @@ from typing import Any
 from osqueue import metrics as m
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, InvalidObjectKeyError
 from osqueue.format import Compression, MetadataItem, encode_batch, new_batch_key
+from osqueue.manifest_head import DEFAULT_SEGMENT_ENTRIES
 from osqueue.queue import (
     DEFAULT_DATA_PATH_PREFIX,
     DEFAULT_MANIFEST_PATH,
@@ -34,6 +35,7 @@ from osqueue.queue import (
     QueueProducer,
     RetryPolicy,
     SystemClock,
+    check_segment_entries,
     claim_data_prefix,
 )
 from osqueue.store import ObjectStore, open_store, validate_key
@@ -200,6 +202,10 @@ class Producer:
         gc_grace_period: The consumer's GC grace period in seconds (600); a batch whose ULID
             is ``gc_grace_period / 2`` old before its manifest write is uploaded again under a
             fresh name.
+        manifest_segment_entries: K (the JVM's ``manifestSegmentEntries``): a manifest write
+            that would grow the manifest's tail past K entries first seals the tail into an
+            immutable segment object, so appends cost the same at any depth (docs/format.md §2.2;
+            2048 suggested). Off by default: a segmented manifest is refused by RFC v1 readers.
         store_options: Store settings, e.g. the ``fs.s3a.*`` keys.
         store: A ready store (not closed by the producer).
         clock: Time seam for ingestion times and ULIDs.
@@ -222,6 +228,7 @@ class Producer:
         manifest_path: str = DEFAULT_MANIFEST_PATH,
         data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
         gc_grace_period: float = 600.0,
+        manifest_segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
         store_options: Mapping[str, Any] | None = None,
         store: ObjectStore | None = None,
         clock: Clock | None = None,
@@ -238,6 +245,7 @@ class Producer:
         self._max_buffered = max_buffered_inputs
         self._compression = _compression(compression)
         self._grace_ms = int(_positive("gc_grace_period", gc_grace_period) * 1000)
+        check_segment_entries(manifest_segment_entries)
         for option, value in (("manifest_path", manifest_path), ("data_path_prefix", data_path_prefix)):
             try:
                 validate_key(value)
@@ -268,7 +276,13 @@ class Producer:
             # The queue's grace period is the one GC uses: a longer option of ours must not count (§6).
             self._grace_ms = min(self._grace_ms, owner.gc_grace_period_ms)
             self._queue = QueueProducer(
-                self._store, manifest_path, clock=self._clock, rng=rng, retry=retry, metrics=self._metrics
+                self._store,
+                manifest_path,
+                clock=self._clock,
+                rng=rng,
+                retry=retry,
+                metrics=self._metrics,
+                manifest_segment_entries=manifest_segment_entries,
             )
         except BaseException:
             self._release_store()

@@ -19,7 +19,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -27,6 +27,7 @@ from osqueue import metrics as m
 from osqueue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Snapshot, Unknown, Write
 from osqueue.errors import (
     AmbiguousCommitError,
+    CorruptManifestError,
     FencedError,
     IllegalQueueStateError,
     InvalidConfigError,
@@ -35,22 +36,26 @@ from osqueue.errors import (
 )
 from osqueue.format import (
     INCARNATION_SUFFIX,
+    MAX_RECEIPTS,
     RECEIPTS_SUFFIX,
     DequeueReceipts,
     Manifest,
+    ManifestEntry,
     MetadataItem,
-    append_entries,
+    SegmentRef,
+    SupportsRandBits,
     decode_manifest,
-    dequeue_through,
+    decode_segment,
+    empty_manifest,
     encode_entry,
     incarnation_of,
-    iter_entry_locations,
     new_incarnation_epoch,
     next_epoch,
     parse_batch_ulid_ms,
-    read_manifest_footer,
-    with_epoch,
 )
+from osqueue.manifest_head import DEFAULT_SEGMENT_ENTRIES, RawHead, SealedTail, parse_head
+from osqueue.segment_names import new_key as new_segment_key
+from osqueue.segment_names import ulid_time_ms as segment_ulid_time_ms
 from osqueue.store import CasOutcome, ObjectStore, ObjectVersion, Written, validate_key
 
 _log = logging.getLogger(__name__)
@@ -70,6 +75,8 @@ __all__ = [
 
 DEFAULT_MANIFEST_PATH = "ingest/manifest"
 DEFAULT_DATA_PATH_PREFIX = "ingest"
+SEGMENT_READS_IN_FLIGHT = 8
+"""Segment GETs in flight at once when a whole segmented manifest is read (as on the JVM)."""
 
 
 class Clock(Protocol):
@@ -171,8 +178,47 @@ class ManifestStore:
         return (None, None) if obj is None else (obj.data, obj.version)
 
     def decode(self, raw: bytes | None) -> Manifest:
-        """Decodes raw bytes; None is the empty manifest."""
-        return Manifest([], 0, 0) if raw is None else decode_manifest(raw, self.key)
+        """Decodes raw bytes; None is the empty manifest. A segmented head's segments are all read
+        (memory grows with the queue: lazy readers use :meth:`head` and :meth:`read_segment`),
+        ``SEGMENT_READS_IN_FLIGHT`` at a time."""
+        if raw is None:
+            return Manifest([], 0, 0)
+        head = self.head(raw)
+        if not head.segments:
+            return decode_manifest(raw, self.key)
+        with ThreadPoolExecutor(SEGMENT_READS_IN_FLIGHT, thread_name_prefix="osqueue-segment-reader") as pool:
+            sealed = [e for entries in pool.map(self.read_segment, head.segments) for e in entries]
+        queued = [e for e in sealed if e.sequence >= head.low_water] + head.tail_entries()
+        return Manifest(queued, head.next_sequence, head.epoch)
+
+    def head(self, raw: bytes | None) -> RawHead:
+        """The manifest as writers and lazy readers see it (docs/format.md §2.2); None is the empty manifest."""
+        return parse_head(empty_manifest() if raw is None else raw, self.key)
+
+    def read_segment(self, ref: SegmentRef) -> list[ManifestEntry]:
+        """A listed segment's entries, checked against its ref.
+
+        Raises:
+            CorruptManifestError: The segment is missing ("listed but missing") or differs from its ref.
+        """
+        data = self.read_segment_bytes(ref)
+        if data is None:
+            raise CorruptManifestError(
+                ref.key,
+                f"segment of '{self.key}' (sequences {ref.first_sequence} to {ref.last_sequence}) is listed but missing",
+            )
+        return decode_segment(data, ref)
+
+    def read_segment_bytes(self, ref: SegmentRef) -> bytes | None:
+        """The segment's bytes, None if it is gone (a reader racing the dequeue that dropped it, and GC)."""
+        obj = self.store.get(ref.key)
+        return None if obj is None else obj.data
+
+    def write_segment(self, sealed: SealedTail, now_ms: int, rng: SupportsRandBits) -> SegmentRef:
+        """Stores a sealed tail under a fresh segment name (before any head lists it, docs/format.md §2.2)."""
+        ref = sealed.ref(new_segment_key(self.key, now_ms, rng))
+        self.store.put(ref.key, sealed.data)
+        return ref
 
     def read(self) -> tuple[Manifest, ObjectVersion | None]:
         """The decoded manifest (empty when missing) and its version."""
@@ -363,12 +409,14 @@ class _GroupCommitter:
         rng: random.Random,
         policy: RetryPolicy,
         metrics: m.MetricsRegistry,
+        segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
     ) -> None:
         self.manifest = manifest
         self.clock = clock
         self.rng = rng
         self.policy = policy
         self.metrics = metrics
+        self.segment_entries = segment_entries
         self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer")
         self.refs = 0
         self._cond = threading.Condition()
@@ -434,6 +482,32 @@ class _GroupCommitter:
                 self.metrics.counter(m.BATCHES_REUPLOADED).inc()
                 reuploads += 1
 
+    def _seal(self, sealed: SealedTail, group: Sequence[_Pending]) -> SegmentRef:
+        """Stores a sealed tail as a new segment, named right before the head CAS that lists it; a
+        name already half a grace period old (a slow PUT) could be GC'd before it is listed, so the
+        segment is written again under a fresh name, as stale batches are (docs/format.md §2.2)."""
+        max_age_ms = self._segment_max_age_ms(group)
+        tries = 0
+        while True:
+            ref = self.manifest.write_segment(sealed, self.clock.now_ms(), self.rng)
+            self.metrics.counter(m.SEGMENTS_SEALED).inc()
+            named = segment_ulid_time_ms(self.manifest.key, ref.key)
+            assert named is not None
+            if self.clock.now_ms() - named < max_age_ms:
+                return ref
+            tries += 1
+            if tries > MAX_REUPLOADS:
+                raise StoreError(
+                    f"segment of '{self.manifest.key}': {tries} writes in a row took longer than half the GC grace "
+                    f"period ({max_age_ms} ms); increase gc_grace_period or make writes faster"
+                )
+
+    def _segment_max_age_ms(self, group: Sequence[_Pending]) -> int:
+        """Half the shortest grace period known: the callers' and the queue's (GC of segments uses the queue's)."""
+        known = [p.max_age_ms for p in group if p.max_age_ms is not None]
+        known += [g // 2 for g in self._claimed.values() if g is not None]
+        return min(known, default=DEFAULT_GC_GRACE_PERIOD_MS // 2)
+
     def _receipts_from(self, min_sequence: int) -> dict[int, str]:
         """Dequeued ``sequence -> location`` from ``min_sequence`` on, per the receipts ({} if none)."""
         try:
@@ -462,13 +536,8 @@ class _GroupCommitter:
         if raw is None:
             return None
         wanted = {loc for attempt in tried for loc in attempt}
-        at: dict[int, str] = {}
-        first_present: int | None = None
-        for sequence, location in iter_entry_locations(raw, self.manifest.key, min_base):
-            first_present = sequence if first_present is None else first_present
-            at[sequence] = location
-        if first_present is None:
-            first_present = read_manifest_footer(raw, self.manifest.key).next_sequence
+        at = self._queued_locations_from(self.manifest.head(raw), min_base)
+        first_present = min(at, default=self.manifest.head(raw).next_sequence)
         for sequence, location in (history or {}).items():
             at.setdefault(sequence, location)
         found = {location: sequence for sequence, location in at.items() if location in wanted}
@@ -490,22 +559,33 @@ class _GroupCommitter:
             "in an arrangement none of its writes produced; refusing to append them again"
         )
 
+    def _queued_locations_from(self, head: RawHead, min_sequence: int) -> dict[int, str]:
+        """``sequence -> location`` of the queued entries from ``min_sequence`` on: the tail, and the
+        segments holding such sequences (sealed since our write; one GET each, usually none or one).
+        A segment gone since the head was read was dropped by a dequeue: the receipts tell."""
+        start = max(min_sequence, head.first_sequence)
+        at: dict[int, str] = {}
+        for r in head.segments:
+            if r.last_sequence < start:
+                continue
+            data = self.manifest.read_segment_bytes(r)
+            if data is not None:
+                at.update((e.sequence, e.location) for e in decode_segment(data, r) if e.sequence >= start)
+        at.update((q, loc) for q, loc in head.tail_locations() if q >= start)
+        return at
+
     def _judge_unknown(self, raw: bytes | None, base: int) -> str:
         """For a write at sequence ``base`` whose outcome is unknown and whose locations are
         absent: ``"pending"`` (not landed, may still), ``"lost"`` (can never land) or
         ``"undecidable"`` (landed-and-dequeued cannot be told from not landed)."""
         if raw is None:
             return "pending" if base == 0 else "undecidable"
-        footer = read_manifest_footer(raw, self.manifest.key)
-        if footer.next_sequence == base:
+        head = self.manifest.head(raw)
+        if head.next_sequence == base:
             return "pending"
-        if footer.next_sequence < base:
+        if head.next_sequence < base:
             return "undecidable"
-        first = footer.next_sequence
-        for sequence, _ in iter_entry_locations(raw, self.manifest.key):
-            first = sequence
-            break
-        return "lost" if first <= base else "undecidable"
+        return "lost" if head.first_sequence <= base else "undecidable"
 
     def _resolve(self, raw: bytes | None, attempts: Sequence[_Attempt]) -> list[EnqueueResult] | None:
         """Did one of our earlier writes land? Its results if so; None if none is known to have
@@ -578,12 +658,10 @@ class _GroupCommitter:
                 return Done(landed)
             self._refresh_stale(group)
             locations = tuple(p.location for p in group)
-            new_raw, base = append_entries(
-                snapshot.raw,
-                [(p.location, p.metadata) for p in group],
-                key,
-                # Creating the manifest starts a new incarnation (docs/format.md §5.2).
-                new_incarnation_epoch() if snapshot.raw is None else 0,
+            # Creating the manifest starts a new incarnation (docs/format.md §5.2).
+            raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
+            new_raw, base = parse_head(raw, key).appended(
+                [(p.location, p.metadata) for p in group], self.segment_entries, lambda t: self._seal(t, group)
             )
             last_sent = _Attempt(base, locations)
             return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
@@ -631,12 +709,18 @@ _committers_lock = threading.Lock()
 
 
 def _acquire_committer(
-    store: ObjectStore, key: str, clock: Clock, rng: random.Random, policy: RetryPolicy, metrics: m.MetricsRegistry
+    store: ObjectStore,
+    key: str,
+    clock: Clock,
+    rng: random.Random,
+    policy: RetryPolicy,
+    metrics: m.MetricsRegistry,
+    segment_entries: int,
 ) -> _GroupCommitter:
     with _committers_lock:
         found = _committers.get((id(store), key))
         if found is None or found[0] is not store:
-            committer = _GroupCommitter(ManifestStore(store, key), clock, rng, policy, metrics)
+            committer = _GroupCommitter(ManifestStore(store, key), clock, rng, policy, metrics, segment_entries)
             _committers[(id(store), key)] = (store, committer)
         else:
             committer = found[1]
@@ -656,6 +740,13 @@ def _release_committer(store: ObjectStore, key: str, committer: _GroupCommitter)
 MAX_REUPLOADS = 3
 
 
+def check_segment_entries(value: object) -> int:
+    """``manifest_segment_entries`` (K) is a count >= 1; InvalidConfigError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= DEFAULT_SEGMENT_ENTRIES:
+        raise InvalidConfigError("manifest_segment_entries", value, f"use a count from 1 to {DEFAULT_SEGMENT_ENTRIES}")
+    return value
+
+
 class QueueProducer:
     """Appends batch locations to a queue manifest.
 
@@ -671,6 +762,9 @@ class QueueProducer:
         rng: Jitter source (default: an OS-seeded ``random.Random``).
         retry: Backoff and budget of conflicting writes.
         metrics: Where ``buffer.manifest_writes``/``_conflicts{role=producer}`` are counted.
+        manifest_segment_entries: K: a write that would grow the manifest's tail past this many
+            entries first seals the tail into a segment object (docs/format.md §2.2), so a write
+            costs the same at any depth. Off by default, as on the JVM.
     """
 
     def __init__(
@@ -682,8 +776,10 @@ class QueueProducer:
         rng: random.Random | None = None,
         retry: RetryPolicy | None = None,
         metrics: m.MetricsRegistry | None = None,
+        manifest_segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
     ) -> None:
         validate_key(manifest_key)
+        check_segment_entries(manifest_segment_entries)
         self._store = store
         self._key = manifest_key
         self._committer = _acquire_committer(
@@ -693,6 +789,7 @@ class QueueProducer:
             rng or random.Random(),
             retry or RetryPolicy(),
             metrics or m.REGISTRY,
+            manifest_segment_entries,
         )
         self._closed = False
         self._lock = threading.Lock()
@@ -802,6 +899,9 @@ class QueueConsumer:
         self._epoch: int | None = None
         self._fenced: FencedError | None = None
         self._receipts: DequeueReceipts | None = None
+        # The last two segments read (oldest first): the one handed out from and the one before it.
+        self._segments: dict[str, list[ManifestEntry]] = {}
+        self._segment_lock = threading.Lock()
 
     @property
     def epoch(self) -> int | None:
@@ -813,7 +913,7 @@ class QueueConsumer:
         """The fence this consumer ran into, if any."""
         return self._fenced
 
-    def initialize(self, last_acked: int | None = None, incarnation: int | None = None) -> Manifest:
+    def initialize(self, last_acked: int | None = None, incarnation: int | None = None) -> RawHead:
         """Bumps the epoch (fencing every older consumer) and applies the resume point.
 
         With ``first`` the first entry's sequence (or ``next_sequence`` when empty):
@@ -827,7 +927,7 @@ class QueueConsumer:
         Either mismatch means the queue was reset since: :class:`ResumePointError`.
 
         Returns:
-            The manifest as written.
+            The manifest head as written (no segment read).
         """
         if last_acked is not None and last_acked < 0:
             raise InvalidConfigError("last_acked_sequence", last_acked, "sequences are >= 0")
@@ -840,9 +940,9 @@ class QueueConsumer:
             # After an unknown outcome we bump again rather than guess: the epoch only grows, and
             # fencing our own earlier try is harmless.
             raw = snapshot.raw
-            current = self.manifest.decode(raw)
             # A missing manifest is created as a new incarnation (§5.2).
-            base_epoch = new_incarnation_epoch() if raw is None else current.epoch
+            current = parse_head(empty_manifest(new_incarnation_epoch()) if raw is None else raw, key)
+            base_epoch = current.epoch
             if last_acked is not None:
                 self._check_incarnation(last_acked, incarnation, recorded, incarnation_of(base_epoch), raw is None)
                 first = current.first_sequence
@@ -858,12 +958,9 @@ class QueueConsumer:
                         "resume point (data loss)"
                     )
             new_epoch = next_epoch(base_epoch)
-            new_raw = raw
-            if raw is not None and last_acked is not None:
-                new_raw, removed = dequeue_through(raw, last_acked, key)
-                if removed:
-                    self._record_receipts(raw, last_acked)
-            written = with_epoch(new_raw, new_epoch, key)
+            if last_acked is not None and last_acked >= current.first_sequence:
+                self._record_receipts(current, last_acked)
+            written, _ = current.with_epoch(new_epoch, last_acked)
             return Write(written, lambda: (new_epoch, written))
 
         new_epoch, written = self._loop.run(step)
@@ -874,7 +971,7 @@ class QueueConsumer:
                 self.manifest.record_incarnation(incarnation_of(new_epoch))
             except StoreError as e:  # only weakens the check of resume points given without one
                 _log.warning("could not record the incarnation of '%s': %s", key, e)
-        return decode_manifest(written, key)
+        return parse_head(written, key)
 
     def _check_incarnation(
         self, last_acked: int, given: int | None, recorded: int | None, current: int, missing: bool
@@ -899,15 +996,29 @@ class QueueConsumer:
         """The incarnation of the manifest this consumer owns (None before :meth:`initialize`)."""
         return None if self._epoch is None else incarnation_of(self._epoch)
 
-    def _record_receipts(self, raw: bytes, through: int) -> None:
+    def _removed_locations(self, head: RawHead, through: int) -> list[tuple[int, str]]:
+        """The last receipts' worth of ``(sequence, location)`` a dequeue through ``through``
+        removes, from segments and tail (JVM: ``QueueConsumer.removedLocations``)."""
+        last = min(through, head.next_sequence - 1)
+        start = max(head.first_sequence, last - MAX_RECEIPTS + 1)
+        if last < start:
+            return []
+        removed = [
+            (e.sequence, e.location)
+            for r in head.segments
+            if r.last_sequence >= start and r.first_sequence <= last
+            for e in self.read_segment(r)
+            if start <= e.sequence <= last
+        ]
+        return removed + [(q, loc) for q, loc in head.tail_locations_through(last) if q >= start]
+
+    def _record_receipts(self, head: RawHead, through: int) -> None:
         """Before a dequeue: which location held each sequence it removes (docs/format.md §5.1),
         so a producer whose write had an unknown outcome can still tell whether it landed.
         Best effort: without receipts such a producer reports ``AmbiguousCommitError``."""
-        removed = []
-        for sequence, location in iter_entry_locations(raw, self.manifest.key):
-            if sequence > through:
-                break
-            removed.append((sequence, location))
+        removed = self._removed_locations(head, through)
+        if not removed:
+            return
         try:
             if self._receipts is None:
                 self._receipts = self.manifest.read_receipts() or DequeueReceipts()
@@ -935,6 +1046,29 @@ class QueueConsumer:
         current = self.manifest.decode(raw)
         self._check(current.epoch)
         return current
+
+    def read_head(self) -> RawHead:
+        """The manifest head (tail and segment refs, no segment read), after the epoch check.
+
+        Raises:
+            FencedError: Another consumer initialized the queue since.
+        """
+        raw, _ = self.manifest.read_raw()
+        head = self.manifest.head(raw)
+        self._check(head.epoch)
+        return head
+
+    def read_segment(self, ref: SegmentRef) -> list[ManifestEntry]:
+        """A listed segment's entries; the last two read are kept (a consumer reads one, then
+        dequeues it and writes receipts from it)."""
+        with self._segment_lock:
+            entries = self._segments.pop(ref.key, None)
+            if entries is None:
+                entries = self.manifest.read_segment(ref)
+            self._segments[ref.key] = entries
+            while len(self._segments) > 2:
+                del self._segments[next(iter(self._segments))]
+            return entries
 
     def descriptors_after(self, after: int | None, max_count: int) -> tuple[list[BatchDescriptor], Manifest]:
         """Up to ``max_count`` entries with ``sequence > after`` (all from the first when None)."""
@@ -968,17 +1102,18 @@ class QueueConsumer:
             if raw is None:
                 self._check(0)
                 raise IllegalQueueStateError(f"cannot dequeue through sequence {sequence}: queue '{key}' is empty")
-            footer = read_manifest_footer(raw, key)
-            self._check(footer.epoch)
-            if sequence >= footer.next_sequence:
+            head = parse_head(raw, key)
+            self._check(head.epoch)
+            if sequence >= head.next_sequence:
                 raise IllegalQueueStateError(
                     f"cannot dequeue through sequence {sequence}: queue '{key}' has only reached "
-                    f"sequence {footer.next_sequence - 1}"
+                    f"sequence {head.next_sequence - 1}"
                 )
-            new_raw, removed = dequeue_through(raw, sequence, key)
-            if removed == 0:
+            edited = head.dequeued_through(sequence)
+            if edited is None:
                 return Done(0)
-            self._record_receipts(raw, sequence)
+            new_raw, removed = edited
+            self._record_receipts(head, sequence)
             return Write(new_raw, lambda: removed)
 
         return self._loop.run(step)
