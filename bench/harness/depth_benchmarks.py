@@ -34,7 +34,7 @@ from bench.harness.stats import percentile
 from osqueue import metrics as m
 from osqueue.consumer import Consumer
 from osqueue.format import MetadataItem, SegmentRef, empty_manifest, encode_ulid
-from osqueue.manifest_head import SealedTail, parse_head
+from osqueue.format.manifest_head import SealedTail, parse_head
 from osqueue.queue import ManifestStore, QueueProducer
 from osqueue.store import ObjectStore
 

@@ -1,4 +1,4 @@
-"""The raw head writers and lazy readers use (osqueue.manifest_head, the JVM's ManifestHead): golden
+"""The raw head writers and lazy readers use (osqueue.format.manifest_head, the JVM's ManifestHead): golden
 vectors both ways, byte-exact, and the edits (append with sealing, dequeue, epoch) against a model."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from osqueue.format import (
     empty_manifest,
     encode_manifest,
 )
-from osqueue.manifest_head import NO_BATCH_TIME, SealedTail, encode_head, parse_head
-from osqueue.segment_names import new_key, prefix, ulid_time_ms
+from osqueue.format.manifest_head import NO_BATCH_TIME, SealedTail, encode_head, parse_head
+from osqueue.format.segment_names import new_key, prefix, ulid_time_ms
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
 HEADS = json.loads((GOLDEN / "heads.json").read_text(encoding="utf-8"))

@@ -19,11 +19,11 @@ from osqueue.errors import (
     StoreError,
 )
 from osqueue.format import new_batch_key
+from osqueue.format.manifest_head import RawHead, parse_head
+from osqueue.format.segment_names import prefix as segment_prefix
 from osqueue.gc import GarbageCollector
-from osqueue.manifest_head import RawHead, parse_head
 from osqueue.producer import Producer
 from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy
-from osqueue.segment_names import prefix as segment_prefix
 from osqueue.store import InMemoryStore, ObjectStore
 
 KEY = "ingest/manifest"

@@ -1,10 +1,12 @@
-"""A manifest object as writers and lazy readers see it (docs/format.md §2.2): an RFC v1 manifest,
-or a segmented head (version 2) listing segment objects before its tail of newest entries.
+"""The segmented manifest's head (docs/format.md §2.2; JVM: ``ManifestHead``).
 
-Mirrors the JVM's ``osqueue.format.ManifestHead``. Parsing reads the footer and the refs only; the
-tail's entry headers are walked when an edit or a reader needs them, its metadata decoded only by
-:meth:`RawHead.tail_entries`. The edits copy the tail's entries byte for byte and never read a
-segment, so an append costs the same at any depth (a v1 append stays O(1) as before).
+Two views of a manifest object (an RFC v1 manifest, or a version 2 head listing segment objects
+before its tail of newest entries): :func:`decode_head` decodes it whole (tail metadata included),
+and :class:`RawHead` is what writers and lazy readers work on, as the JVM's ``ManifestHead``:
+parsing reads the footer and the refs only; the tail's entry headers are walked when an edit or a
+reader needs them, its metadata decoded only by :meth:`RawHead.tail_entries`. The edits copy the
+tail's entries byte for byte and never read a segment, so an append costs the same at any depth (a
+v1 append stays O(1)).
 """
 
 from __future__ import annotations
@@ -16,31 +18,195 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from osqueue.errors import CorruptManifestError
-from osqueue.format import (
+from osqueue.format.batch_names import parse_batch_ulid_ms
+from osqueue.format.manifest import MAX_SEQUENCE, ManifestEntry, MetadataItem
+from osqueue.format.manifest_codec import (
+    _FOOTER,
     FORMAT_VERSION,
-    HEAD_VERSION,
     MANIFEST_FOOTER_LEN,
-    MAX_SEQUENCE,
-    ManifestEntry,
-    MetadataItem,
-    SegmentRef,
+    _footer_bytes,
     decode_manifest,
     encode_entry,
-    parse_batch_ulid_ms,
-    parse_head_refs,
     read_manifest_footer,
 )
 
-__all__ = [
-    "NO_BATCH_TIME",
-    "SUGGESTED_SEGMENT_ENTRIES",
-    "DEFAULT_SEGMENT_ENTRIES",
-    "RawHead",
-    "SealedTail",
-    "encode_head",
-    "encode_refs",
-    "parse_head",
-]
+# The v1 functions of manifest_codec and raw_manifest (read_manifest_footer, ...) refuse a version 2 head.
+
+HEAD_VERSION = 2
+"""The format version of a segmented manifest head."""
+
+_HEAD_TRAILER = struct.Struct("<IIQ")  # segments_len, segment_count, low_water
+_REF_HEAD = struct.Struct("<QIIq")  # first_sequence, entry_count, byte_length, oldest_batch_ms
+_REF_FIXED = _REF_HEAD.size + 32 + 2
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """A segment listed by a head: sequences ``first_sequence`` to ``last_sequence``.
+
+    Attributes:
+        oldest_batch_ms: Smallest ULID time of its locations (``2**63 - 1`` when none is a ULID name).
+        sha256: The SHA-256 of the segment object.
+        key: The segment object's key, relative to the store root.
+    """
+
+    first_sequence: int
+    entry_count: int
+    byte_length: int
+    oldest_batch_ms: int
+    sha256: bytes
+    key: str
+
+    @property
+    def last_sequence(self) -> int:
+        return self.first_sequence + self.entry_count - 1
+
+
+@dataclass(frozen=True)
+class ManifestHead:
+    """A manifest object read as a head: a v1 manifest has no segments.
+
+    Attributes:
+        segments: The segment refs, contiguous, oldest first.
+        low_water: The first queued sequence (with segments; sequences below it are dequeued).
+        tail: The newest entries, held in the head itself.
+        version: 1 or 2.
+    """
+
+    segments: list[SegmentRef]
+    low_water: int
+    tail: list[ManifestEntry]
+    next_sequence: int
+    epoch: int
+    version: int
+
+    @property
+    def first_sequence(self) -> int:
+        if self.segments:
+            return self.low_water
+        return self.tail[0].sequence if self.tail else self.next_sequence
+
+    @property
+    def depth(self) -> int:
+        """How many entries are queued."""
+        return self.next_sequence - self.first_sequence
+
+
+def decode_head(data: bytes, key: str) -> ManifestHead:
+    """Decodes a manifest object that may be a segmented head (version 2) or RFC v1.
+
+    Raises:
+        CorruptManifestError: An invariant of docs/format.md §2 or §2.2 does not hold.
+        UnsupportedFormatVersionError: A version other than 1 or 2.
+    """
+    n = len(data)
+    if n < MANIFEST_FOOTER_LEN or _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)[3] != HEAD_VERSION:
+        m = decode_manifest(data, key)
+        return ManifestHead([], m.first_sequence, m.entries, m.next_sequence, m.epoch, FORMAT_VERSION)
+    refs = parse_head_refs(data, key)
+    segments, low_water, segments_len, trailer_at = refs.segments, refs.low_water, refs.segments_len, refs.trailer_at
+    entry_count, next_sequence, epoch = refs.entry_count, refs.next_sequence, refs.epoch
+    # The tail is a v1 entries region: decode it with its own footer (same checks, same messages).
+    tail = decode_manifest(bytes(data[segments_len:trailer_at]) + _footer_bytes(entry_count, next_sequence, epoch), key)
+    segments_end = segments[-1].last_sequence + 1
+    if tail.entries and tail.entries[0].sequence != segments_end:
+        raise CorruptManifestError(
+            key, f"the tail starts at {tail.entries[0].sequence}, not where the last segment ends ({segments_end})"
+        )
+    if not tail.entries and segments_end != next_sequence:
+        raise CorruptManifestError(key, f"the segments end at {segments_end - 1} but next_sequence is {next_sequence}")
+    return ManifestHead(segments, low_water, tail.entries, next_sequence, epoch, HEAD_VERSION)
+
+
+@dataclass(frozen=True)
+class HeadRefs:
+    """The fixed parts of a version 2 head: its refs (checked), trailer and footer fields."""
+
+    segments: list[SegmentRef]
+    low_water: int
+    segments_len: int
+    trailer_at: int
+    entry_count: int
+    next_sequence: int
+    epoch: int
+
+
+def parse_head_refs(data: bytes, key: str) -> HeadRefs:
+    """Parses a version 2 head's refs, trailer and footer, checking every ref invariant of §2.2
+    (the tail is not read: see :func:`decode_head`)."""
+    n = len(data)
+    if n < MANIFEST_FOOTER_LEN + _HEAD_TRAILER.size:
+        raise CorruptManifestError(key, f"{n} bytes is shorter than a segmented head's trailer and footer")
+    entry_count, next_sequence, epoch, _ = _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)
+    if next_sequence > MAX_SEQUENCE:
+        raise CorruptManifestError(key, f"next_sequence {next_sequence} is at or above 2^63")
+    trailer_at = n - MANIFEST_FOOTER_LEN - _HEAD_TRAILER.size
+    segments_len, count, low_water = _HEAD_TRAILER.unpack_from(data, trailer_at)
+    if segments_len > trailer_at:
+        raise CorruptManifestError(key, f"segments_len {segments_len} runs past the head")
+    if count == 0:
+        raise CorruptManifestError(key, "a version 2 head lists no segment (a head without segments is version 1)")
+    if count > segments_len // _REF_FIXED:
+        raise CorruptManifestError(key, f"segment_count {count} cannot fit in {segments_len} bytes of refs")
+    segments: list[SegmentRef] = []
+    pos = 0
+    for i in range(count):
+        if segments_len - pos < _REF_FIXED:
+            raise CorruptManifestError(key, f"segment ref {i} runs past the refs region")
+        first, n_entries, length, oldest = _REF_HEAD.unpack_from(data, pos)
+        sha = bytes(data[pos + _REF_HEAD.size : pos + _REF_HEAD.size + 32])
+        (key_len,) = struct.unpack_from("<H", data, pos + _REF_FIXED - 2)
+        pos += _REF_FIXED
+        if key_len > segments_len - pos:
+            raise CorruptManifestError(key, f"segment ref {i}: its key runs past the refs region")
+        try:
+            seg_key = bytes(data[pos : pos + key_len]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptManifestError(key, f"segment ref {i}: key is not valid UTF-8") from None
+        pos += key_len
+        if n_entries == 0:
+            raise CorruptManifestError(key, f"segment ref {i} ('{seg_key}') has no entries")
+        if first + n_entries - 1 > MAX_SEQUENCE:
+            raise CorruptManifestError(key, f"segment ref {i}: sequences out of range")
+        if segments and first != segments[-1].last_sequence + 1:
+            raise CorruptManifestError(
+                key,
+                f"segment ref {i} starts at {first}, not at {segments[-1].last_sequence + 1} (segments must be contiguous)",
+            )
+        segments.append(SegmentRef(first, n_entries, length, oldest, sha, seg_key))
+    if pos != segments_len:
+        raise CorruptManifestError(key, f"{segments_len - pos} unexpected bytes after the last segment ref")
+    if not segments[0].first_sequence <= low_water <= segments[0].last_sequence:
+        raise CorruptManifestError(
+            key,
+            f"low_water {low_water} is not in the first segment "
+            f"({segments[0].first_sequence} to {segments[0].last_sequence})",
+        )
+    return HeadRefs(segments, low_water, segments_len, trailer_at, entry_count, next_sequence, epoch)
+
+
+def decode_segment(data: bytes, ref: SegmentRef) -> list[ManifestEntry]:
+    """Decodes a segment object (an RFC v1 manifest) read for ``ref``, checking it is the one listed.
+
+    Raises:
+        CorruptManifestError: Naming the segment, when its length, SHA-256 or sequences differ from
+            the ref, or it does not decode.
+    """
+    if len(data) != ref.byte_length:
+        raise CorruptManifestError(ref.key, f"segment: {len(data)} bytes, but the head lists {ref.byte_length}")
+    if hashlib.sha256(data).digest() != ref.sha256:
+        raise CorruptManifestError(ref.key, "segment: its SHA-256 differs from the head's ref")
+    m = decode_manifest(data, ref.key)
+    if len(m.entries) != ref.entry_count or m.first_sequence != ref.first_sequence:
+        raise CorruptManifestError(
+            ref.key,
+            f"segment: holds {len(m.entries)} entries from {m.first_sequence}, "
+            f"but the head lists {ref.entry_count} from {ref.first_sequence}",
+        )
+    return m.entries
+
+
+# -- the raw head: what writers and lazy readers work on ----------------------------------------
 
 DEFAULT_SEGMENT_ENTRIES = (1 << 31) - 1
 """K, as the JVM's ``ManifestHead.DefaultSegmentEntries``: off (a v2 head is refused by RFC v1
@@ -50,9 +216,6 @@ SUGGESTED_SEGMENT_ENTRIES = 2048
 NO_BATCH_TIME = (1 << 63) - 1
 """A ref's ``oldest_batch_ms`` when none of its locations is a ULID batch name."""
 
-_FOOTER = struct.Struct("<IQQH")  # entry_count, next_sequence, epoch, version
-_TRAILER = struct.Struct("<IIQ")  # segments_len, segment_count, low_water
-_REF_HEAD = struct.Struct("<QIIq")  # first_sequence, entry_count, byte_length, oldest_batch_ms
 _ENTRY_HEAD = struct.Struct("<IQH")  # entry_len, sequence, location_len
 _ENTRY_FIXED = 8 + 2 + 4
 _U32_MAX = 0xFFFFFFFF
@@ -311,7 +474,7 @@ def _tail_end(refs: Sequence[SegmentRef], low_water: int, count: int, next_seque
     if not refs:
         return _FOOTER.pack(count, next_sequence, epoch, FORMAT_VERSION)
     refs_len = sum(_REF_HEAD.size + 32 + 2 + len(r.key.encode("utf-8")) for r in refs)
-    return _TRAILER.pack(refs_len, len(refs), low_water) + _FOOTER.pack(count, next_sequence, epoch, HEAD_VERSION)
+    return _HEAD_TRAILER.pack(refs_len, len(refs), low_water) + _FOOTER.pack(count, next_sequence, epoch, HEAD_VERSION)
 
 
 def encode_head(

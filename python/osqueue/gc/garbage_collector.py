@@ -32,22 +32,14 @@ import threading
 from dataclasses import dataclass
 
 from osqueue import metrics as m
+from osqueue.clock import Clock, SystemClock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, OsqueueError
-from osqueue.format import parse_batch_ulid_ms
-from osqueue.queue import (
-    DEFAULT_DATA_PATH_PREFIX,
-    DEFAULT_GC_GRACE_PERIOD_MS,
-    DEFAULT_MANIFEST_PATH,
-    Clock,
-    ManifestStore,
-    SystemClock,
-    claim_data_prefix,
-)
-from osqueue.segment_names import prefix as segment_prefix
-from osqueue.segment_names import ulid_time_ms as segment_ulid_time_ms
-from osqueue.store import ObjectStore, validate_key
-
-__all__ = ["GarbageCollector", "GcResult"]
+from osqueue.format.batch_names import parse_batch_ulid_ms
+from osqueue.format.segment_names import prefix as segment_prefix
+from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
+from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
+from osqueue.store.object_store import ObjectStore, validate_key
 
 _log = logging.getLogger(__name__)
 

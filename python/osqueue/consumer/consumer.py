@@ -24,103 +24,30 @@ import random
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from osqueue import metrics as m
+from osqueue.clock import Clock, SystemClock
+from osqueue.consumer.batch_fetcher import ConsumedBatch, FetchHandle
 from osqueue.errors import (
-    BatchNotFoundError,
     FencedError,
     IllegalQueueStateError,
     InvalidConfigError,
     InvalidObjectKeyError,
     ResumePointError,
 )
-from osqueue.format import Delivered, EntryTag, ManifestEntry, MetadataItem, decode_batch
-from osqueue.gc import GarbageCollector
-from osqueue.queue import (
-    DEFAULT_DATA_PATH_PREFIX,
-    DEFAULT_MANIFEST_PATH,
-    BatchDescriptor,
-    Clock,
-    QueueConsumer,
-    RetryPolicy,
-    SystemClock,
-)
-from osqueue.store import ObjectStore, open_store, validate_key
-
-__all__ = ["Consumer", "ConsumedBatch", "FetchHandle", "ACK_DEQUEUE_INTERVAL"]
+from osqueue.format.entry_tag import Delivered, EntryTag
+from osqueue.format.manifest import ManifestEntry
+from osqueue.gc.garbage_collector import GarbageCollector
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH
+from osqueue.queue.queue_consumer import BatchDescriptor, QueueConsumer
+from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.store.object_store import ObjectStore, validate_key
+from osqueue.store.object_stores import open_store
 
 ACK_DEQUEUE_INTERVAL = 100
 """``ack()`` dequeues the acknowledged entries every this many acks."""
-
-
-@dataclass(frozen=True)
-class ConsumedBatch:
-    """A fetched batch.
-
-    Attributes:
-        entries: The records, in order.
-        sequence: The manifest entry's sequence (ack it when processed).
-        location: The batch key.
-        metadata: The per-range metadata items.
-    """
-
-    entries: list[bytes]
-    sequence: int
-    location: str
-    metadata: list[MetadataItem] = field(default_factory=list)
-
-    def metadata_for(self, index: int) -> MetadataItem | None:
-        """The metadata of record ``index``: the last item with ``start_index <= index``."""
-        found = None
-        for item in self.metadata:
-            if item.start_index <= index:
-                found = item
-            else:
-                break
-        return found
-
-
-class FetchHandle:
-    """Fetches and decodes batches; thread-safe, touches no consumer cursor, checks no epoch.
-
-    Args:
-        store: The object store.
-        manifest_key: The manifest's key (named in errors about bad locations).
-        metrics: Metrics registry.
-        clock: Time seam (fetch durations).
-    """
-
-    def __init__(
-        self,
-        store: ObjectStore,
-        manifest_key: str,
-        metrics: m.MetricsRegistry | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        self._store = store
-        self._manifest_key = manifest_key
-        self._metrics = metrics or m.REGISTRY
-        self._clock = clock or SystemClock()
-
-    def fetch(self, descriptor: BatchDescriptor) -> ConsumedBatch:
-        """Fetches and decodes the batch of ``descriptor``.
-
-        Raises:
-            BatchNotFoundError: The batch object does not exist.
-            CorruptBatchError: The batch does not decode (naming its key). It is never skipped.
-            InvalidObjectKeyError: The location is not a plain key under the store root (a hostile
-                or foreign manifest entry), as on the JVM; nothing outside the root is read.
-            StoreError: The store failed.
-        """
-        started = self._clock.monotonic()
-        obj = self._store.get(descriptor.location)
-        if obj is None:
-            raise BatchNotFoundError(descriptor.location, descriptor.sequence)
-        records = decode_batch(obj.data, descriptor.location)
-        self._metrics.histogram(m.FETCH_DURATION).observe(self._clock.monotonic() - started)
-        return ConsumedBatch(records, descriptor.sequence, descriptor.location, list(descriptor.metadata))
 
 
 @dataclass(frozen=True)

@@ -33,23 +33,19 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
 from google.cloud import storage
 
+from osqueue.durations import parse_duration
 from osqueue.errors import InvalidConfigError, InvalidObjectKeyError, StoreError
-from osqueue.store import (
+from osqueue.store.endpoint_conditions import PROBE_KEY_PREFIX, EndpointConditions, probed_conditions
+from osqueue.store.object_store import (
     PRECONDITION_FAILED,
-    PROBE_KEY_PREFIX,
     CasOutcome,
-    EndpointConditions,
     ObjectInfo,
     ObjectVersion,
     VersionedObject,
     Written,
     _validate_prefix,
-    parse_duration,
-    probed_conditions,
     validate_key,
 )
-
-__all__ = ["GcsStore", "open_store"]
 
 ROOT_URL = "fs.gs.storage.root.url"
 SERVICE_PATH = "fs.gs.storage.service.path"

@@ -24,76 +24,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from osqueue import metrics as m
+from osqueue.clock import Clock, SystemClock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, InvalidObjectKeyError
-from osqueue.format import Compression, MetadataItem, encode_batch, new_batch_key
-from osqueue.manifest_head import DEFAULT_SEGMENT_ENTRIES
-from osqueue.queue import (
-    DEFAULT_DATA_PATH_PREFIX,
-    DEFAULT_MANIFEST_PATH,
-    Clock,
-    EnqueueResult,
-    QueueProducer,
-    RetryPolicy,
-    SystemClock,
-    check_segment_entries,
-    claim_data_prefix,
-)
-from osqueue.store import ObjectStore, open_store, validate_key
-
-__all__ = ["Producer", "WriteHandle", "DurableWrite"]
+from osqueue.format.batch_codec import Compression, encode_batch
+from osqueue.format.batch_names import new_batch_key
+from osqueue.format.manifest import MetadataItem
+from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
+from osqueue.producer.write_handle import DurableWrite, WriteHandle
+from osqueue.queue.data_prefix_owner import claim_data_prefix
+from osqueue.queue.manifest_appender import EnqueueResult
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH
+from osqueue.queue.queue_producer import QueueProducer, check_segment_entries
+from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.store.object_store import ObjectStore, validate_key
+from osqueue.store.object_stores import open_store
 
 _MAX_UNCOMMITTED_BATCHES = 8
 """Uploaded batches that may wait for their manifest write before the flush thread pauses."""
-
-
-@dataclass(frozen=True)
-class DurableWrite:
-    """Where a ``produce()`` call's entries became durable.
-
-    Attributes:
-        sequence: The sequence of the manifest entry of their batch.
-        location: The batch's key.
-        start_index: Index of the call's first entry in the batch.
-    """
-
-    sequence: int
-    location: str
-    start_index: int
-
-
-class WriteHandle(Future):  # type: ignore[type-arg]
-    """The durability of one ``produce()`` call: a ``concurrent.futures.Future`` of a
-    :class:`DurableWrite` that completes once the entries are in a batch object *and* the batch
-    is enqueued in the manifest. It cannot be cancelled.
-
-    Attributes:
-        ingestion_time_ms: The producer's wall clock at ``produce()``.
-    """
-
-    def __init__(self, ingestion_time_ms: int) -> None:
-        super().__init__()
-        self.ingestion_time_ms = ingestion_time_ms
-
-    def cancel(self) -> bool:
-        """A produced input cannot be withdrawn: always returns False."""
-        return False
-
-    def wait_durable(self, timeout: float | None = None) -> DurableWrite:
-        """Blocks until durable and returns where; raises the flush's error if it failed.
-
-        Raises:
-            TimeoutError: Not durable within ``timeout`` seconds.
-        """
-        result: DurableWrite = self.result(timeout)
-        return result
-
-    def try_result(self) -> DurableWrite | None:
-        """Non-blocking: None while pending, the :class:`DurableWrite` once durable; raises
-        the flush's error if it failed."""
-        if not self.done():
-            return None
-        result: DurableWrite = self.result(0)
-        return result
 
 
 @dataclass(eq=False)

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
 
 from osqueue import metrics as m
 from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, OsqueueError, StoreError
-from osqueue.store import ObjectVersion, Written
+from osqueue.store.object_store import ObjectVersion, Written
 
 if TYPE_CHECKING:
-    from osqueue.queue import Clock, ManifestStore, RetryPolicy
+    from osqueue.clock import Clock
+    from osqueue.queue.manifest_store import ManifestStore
+    from osqueue.queue.retry_policy import RetryPolicy
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-
-__all__ = ["Snapshot", "CasStep", "Done", "Write", "PreviousAttempt", "CONFLICT", "Unknown", "Settle", "CasLoop"]
 
 
 @dataclass(frozen=True)

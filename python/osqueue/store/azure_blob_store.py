@@ -23,22 +23,17 @@ from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoun
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from osqueue.errors import InvalidConfigError, InvalidObjectKeyError, StoreError
-from osqueue.store import (
-    IF_MATCH_QUOTED,
+from osqueue.store.endpoint_conditions import IF_MATCH_QUOTED, PROBE_KEY_PREFIX, EndpointConditions, probed_conditions
+from osqueue.store.object_store import (
     PRECONDITION_FAILED,
-    PROBE_KEY_PREFIX,
     CasOutcome,
-    EndpointConditions,
     ObjectInfo,
     ObjectVersion,
     VersionedObject,
     Written,
     _validate_prefix,
-    probed_conditions,
     validate_key,
 )
-
-__all__ = ["AzureLocation", "AzureAuth", "AzureBlobStore", "azure_auth", "open_store"]
 
 ENDPOINT = "fs.azure.blob.endpoint"
 """The Blob endpoint, replacing the one the path's host names (azurite, a private endpoint)."""

@@ -24,8 +24,6 @@ from __future__ import annotations
 import math
 import threading
 
-__all__ = ["Counter", "Gauge", "Histogram", "MetricsRegistry", "REGISTRY"]
-
 BATCHES_FLUSHED = "buffer.batches_flushed"
 ENTRIES_FLUSHED = "buffer.entries_flushed"
 BYTES_FLUSHED = "buffer.bytes_flushed"

@@ -1,16 +1,16 @@
-"""Segment objects of a segmented head (docs/format.md §2.2): ``<manifest_path>.segments/<ULID>.segment``.
-
-Mirrors the JVM's ``osqueue.format.SegmentNames``.
-"""
+"""Segment object names beside the manifest (docs/format.md §2.2): ``<manifest_path>.segments/<ULID>.segment``
+(JVM: ``SegmentNames``)."""
 
 from __future__ import annotations
 
 import re
 
-from osqueue.format import SEGMENTS_SUFFIX, SupportsRandBits, encode_ulid
+from osqueue.format.batch_names import SupportsRandBits, encode_ulid
 
-__all__ = ["SEGMENT_SUFFIX", "new_key", "prefix", "ulid_time_ms"]
+__all__ = ["SEGMENTS_SUFFIX", "SEGMENT_SUFFIX", "new_key", "prefix", "ulid_time_ms"]
 
+SEGMENTS_SUFFIX = ".segments"
+"""Segment objects live under ``<manifest_path>.segments/``."""
 SEGMENT_SUFFIX = ".segment"
 _SEGMENT_NAME = re.compile(r"([0-7][0-9A-HJKMNP-TV-Z]{25})\.segment")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
