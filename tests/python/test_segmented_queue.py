@@ -331,3 +331,24 @@ def test_two_producers_past_k_on_s3_deliver_every_entry_once_and_gc_removes_drop
     result = GarbageCollector(s3_store, KEY, "ingest", grace_period=GRACE_MS / 1000, clock=clock).run_once()
     assert set(written) <= set(result.deleted)
     assert s3_store.list(segment_prefix(KEY)) == []
+
+
+def test_flush_with_nothing_acked_checks_the_epoch_from_the_head_alone() -> None:
+    inner = InMemoryStore("flush")
+    with _producer(inner, 2) as producer:
+        for _ in range(9):
+            producer.enqueue(_upload(inner), timeout=30)
+    store = WrappedStore(inner)
+    read: list[str] = []
+    real_get = inner.get
+
+    def recording_get(key: str):  # type: ignore[no-untyped-def]
+        read.append(key)
+        return real_get(key)
+
+    store.get = recording_get  # type: ignore[method-assign]
+    c = _consumer(store)
+    read.clear()
+    c.flush()
+    assert read == [KEY], "no segment is read to check the epoch"
+    c.close()

@@ -355,7 +355,7 @@ class Consumer:
         with self._lock:
             self._check_usable()
             if self._last_acked is None:
-                self._queue.read()
+                self._queue.read_head()  # the epoch check: no segment read
                 return
             self._dequeue_acked()
 
