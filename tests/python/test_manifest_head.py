@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 import random
+import struct
 
 import pytest
 
@@ -159,3 +160,20 @@ def test_a_tail_with_a_wrong_sequence_is_corrupt_when_walked() -> None:
     with pytest.raises(CorruptManifestError, match="sequence 7"):
         parse_head(bad + footer, "m").tail_locations()
     assert ManifestEntry  # re-exported names stay importable
+
+
+def test_tail_locations_from_and_through_walk_the_tail_but_keep_only_what_is_asked() -> None:
+    from osqueue.format import encode_entry
+
+    footer = struct.pack("<IQQH", 4, 9, 0, 1)
+    raw = b"".join(encode_entry(q, f"l{q}", []) for q in range(5, 9)) + footer
+    head = parse_head(raw, "m")
+    assert head.tail_locations_from(7) == [(7, "l7"), (8, "l8")]
+    assert head.tail_locations_from(0) == head.tail_locations() == [(q, f"l{q}") for q in range(5, 9)]
+    assert head.tail_locations_from(9) == []
+    assert head.tail_locations_through(6) == [(5, "l5"), (6, "l6")]
+    assert head.tail_locations_through(4) == []
+    # a corrupt entry before the kept ones is still found
+    bad = encode_entry(5, "l5", []) + encode_entry(7, "l6", []) + encode_entry(7, "l7", []) + encode_entry(8, "l8", [])
+    with pytest.raises(CorruptManifestError):
+        parse_head(bad + footer, "m").tail_locations_from(8)

@@ -309,8 +309,9 @@ class RawHead:
 
     # -- the tail ----------------------------------------------------------------------------
 
-    def _walk(self, count: int) -> list[_Span]:
-        """The first ``count`` tail entries' headers (checked: in the tail region, contiguous)."""
+    def _walk(self, count: int, keep_from: int = 0) -> list[_Span]:
+        """The first ``count`` tail entries' headers (checked: in the tail region, contiguous); only
+        those from sequence ``keep_from`` on are kept (their locations decoded)."""
         raw, key, end = self.raw, self.key, self._tail_until
         spans: list[_Span] = []
         pos = self._tail_from
@@ -327,11 +328,12 @@ class RawHead:
                     key,
                     f"tail entry {i} has sequence {sequence}, not {expected + i} (the tail ends at next_sequence - 1)",
                 )
-            try:
-                location = raw[pos + 14 : pos + 14 + location_len].decode("utf-8")
-            except UnicodeDecodeError:
-                raise CorruptManifestError(key, f"tail entry {i}: location is not valid UTF-8") from None
-            spans.append(_Span(sequence, pos, entry_end, location))
+            if sequence >= keep_from:
+                try:
+                    location = raw[pos + 14 : pos + 14 + location_len].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CorruptManifestError(key, f"tail entry {i}: location is not valid UTF-8") from None
+                spans.append(_Span(sequence, pos, entry_end, location))
             pos = entry_end
         if count == self.tail_size and pos != end:
             raise CorruptManifestError(key, f"{end - pos} bytes left between the last entry and the footer")
@@ -344,6 +346,13 @@ class RawHead:
     def tail_locations(self) -> list[tuple[int, str]]:
         """``(sequence, location)`` of the tail's entries (no metadata decoded)."""
         return [(s.sequence, s.location) for s in self._spans]
+
+    def tail_locations_from(self, sequence: int) -> list[tuple[int, str]]:
+        """``(sequence, location)`` of the tail's entries from ``sequence`` on (every header is still
+        walked and checked, but only these are kept: a v1 manifest can be deep)."""
+        if sequence <= self.tail_first_sequence:
+            return self.tail_locations()
+        return [(s.sequence, s.location) for s in self._walk(self.tail_size, keep_from=sequence)]
 
     def tail_locations_through(self, sequence: int) -> list[tuple[int, str]]:
         """``(sequence, location)`` of the tail's entries up to ``sequence``: only their headers are

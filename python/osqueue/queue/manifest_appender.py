@@ -228,7 +228,7 @@ class _GroupCommitter:
             data = self.manifest.read_segment_bytes(r)
             if data is not None:
                 at.update((e.sequence, e.location) for e in decode_segment(data, r) if e.sequence >= start)
-        at.update((q, loc) for q, loc in head.tail_locations() if q >= start)
+        at.update(head.tail_locations_from(start))
         return at
 
     def _judge_unknown(self, raw: bytes | None, base: int) -> str:
