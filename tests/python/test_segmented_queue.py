@@ -352,3 +352,37 @@ def test_flush_with_nothing_acked_checks_the_epoch_from_the_head_alone() -> None
     c.flush()
     assert read == [KEY], "no segment is read to check the epoch"
     c.close()
+
+
+def test_a_lost_reply_whose_segment_vanished_while_resolving_is_ambiguous_never_appended_again() -> None:
+    """The race of docs/format.md §2.2 step 4: the write landed, was sealed into a segment, and that
+    segment is gone when the producer looks (a dequeue dropped it and GC collected it since the head was
+    read). Its sequences count as dequeued: with no receipt for them the outcome is AmbiguousCommit,
+    not "lost" (which would append the batch a second time)."""
+    inner = InMemoryStore("vanished")
+    store = WrappedStore(inner)
+    armed = [False]
+    other = _producer(inner, 2)
+
+    def seal_then_vanish(key, data, expected, apply):  # type: ignore[no-untyped-def]
+        outcome = apply()
+        if armed[0] and key == KEY:
+            armed[0] = False
+            for _ in range(3):  # seals our write (sequence 1) into the first segment
+                other.enqueue(_upload(inner), timeout=30)
+            inner.delete(_head(inner).segments[0].key)
+            raise StoreError("injected: reply lost")
+        return outcome
+
+    store.on_conditional = seal_then_vanish
+    retry = RetryPolicy(base_delay=0.001, max_delay=0.002, max_attempts=3)
+    with _producer(store, 2, retry=retry) as a:
+        a.enqueue(_upload(inner), timeout=30)
+        mine = _upload(inner)
+        armed[0] = True
+        with pytest.raises(AmbiguousCommitError):
+            a.enqueue(mine, timeout=30)
+    other.close()
+    head = _head(inner)
+    assert all(loc != mine for _, loc in head.tail_locations()), "appended a second time"
+    assert head.next_sequence == 5, "nothing appended after the resolution"

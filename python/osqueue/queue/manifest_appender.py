@@ -17,7 +17,6 @@ from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import (
     DEFAULT_SEGMENT_ENTRIES,
-    RawHead,
     SealedTail,
     SegmentRef,
     decode_segment,
@@ -74,6 +73,8 @@ class _GroupCommitter:
         self.policy = policy
         self.metrics = metrics
         self.segment_entries = segment_entries
+        # The first sequence known to be queued in the last snapshot whose locations were looked up.
+        self._first_queued: tuple[bytes, int] | None = None
         self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer")
         self.refs = 0
         self._cond = threading.Condition()
@@ -193,7 +194,7 @@ class _GroupCommitter:
         if raw is None:
             return None
         wanted = {loc for attempt in tried for loc in attempt}
-        at = self._queued_locations_from(self.manifest.head(raw), min_base)
+        at = self._queued_locations_from(raw, min_base)
         first_present = min(at, default=self.manifest.head(raw).next_sequence)
         for sequence, location in (history or {}).items():
             at.setdefault(sequence, location)
@@ -216,19 +217,27 @@ class _GroupCommitter:
             "in an arrangement none of its writes produced; refusing to append them again"
         )
 
-    def _queued_locations_from(self, head: RawHead, min_sequence: int) -> dict[int, str]:
+    def _queued_locations_from(self, raw: bytes, min_sequence: int) -> dict[int, str]:
         """``sequence -> location`` of the queued entries from ``min_sequence`` on: the tail, and the
         segments holding such sequences (sealed since our write; one GET each, usually none or one).
-        A segment gone since the head was read was dropped by a dequeue: the receipts tell."""
+
+        A listed segment gone since the head was read was dropped by a dequeue (and collected): its
+        sequences count as dequeued (:meth:`_judge_unknown` then asks the receipts, as the JVM does),
+        never as someone else's."""
+        head = self.manifest.head(raw)
         start = max(min_sequence, head.first_sequence)
+        first_queued = head.first_sequence
         at: dict[int, str] = {}
         for r in head.segments:
             if r.last_sequence < start:
                 continue
             data = self.manifest.read_segment_bytes(r)
-            if data is not None:
-                at.update((e.sequence, e.location) for e in decode_segment(data, r) if e.sequence >= start)
+            if data is None:
+                first_queued = max(first_queued, r.last_sequence + 1)
+                continue
+            at.update((e.sequence, e.location) for e in decode_segment(data, r) if e.sequence >= start)
         at.update(head.tail_locations_from(start))
+        self._first_queued = (raw, first_queued)
         return at
 
     def _judge_unknown(self, raw: bytes | None, base: int) -> str:
@@ -242,7 +251,10 @@ class _GroupCommitter:
             return "pending"
         if head.next_sequence < base:
             return "undecidable"
-        return "lost" if head.first_sequence <= base else "undecidable"
+        first = head.first_sequence
+        if self._first_queued is not None and self._first_queued[0] is raw:
+            first = self._first_queued[1]  # past a segment that vanished while we looked (see above)
+        return "lost" if first <= base else "undecidable"
 
     def _resolve(self, raw: bytes | None, attempts: Sequence[_Attempt]) -> list[EnqueueResult] | None:
         """Did one of our earlier writes land? Its results if so; None if none is known to have
