@@ -177,3 +177,14 @@ def test_tail_locations_from_and_through_walk_the_tail_but_keep_only_what_is_ask
     bad = encode_entry(5, "l5", []) + encode_entry(7, "l6", []) + encode_entry(7, "l7", []) + encode_entry(8, "l8", [])
     with pytest.raises(CorruptManifestError):
         parse_head(bad + footer, "m").tail_locations_from(8)
+
+
+@pytest.mark.parametrize("bad_key", ["../outside.segment", "/abs.segment", "a//b.segment"])
+def test_a_ref_whose_key_is_not_a_valid_object_key_is_corrupt(bad_key: str) -> None:
+    ref = SegmentRef(0, 1, 10, NO_BATCH_TIME, bytes(32), bad_key)
+    data = encode_head([ref], 0, [], 1, 0)
+    with pytest.raises(CorruptManifestError, match="segment ref 0") as info:
+        parse_head(data, "some/manifest")
+    assert "some/manifest" in str(info.value)
+    with pytest.raises(CorruptManifestError):
+        decode_head(data, "some/manifest")

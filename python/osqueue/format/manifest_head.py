@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from osqueue.errors import CorruptManifestError
+from osqueue.errors import CorruptManifestError, InvalidObjectKeyError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.manifest import MAX_SEQUENCE, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import (
@@ -134,6 +134,9 @@ class HeadRefs:
 def parse_head_refs(data: bytes, key: str) -> HeadRefs:
     """Parses a version 2 head's refs, trailer and footer, checking every ref invariant of §2.2
     (the tail is not read: see :func:`decode_head`)."""
+    # Imported here: the store package imports the format package (no import cycle at load time).
+    from osqueue.store.object_store import validate_key
+
     n = len(data)
     if n < MANIFEST_FOOTER_LEN + _HEAD_TRAILER.size:
         raise CorruptManifestError(key, f"{n} bytes is shorter than a segmented head's trailer and footer")
@@ -163,6 +166,10 @@ def parse_head_refs(data: bytes, key: str) -> HeadRefs:
             seg_key = bytes(data[pos : pos + key_len]).decode("utf-8")
         except UnicodeDecodeError:
             raise CorruptManifestError(key, f"segment ref {i}: key is not valid UTF-8") from None
+        try:
+            validate_key(seg_key)  # as the JVM's ObjectKeys.validate: a ref never points outside the root
+        except InvalidObjectKeyError as e:
+            raise CorruptManifestError(key, f"segment ref {i}: {e}") from None
         pos += key_len
         if n_entries == 0:
             raise CorruptManifestError(key, f"segment ref {i} ('{seg_key}') has no entries")
