@@ -31,6 +31,7 @@ from osqueue._version import __version__
 from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
 from osqueue.errors import BatchNotFoundError, OsqueueError
 from osqueue.format import HEAD_VERSION, Manifest, ManifestHead, decode_head, parse_batch_ulid_ms
+from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
 from osqueue.gc import GarbageCollector
 from osqueue.queue import (
     DEFAULT_DATA_PATH_PREFIX,
@@ -454,6 +455,13 @@ def _input_lines(stream: IO[bytes]) -> Iterator[bytes]:
     show_default=True,
     help="Entries per produce() call (each call is one metadata range in a batch).",
 )
+@click.option(
+    "--manifest-segment-entries",
+    type=click.IntRange(min=1, max=DEFAULT_SEGMENT_ENTRIES),
+    default=DEFAULT_SEGMENT_ENTRIES,
+    help="K: seal the manifest's tail into a segment object past this many entries (docs/format.md §2.2; "
+    "2048 suggested). Default: off.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def produce(
     target: QueueTarget,
@@ -462,6 +470,7 @@ def produce(
     metadata: str,
     compression: str,
     batch_size: int,
+    manifest_segment_entries: int,
     quiet: bool,
 ) -> None:
     """Append entries: each line of stdin or of FILES (or each whole file) becomes one entry.
@@ -511,6 +520,7 @@ def produce(
         manifest_path=target.manifest_path,
         data_path_prefix=target.data_prefix,
         store_options=target.store_options,
+        manifest_segment_entries=manifest_segment_entries,
     )
     progress = Progress(
         SpinnerColumn(),

@@ -189,3 +189,21 @@ def test_mutated_and_truncated_heads_decode_or_raise_a_typed_error() -> None:
             decode_head(data, "m")
         except (CorruptManifestError, UnsupportedFormatVersionError):
             pass
+
+
+def test_cli_produce_seals_past_its_k_and_tail_and_inspect_read_the_segmented_queue(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue.cli import cli
+
+    root = str(tmp_path / "q")
+    runner = CliRunner()
+    for i in range(5):  # one producer (one manifest entry) per run
+        r = runner.invoke(cli, ["produce", root, "--manifest-segment-entries", "2"], input=f"v{i}\n")
+        assert r.exit_code == 0, r.output
+    inspected = json.loads(runner.invoke(cli, ["inspect", root, "--json"], catch_exceptions=False).stdout)
+    assert inspected["format_version"] == 2 and inspected["depth"] == 5 and len(inspected["segments"]) == 2
+    tail = runner.invoke(cli, ["tail", root], catch_exceptions=False)
+    assert tail.stdout.split("\n")[:-1] == [f"v{i}" for i in range(5)]
+    bad = runner.invoke(cli, ["produce", root, "--manifest-segment-entries", "0"], input="x\n")
+    assert bad.exit_code == 2 and "--manifest-segment-entries" in bad.output
