@@ -16,9 +16,9 @@ from osqueue.format.incarnation import new_incarnation_epoch
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import read_manifest_footer
 from osqueue.format.raw_manifest import append_entries, iter_entry_locations
-from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Snapshot, Unknown, Write
+from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
 from osqueue.queue.data_prefix_owner import claim_data_prefix
-from osqueue.queue.manifest_store import ManifestStore
+from osqueue.queue.manifest_store import ManifestStore, Snapshot
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore
 
@@ -48,7 +48,7 @@ class _Pending:
     max_age_ms: int | None = None
 
 
-class _GroupCommitter:
+class ManifestAppender:
     """One background thread appending everything submitted for one (store, manifest key)."""
 
     def __init__(
@@ -321,17 +321,17 @@ class _AppendSettle:
         return None
 
 
-_committers: dict[tuple[int, str], tuple[ObjectStore, _GroupCommitter]] = {}
+_committers: dict[tuple[int, str], tuple[ObjectStore, ManifestAppender]] = {}
 _committers_lock = threading.Lock()
 
 
 def _acquire_committer(
     store: ObjectStore, key: str, clock: Clock, rng: random.Random, policy: RetryPolicy, metrics: m.MetricsRegistry
-) -> _GroupCommitter:
+) -> ManifestAppender:
     with _committers_lock:
         found = _committers.get((id(store), key))
         if found is None or found[0] is not store:
-            committer = _GroupCommitter(ManifestStore(store, key), clock, rng, policy, metrics)
+            committer = ManifestAppender(ManifestStore(store, key), clock, rng, policy, metrics)
             _committers[(id(store), key)] = (store, committer)
         else:
             committer = found[1]
@@ -339,7 +339,7 @@ def _acquire_committer(
         return committer
 
 
-def _release_committer(store: ObjectStore, key: str, committer: _GroupCommitter) -> None:
+def _release_committer(store: ObjectStore, key: str, committer: ManifestAppender) -> None:
     with _committers_lock:
         committer.refs -= 1
         found = _committers.get((id(store), key))

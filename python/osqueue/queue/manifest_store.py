@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from osqueue.format.dequeue_receipts import RECEIPTS_SUFFIX, DequeueReceipts
 from osqueue.format.incarnation import INCARNATION_SUFFIX
 from osqueue.format.manifest import Manifest
@@ -10,6 +12,14 @@ from osqueue.store.object_store import CasOutcome, ObjectStore, ObjectVersion, v
 
 DEFAULT_MANIFEST_PATH = "ingest/manifest"
 DEFAULT_DATA_PATH_PREFIX = "ingest"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The manifest as read: its bytes (None when it does not exist) and its version."""
+
+    raw: bytes | None
+    version: ObjectVersion | None
 
 
 class ManifestStore:

@@ -14,8 +14,8 @@ from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch, ne
 from osqueue.format.manifest import Manifest, MetadataItem
 from osqueue.format.manifest_codec import decode_manifest, read_manifest_footer
 from osqueue.format.raw_manifest import dequeue_through, iter_entry_locations, with_epoch
-from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Snapshot, Write
-from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore
+from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Write
+from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore, Snapshot
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore
 
