@@ -217,3 +217,12 @@ def test_a_stray_public_class_on_either_side_is_a_difference() -> None:
     assert (None, "format/manifest.py:StrayEntry") in found
     python["gc/garbage_collector.py"].functions.add("collect_everything")
     assert (None, "gc/garbage_collector.py:collect_everything()") in differences(jvm, python)
+
+
+def test_no_module_is_over_600_lines() -> None:
+    # One small file per role (CONTRIBUTING.md): a module past this wants splitting by role.
+    sizes = {
+        p.relative_to(PACKAGE).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+        for p in PACKAGE.rglob("*.py")
+    }
+    assert {m: n for m, n in sizes.items() if n > 600} == {}
