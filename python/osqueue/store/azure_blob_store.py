@@ -1,4 +1,4 @@
-"""Azure Blob Storage / ADLS Gen2 store (mirrors the JVM's osqueue.store.azure).
+"""Azure Blob Storage / ADLS Gen2 store (JVM: ``osqueue.store.azure.AzureBlobStore``).
 
 Opened for ``abfss://container@account.dfs.core.windows.net/prefix`` (ADLS Gen2),
 ``wasbs://container@account.blob.core.windows.net/prefix`` (Blob), ``abfs://`` and ``wasb://``:
