@@ -13,7 +13,8 @@ from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, 
 from osqueue.format import Manifest, ManifestEntry, encode_manifest
 from osqueue.metrics import MetricsRegistry
 from osqueue.queue import ManifestStore, QueueConsumer, QueueProducer, RetryPolicy
-from osqueue.queue.cas_loop import CONFLICT, CasLoop, Done, PreviousAttempt, Snapshot, Unknown, Write
+from osqueue.queue.cas_loop import CONFLICT, CasLoop, Done, PreviousAttempt, Unknown, Write
+from osqueue.queue.manifest_store import Snapshot
 from osqueue.store import PRECONDITION_FAILED, CasOutcome, InMemoryStore, ObjectVersion, VersionedObject
 
 KEY = "ingest/manifest"

@@ -39,13 +39,13 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("store/local_file_system_store.py", "secrets.token_hex("): (1, "temporary file names: unique, never compared"),
     ("store/s3_store.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
     ("store/s3_store.py", "secrets.token_bytes("): (1, "the conditional-write probe's wrong entity tag"),
-    ("store/local_file_system_store.py", "time.monotonic("): (
+    ("store/local_file_lock.py", "time.monotonic("): (
         2,
         "the local lock's timeout: a real wait between processes",
     ),
-    ("store/local_file_system_store.py", "time.sleep("): (1, "the local lock's spin: a real wait between processes"),
+    ("store/local_file_lock.py", "time.sleep("): (1, "the local lock's spin: a real wait between processes"),
     ("store/endpoint_conditions.py", "time.sleep("): (1, "the probe's backoff: a real wait on a real store"),
-    ("store/local_file_system_store.py", "random.uniform("): (1, "the local lock's spin jitter"),
+    ("store/local_file_lock.py", "random.uniform("): (1, "the local lock's spin jitter"),
     ("store/gcs_store.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
     ("store/azure_blob_store.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
     ("store/azure_blob_store.py", "uuid.uuid4("): (1, "the probe's wrong entity tag: never matches"),

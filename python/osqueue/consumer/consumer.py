@@ -79,7 +79,8 @@ class Consumer:
         data_path_prefix: Where batches live (for GC).
         gc_interval: Seconds between GC cycles when ``run_gc``.
         gc_grace_period: GC grace period in seconds.
-        run_gc: Run the garbage collector in a background thread.
+        run_gc: Run the garbage collector in a background thread (default, as the JVM consumer):
+            a cycle every ``gc_interval``; at open the data prefix's owner is checked (docs/format.md §6).
         store_options: Store settings, e.g. the ``fs.s3a.*`` keys.
         store: A ready store (not closed by the consumer).
         clock: Time seam.
@@ -102,7 +103,7 @@ class Consumer:
         data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
         gc_interval: float = 300.0,
         gc_grace_period: float = 600.0,
-        run_gc: bool = False,
+        run_gc: bool = True,
         store_options: Mapping[str, Any] | None = None,
         store: ObjectStore | None = None,
         clock: Clock | None = None,

@@ -17,7 +17,7 @@ BATCH_SUFFIX = ".batch"
 
 
 class SupportsNowMs(Protocol):
-    """Anything with a wall clock in milliseconds (see :class:`osqueue.queue.Clock`)."""
+    """Anything with a wall clock in milliseconds (see :class:`osqueue.clock.Clock`)."""
 
     def now_ms(self) -> int: ...
 

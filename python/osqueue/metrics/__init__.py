@@ -1,23 +1,4 @@
-"""A tiny thread-safe registry of counters, gauges and histograms.
-
-Metric names follow the reference implementation (all start with ``buffer.``):
-
-* producer: counters ``buffer.batches_flushed``, ``buffer.entries_flushed``,
-  ``buffer.bytes_flushed`` (raw), ``buffer.bytes_written`` (encoded); histogram
-  ``buffer.flush_duration_seconds``;
-* consumer: counters ``buffer.batches_collected``, ``buffer.entries_collected``,
-  ``buffer.bytes_collected``, ``buffer.acks``, ``buffer.descriptors_handed_out``,
-  ``buffer.duplicate_copies_skipped`` (replayed sink copies not delivered),
-  ``buffer.gc_files_deleted``, ``buffer.gc_files_failed``; gauges
-  ``buffer.consumer_lag_seconds``, ``buffer.queue_length``; histograms
-  ``buffer.gc_duration_seconds``, ``buffer.fetch_duration_seconds``;
-* both: counters ``buffer.manifest_writes``, ``buffer.manifest_conflicts`` and
-  ``buffer.manifest_ambiguous_writes`` (writes of unknown outcome) with a ``role`` label
-  (``producer`` or ``consumer``); producer: ``buffer.batches_reuploaded`` (stale batches
-  uploaded again before their manifest write).
-
-Components take a ``metrics`` argument and default to the process-wide :data:`REGISTRY`.
-"""
+"""Metrics (JVM: ``osqueue.metrics``): the registry and the metric names in metrics.py."""
 
 from osqueue.metrics.metrics import (
     ACKS,

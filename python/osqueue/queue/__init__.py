@@ -12,10 +12,10 @@ Time and randomness come from an injectable :class:`Clock` and ``random.Random``
 """
 
 from osqueue.clock import Clock, SystemClock
-from osqueue.queue.cas_loop import CONFLICT, CasLoop, CasStep, Done, PreviousAttempt, Settle, Snapshot, Unknown, Write
-from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, OWNER_NAME, QueueOwner, claim_data_prefix
+from osqueue.queue.cas_loop import CONFLICT, CasLoop, CasStep, Done, PreviousAttempt, Settle, Unknown, Write
+from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, OWNER_NAME, DataPrefixOwner, claim_data_prefix
 from osqueue.queue.manifest_appender import MAX_REUPLOADS, EnqueueResult
-from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore, Snapshot
 from osqueue.queue.queue_consumer import BatchDescriptor, QueueConsumer
 from osqueue.queue.queue_producer import QueueProducer
 from osqueue.queue.retry_policy import RetryPolicy
@@ -29,7 +29,7 @@ __all__ = [
     "RetryPolicy",
     "OWNER_NAME",
     "DEFAULT_GC_GRACE_PERIOD_MS",
-    "QueueOwner",
+    "DataPrefixOwner",
     "claim_data_prefix",
     "EnqueueResult",
     "MAX_REUPLOADS",

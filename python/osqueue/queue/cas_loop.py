@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
 
 from osqueue import metrics as m
 from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, OsqueueError, StoreError
-from osqueue.store.object_store import ObjectVersion, Written
+from osqueue.queue.manifest_store import Snapshot
+from osqueue.store.object_store import Written
 
 if TYPE_CHECKING:
     from osqueue.clock import Clock
@@ -26,14 +27,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The manifest as read: its bytes (None when it does not exist) and its version."""
-
-    raw: bytes | None
-    version: ObjectVersion | None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ DEFAULT_GC_GRACE_PERIOD_MS = 600_000
 
 
 @dataclass(frozen=True)
-class QueueOwner:
+class DataPrefixOwner:
     """``<data_path_prefix>/osqueue.owner`` (docs/format.md §6).
 
     Attributes:
@@ -43,7 +43,7 @@ def claim_data_prefix(
     create_with_grace_ms: int | None = None,
     retry: RetryPolicy | None = None,
     rng: random.Random | None = None,
-) -> QueueOwner | None:
+) -> DataPrefixOwner | None:
     """Proves ``data_prefix`` holds this queue's batches and reads the queue's grace period.
 
     ``<data_prefix>/osqueue.owner`` (JSON ``{"version":1,"manifest":…,"claimedAtMs":…,
@@ -77,7 +77,7 @@ def claim_data_prefix(
 
 def _claim_data_prefix_once(
     store: ObjectStore, manifest_key: str, data_prefix: str, clock: Clock, create_with_grace_ms: int | None
-) -> QueueOwner | None:
+) -> DataPrefixOwner | None:
     prefix = data_prefix.rstrip("/")
     key = validate_key(f"{prefix}/{OWNER_NAME}")
     for _ in range(2):  # a lost create race is settled by reading the winner's record
@@ -85,7 +85,7 @@ def _claim_data_prefix_once(
         if obj is None:
             if create_with_grace_ms is None:
                 return None
-            created = QueueOwner(manifest_key, clock.now_ms(), create_with_grace_ms)
+            created = DataPrefixOwner(manifest_key, clock.now_ms(), create_with_grace_ms)
             record = {
                 "version": 1,
                 "manifest": created.manifest,
@@ -97,7 +97,7 @@ def _claim_data_prefix_once(
             continue
         try:
             found = json.loads(obj.data.decode("utf-8"))
-            owner = QueueOwner(found["manifest"], found["claimedAtMs"], found["gcGracePeriodMs"])
+            owner = DataPrefixOwner(found["manifest"], found["claimedAtMs"], found["gcGracePeriodMs"])
             if not isinstance(owner.manifest, str) or any(
                 isinstance(v, bool) or not isinstance(v, int) or v < 0
                 for v in (owner.claimed_at_ms, owner.gc_grace_period_ms)

@@ -23,9 +23,9 @@ from osqueue.format.manifest_head import (
     parse_head,
 )
 from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
-from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Snapshot, Unknown, Write
+from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
-from osqueue.queue.manifest_store import ManifestStore
+from osqueue.queue.manifest_store import ManifestStore, Snapshot
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore
 
@@ -55,7 +55,7 @@ class _Pending:
     max_age_ms: int | None = None
 
 
-class _GroupCommitter:
+class ManifestAppender:
     """One background thread appending everything submitted for one (store, manifest key)."""
 
     def __init__(
@@ -373,7 +373,7 @@ class _AppendSettle:
         return None
 
 
-_committers: dict[tuple[int, str], tuple[ObjectStore, _GroupCommitter]] = {}
+_committers: dict[tuple[int, str], tuple[ObjectStore, ManifestAppender]] = {}
 _committers_lock = threading.Lock()
 
 
@@ -385,11 +385,11 @@ def _acquire_committer(
     policy: RetryPolicy,
     metrics: m.MetricsRegistry,
     segment_entries: int,
-) -> _GroupCommitter:
+) -> ManifestAppender:
     with _committers_lock:
         found = _committers.get((id(store), key))
         if found is None or found[0] is not store:
-            committer = _GroupCommitter(ManifestStore(store, key), clock, rng, policy, metrics, segment_entries)
+            committer = ManifestAppender(ManifestStore(store, key), clock, rng, policy, metrics, segment_entries)
             _committers[(id(store), key)] = (store, committer)
         else:
             committer = found[1]
@@ -397,7 +397,7 @@ def _acquire_committer(
         return committer
 
 
-def _release_committer(store: ObjectStore, key: str, committer: _GroupCommitter) -> None:
+def _release_committer(store: ObjectStore, key: str, committer: ManifestAppender) -> None:
     with _committers_lock:
         committer.refs -= 1
         found = _committers.get((id(store), key))

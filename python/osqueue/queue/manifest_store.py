@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from osqueue.errors import CorruptManifestError
 from osqueue.format.batch_names import SupportsRandBits
@@ -18,6 +19,14 @@ DEFAULT_MANIFEST_PATH = "ingest/manifest"
 DEFAULT_DATA_PATH_PREFIX = "ingest"
 SEGMENT_READS_IN_FLIGHT = 8
 """Segment GETs in flight at once when a whole segmented manifest is read (as on the JVM)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The manifest as read: its bytes (None when it does not exist) and its version."""
+
+    raw: bytes | None
+    version: ObjectVersion | None
 
 
 class ManifestStore:

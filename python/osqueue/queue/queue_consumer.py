@@ -15,8 +15,8 @@ from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch, ne
 from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
-from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Snapshot, Write
-from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore
+from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Write
+from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore, Snapshot
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore
 

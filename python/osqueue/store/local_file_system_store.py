@@ -1,20 +1,16 @@
-"""A store on a local (or shared POSIX) file system (JVM: ``LocalFileSystemStore``, ``LocalFileLock``)."""
+"""A store on a local (or shared POSIX) file system (JVM: ``LocalFileSystemStore``)."""
 
 from __future__ import annotations
 
 import builtins
-import errno
-import fcntl
 import hashlib
 import os
-import random
 import secrets
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from osqueue.errors import InvalidConfigError, InvalidObjectKeyError, StoreError
+from osqueue.store.local_file_lock import held
 from osqueue.store.object_store import (
     PRECONDITION_FAILED,
     CasOutcome,
@@ -28,17 +24,6 @@ from osqueue.store.object_store import (
 )
 
 # Local filesystem (docs/format.md §7)
-
-_process_locks: dict[str, threading.Lock] = {}
-_process_locks_guard = threading.Lock()
-
-
-def _process_lock(path: str) -> threading.Lock:
-    with _process_locks_guard:
-        lock = _process_locks.get(path)
-        if lock is None:
-            lock = _process_locks[path] = threading.Lock()
-        return lock
 
 
 def _fsync_directory(directory: str) -> None:
@@ -168,38 +153,8 @@ class LocalFileSystemStore:
             lock_path = os.path.join(os.path.realpath(directory), f".{name}.lock")
         except OSError as e:
             raise StoreError(f"cannot prepare the lock for '{key}' in {self.uri}: {e}") from e
-        deadline = time.monotonic() + self._lock_timeout
-        mutex = _process_lock(lock_path)
-        if not mutex.acquire(timeout=self._lock_timeout):
-            raise StoreError(
-                f"timed out after {self._lock_timeout} s waiting for the lock on '{key}' in {self.uri}",
-                outcome_known=True,
-            )
-        try:
-            try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise StoreError(f"cannot open lock file '{lock_path}': {e}") from e
-            try:
-                while True:
-                    try:
-                        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except OSError as e:
-                        if e.errno not in (errno.EACCES, errno.EAGAIN):
-                            raise StoreError(f"cannot lock '{lock_path}': {e}") from e
-                    if time.monotonic() >= deadline:
-                        raise StoreError(
-                            f"timed out after {self._lock_timeout} s waiting for the lock on '{key}' in {self.uri} "
-                            f"(held by another process: {lock_path})",
-                            outcome_known=True,
-                        )
-                    time.sleep(random.uniform(0.001, 0.005))
-                yield
-            finally:
-                os.close(fd)  # closing the descriptor releases the record lock
-        finally:
-            mutex.release()
+        with held(lock_path, self._lock_timeout, f"'{key}' in {self.uri}"):
+            yield
 
     def _conditional_put(self, key: str, data: bytes, expected: ObjectVersion | None) -> CasOutcome:
         path = self._path(key)
