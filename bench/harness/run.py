@@ -13,15 +13,27 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.harness.client_benchmarks import bench_contention, bench_depth, bench_requests
+from bench.harness.depth_benchmarks import bench_py_depth
 from bench.harness.environment import Settings, environment, loadavg, machine_facts
 from bench.harness.jvm_benchmarks import bench_jvm_depth, bench_py_vs_jvm, bench_raw_put
 from bench.harness.kafka import bench_kafka, kafka_jars
 from bench.harness.report import markdown_report, write_plots
 from bench.harness.spark_benchmarks import SparkHolder, bench_latency, bench_spark_file
 
-BENCHMARKS = ("contention", "depth", "jvm_depth", "py_vs_jvm", "requests", "raw_put", "spark_file", "kafka", "latency")
+BENCHMARKS = (
+    "contention",
+    "depth",
+    "py_depth",
+    "jvm_depth",
+    "py_vs_jvm",
+    "requests",
+    "raw_put",
+    "spark_file",
+    "kafka",
+    "latency",
+)
 SPARK_BENCHMARKS = ("spark_file", "kafka", "latency")
-QUICK_SKIPS = ("kafka", "jvm_depth")
+QUICK_SKIPS = ("kafka", "py_depth", "jvm_depth")
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
 
@@ -69,6 +81,7 @@ def run_benchmarks(
     functions = {
         "contention": bench_contention,
         "depth": bench_depth,
+        "py_depth": bench_py_depth,
         "jvm_depth": bench_jvm_depth,
         "py_vs_jvm": bench_py_vs_jvm,
         "requests": bench_requests,

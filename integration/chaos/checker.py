@@ -151,11 +151,10 @@ def _manifest_footer(run: pathlib.Path) -> dict[str, int] | None:
     path = run / "manifest-final.bin"
     if not path.exists():
         return None
-    from osqueue.format import decode_manifest
+    from osqueue.format import parse_head
 
-    m = decode_manifest(path.read_bytes(), "manifest-final.bin")
-    first = m.entries[0].sequence if m.entries else m.next_sequence
-    return {"next_sequence": m.next_sequence, "epoch": m.epoch, "entries": len(m.entries), "first_sequence": first}
+    h = parse_head(path.read_bytes(), "manifest-final.bin")  # v1 or a segmented head (docs/format.md §2.2)
+    return {"next_sequence": h.next_sequence, "epoch": h.epoch, "entries": h.depth, "first_sequence": h.first_sequence}
 
 
 def _read_json(path: pathlib.Path, default: Any) -> Any:

@@ -229,13 +229,14 @@ class Harness:
         }
 
     def read_footer(self):
-        from osqueue.format import read_manifest_footer
+        """The manifest's head (v1 or segmented, docs/format.md §2.2: epoch, next_sequence, depth) and its bytes."""
+        from osqueue.format import parse_head
 
         try:
             raw = self.direct.get_object(Bucket=self.bucket, Key=f"{PREFIX}/ingest/manifest")["Body"].read()
         except self.direct.exceptions.NoSuchKey:
             return None, None
-        return read_manifest_footer(raw, "manifest"), raw
+        return parse_head(raw, "manifest"), raw
 
     def monitor(self) -> None:
         """Samples the manifest (straight from the server) once a second: epoch and sequences."""
@@ -258,7 +259,7 @@ class Harness:
                                 "t": round(now, 1),
                                 "epoch": footer.epoch,
                                 "next_sequence": footer.next_sequence,
-                                "entries": footer.entry_count,
+                                "entries": footer.depth,
                             }
                         )
                         + "\n"
@@ -337,6 +338,8 @@ class Harness:
                 str(a.timeout),
                 "--log",
                 str(logf),
+                "--segment-entries",
+                str(a.segment_entries),
             ]
             child = Child("producer-py", name, k, argv, errf)
             child.tail = Tail(logf)
@@ -629,6 +632,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--drop-reply-rate", type=float, default=0.03, help="drop_reply rate of conditional PUTs")
     ap.add_argument("--drop-reply-every", type=int, default=0, help="also drop the reply of every n-th conditional PUT")
     ap.add_argument("--chunk", type=int, default=100, help="entries per produce() call")
+    ap.add_argument(
+        "--segment-entries",
+        type=int,
+        default=(1 << 31) - 1,
+        help="K of the Python producers (manifest_segment_entries; small: segmented manifests). "
+        "The JVM producers (QueueTool) keep the default",
+    )
     ap.add_argument(
         "--produce-seconds",
         type=float,

@@ -11,6 +11,7 @@ import click
 from osqueue.cli.app import cli
 from osqueue.cli.formatting import _plural
 from osqueue.cli.options import QueueTarget, queue_options
+from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
 
 
 def _input_lines(stream: IO[bytes]) -> Iterator[bytes]:
@@ -41,6 +42,13 @@ def _input_lines(stream: IO[bytes]) -> Iterator[bytes]:
     show_default=True,
     help="Entries per produce() call (each call is one metadata range in a batch).",
 )
+@click.option(
+    "--manifest-segment-entries",
+    type=click.IntRange(min=1, max=DEFAULT_SEGMENT_ENTRIES),
+    default=DEFAULT_SEGMENT_ENTRIES,
+    help="K: seal the manifest's tail into a segment object past this many entries (docs/format.md §2.2; "
+    "2048 suggested). Default: off.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def produce(
     target: QueueTarget,
@@ -49,6 +57,7 @@ def produce(
     metadata: str,
     compression: str,
     batch_size: int,
+    manifest_segment_entries: int,
     quiet: bool,
 ) -> None:
     """Append entries: each line of stdin or of FILES (or each whole file) becomes one entry.
@@ -98,6 +107,7 @@ def produce(
         manifest_path=target.manifest_path,
         data_path_prefix=target.data_prefix,
         store_options=target.store_options,
+        manifest_segment_entries=manifest_segment_entries,
     )
     progress = Progress(
         SpinnerColumn(),

@@ -156,9 +156,10 @@ class Consumer:
         self._skipped: deque[int] = deque()
         # Entries read from the manifest and not handed out yet: handed out before the manifest is read
         # again, so draining a backlog of N entries decodes the manifest O(1) times per N, not per batch.
+        # With a segmented head it holds one segment (or the tail) at a time (docs/format.md §2.2).
         self._buffer: list[ManifestEntry] = []
         self._buffer_start = 0
-        self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+        self._metrics.gauge(m.QUEUE_LENGTH).set(manifest.depth)
         if run_gc:
             self._gc = GarbageCollector(
                 self._store,
@@ -219,10 +220,15 @@ class Consumer:
         """The entries after the last one handed out: those already read, or (when none are left)
         those of a fresh, epoch-checked manifest read."""
         if self._buffer_start >= len(self._buffer):
-            manifest = self._queue.read()
-            self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+            # One segment or the tail at a time: memory stays bounded at any depth (docs/format.md §2.2).
+            head = self._queue.read_head()
+            self._metrics.gauge(m.QUEUE_LENGTH).set(head.depth)
             after = self._last_handed_out
-            self._buffer = [e for e in manifest.entries if after is None or e.sequence > after]
+            first = head.first_sequence
+            start = first if after is None else max(first, after + 1)
+            ref = head.segment_for(start)
+            entries = self._queue.read_segment(ref) if ref is not None else head.tail_entries()
+            self._buffer = [e for e in entries if e.sequence >= first and (after is None or e.sequence > after)]
             self._buffer_start = 0
         return self._buffer
 
@@ -299,8 +305,13 @@ class Consumer:
         with self._lock:
             self._check_usable()
             scan = self._scan(1)
+            # Only skipped copies (if any) were left in what was read. With a segmented manifest that is
+            # the end of one segment, not of the queue: read on rather than report an empty queue.
+            while not scan.descriptors and scan.skipped:
+                self._commit(scan)
+                scan = self._scan(1)
             if not scan.descriptors:
-                self._commit(scan)  # only skipped copies (if any) were left
+                self._commit(scan)
                 return None
             batch = self._fetch(scan.descriptors[0])
             self._commit(scan)
@@ -345,7 +356,7 @@ class Consumer:
         with self._lock:
             self._check_usable()
             if self._last_acked is None:
-                self._queue.read()
+                self._queue.read_head()  # the epoch check: no segment read
                 return
             self._dequeue_acked()
 
@@ -367,6 +378,9 @@ class Consumer:
                 return []
             scan = self._scan(max_count)
             self._commit(scan)
+            while not scan.descriptors and scan.skipped:  # read on past a segment's end (see next_batch)
+                scan = self._scan(max_count)
+                self._commit(scan)
             if scan.descriptors:
                 self._metrics.counter(m.DESCRIPTORS_HANDED_OUT).inc(len(scan.descriptors))
             return scan.descriptors

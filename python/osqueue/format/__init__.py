@@ -33,7 +33,17 @@ from osqueue.format.manifest_codec import (
     encode_manifest,
     read_manifest_footer,
 )
-from osqueue.format.manifest_head import HEAD_VERSION, ManifestHead, SegmentRef, decode_head, decode_segment
+from osqueue.format.manifest_head import (
+    HEAD_VERSION,
+    ManifestHead,
+    RawHead,
+    SealedTail,
+    SegmentRef,
+    decode_head,
+    decode_segment,
+    encode_head,
+    parse_head,
+)
 from osqueue.format.raw_manifest import append_entries, dequeue_through, iter_entry_locations, with_epoch
 from osqueue.format.segment_names import SEGMENTS_SUFFIX
 
@@ -81,5 +91,9 @@ __all__ = [
     "ManifestHead",
     "decode_head",
     "decode_segment",
+    "RawHead",
+    "SealedTail",
+    "parse_head",
+    "encode_head",
     "SEGMENTS_SUFFIX",
 ]

@@ -29,11 +29,12 @@ from osqueue.errors import IllegalQueueStateError, InvalidConfigError, InvalidOb
 from osqueue.format.batch_codec import Compression, encode_batch
 from osqueue.format.batch_names import new_batch_key
 from osqueue.format.manifest import MetadataItem
+from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
 from osqueue.producer.write_handle import DurableWrite, WriteHandle
 from osqueue.queue.data_prefix_owner import claim_data_prefix
 from osqueue.queue.manifest_appender import EnqueueResult
 from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH
-from osqueue.queue.queue_producer import QueueProducer
+from osqueue.queue.queue_producer import QueueProducer, check_segment_entries
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore, validate_key
 from osqueue.store.object_stores import open_store
@@ -148,6 +149,10 @@ class Producer:
         gc_grace_period: The consumer's GC grace period in seconds (600); a batch whose ULID
             is ``gc_grace_period / 2`` old before its manifest write is uploaded again under a
             fresh name.
+        manifest_segment_entries: K (the JVM's ``manifestSegmentEntries``): a manifest write
+            that would grow the manifest's tail past K entries first seals the tail into an
+            immutable segment object, so appends cost the same at any depth (docs/format.md §2.2;
+            2048 suggested). Off by default: a segmented manifest is refused by RFC v1 readers.
         store_options: Store settings, e.g. the ``fs.s3a.*`` keys.
         store: A ready store (not closed by the producer).
         clock: Time seam for ingestion times and ULIDs.
@@ -170,6 +175,7 @@ class Producer:
         manifest_path: str = DEFAULT_MANIFEST_PATH,
         data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
         gc_grace_period: float = 600.0,
+        manifest_segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
         store_options: Mapping[str, Any] | None = None,
         store: ObjectStore | None = None,
         clock: Clock | None = None,
@@ -186,6 +192,7 @@ class Producer:
         self._max_buffered = max_buffered_inputs
         self._compression = _compression(compression)
         self._grace_ms = int(_positive("gc_grace_period", gc_grace_period) * 1000)
+        check_segment_entries(manifest_segment_entries)
         for option, value in (("manifest_path", manifest_path), ("data_path_prefix", data_path_prefix)):
             try:
                 validate_key(value)
@@ -216,7 +223,13 @@ class Producer:
             # The queue's grace period is the one GC uses: a longer option of ours must not count (§6).
             self._grace_ms = min(self._grace_ms, owner.gc_grace_period_ms)
             self._queue = QueueProducer(
-                self._store, manifest_path, clock=self._clock, rng=rng, retry=retry, metrics=self._metrics
+                self._store,
+                manifest_path,
+                clock=self._clock,
+                rng=rng,
+                retry=retry,
+                metrics=self._metrics,
+                manifest_segment_entries=manifest_segment_entries,
             )
         except BaseException:
             self._release_store()

@@ -14,10 +14,17 @@ from osqueue.errors import AmbiguousCommitError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.incarnation import new_incarnation_epoch
 from osqueue.format.manifest import MetadataItem
-from osqueue.format.manifest_codec import read_manifest_footer
-from osqueue.format.raw_manifest import append_entries, iter_entry_locations
+from osqueue.format.manifest_codec import empty_manifest
+from osqueue.format.manifest_head import (
+    DEFAULT_SEGMENT_ENTRIES,
+    SealedTail,
+    SegmentRef,
+    decode_segment,
+    parse_head,
+)
+from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
 from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
-from osqueue.queue.data_prefix_owner import claim_data_prefix
+from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_store import ManifestStore, Snapshot
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore
@@ -58,12 +65,16 @@ class ManifestAppender:
         rng: random.Random,
         policy: RetryPolicy,
         metrics: m.MetricsRegistry,
+        segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
     ) -> None:
         self.manifest = manifest
         self.clock = clock
         self.rng = rng
         self.policy = policy
         self.metrics = metrics
+        self.segment_entries = segment_entries
+        # The first sequence known to be queued in the last snapshot whose locations were looked up.
+        self._first_queued: tuple[bytes, int] | None = None
         self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer")
         self.refs = 0
         self._cond = threading.Condition()
@@ -129,6 +140,32 @@ class ManifestAppender:
                 self.metrics.counter(m.BATCHES_REUPLOADED).inc()
                 reuploads += 1
 
+    def _seal(self, sealed: SealedTail, group: Sequence[_Pending]) -> SegmentRef:
+        """Stores a sealed tail as a new segment, named right before the head CAS that lists it; a
+        name already half a grace period old (a slow PUT) could be GC'd before it is listed, so the
+        segment is written again under a fresh name, as stale batches are (docs/format.md §2.2)."""
+        max_age_ms = self._segment_max_age_ms(group)
+        tries = 0
+        while True:
+            ref = self.manifest.write_segment(sealed, self.clock.now_ms(), self.rng)
+            self.metrics.counter(m.SEGMENTS_SEALED).inc()
+            named = segment_ulid_time_ms(self.manifest.key, ref.key)
+            assert named is not None
+            if self.clock.now_ms() - named < max_age_ms:
+                return ref
+            tries += 1
+            if tries > MAX_REUPLOADS:
+                raise StoreError(
+                    f"segment of '{self.manifest.key}': {tries} writes in a row took longer than half the GC grace "
+                    f"period ({max_age_ms} ms); increase gc_grace_period or make writes faster"
+                )
+
+    def _segment_max_age_ms(self, group: Sequence[_Pending]) -> int:
+        """Half the shortest grace period known: the callers' and the queue's (GC of segments uses the queue's)."""
+        known = [p.max_age_ms for p in group if p.max_age_ms is not None]
+        known += [g // 2 for g in self._claimed.values() if g is not None]
+        return min(known, default=DEFAULT_GC_GRACE_PERIOD_MS // 2)
+
     def _receipts_from(self, min_sequence: int) -> dict[int, str]:
         """Dequeued ``sequence -> location`` from ``min_sequence`` on, per the receipts ({} if none)."""
         try:
@@ -157,13 +194,8 @@ class ManifestAppender:
         if raw is None:
             return None
         wanted = {loc for attempt in tried for loc in attempt}
-        at: dict[int, str] = {}
-        first_present: int | None = None
-        for sequence, location in iter_entry_locations(raw, self.manifest.key, min_base):
-            first_present = sequence if first_present is None else first_present
-            at[sequence] = location
-        if first_present is None:
-            first_present = read_manifest_footer(raw, self.manifest.key).next_sequence
+        at = self._queued_locations_from(raw, min_base)
+        first_present = min(at, default=self.manifest.head(raw).next_sequence)
         for sequence, location in (history or {}).items():
             at.setdefault(sequence, location)
         found = {location: sequence for sequence, location in at.items() if location in wanted}
@@ -185,21 +217,43 @@ class ManifestAppender:
             "in an arrangement none of its writes produced; refusing to append them again"
         )
 
+    def _queued_locations_from(self, raw: bytes, min_sequence: int) -> dict[int, str]:
+        """``sequence -> location`` of the queued entries from ``min_sequence`` on: the tail, and the
+        segments holding such sequences (sealed since our write; one GET each, usually none or one).
+
+        A listed segment gone since the head was read was dropped by a dequeue (and collected): its
+        sequences count as dequeued (:meth:`_judge_unknown` then asks the receipts, as the JVM does),
+        never as someone else's."""
+        head = self.manifest.head(raw)
+        start = max(min_sequence, head.first_sequence)
+        first_queued = head.first_sequence
+        at: dict[int, str] = {}
+        for r in head.segments:
+            if r.last_sequence < start:
+                continue
+            data = self.manifest.read_segment_bytes(r)
+            if data is None:
+                first_queued = max(first_queued, r.last_sequence + 1)
+                continue
+            at.update((e.sequence, e.location) for e in decode_segment(data, r) if e.sequence >= start)
+        at.update(head.tail_locations_from(start))
+        self._first_queued = (raw, first_queued)
+        return at
+
     def _judge_unknown(self, raw: bytes | None, base: int) -> str:
         """For a write at sequence ``base`` whose outcome is unknown and whose locations are
         absent: ``"pending"`` (not landed, may still), ``"lost"`` (can never land) or
         ``"undecidable"`` (landed-and-dequeued cannot be told from not landed)."""
         if raw is None:
             return "pending" if base == 0 else "undecidable"
-        footer = read_manifest_footer(raw, self.manifest.key)
-        if footer.next_sequence == base:
+        head = self.manifest.head(raw)
+        if head.next_sequence == base:
             return "pending"
-        if footer.next_sequence < base:
+        if head.next_sequence < base:
             return "undecidable"
-        first = footer.next_sequence
-        for sequence, _ in iter_entry_locations(raw, self.manifest.key):
-            first = sequence
-            break
+        first = head.first_sequence
+        if self._first_queued is not None and self._first_queued[0] is raw:
+            first = self._first_queued[1]  # past a segment that vanished while we looked (see above)
         return "lost" if first <= base else "undecidable"
 
     def _resolve(self, raw: bytes | None, attempts: Sequence[_Attempt]) -> list[EnqueueResult] | None:
@@ -273,12 +327,10 @@ class ManifestAppender:
                 return Done(landed)
             self._refresh_stale(group)
             locations = tuple(p.location for p in group)
-            new_raw, base = append_entries(
-                snapshot.raw,
-                [(p.location, p.metadata) for p in group],
-                key,
-                # Creating the manifest starts a new incarnation (docs/format.md §5.2).
-                new_incarnation_epoch() if snapshot.raw is None else 0,
+            # Creating the manifest starts a new incarnation (docs/format.md §5.2).
+            raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
+            new_raw, base = parse_head(raw, key).appended(
+                [(p.location, p.metadata) for p in group], self.segment_entries, lambda t: self._seal(t, group)
             )
             last_sent = _Attempt(base, locations)
             return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
@@ -326,12 +378,18 @@ _committers_lock = threading.Lock()
 
 
 def _acquire_committer(
-    store: ObjectStore, key: str, clock: Clock, rng: random.Random, policy: RetryPolicy, metrics: m.MetricsRegistry
+    store: ObjectStore,
+    key: str,
+    clock: Clock,
+    rng: random.Random,
+    policy: RetryPolicy,
+    metrics: m.MetricsRegistry,
+    segment_entries: int,
 ) -> ManifestAppender:
     with _committers_lock:
         found = _committers.get((id(store), key))
         if found is None or found[0] is not store:
-            committer = ManifestAppender(ManifestStore(store, key), clock, rng, policy, metrics)
+            committer = ManifestAppender(ManifestStore(store, key), clock, rng, policy, metrics, segment_entries)
             _committers[(id(store), key)] = (store, committer)
         else:
             committer = found[1]

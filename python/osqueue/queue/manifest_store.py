@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from osqueue.errors import CorruptManifestError
+from osqueue.format.batch_names import SupportsRandBits
 from osqueue.format.dequeue_receipts import RECEIPTS_SUFFIX, DequeueReceipts
 from osqueue.format.incarnation import INCARNATION_SUFFIX
-from osqueue.format.manifest import Manifest
-from osqueue.format.manifest_codec import decode_manifest
+from osqueue.format.manifest import Manifest, ManifestEntry
+from osqueue.format.manifest_codec import decode_manifest, empty_manifest
+from osqueue.format.manifest_head import RawHead, SealedTail, SegmentRef, decode_segment, parse_head
+from osqueue.format.segment_names import new_key as new_segment_key
 from osqueue.store.object_store import CasOutcome, ObjectStore, ObjectVersion, validate_key
 
 DEFAULT_MANIFEST_PATH = "ingest/manifest"
 DEFAULT_DATA_PATH_PREFIX = "ingest"
+SEGMENT_READS_IN_FLIGHT = 8
+"""Segment GETs in flight at once when a whole segmented manifest is read (as on the JVM)."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +47,47 @@ class ManifestStore:
         return (None, None) if obj is None else (obj.data, obj.version)
 
     def decode(self, raw: bytes | None) -> Manifest:
-        """Decodes raw bytes; None is the empty manifest."""
-        return Manifest([], 0, 0) if raw is None else decode_manifest(raw, self.key)
+        """Decodes raw bytes; None is the empty manifest. A segmented head's segments are all read
+        (memory grows with the queue: lazy readers use :meth:`head` and :meth:`read_segment`),
+        ``SEGMENT_READS_IN_FLIGHT`` at a time."""
+        if raw is None:
+            return Manifest([], 0, 0)
+        head = self.head(raw)
+        if not head.segments:
+            return decode_manifest(raw, self.key)
+        with ThreadPoolExecutor(SEGMENT_READS_IN_FLIGHT, thread_name_prefix="osqueue-segment-reader") as pool:
+            sealed = [e for entries in pool.map(self.read_segment, head.segments) for e in entries]
+        queued = [e for e in sealed if e.sequence >= head.low_water] + head.tail_entries()
+        return Manifest(queued, head.next_sequence, head.epoch)
+
+    def head(self, raw: bytes | None) -> RawHead:
+        """The manifest as writers and lazy readers see it (docs/format.md §2.2); None is the empty manifest."""
+        return parse_head(empty_manifest() if raw is None else raw, self.key)
+
+    def read_segment(self, ref: SegmentRef) -> list[ManifestEntry]:
+        """A listed segment's entries, checked against its ref.
+
+        Raises:
+            CorruptManifestError: The segment is missing ("listed but missing") or differs from its ref.
+        """
+        data = self.read_segment_bytes(ref)
+        if data is None:
+            raise CorruptManifestError(
+                ref.key,
+                f"segment of '{self.key}' (sequences {ref.first_sequence} to {ref.last_sequence}) is listed but missing",
+            )
+        return decode_segment(data, ref)
+
+    def read_segment_bytes(self, ref: SegmentRef) -> bytes | None:
+        """The segment's bytes, None if it is gone (a reader racing the dequeue that dropped it, and GC)."""
+        obj = self.store.get(ref.key)
+        return None if obj is None else obj.data
+
+    def write_segment(self, sealed: SealedTail, now_ms: int, rng: SupportsRandBits) -> SegmentRef:
+        """Stores a sealed tail under a fresh segment name (before any head lists it, docs/format.md §2.2)."""
+        ref = sealed.ref(new_segment_key(self.key, now_ms, rng))
+        self.store.put(ref.key, sealed.data)
+        return ref
 
     def read(self) -> tuple[Manifest, ObjectVersion | None]:
         """The decoded manifest (empty when missing) and its version."""

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from dataclasses import dataclass, field
 
 from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import FencedError, IllegalQueueStateError, InvalidConfigError, ResumePointError, StoreError
-from osqueue.format.dequeue_receipts import DequeueReceipts
+from osqueue.format.dequeue_receipts import MAX_RECEIPTS, DequeueReceipts
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch, next_epoch
-from osqueue.format.manifest import Manifest, MetadataItem
-from osqueue.format.manifest_codec import decode_manifest, read_manifest_footer
-from osqueue.format.raw_manifest import dequeue_through, iter_entry_locations, with_epoch
+from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
+from osqueue.format.manifest_codec import empty_manifest
+from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
 from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Write
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore, Snapshot
 from osqueue.queue.retry_policy import RetryPolicy
@@ -71,6 +72,9 @@ class QueueConsumer:
         self._epoch: int | None = None
         self._fenced: FencedError | None = None
         self._receipts: DequeueReceipts | None = None
+        # The last two segments read (oldest first): the one handed out from and the one before it.
+        self._segments: dict[str, list[ManifestEntry]] = {}
+        self._segment_lock = threading.Lock()
 
     @property
     def epoch(self) -> int | None:
@@ -82,7 +86,7 @@ class QueueConsumer:
         """The fence this consumer ran into, if any."""
         return self._fenced
 
-    def initialize(self, last_acked: int | None = None, incarnation: int | None = None) -> Manifest:
+    def initialize(self, last_acked: int | None = None, incarnation: int | None = None) -> RawHead:
         """Bumps the epoch (fencing every older consumer) and applies the resume point.
 
         With ``first`` the first entry's sequence (or ``next_sequence`` when empty):
@@ -96,7 +100,7 @@ class QueueConsumer:
         Either mismatch means the queue was reset since: :class:`ResumePointError`.
 
         Returns:
-            The manifest as written.
+            The manifest head as written (no segment read).
         """
         if last_acked is not None and last_acked < 0:
             raise InvalidConfigError("last_acked_sequence", last_acked, "sequences are >= 0")
@@ -109,9 +113,9 @@ class QueueConsumer:
             # After an unknown outcome we bump again rather than guess: the epoch only grows, and
             # fencing our own earlier try is harmless.
             raw = snapshot.raw
-            current = self.manifest.decode(raw)
             # A missing manifest is created as a new incarnation (§5.2).
-            base_epoch = new_incarnation_epoch() if raw is None else current.epoch
+            current = parse_head(empty_manifest(new_incarnation_epoch()) if raw is None else raw, key)
+            base_epoch = current.epoch
             if last_acked is not None:
                 self._check_incarnation(last_acked, incarnation, recorded, incarnation_of(base_epoch), raw is None)
                 first = current.first_sequence
@@ -127,12 +131,9 @@ class QueueConsumer:
                         "resume point (data loss)"
                     )
             new_epoch = next_epoch(base_epoch)
-            new_raw = raw
-            if raw is not None and last_acked is not None:
-                new_raw, removed = dequeue_through(raw, last_acked, key)
-                if removed:
-                    self._record_receipts(raw, last_acked)
-            written = with_epoch(new_raw, new_epoch, key)
+            if last_acked is not None and last_acked >= current.first_sequence:
+                self._record_receipts(current, last_acked)
+            written, _ = current.with_epoch(new_epoch, last_acked)
             return Write(written, lambda: (new_epoch, written))
 
         new_epoch, written = self._loop.run(step)
@@ -143,7 +144,7 @@ class QueueConsumer:
                 self.manifest.record_incarnation(incarnation_of(new_epoch))
             except StoreError as e:  # only weakens the check of resume points given without one
                 _log.warning("could not record the incarnation of '%s': %s", key, e)
-        return decode_manifest(written, key)
+        return parse_head(written, key)
 
     def _check_incarnation(
         self, last_acked: int, given: int | None, recorded: int | None, current: int, missing: bool
@@ -168,15 +169,29 @@ class QueueConsumer:
         """The incarnation of the manifest this consumer owns (None before :meth:`initialize`)."""
         return None if self._epoch is None else incarnation_of(self._epoch)
 
-    def _record_receipts(self, raw: bytes, through: int) -> None:
+    def _removed_locations(self, head: RawHead, through: int) -> list[tuple[int, str]]:
+        """The last receipts' worth of ``(sequence, location)`` a dequeue through ``through``
+        removes, from segments and tail (JVM: ``QueueConsumer.removedLocations``)."""
+        last = min(through, head.next_sequence - 1)
+        start = max(head.first_sequence, last - MAX_RECEIPTS + 1)
+        if last < start:
+            return []
+        removed = [
+            (e.sequence, e.location)
+            for r in head.segments
+            if r.last_sequence >= start and r.first_sequence <= last
+            for e in self.read_segment(r)
+            if start <= e.sequence <= last
+        ]
+        return removed + [(q, loc) for q, loc in head.tail_locations_through(last) if q >= start]
+
+    def _record_receipts(self, head: RawHead, through: int) -> None:
         """Before a dequeue: which location held each sequence it removes (docs/format.md §5.1),
         so a producer whose write had an unknown outcome can still tell whether it landed.
         Best effort: without receipts such a producer reports ``AmbiguousCommitError``."""
-        removed = []
-        for sequence, location in iter_entry_locations(raw, self.manifest.key):
-            if sequence > through:
-                break
-            removed.append((sequence, location))
+        removed = self._removed_locations(head, through)
+        if not removed:
+            return
         try:
             if self._receipts is None:
                 self._receipts = self.manifest.read_receipts() or DequeueReceipts()
@@ -204,6 +219,29 @@ class QueueConsumer:
         current = self.manifest.decode(raw)
         self._check(current.epoch)
         return current
+
+    def read_head(self) -> RawHead:
+        """The manifest head (tail and segment refs, no segment read), after the epoch check.
+
+        Raises:
+            FencedError: Another consumer initialized the queue since.
+        """
+        raw, _ = self.manifest.read_raw()
+        head = self.manifest.head(raw)
+        self._check(head.epoch)
+        return head
+
+    def read_segment(self, ref: SegmentRef) -> list[ManifestEntry]:
+        """A listed segment's entries; the last two read are kept (a consumer reads one, then
+        dequeues it and writes receipts from it)."""
+        with self._segment_lock:
+            entries = self._segments.pop(ref.key, None)
+            if entries is None:
+                entries = self.manifest.read_segment(ref)
+            self._segments[ref.key] = entries
+            while len(self._segments) > 2:
+                del self._segments[next(iter(self._segments))]
+            return entries
 
     def descriptors_after(self, after: int | None, max_count: int) -> tuple[list[BatchDescriptor], Manifest]:
         """Up to ``max_count`` entries with ``sequence > after`` (all from the first when None)."""
@@ -237,17 +275,18 @@ class QueueConsumer:
             if raw is None:
                 self._check(0)
                 raise IllegalQueueStateError(f"cannot dequeue through sequence {sequence}: queue '{key}' is empty")
-            footer = read_manifest_footer(raw, key)
-            self._check(footer.epoch)
-            if sequence >= footer.next_sequence:
+            head = parse_head(raw, key)
+            self._check(head.epoch)
+            if sequence >= head.next_sequence:
                 raise IllegalQueueStateError(
                     f"cannot dequeue through sequence {sequence}: queue '{key}' has only reached "
-                    f"sequence {footer.next_sequence - 1}"
+                    f"sequence {head.next_sequence - 1}"
                 )
-            new_raw, removed = dequeue_through(raw, sequence, key)
-            if removed == 0:
+            edited = head.dequeued_through(sequence)
+            if edited is None:
                 return Done(0)
-            self._record_receipts(raw, sequence)
+            new_raw, removed = edited
+            self._record_receipts(head, sequence)
             return Write(new_raw, lambda: removed)
 
         return self._loop.run(step)

@@ -9,13 +9,21 @@ from concurrent.futures import Future
 
 from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
-from osqueue.errors import IllegalQueueStateError
+from osqueue.errors import IllegalQueueStateError, InvalidConfigError
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import encode_entry
+from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
 from osqueue.queue.manifest_appender import EnqueueResult, _acquire_committer, _Pending, _release_committer
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore, validate_key
+
+
+def check_segment_entries(value: object) -> int:
+    """``manifest_segment_entries`` (K) is a count >= 1; InvalidConfigError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= DEFAULT_SEGMENT_ENTRIES:
+        raise InvalidConfigError("manifest_segment_entries", value, f"use a count from 1 to {DEFAULT_SEGMENT_ENTRIES}")
+    return value
 
 
 class QueueProducer:
@@ -33,6 +41,9 @@ class QueueProducer:
         rng: Jitter source (default: an OS-seeded ``random.Random``).
         retry: Backoff and budget of conflicting writes.
         metrics: Where ``buffer.manifest_writes``/``_conflicts{role=producer}`` are counted.
+        manifest_segment_entries: K: a write that would grow the manifest's tail past this many
+            entries first seals the tail into a segment object (docs/format.md §2.2), so a write
+            costs the same at any depth. Off by default, as on the JVM.
     """
 
     def __init__(
@@ -44,8 +55,10 @@ class QueueProducer:
         rng: random.Random | None = None,
         retry: RetryPolicy | None = None,
         metrics: m.MetricsRegistry | None = None,
+        manifest_segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
     ) -> None:
         validate_key(manifest_key)
+        check_segment_entries(manifest_segment_entries)
         self._store = store
         self._key = manifest_key
         self._committer = _acquire_committer(
@@ -55,6 +68,7 @@ class QueueProducer:
             rng or random.Random(),
             retry or RetryPolicy(),
             metrics or m.REGISTRY,
+            manifest_segment_entries,
         )
         self._closed = False
         self._lock = threading.Lock()
