@@ -23,7 +23,7 @@ sealed abstract class OsqueueException(message: String, val kind: ErrorKind, cau
     extends RuntimeException(message, cause)
 
 /** An option or argument is invalid; the message names it and echoes the value. */
-final class InvalidConfigException(val option: String, val value: String, hint: String)
+final class InvalidConfigException(val option: String, val value: String, val hint: String)
     extends OsqueueException(s"invalid value for '$option': '$value'. $hint", ErrorKind.Configuration)
 
 /** An object key would escape the store root or is not a plain relative key. */
