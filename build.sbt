@@ -38,7 +38,7 @@ ThisBuild / publishMavenStyle := true
 ThisBuild / licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0"))
 ThisBuild / description := "osqueue: a stateless object-storage queue, and its Spark connector"
 addCommandAlias("publishBuildRepo",
-  "core/publish; core_2_12/publish; spark/publish; azure/publish; azure_2_12/publish; gcs/publish; gcs_2_12/publish; gcs_bundle/publish; gcs_bundle_2_12/publish")
+  "core/publish; core_2_12/publish; spark/publish; azure/publish; azure_2_12/publish; gcs/publish; gcs_2_12/publish")
 ThisBuild / Test / parallelExecution := false
 ThisBuild / Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
 
@@ -132,10 +132,29 @@ lazy val core_2_12 = Project("core_2_12", file("jvm/core"))
     publish / skip := false
   )
 
-// The Azure Blob Storage / ADLS Gen2 store (abfss://, wasbs://): its own artifact, so that its SDK
-// grows neither the core nor the connector. The core is provided (the connector brings it); the
-// Azure SDK, its HTTP client and their Jackson/Reactor/MSAL are relocated in the fat jar under
-// osqueue.shaded.azure, so they cannot clash with hadoop-azure's or a Databricks runtime's.
+// A cloud store's artifact (osqueue-azure_<scala>, osqueue-gcs_<scala>): its own, so that its SDK grows
+// neither the core nor the connector. The published jar IS the relocated fat jar, and its POM lists no
+// dependencies: `--packages io.github.osqueue:osqueue-<store>_<scala>:<version>`
+// (configure_spark_with_osqueue(stores=[...])) brings one self-contained jar, never an unrelocated SDK
+// next to Spark's Jackson/Netty. The core is provided (the connector brings it), and so are what
+// Spark ships (zstd-jni, slf4j, the Scala library).
+def storeArtifactSettings(rules: Seq[com.eed3si9n.jarjarabrams.ShadeRule]) = fatJarSettings ++ Seq(
+  assembly / assemblyShadeRules := rules,
+  assembly / assemblyExcludedJars := (assembly / fullClasspath).value.filter { f =>
+    val n = f.data.getName
+    n.startsWith("zstd-jni") || n.startsWith("slf4j-") || n.startsWith("scala-")
+  },
+  Compile / packageBin := assembly.value,
+  pomPostProcess := { (node: _root_.scala.xml.Node) =>
+    new _root_.scala.xml.transform.RuleTransformer(new _root_.scala.xml.transform.RewriteRule {
+      override def transform(n: _root_.scala.xml.Node): Seq[_root_.scala.xml.Node] = if (n.label == "dependencies") Nil else n
+    }).transform(node).head
+  }
+)
+
+// The Azure Blob Storage / ADLS Gen2 store (abfss://, wasbs://): the Azure SDK, its HTTP client and
+// their Jackson/Reactor/MSAL are relocated under osqueue.shaded.azure, so they cannot clash with
+// hadoop-azure's or a Databricks runtime's.
 val azureBlobVersion = "12.33.0"
 val azureIdentityVersion = "1.18.1"
 val azureShadeRules = Seq("com.azure", "com.microsoft.aad", "com.microsoft.azure", "com.fasterxml.jackson", "reactor",
@@ -159,23 +178,7 @@ def azureSettings(scala: String) = compileSettings(scala) ++ Seq(
   ),
   Test / envVars ++= sys.env.filter { case (k, _) => k.startsWith("OSQUEUE_") },
   assembly / assemblyJarName := s"osqueue-azure-assembly_${CrossVersion.binaryScalaVersion(scala)}-${osqueueVersion}.jar"
-) ++ fatJarSettings ++ Seq(
-  assembly / assemblyShadeRules := azureShadeRules,
-  // The core (and what it brings) comes with the connector: not in this jar.
-  assembly / assemblyExcludedJars := (assembly / fullClasspath).value.filter { f =>
-    val n = f.data.getName
-    n.startsWith("zstd-jni") || n.startsWith("slf4j-") || n.startsWith("scala-")
-  },
-  // The published jar IS the relocated fat jar, and its POM lists no dependencies: `--packages
-  // io.github.osqueue:osqueue-azure_<scala>:<version>` (configure_spark_with_osqueue(stores=["azure"]))
-  // brings one self-contained jar, never an unrelocated SDK next to Spark's Jackson/Netty.
-  Compile / packageBin := assembly.value,
-  pomPostProcess := { (node: _root_.scala.xml.Node) =>
-    new _root_.scala.xml.transform.RuleTransformer(new _root_.scala.xml.transform.RewriteRule {
-      override def transform(n: _root_.scala.xml.Node): Seq[_root_.scala.xml.Node] = if (n.label == "dependencies") Nil else n
-    }).transform(node).head
-  }
-)
+) ++ storeArtifactSettings(azureShadeRules)
 
 lazy val azure = (project in file("jvm/azure"))
   .dependsOn(core % "provided->compile;test->test")
@@ -246,9 +249,8 @@ lazy val spark = (project in file("jvm/spark/target/all-lines"))
   .disablePlugins(sbtassembly.AssemblyPlugin)
   .settings(publish / skip := true)
 
-// The GCS store (gs://): its own artifact, so that Google's SDK grows neither the core nor the connector.
-// The core is `provided` (the connector or the core's assembly brings it); the SDK is relocated in
-// the assembly (osqueue.shaded.gcs.*) so that it cannot clash with the GCS connector's on Dataproc.
+// The GCS store (gs://), packaged as Azure's (storeArtifactSettings): Google's SDK is relocated under
+// osqueue.shaded.gcs, so that it cannot clash with the GCS connector's on Dataproc.
 val gcsShadeRules = Seq("com.google", "io.grpc", "io.opencensus", "io.opentelemetry", "org.threeten", "io.perfmark",
   "com.fasterxml.jackson", "org.apache.http", "org.apache.commons.codec", "org.checkerframework", "javax.annotation", "org.codehaus.mojo",
   "org.json", "android.annotation")
@@ -266,7 +268,7 @@ def gcsSettings(scala: String) = compileSettings(scala) ++ Seq(
   ),
   Test / envVars ++= sys.env.filter { case (k, _) => k.startsWith("OSQUEUE_") },
   assembly / assemblyJarName := s"osqueue-gcs-assembly_${CrossVersion.binaryScalaVersion(scala)}-${osqueueVersion}.jar"
-) ++ fatJarSettings ++ publishAssembly ++ Seq(assembly / assemblyShadeRules := gcsShadeRules)
+) ++ storeArtifactSettings(gcsShadeRules)
 
 lazy val gcs = (project in file("jvm/gcs"))
   .dependsOn(core % "provided->compile;test->test")
@@ -275,20 +277,6 @@ lazy val gcs_2_12 = Project("gcs_2_12", file("jvm/gcs"))
   .dependsOn(core_2_12 % "provided->compile")
   .settings(gcsSettings(scala212))
   .settings(target := baseDirectory.value / "target" / "cross-2.12", Test / sources := Nil)
-
-// osqueue-gcs-bundle_<scala>: the relocated assembly as a plain artifact with no dependencies, so that
-// spark.jars.packages (which takes no classifier) can bring it: configure_spark_with_osqueue(stores=["gcs"]).
-def gcsBundle(id: String, scala: String, of: Project) = Project(id, file(s"jvm/gcs/target/bundle-$scala"))
-  .disablePlugins(sbtassembly.AssemblyPlugin)
-  .settings(
-    name := "osqueue-gcs-bundle",
-    scalaVersion := scala,
-    autoScalaLibrary := false,
-    Compile / packageBin := (of / assembly).value,
-    Compile / packageSrc / publishArtifact := false,
-    Compile / packageDoc / publishArtifact := false)
-lazy val gcs_bundle = gcsBundle("gcs_bundle", scala213, gcs)
-lazy val gcs_bundle_2_12 = gcsBundle("gcs_bundle_2_12", scala212, gcs_2_12)
 
 lazy val root = (project in file("."))
   .aggregate((Seq[ProjectReference](core, core_2_12, azure, azure_2_12, gcs, gcs_2_12) ++ lineProjects): _*)

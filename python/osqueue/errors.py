@@ -235,8 +235,8 @@ class ConditionalWritesNotHonouredError(OsqueueError):
         self.endpoint = endpoint
         self.detail = detail
         super().__init__(
-            f"the S3 endpoint {endpoint} does not honour conditional writes: {detail}. osqueue needs "
-            "If-None-Match: * and If-Match on PUT to keep its manifest consistent and will not use this store",
+            f"the object store endpoint {endpoint} does not honour conditional writes: {detail}. osqueue needs "
+            "create-if-absent and replace-if-unchanged writes to keep the manifest consistent and refuses this store",
             ErrorKind.CONFIGURATION,
         )
 

@@ -100,7 +100,7 @@ def _installed_hadoop_version() -> str | None:
     return _jar_version("hadoop-client-api-")
 
 
-STORE_ARTIFACTS: Mapping[str, str] = {"azure": "osqueue-azure", "gcs": "osqueue-gcs-bundle"}
+STORE_ARTIFACTS: Mapping[str, str] = {"azure": "osqueue-azure", "gcs": "osqueue-gcs"}
 """Stores whose JVM side lives in an artifact of its own (its cloud SDK relocated inside, no
 dependencies), added by ``configure_spark_with_osqueue(stores=[...])``: store -> artifact (the Scala
 binary version is appended)."""
@@ -158,7 +158,7 @@ def configure_spark_with_osqueue(
     ``spark.jars.packages``; with ``s3=True`` so is ``org.apache.hadoop:hadoop-aws`` at the
     Hadoop version of the installed PySpark, which Spark needs for ``s3a://`` checkpoint
     locations and other S3 I/O of its own (osqueue reaches S3 with its bundled SDK).
-    ``stores=["gcs"]`` adds the artifact of the ``gs://`` store (``io.github.osqueue:osqueue-gcs-bundle_<scala>``,
+    ``stores=["gcs"]`` adds the artifact of the ``gs://`` store (``io.github.osqueue:osqueue-gcs_<scala>``,
     Google's SDK relocated inside) to ``spark.jars.packages``: the wheel does not carry cloud SDK
     jars. Spark resolves it from Maven Central, or from ``spark.jars.repositories``.
 
@@ -178,7 +178,7 @@ def configure_spark_with_osqueue(
     :param stores: Object stores beyond S3 and local files, each in an artifact of its own that the
         wheel does not bundle: ``"azure"`` (``abfss://``, ``wasbs://``) adds
         ``io.github.osqueue:osqueue-azure_<scala>:<version>`` and ``"gcs"`` (``gs://``)
-        ``io.github.osqueue:osqueue-gcs-bundle_<scala>:<version>`` (each one jar, its SDK relocated) to
+        ``io.github.osqueue:osqueue-gcs_<scala>:<version>`` (each one jar, its SDK relocated) to
         ``spark.jars.packages``, resolved from Maven Central or the ``spark.jars.repositories`` set.
     :return: The same builder.
     :raises TypeError: ``builder`` is not a ``SparkSession.Builder``.

@@ -194,6 +194,7 @@ def test_the_probe_refuses_a_server_that_ignores_generation_preconditions(
         with pytest.raises(ConditionalWritesNotHonouredError) as info:
             store.put_if_absent(KEY, b"x")
         assert "ifGenerationMatch=0 replaced it" in str(info.value)
+        assert "object store endpoint" in str(info.value) and "S3" not in str(info.value)  # not S3's words on GCS
         assert real.get(KEY) is None  # the caller's write was never sent
         assert real.list("") == []  # the probe's scratch object is gone
     finally:

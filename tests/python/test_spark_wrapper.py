@@ -90,7 +90,7 @@ def test_configure_with_stores_adds_each_store_artifact_for_the_installed_scala(
     osp.configure_spark_with_osqueue(builder, stores=["gcs", "azure"])
     scala = ".".join(osp._installed_scala_version().split(".")[:2])
     assert _builder_options(builder)["spark.jars.packages"] == (
-        f"org.example:lib:1.0,io.github.osqueue:osqueue-gcs-bundle_{scala}:{osqueue.__version__},"
+        f"org.example:lib:1.0,io.github.osqueue:osqueue-gcs_{scala}:{osqueue.__version__},"
         f"io.github.osqueue:osqueue-azure_{scala}:{osqueue.__version__}"
     )
     assert fake_jar not in _builder_options(builder)["spark.jars.packages"]  # the wheel's jar stays in spark.jars

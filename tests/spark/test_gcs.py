@@ -1,4 +1,4 @@
-"""gs:// in Spark on fake-gcs-server: the connector with the osqueue-gcs bundle that
+"""gs:// in Spark on fake-gcs-server: the connector with the osqueue-gcs artifact that
 configure_spark_with_osqueue(stores=["gcs"]) adds to spark.jars.packages (resolved here from the
 build's target/maven-repo, as a user resolves it from Maven Central), the fs.gs.* settings given as
 spark.hadoop.* session settings. A source stream and a sink stream, each killed with kill -9
@@ -31,10 +31,10 @@ from gcs_fixtures import run_gcs_server  # noqa: E402
 
 @pytest.fixture(scope="module")
 def gcs():
-    bundle = list((BUILD_REPO / "io" / "github" / "osqueue").glob(f"osqueue-gcs-bundle_*/{osqueue.__version__}/*.jar"))
-    if not bundle:
+    artifact = list((BUILD_REPO / "io" / "github" / "osqueue").glob(f"osqueue-gcs_*/{osqueue.__version__}/*.jar"))
+    if not artifact:
         pytest.fail(
-            f"no osqueue-gcs-bundle in {BUILD_REPO}: run `bash .ci/sbt publishBuildRepo` first (tests/run_all.sh does)"
+            f"no osqueue-gcs in {BUILD_REPO}: run `bash .ci/sbt publishBuildRepo` first (tests/run_all.sh does)"
         )
     with run_gcs_server() as server:
         yield server
@@ -47,7 +47,7 @@ def _queue(gcs) -> str:
 
 
 def _spark_args(gcs, tmp_path) -> list[str]:
-    # A persistent Ivy cache under target/: the bundle has no dependencies, so nothing else is fetched.
+    # A fresh Ivy cache: the artifact has no dependencies, so nothing else is fetched.
     return [
         "--stores",
         "gcs",

@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import zipfile
 
 import pyspark
 import pytest
@@ -155,3 +156,23 @@ def test_the_cluster_library_jar_works_next_to_hadoop_aws_and_its_sdk_bundle(pub
         assert p.returncode == 0 and "rows 15" in p.stdout, p.stdout + p.stderr[-5000:]
         keys = [o["Key"] for o in moto.client().list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]]
         assert any(k.endswith(".parquet") for k in keys), keys
+
+
+@pytest.mark.parametrize("store", ["gcs", "azure"])
+def test_each_store_artifact_is_one_relocated_jar_with_a_pom_without_dependencies(published, store):
+    """osqueue-gcs and osqueue-azure are packaged alike: the published jar is the fat jar, its SDK
+    relocated under osqueue.shaded.<store>, and the POM names no dependency for --packages to fetch."""
+    name = f"osqueue-{store}_{SCALA}"
+    directory = published / "io" / "github" / "osqueue" / name / osqueue.__version__
+    assert directory.is_dir(), f"{directory} is not published: run `bash .ci/sbt publishBuildRepo`"
+    pom = (directory / f"{name}-{osqueue.__version__}.pom").read_text()
+    assert "<dependency>" not in pom, pom
+    main = directory / f"{name}-{osqueue.__version__}.jar"  # no classifier: spark.jars.packages takes none
+    with zipfile.ZipFile(main) as jar:
+        names = jar.namelist()
+    store_package = {"gcs": "osqueue/store/gcs/", "azure": "osqueue/store/azure/"}[store]
+    sdk = {"gcs": "com/google/cloud/storage/", "azure": "com/azure/storage/blob/"}[store]
+    assert any(n.startswith(store_package) for n in names), "the store's own classes are missing"
+    assert any(n.startswith(f"osqueue/shaded/{store}/{sdk}") for n in names), "the SDK is not inside, relocated"
+    assert not any(n.startswith(sdk) for n in names), "an unrelocated SDK class is inside"
+    assert not any(n.startswith(("osqueue/queue/", "scala/")) for n in names), "the core or Scala is inside"

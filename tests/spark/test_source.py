@@ -498,6 +498,21 @@ def test_bad_options_fail_before_reading_with_the_option_named(spark, options, m
     assert message in str(err.value)
 
 
+def test_a_bad_option_reaches_pyspark_with_its_condition_and_parameters(spark, tmp_path):
+    """The connector's errors are SparkThrowables: PySpark reads their condition like Spark's own."""
+    from pyspark.errors import IllegalArgumentException
+
+    with pytest.raises(IllegalArgumentException) as err:
+        spark.read.format("osqueue").option("gc", "sometimes").load(str(tmp_path / "q"))
+    assert err.value.getCondition() == "OSQUEUE_INVALID_OPTION_VALUE"
+    assert err.value.getMessageParameters() == {
+        "option": "gc",
+        "value": "sometimes",
+        "expected": "expected true or false",
+    }
+    assert "[OSQUEUE_INVALID_OPTION_VALUE] invalid value for option 'gc': 'sometimes'" in str(err.value)
+
+
 def test_user_schema_is_refused(spark, queue_dir, tmp_path):
     with pytest.raises(Exception) as err:
         df = spark.readStream.format("osqueue").schema("value string").load(str(queue_dir))

@@ -23,7 +23,7 @@ sealed abstract class OsqueueException(message: String, val kind: ErrorKind, cau
     extends RuntimeException(message, cause)
 
 /** An option or argument is invalid; the message names it and echoes the value. */
-final class InvalidConfigException(val option: String, val value: String, hint: String)
+final class InvalidConfigException(val option: String, val value: String, val hint: String)
     extends OsqueueException(s"invalid value for '$option': '$value'. $hint", ErrorKind.Configuration)
 
 /** An object key would escape the store root or is not a plain relative key. */
@@ -86,15 +86,16 @@ final class StoreException(message: String, cause: Throwable = null)
     extends OsqueueException(message, ErrorKind.Transient, cause)
 
 /**
- * The S3 endpoint does not honour conditional writes (`If-None-Match: *`, `If-Match`): a store that
- * accepts a condition and overwrites anyway would lose entries without an error, so osqueue refuses
- * it (docs/format.md §8). Thrown by the probe a store runs before its first conditional write, and
- * when `If-Match` with the object's current entity tag keeps failing.
+ * The object store endpoint (S3, GCS or Azure) does not honour conditional writes (create only if
+ * absent, replace only if unchanged): a store that accepts a condition and overwrites anyway would
+ * lose entries without an error, so osqueue refuses it (docs/format.md §8). Thrown by the probe a
+ * store runs before its first conditional write, and when a replace conditional on the object's
+ * current version keeps failing.
  */
 final class ConditionalWritesNotHonouredException(val endpoint: String, val detail: String)
     extends OsqueueException(
-      s"the S3 endpoint $endpoint does not honour conditional writes: $detail. osqueue needs " +
-        "If-None-Match: * and If-Match on PUT to keep its manifest consistent and will not use this store",
+      s"the object store endpoint $endpoint does not honour conditional writes: $detail. osqueue needs " +
+        "create-if-absent and replace-if-unchanged writes to keep the manifest consistent and refuses this store",
       ErrorKind.Configuration)
 
 /** A call on an object in the wrong state: closed producer or consumer, out-of-order ack. */

@@ -68,6 +68,10 @@ class VocabularySuite extends AnyFunSuite {
     assert(declared == samples.keySet)
     val shared = list(vocabulary.get("errors")).map(e => e.get("condition").asText -> e.get("kind").asText).toMap
     assert(samples.keySet == shared.keySet)
+    // GCS and Azure raise it too: the message names the endpoint, not one store's.
+    val refused = new ConditionalWritesNotHonouredException("https://storage.test", "ifGenerationMatch=0 replaced it")
+    assert(refused.getMessage.startsWith("the object store endpoint https://storage.test does not honour"), refused)
+    assert(!refused.getMessage.contains("S3"), refused)
     samples.foreach { case (condition, e) =>
       assert(e.getClass.getSimpleName == condition + "Exception")
       assert(e.kind.name == shared(condition), condition)

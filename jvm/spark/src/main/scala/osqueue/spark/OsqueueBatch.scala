@@ -14,8 +14,7 @@ private[spark] final class OsqueueBatch(options: BatchReadOptions, readers: Part
     val location = options.location
     val store = OsqueueStores.open(location)
     val manifest = store.get(location.manifestPath).map(o => ManifestCodec.decode(o.bytes, location.manifestPath))
-      .getOrElse(throw new IllegalArgumentException(
-          s"no queue at '${location.identity}': the manifest does not exist (check 'path' and 'manifestPath')"))
+      .getOrElse(throw OsqueueExceptions.queueNotFound(location.identity))
     val from = options.startingSequence.getOrElse(manifest.firstSequence)
     val to = options.endingSequence.getOrElse(manifest.nextSequence)
     if (options.startingSequence.exists(_ < manifest.firstSequence) && options.failOnDataLoss)

@@ -53,7 +53,7 @@ private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkIn
 
   override def write(row: InternalRow): Unit = {
     if (row.isNullAt(input.valueIndex))
-      throw new IllegalArgumentException("the osqueue sink got a row whose 'value' is null; queue entries cannot be null")
+      throw OsqueueExceptions.sinkNullValue()
     val value = if (input.valueIsString) row.getUTF8String(input.valueIndex).getBytes else row.getBinary(input.valueIndex)
     val meta = input.metadataIndex.map(i => if (row.isNullAt(i)) Array.emptyByteArray else row.getBinary(i))
       .getOrElse(Array.emptyByteArray)

@@ -40,7 +40,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private val manifests = new ManifestStore(store, location.manifestPath)
   private val queue = new QueueConsumer(manifests, RetryPolicy(), clock, new MetricsRegistry)
   protected val queueId: String = OsqueueStores.queueId(store, location, create = true, clock).getOrElse(
-    throw new IllegalStateException(s"cannot create the queue id of '${location.identity}'"))
+    throw OsqueueExceptions.queueIdUnavailable(location.identity))
 
   @volatile private var lastManifest: Option[Manifest] = None
   @volatile private var availableNowTarget: Option[Long] = None
@@ -100,8 +100,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
     o
   }
 
-  override def latestOffset(): Offset = throw new UnsupportedOperationException(
-    "latestOffset(start, limit) is used instead (SupportsAdmissionControl)")
+  override def latestOffset(): Offset =
+    throw OsqueueExceptions.internalError("latestOffset() called: latestOffset(start, limit) is used instead (SupportsAdmissionControl)")
 
   override def getDefaultReadLimit: ReadLimit = {
     val limits = options.maxBatchesPerTrigger.map(ReadLimit.maxFiles).toSeq ++

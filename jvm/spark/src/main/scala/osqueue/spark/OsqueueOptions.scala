@@ -58,9 +58,7 @@ private[spark] object OsqueueOptions {
     options.iterator.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }.toMap
 
   def location(options: Map[String, String], sessionStoreOptions: Map[String, String]): QueueLocation = {
-    val uri = options.get(Path).map(_.trim).filter(_.nonEmpty).getOrElse(throw new IllegalArgumentException(
-        "option 'path' is required: the queue's store root, e.g. s3a://bucket/prefix or /data/queue " +
-          "(spark.readStream.format(\"osqueue\").load(path) sets it)"))
+    val uri = options.get(Path).map(_.trim).filter(_.nonEmpty).getOrElse(throw OsqueueExceptions.missingPath())
     val manifest = key(options, ManifestPath, "ingest/manifest")
     val prefix = options.getOrElse(DataPathPrefix, "ingest").trim.stripSuffix("/")
     if (prefix.nonEmpty) validKey(DataPathPrefix, prefix)
@@ -97,25 +95,20 @@ private[spark] object OsqueueOptions {
       }) ++ sparkKeys
     options.keys.filterNot(k => known(k) || isStoreOption(k)).toSeq.sorted
       .headOption.foreach { k =>
-        throw new IllegalArgumentException(
-          s"unknown option '$k' for the osqueue $mode; known options: ${known.diff(sparkKeys).toSeq.sorted.mkString(", ")} " +
-            "and fs.s3a.*/fs.azure.*/fs.gs.* store settings")
+        throw OsqueueExceptions.unknownOption(k, mode, known.diff(sparkKeys).toSeq.sorted)
       }
   }
 
   def positiveInt(options: Map[String, String], key: String): Option[Int] = options.get(key).map { v =>
-    v.trim.toIntOption.filter(_ > 0).getOrElse(
-      throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; expected a positive integer"))
+    v.trim.toIntOption.filter(_ > 0).getOrElse(throw OsqueueExceptions.invalidOptionValue(key, v, "expected a positive integer"))
   }
 
   def positiveLong(options: Map[String, String], key: String): Option[Long] = options.get(key).map { v =>
-    v.trim.toLongOption.filter(_ > 0).getOrElse(
-      throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; expected a positive integer"))
+    v.trim.toLongOption.filter(_ > 0).getOrElse(throw OsqueueExceptions.invalidOptionValue(key, v, "expected a positive integer"))
   }
 
   def nonNegativeLong(options: Map[String, String], key: String): Option[Long] = options.get(key).map { v =>
-    v.trim.toLongOption.filter(_ >= 0).getOrElse(
-      throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; expected an integer >= 0"))
+    v.trim.toLongOption.filter(_ >= 0).getOrElse(throw OsqueueExceptions.invalidOptionValue(key, v, "expected an integer >= 0"))
   }
 
   def boolean(options: Map[String, String], key: String, default: Boolean): Boolean =
@@ -123,15 +116,15 @@ private[spark] object OsqueueOptions {
       case None => default
       case Some("true") => true
       case Some("false") => false
-      case Some(v) => throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; expected true or false")
+      case Some(v) => throw OsqueueExceptions.invalidOptionValue(key, options(key), "expected true or false")
     }
 
   /** Durations like `500ms`, `30s`, `5m`, `1h` (a bare number is milliseconds): the one grammar, [[osqueue.Durations]]. */
   def duration(options: Map[String, String], key: String, default: FiniteDuration): FiniteDuration =
     options.get(key).map { v =>
       val d = osqueue.Durations.parseOrHint(v).fold(
-        hint => throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; $hint"), identity)
-      if (d <= Duration.Zero) throw new IllegalArgumentException(s"invalid value for option '$key': '$v'; must be > 0")
+        hint => throw OsqueueExceptions.invalidOptionValue(key, v, hint), identity)
+      if (d <= Duration.Zero) throw OsqueueExceptions.invalidOptionValue(key, v, "must be > 0")
       d
     }.getOrElse(default)
 
@@ -139,7 +132,7 @@ private[spark] object OsqueueOptions {
     options.get(CompressionKey).map(v =>
       try Compression.parse(CompressionKey, v)
       catch {
-        case e: osqueue.InvalidConfigException => throw new IllegalArgumentException(e.getMessage)
+        case e: osqueue.InvalidConfigException => throw OsqueueExceptions.invalidOptionValue(CompressionKey, v, e.hint)
       }).getOrElse(Compression.None)
 
   private def key(options: Map[String, String], name: String, default: String): String =
@@ -149,7 +142,7 @@ private[spark] object OsqueueOptions {
     try ObjectKeys.validate(value)
     catch {
       case e: osqueue.InvalidObjectKeyException =>
-        throw new IllegalArgumentException(s"invalid value for option '$name': '$value'; ${e.getMessage}")
+        throw OsqueueExceptions.invalidOptionValue(name, value, e.getMessage)
     }
 }
 
@@ -159,9 +152,9 @@ private[spark] object ObjectStoresCheck {
     val scheme = """^([a-zA-Z][a-zA-Z0-9+.-]*):""".r.findFirstMatchIn(path).map(_.group(1).toLowerCase(Locale.ROOT))
     // A plugged store's scheme (abfss, gs...) too: without its artifact, opening it names the artifact.
     if (!scheme.forall(Set("file", "s3", "s3a", "memory") ++ ObjectStoreProvider.ArtifactForScheme.keySet))
-      throw new IllegalArgumentException(
-        s"invalid value for option 'path': '$path'; expected an absolute local path, file:/..., s3://bucket/prefix, " +
-          "s3a://bucket/prefix, gs://bucket/prefix or abfss://container@account.dfs.core.windows.net/prefix")
+      throw OsqueueExceptions.invalidOptionValue("path", path,
+        "expected an absolute local path, file:/..., " +
+          "s3://bucket/prefix, s3a://bucket/prefix, gs://bucket/prefix or abfss://container@account.dfs.core.windows.net/prefix")
   }
 }
 
@@ -193,19 +186,16 @@ private[spark] object SourceOptions {
     val max = positiveInt(options, MaxBatchesPerTrigger)
     val min = positiveInt(options, MinBatchesPerTrigger)
     (min, max) match {
-      case (Some(lo), Some(hi)) if lo > hi =>
-        throw new IllegalArgumentException(
-          s"option '$MinBatchesPerTrigger' ($lo) must not exceed '$MaxBatchesPerTrigger' ($hi)")
+      case (Some(lo), Some(hi)) if lo > hi => throw OsqueueExceptions.minAboveMax(lo, hi)
       case _ =>
     }
     if (options.contains(MaxTriggerDelay) && min.isEmpty)
-      throw new IllegalArgumentException(s"option '$MaxTriggerDelay' only applies with '$MinBatchesPerTrigger'")
+      throw OsqueueExceptions.maxTriggerDelayWithoutMin()
     val poll = duration(options, PollInterval, DefaultPollInterval)
     val maxPoll =
       duration(options, MaxPollInterval, if (options.contains(PollInterval)) poll.max(DefaultMaxPollInterval) else DefaultMaxPollInterval)
-    if (maxPoll < poll) throw new IllegalArgumentException(
-      s"option '$MaxPollInterval' (${options(MaxPollInterval)}) must not be below '$PollInterval' (${options.getOrElse(
-          PollInterval, poll.toString)})")
+    if (maxPoll < poll)
+      throw OsqueueExceptions.maxPollBelowPoll(options(MaxPollInterval), options.getOrElse(PollInterval, poll.toString))
     SourceOptions(
       location(options, session), max, min,
       duration(options, MaxTriggerDelay, 15.minutes),
@@ -228,8 +218,7 @@ private[spark] object BatchReadOptions {
     checkKnown(options, "batch read")
     val start = nonNegativeLong(options, StartingSequence)
     val end = nonNegativeLong(options, EndingSequence)
-    for (s <- start; e <- end if e < s) throw new IllegalArgumentException(
-      s"option '$EndingSequence' ($e) must not be below '$StartingSequence' ($s); the window is [start, end)")
+    for (s <- start; e <- end if e < s) throw OsqueueExceptions.endBelowStart(e, s)
     BatchReadOptions(location(options, session), start, end, boolean(options, FailOnDataLoss, default = true))
   }
 }
@@ -253,10 +242,9 @@ private[spark] object SinkOptions {
     checkKnown(options, "sink")
     val writerId = options.get(WriterId).map(_.trim)
     if (writerId.exists(_.isEmpty))
-      throw new IllegalArgumentException(s"invalid value for option '$WriterId': ''; expected a non-empty id")
+      throw OsqueueExceptions.invalidOptionValue(WriterId, "", "expected a non-empty id")
     val writerBatchId = nonNegativeLong(options, WriterBatchId)
-    if (writerBatchId.isDefined && writerId.isEmpty) throw new IllegalArgumentException(
-      s"option '$WriterBatchId' needs option '$WriterId': the batch id is counted per writer id")
+    if (writerBatchId.isDefined && writerId.isEmpty) throw OsqueueExceptions.writerBatchIdWithoutWriterId()
     SinkOptions(location(options, session), compression(options),
       positiveLong(options, FlushSizeBytes).getOrElse(64L << 20), writerId,
       duration(options, GcGracePeriod, 10.minutes), writerBatchId)

@@ -66,7 +66,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
   def claim(): Long = {
     val claimed = updateState { s =>
       s.owner.filter(o => o != queryId && s.lastCommittedBatch >= 0).foreach { o =>
-        throw OsqueueSinkErrors.writerOwnedByAnother(writerId, o, s.lastCommittedBatch, queryId)
+        throw OsqueueExceptions.writerOwnedByAnother(writerId, o, s.lastCommittedBatch, queryId)
       }
       s.copy(generation = s.generation + 1, owner = Some(queryId))
     }.generation
@@ -97,10 +97,10 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
           throw e
       }
     // A df.write must not share a streaming query's batch ids (the claim refuses the reverse).
-    val batchOwner = OsqueueSinkErrors.BatchWriteOwner
+    val batchOwner = OsqueueExceptions.BatchWriteOwner
     state.flatMap(_.owner).filter(o => owner.contains(batchOwner) && o != batchOwner).foreach { o =>
       deleteUnreferenced()
-      throw OsqueueSinkErrors.streamWriterUsedByBatch(writerId, o)
+      throw OsqueueExceptions.streamWriterUsedByBatch(writerId, o)
     }
     if (state.exists(_.lastCommittedBatch >= batchId)) {
       logInfo(s"osqueue sink '$writerId': batch $batchId was already committed; deleting this attempt's files")
@@ -156,7 +156,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
         try store.delete(k)
         catch { case NonFatal(_) => () }) // orphans otherwise: GC's
       if (recordExpiry) updateState(_.copy(stageUploads = true), checkOwnerOf = true)
-      throw OsqueueSinkErrors.filesExpired(writerId, batchId, missing, graceMs, staging = recordExpiry)
+      throw OsqueueExceptions.filesExpired(writerId, batchId, missing, graceMs, staging = recordExpiry)
     }
     val fresh = toCopy.map(_.location).zip(copies.flatten).toMap
     (batches.map(b => fresh.get(b.location).fold(b)(k => b.copy(location = k))), batches.exists(stale))
@@ -200,7 +200,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
    * after [[enqueueable]]'s copies: one more copy, on the driver.
    */
   private def reupload(location: String): () => String = () =>
-    SinkReuploads.copy(options, location).getOrElse(throw new osqueue.BatchNotFoundException(location, -1))
+    SinkReuploads.copy(options, location).getOrElse(throw OsqueueExceptions.batchNotFound(location))
 
   /** The current state, after checking that this driver still owns the writer (if it claimed it). */
   private def checkOwner(): Option[WriterState] = {
@@ -211,7 +211,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
 
   private def verifyOwner(state: Option[WriterState]): Unit = generation.foreach { own =>
     val current = state.map(_.generation).getOrElse(0L)
-    if (current != own) throw new WriterFencedException(writerId, own, current)
+    if (current != own) throw OsqueueExceptions.writerFenced(writerId, own, current)
   }
 
   private def readState(): Option[(WriterState, osqueue.store.ObjectVersion)] =
@@ -266,24 +266,24 @@ private[spark] object OsqueueSinkCommitter {
     val node =
       try mapper.readTree(bytes)
       catch {
-        case e: Exception => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${e.getMessage}")
+        case e: Exception => throw OsqueueExceptions.corruptSinkState(key, e.getMessage)
       }
     def long(field: String, default: Option[Long]): Long = node.path(field) match {
       case n if n.isIntegralNumber && n.canConvertToLong => n.asLong
       case n if n.isMissingNode && default.isDefined => default.get
-      case _ => throw new IllegalStateException(s"corrupt or newer osqueue sink state '$key': ${new String(bytes, UTF_8)}")
+      case _ => throw OsqueueExceptions.corruptSinkState(key, new String(bytes, UTF_8))
     }
     if (node == null || node.path("version").asInt(-1) != 1)
-      throw new IllegalStateException(s"corrupt or newer osqueue sink state '$key': ${new String(bytes, UTF_8)}")
+      throw OsqueueExceptions.corruptSinkState(key, new String(bytes, UTF_8))
     val owner = node.path("owner") match {
       case n if n.isMissingNode || n.isNull => None
       case n if n.isTextual => Some(n.asText)
-      case _ => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${new String(bytes, UTF_8)}")
+      case _ => throw OsqueueExceptions.corruptSinkState(key, new String(bytes, UTF_8))
     }
     val stageUploads = node.path("stageUploads") match {
       case n if n.isMissingNode => false
       case n if n.isBoolean => n.asBoolean
-      case _ => throw new IllegalStateException(s"corrupt osqueue sink state '$key': ${new String(bytes, UTF_8)}")
+      case _ => throw OsqueueExceptions.corruptSinkState(key, new String(bytes, UTF_8))
     }
     WriterState(node.path("writerId").asText(""), long("lastCommittedBatch", None), long("generation", Some(0L)), owner,
       stageUploads)

@@ -27,23 +27,19 @@ private[spark] object OsqueueWriteBuilder {
   def input(schema: StructType): SinkInput = {
     val names = schema.fieldNames.toSeq
     val valueIndex = names.indexOf("value")
-    if (valueIndex < 0) throw new IllegalArgumentException(
-      s"the osqueue sink needs a 'value' column (binary or string); the input has ${names.mkString("[", ", ", "]")}")
+    if (valueIndex < 0) throw OsqueueExceptions.sinkMissingValueColumn(names)
     val extra = names.filterNot(n => n == "value" || n == "metadata")
-    if (extra.nonEmpty) throw new IllegalArgumentException(
-      s"the osqueue sink takes only 'value' and 'metadata' columns, but got ${extra.map(n => s"'$n'").mkString(", ")}; " +
-        "select(\"value\", \"metadata\") the columns to write")
+    if (extra.nonEmpty) throw OsqueueExceptions.sinkUnknownColumns(extra)
     val valueIsString = schema(valueIndex).dataType match {
       case BinaryType => false
       case StringType => true
-      case other => throw new IllegalArgumentException(
-          s"the osqueue sink's 'value' column must be binary or string, not ${other.simpleString}")
+      case other => throw OsqueueExceptions.sinkColumnType("value", "binary or string", other.simpleString)
     }
     val metadataIndex = Some(names.indexOf("metadata")).filter(_ >= 0)
     metadataIndex.foreach { i =>
-      if (schema(i).dataType != BinaryType) throw new IllegalArgumentException(
-        s"the osqueue sink's 'metadata' column must be binary, not ${schema(i).dataType.simpleString} " +
-          "(cast it: col(\"metadata\").cast(\"binary\"))")
+      if (schema(i).dataType != BinaryType)
+        throw OsqueueExceptions.sinkColumnType("metadata", "binary", schema(i).dataType.simpleString,
+          "cast it: col(\"metadata\").cast(\"binary\")")
     }
     SinkInput(valueIndex, valueIsString, metadataIndex)
   }
@@ -64,7 +60,7 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
 
   override def description(): String = s"osqueue sink ${options.location.identity} (writer $writerId)"
   override def toStreaming: StreamingWrite = {
-    if (options.writerBatchId.isDefined) throw OsqueueSinkErrors.batchIdOnStream()
+    if (options.writerBatchId.isDefined) throw OsqueueExceptions.batchIdOnStream()
     committer.claimForRun(OsqueueWrite.streamRunId())
     stagingPrefix = committer.stagingRequested()
     new OsqueueStreamingWrite(this, queryId)
@@ -76,9 +72,9 @@ private[spark] final class OsqueueWrite(options: SinkOptions, input: SinkInput, 
    */
   override def toBatch: BatchWrite = options.writerId match {
     case Some(id) =>
-      val batchId = options.writerBatchId.getOrElse(throw OsqueueSinkErrors.writerIdNeedsBatchId(id))
+      val batchId = options.writerBatchId.getOrElse(throw OsqueueExceptions.writerIdNeedsBatchId(id))
       stagingPrefix = committer.stagingRequested()
-      new OsqueueBatchWrite(this, batchId, owner = Some(OsqueueSinkErrors.BatchWriteOwner))
+      new OsqueueBatchWrite(this, batchId, owner = Some(OsqueueExceptions.BatchWriteOwner))
     case None => new OsqueueBatchWrite(this, batchId = 0L, owner = None)
   }
   override def supportedCustomMetrics(): Array[CustomMetric] = OsqueueSinkMetrics.supported
@@ -174,6 +170,6 @@ private[spark] object OsqueueSinkFaults {
     }
     if (sys.props.get("osqueue.test.crashAt").contains(point)) Runtime.getRuntime.halt(137)
     if (sys.props.get("osqueue.test.failAt").contains(point))
-      throw new IllegalStateException(s"osqueue test fault injected at '$point'")
+      throw OsqueueExceptions.injectedFault(point)
   }
 }

@@ -15,7 +15,7 @@ private[spark] object SinkReuploads {
   def onExecutors(options: SinkOptions, sources: IndexedSeq[String]): IndexedSeq[Option[String]] = {
     if (sources.isEmpty) return IndexedSeq.empty
     val sc = SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
-      .getOrElse(throw new IllegalStateException("the osqueue sink's commit runs without an active Spark session"))
+      .getOrElse(throw OsqueueExceptions.internalError("the osqueue sink's commit runs without an active Spark session"))
       .sparkContext
     val slices = math.max(1, math.min(sources.size, sc.defaultParallelism))
     sc.parallelize(sources.zipWithIndex, slices)

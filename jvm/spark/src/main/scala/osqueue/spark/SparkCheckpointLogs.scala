@@ -56,7 +56,7 @@ private[spark] object SparkCheckpointLogs {
     val loader = Option(Thread.currentThread.getContextClassLoader).getOrElse(getClass.getClassLoader)
     val cls = LogPackages.iterator.map(p => Try(Class.forName(s"$p.$className", true, loader)))
       .collectFirst { case Success(c) => c }
-      .getOrElse(throw new ClassNotFoundException(
+      .getOrElse(throw OsqueueExceptions.internalError(
           s"Spark's $className is in none of ${LogPackages.mkString(", ")} (Spark ${org.apache.spark.SPARK_VERSION})"))
     // Spark 4.2 added a third parameter, `metadataCacheEnabled: Boolean = false`: passed as its default.
     val constructors = cls.getConstructors.toSeq
@@ -67,7 +67,7 @@ private[spark] object SparkCheckpointLogs {
     }
     constructors.find(takes(_)).map(_.newInstance(session, dir.toString))
       .orElse(constructors.find(takes(_, java.lang.Boolean.TYPE)).map(_.newInstance(session, dir.toString, java.lang.Boolean.FALSE)))
-      .getOrElse(throw new NoSuchMethodException(s"${cls.getName}(SparkSession, String[, Boolean])"))
+      .getOrElse(throw OsqueueExceptions.internalError(s"no constructor ${cls.getName}(SparkSession, String[, Boolean])"))
       .asInstanceOf[AnyRef]
   }
 
@@ -75,7 +75,7 @@ private[spark] object SparkCheckpointLogs {
   private def latestBatchId(log: AnyRef): Option[Long] =
     log.getClass.getMethod("getLatest").invoke(log).asInstanceOf[Option[(Any, Any)]].map {
       case (id: java.lang.Long, _) => id.longValue
-      case (other, _) => throw new IllegalStateException(s"unexpected batch id $other in ${log.getClass.getName}")
+      case (other, _) => throw OsqueueExceptions.internalError(s"unexpected batch id $other in ${log.getClass.getName}")
     }
 
   /** `OffsetSeqLog.get(batchId): Option[OffsetSeq]`, then `offsets(sourceIndex): Option[Offset]`, as JSON. */

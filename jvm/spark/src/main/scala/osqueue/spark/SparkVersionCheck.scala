@@ -24,27 +24,28 @@ object SparkVersionCheck {
   /** The Scala binary version of the jar (`_2.13` in its name). */
   val BuiltForScala: String = BuiltFor.ScalaBinary
 
-  /** Why the jar cannot run in Spark `spark` with Scala `scala`, or None when it can. */
-  def mismatch(spark: String, scala: String): Option[String] = {
+  /** Why the jar cannot run in Spark `spark` with Scala `scala` (OSQUEUE_INCOMPATIBLE_SPARK), or None when it can. */
+  def incompatibility(spark: String, scala: String): Option[OsqueueUnsupportedOperationException] = {
     val sparkLine = featureRelease(spark)
     val scalaBinary = featureRelease(scala)
     if (scalaBinary == BuiltForScala && (sparkLine == BuiltForSpark || runsAsNewest(sparkLine))) None
-    else Some(
-      "OSQUEUE_INCOMPATIBLE_SPARK: this osqueue connector (" + BuiltFor.Artifact + " " + BuiltFor.Version +
-        ") is built for Spark " + BuiltForSpark + ".x with Scala " + BuiltForScala + ", but it was loaded into Spark " +
-        spark + " with Scala " + scala + ". " + instead(sparkLine, scalaBinary))
+    else Some(OsqueueExceptions.incompatibleSpark(spark, scala, instead(sparkLine, scalaBinary)))
   }
 
-  /** The one warning line for a Spark newer than every line osqueue is built for, or None. */
+  /** The message of [[incompatibility]]. */
+  def mismatch(spark: String, scala: String): Option[String] = incompatibility(spark, scala) match {
+    case Some(e) => Some(e.getMessage)
+    case None => None
+  }
+
+  /** The one warning line for a Spark newer than every line osqueue is built for (OSQUEUE_UNTESTED_SPARK), or None. */
   def warning(spark: String, scala: String): Option[String] =
-    if (mismatch(spark, scala).isEmpty && featureRelease(spark) != BuiltForSpark)
-      Some("OSQUEUE_UNTESTED_SPARK: Spark " + spark + " is newer than the newest Spark line osqueue " + BuiltFor.Version +
-        " is built and tested for (" + BuiltForSpark + "); running " + BuiltFor.Artifact +
-        ", which Spark keeps binary-compatible in most releases. Upgrade osqueue if a newer build exists.")
+    if (incompatibility(spark, scala).isEmpty && featureRelease(spark) != BuiltForSpark)
+      Some(OsqueueExceptions.untestedSparkWarning(spark))
     else None
 
-  private lazy val running: Option[String] =
-    mismatch(org.apache.spark.SPARK_VERSION, scala.util.Properties.versionNumberString)
+  private lazy val running: Option[OsqueueUnsupportedOperationException] =
+    incompatibility(org.apache.spark.SPARK_VERSION, scala.util.Properties.versionNumberString)
 
   private lazy val warnOnce: Unit =
     warning(org.apache.spark.SPARK_VERSION, scala.util.Properties.versionNumberString) match {
@@ -53,11 +54,11 @@ object SparkVersionCheck {
     }
 
   /**
-   * Throws [[IncompatibleSparkException]] when the running Spark or Scala is not the jar's; logs
+   * Throws OSQUEUE_INCOMPATIBLE_SPARK ([[OsqueueUnsupportedOperationException]]) when the running Spark or Scala is not the jar's; logs
    * one warning when the Spark is newer than the newest line.
    */
   def ensureSupported(): Unit = running match {
-    case Some(message) => throw new IncompatibleSparkException(message)
+    case Some(incompatible) => throw incompatible
     case None => warnOnce
   }
 
@@ -115,6 +116,3 @@ object SparkVersionCheck {
     if (parts.length >= 2) parts(0) + "." + parts(1) else version
   }
 }
-
-/** The connector jar was loaded into a Spark or Scala version it was not built for. */
-final class IncompatibleSparkException(message: String) extends UnsupportedOperationException(message)

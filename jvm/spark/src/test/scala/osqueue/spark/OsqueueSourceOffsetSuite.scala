@@ -11,7 +11,7 @@ class OsqueueSourceOffsetSuite extends AnyFunSuite {
 
   private def refused(json: String): String = {
     val e = intercept[IllegalStateException](OsqueueSourceOffset.parse(json))
-    assert(e.getMessage.startsWith("OSQUEUE_BAD_OFFSET: cannot read offset"), e.getMessage)
+    assert(e.getMessage.startsWith("[OSQUEUE_BAD_OFFSET] cannot read offset"), e.getMessage)
     e.getMessage
   }
 

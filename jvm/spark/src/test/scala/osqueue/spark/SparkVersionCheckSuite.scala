@@ -22,14 +22,14 @@ class SparkVersionCheckSuite extends AnyFunSuite {
     for (newer <- Seq("4.3.0", "4.10.1", "5.0.0")) {
       assert(SparkVersionCheck.mismatch(newer, "2.13.17").isEmpty, newer)
       val w = SparkVersionCheck.warning(newer, "2.13.17").get
-      assert(w.startsWith("OSQUEUE_UNTESTED_SPARK:") && w.contains(s"Spark $newer") && w.contains(s"(${BuiltFor.SparkLine})"), w)
+      assert(w.startsWith("[OSQUEUE_UNTESTED_SPARK] ") && w.contains(s"Spark $newer") && w.contains(s"(${BuiltFor.SparkLine})"), w)
       assert(!w.contains("\n"))
     }
   }
 
   test("should refuse another line naming the artifact built for it") {
     val spark35 = SparkVersionCheck.mismatch("3.5.7", "2.12.18").get
-    assert(spark35.startsWith("OSQUEUE_INCOMPATIBLE_SPARK:"))
+    assert(spark35.startsWith("[OSQUEUE_INCOMPATIBLE_SPARK] "))
     assert(
       spark35.contains(s"built for Spark ${BuiltFor.SparkLine}.x with Scala 2.13") &&
         spark35.contains("loaded into Spark 3.5.7 with Scala 2.12.18"), spark35)

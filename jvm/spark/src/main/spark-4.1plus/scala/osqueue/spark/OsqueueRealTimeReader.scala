@@ -8,7 +8,7 @@ import org.apache.spark.sql.connector.read.streaming.PartitionOffset
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus
 import org.apache.spark.util.LongAccumulator
 
-import osqueue.{BatchNotFoundException, Clock, FencedException, SystemClock}
+import osqueue.{BatchNotFoundException, Clock, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher, ConsumedBatch}
 import osqueue.format.{EntryTag, Incarnation, Manifest, ManifestEntry}
 import osqueue.metrics.MetricsRegistry
@@ -100,7 +100,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
         }
       }
     }
-    throw new IllegalStateException("unreachable")
+    throw OsqueueExceptions.internalError("the real-time reader's endless loop ended")
   }
 
   /** A new manifest: checks the fence and the queue's identity, then queues the entries from `nextSeq`. */
@@ -109,7 +109,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
       logWarning(s"'${p.location.identity}' was reset or entries from sequence $nextSeq were removed while this " +
         "real-time batch read it; reading nothing more until the next batch is planned")
       stalled = true
-    } else if (m.epoch != p.ownEpoch) throw new FencedException(p.ownEpoch, m.epoch)
+    } else if (m.epoch != p.ownEpoch) throw OsqueueExceptions.fenced(p.ownEpoch, m.epoch)
     else pending = m.entries.iterator.dropWhile(_.sequence < nextSeq).filter(_.sequence >= nextSeq).toList
   }
 

@@ -22,9 +22,7 @@ private[spark] final class OsqueueRealTimeStream(options: SourceOptions, readers
   override def prepareForRealTimeMode(): Unit = {
     val limits = Seq(OsqueueOptions.MaxBatchesPerTrigger -> options.maxBatchesPerTrigger,
       OsqueueOptions.MinBatchesPerTrigger -> options.minBatchesPerTrigger).collect { case (k, Some(_)) => k }
-    if (limits.nonEmpty) throw new IllegalArgumentException(
-      s"option '${limits.head}' does not apply in real-time mode (Trigger.RealTime): a real-time batch reads " +
-        "everything that lands during its batch duration; remove the option or use a micro-batch trigger")
+    if (limits.nonEmpty) throw OsqueueExceptions.optionNotInRealTime(limits.head)
     logInfo(s"osqueue source on '${location.identity}' runs in real-time mode (poll every ${options.pollInterval}, " +
       s"up to ${options.maxPollInterval} when idle)")
   }
@@ -50,7 +48,7 @@ private[spark] final class OsqueueRealTimeStream(options: SourceOptions, readers
       val end = OsqueueSourceOffset(location.identity, queueId, p.nextSequence, p.delivered, Some(p.incarnation), p.entryIndex)
       lastBatchIdle = lastStart.exists(s => s.nextSequence == end.nextSequence && s.entryIndex == end.entryIndex)
       end
-    case other => throw new IllegalStateException(
+    case other => throw OsqueueExceptions.internalError(
         s"expected the position of the one osqueue real-time reader, got ${other.mkString("[", ", ", "]")}")
   }
 }

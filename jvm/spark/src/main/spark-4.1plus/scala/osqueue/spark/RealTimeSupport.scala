@@ -12,6 +12,6 @@ private[spark] object RealTimeSupport {
   def reader(partition: InputPartition, fields: Array[Int], missingBatches: Option[LongAccumulator]): PartitionReader[InternalRow] =
     partition match {
       case p: OsqueueRealTimePartition => new OsqueueRealTimeReader(p, fields, missingBatches)
-      case other => throw new IllegalStateException(s"not an osqueue input partition: $other")
+      case other => throw OsqueueExceptions.internalError(s"not an osqueue input partition: $other")
     }
 }

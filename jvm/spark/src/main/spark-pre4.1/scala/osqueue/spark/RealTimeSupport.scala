@@ -10,5 +10,5 @@ private[spark] object RealTimeSupport {
     new OsqueueMicroBatchStream(options, readers, sourceCheckpoint)
 
   def reader(partition: InputPartition, fields: Array[Int], missingBatches: Option[LongAccumulator]): PartitionReader[InternalRow] =
-    throw new IllegalStateException(s"not an osqueue input partition: $partition")
+    throw OsqueueExceptions.internalError(s"not an osqueue input partition: $partition")
 }
