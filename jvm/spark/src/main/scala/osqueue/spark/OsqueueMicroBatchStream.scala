@@ -18,15 +18,17 @@ import osqueue.consumer.BatchDescriptor
 import osqueue.format.{EntryTag, Incarnation, Manifest}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.MetricsRegistry
-import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
+import osqueue.queue.{BackgroundDequeuer, ManifestStore, QueueConsumer, RetryPolicy}
 
 /**
  * Reads a queue as a micro-batch stream. Offsets are manifest sequences; Spark's checkpoint is
  * the only resume point. The first offset request bumps the manifest epoch (fencing any earlier
  * reader), after Spark has handed over the checkpoint's offsets, so a query refused for a foreign
- * checkpoint fences nobody. `commit(end)` dequeues through `end - 1` in one manifest write, and
+ * checkpoint fences nobody. `commit(end)` asks the background dequeuer to dequeue through `end - 1`
+ * and returns (the manifest CAS is off Spark's critical path; commits coalesce into one write), and
  * nothing is dequeued before Spark has committed the batch; when the query ends, `stop()` dequeues
- * through its last committed batch, read from the checkpoint's commit log (docs/adr/0003). The
+ * through its last committed batch, read from the checkpoint's commit log (docs/adr/0003), and waits
+ * for the dequeuer to finish, up to [[OsqueueMicroBatchStream.DequeueFlushTimeoutMs]]. The
  * driver reads only the manifest; executors fetch and decode the batch files.
  *
  * `sourceCheckpoint` is the location Spark gives `toMicroBatchStream`: `<checkpoint>/sources/<index>`.
@@ -39,6 +41,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private val store = OsqueueStores.open(location)
   private val manifests = new ManifestStore(store, location.manifestPath)
   private val queue = new QueueConsumer(manifests, RetryPolicy(), clock, new MetricsRegistry)
+  /** Dequeues what Spark committed, off its critical path; a fence it meets fails the query's next call. */
+  private val dequeuer = new BackgroundDequeuer(queue, s"'${location.identity}'", clock)
   protected val queueId: String = OsqueueStores.queueId(store, location, create = true, clock).getOrElse(
     throw new IllegalStateException(s"cannot create the queue id of '${location.identity}'"))
 
@@ -85,6 +89,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private def sequenceOf(o: Offset): Long = ours(o).nextSequence
 
   protected def readManifest(): Manifest = {
+    dequeuer.checkFailed()
     takeOver()
     val m = queue.read() // raises FencedException once another reader took over
     lastManifest = Some(m)
@@ -205,7 +210,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   override def createReaderFactory(): PartitionReaderFactory = readers.copy(missingBatches = missingBatches)
 
   /**
-   * Spark committed the batch ending at `end`: dequeue through `end - 1` (one write, or none). An
+   * Spark committed the batch ending at `end`: the dequeuer dequeues through `end - 1` (one write,
+   * or none, or one for several commits) while Spark goes on. An
    * end from before a reset of the queue acks nothing: the reset queue's entries below it are not
    * the ones Spark processed (even if producers have since written that far).
    */
@@ -221,21 +227,34 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       else if (next > m.nextSequence) {
         reportDataLoss("ahead", next, aheadMessage(next, m))
         logWarning(s"not dequeuing through ${next - 1}: '${location.identity}' has only assigned up to ${m.nextSequence - 1}")
-      } else queue.dequeueThrough(next - 1)
+      } else dequeuer.request(next - 1)
     }
   }
 
   /**
    * The query ended (AvailableNow or Once finished, `query.stop()`, a failure): Spark commits a
    * batch to the source only when it plans the next one, so the last batch it committed is
-   * dequeued here, then GC stops (a cycle already running, such as the one at start, may finish).
+   * dequeued here and the dequeuer flushed, then GC stops (a cycle already running, such as the one
+   * at start, may finish).
    */
   override def stop(): Unit =
-    try dequeueLastCommittedBatch()
-    finally gc.foreach { ex =>
+    try {
+      dequeueLastCommittedBatch()
+      flushDequeues()
+    } finally gc.foreach { ex =>
         ex.shutdown()
         if (!ex.awaitTermination(GcStopWaitSeconds, TimeUnit.SECONDS)) ex.shutdownNow()
       }
+
+  /** Lets the dequeues Spark's commits asked for land (bounded); what does not stays queued for the next run. */
+  private def flushDequeues(): Unit =
+    try
+      if (!dequeuer.flush(OsqueueMicroBatchStream.DequeueFlushTimeoutMs))
+        logWarning(s"the dequeues of '${location.identity}' did not finish within " +
+          s"${OsqueueMicroBatchStream.DequeueFlushTimeoutMs} ms of the query's end" +
+          dequeuer.failedWith.fold("")(e => s" (${e.getMessage})") +
+          "; the entries stay queued until the next run of this query dequeues them")
+    finally dequeuer.close()
 
   /**
    * Dequeues through the end of the last micro-batch whose entry in the checkpoint's commit log
@@ -326,4 +345,9 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   }
 
   private val GcStopWaitSeconds = 10L
+}
+
+private[spark] object OsqueueMicroBatchStream {
+  /** How long `stop()` waits for the background dequeues to land. */
+  val DequeueFlushTimeoutMs = 30000L
 }
