@@ -97,6 +97,22 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
     manifest.decode(snapshot)
   }
 
+  /**
+   * [[read]], unless the manifest is still at the version of `known` (read by this consumer): then
+   * `known` itself, after one conditional read that transfers no bytes (and reads no segment).
+   */
+  def readUnlessAt(known: Option[VersionedManifest]): VersionedManifest = {
+    val snapshot = known.flatMap(_.version) match {
+      case Some(v) => manifest.readIfChanged(v) match {
+          case None => return known.get // the same bytes: the epoch checked when they were read still holds
+          case Some(s) => s
+        }
+      case None => manifest.read()
+    }
+    checkEpoch(manifest.head(snapshot).epoch)
+    VersionedManifest(manifest.decode(snapshot), snapshot.version)
+  }
+
   /** The manifest head (tail entries and segment refs, no segment read), after the epoch check. */
   def readHead(): ManifestHead = {
     val head = manifest.head(manifest.read())

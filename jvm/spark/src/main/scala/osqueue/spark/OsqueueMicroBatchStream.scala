@@ -18,7 +18,7 @@ import osqueue.consumer.BatchDescriptor
 import osqueue.format.{EntryTag, Incarnation, Manifest}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.MetricsRegistry
-import osqueue.queue.{BackgroundDequeuer, ManifestStore, QueueConsumer, RetryPolicy}
+import osqueue.queue.{BackgroundDequeuer, ManifestStore, QueueConsumer, RetryPolicy, VersionedManifest}
 
 /**
  * Reads a queue as a micro-batch stream. Offsets are manifest sequences; Spark's checkpoint is
@@ -47,6 +47,11 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
     throw new IllegalStateException(s"cannot create the queue id of '${location.identity}'"))
 
   @volatile private var lastManifest: Option[Manifest] = None
+  /** The manifest as last read, with its version: the next read is conditional on it. */
+  @volatile private var lastRead: Option[VersionedManifest] = None
+  /** latestOffset's idle backoff: no manifest read before `nextPollAt` (nanoTime), after `idleWaitMs` of quiet. */
+  @volatile private var nextPollAt = 0L
+  @volatile private var idleWaitMs = 0L
   @volatile private var availableNowTarget: Option[Long] = None
   @volatile private var lastTriggerMs = clock.nowMillis()
   @volatile private var gc: Option[ScheduledExecutorService] = None
@@ -91,9 +96,34 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   protected def readManifest(): Manifest = {
     dequeuer.checkFailed()
     takeOver()
-    val m = queue.read() // raises FencedException once another reader took over
-    lastManifest = Some(m)
-    m
+    // Conditional on the version last read: unchanged, no bytes are transferred and `m` is that manifest.
+    val read = queue.readUnlessAt(lastRead) // raises FencedException once another reader took over
+    lastRead = Some(read)
+    lastManifest = Some(read.manifest)
+    read.manifest
+  }
+
+  /**
+   * latestOffset's manifest. A read that finds no change puts the next one off by `pollInterval`,
+   * doubling up to `maxPollInterval`, and the manifest last read stands in meanwhile; a change
+   * reads again at once. At trigger 0 Spark asks every few milliseconds: an idle query costs ~1
+   * conditional read per `maxPollInterval`, not one full read per ask. AvailableNow always reads.
+   */
+  private def pollManifest(): Manifest = {
+    val now = clock.nanoTime()
+    lastRead match {
+      case Some(known) if availableNowTarget.isEmpty && now - nextPollAt < 0 =>
+        dequeuer.checkFailed()
+        known.manifest
+      case before =>
+        val m = readManifest()
+        val changed = !before.exists(b => lastRead.exists(_ eq b))
+        idleWaitMs =
+          if (changed) 0L
+          else math.min(math.max(idleWaitMs * 2, options.pollInterval.toMillis), options.maxPollInterval.toMillis)
+        nextPollAt = now + idleWaitMs * 1000000L
+        m
+    }
   }
 
   override def initialOffset(): Offset = { val m = readManifest(); offset(m.firstSequence, m) }
@@ -127,7 +157,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   /** The end offset of the next micro-batch: everything available, capped by the read limit. */
   override def latestOffset(startOffset: Offset, limit: ReadLimit): Offset = {
     val startAt = ours(startOffset)
-    val m = readManifest()
+    val m = pollManifest()
     val (start, delivered) = resumePoint(startAt, m)
     val available = math.max(start, availableNowTarget.fold(m.nextSequence)(math.min(_, m.nextSequence)))
     val limits = limit match {
