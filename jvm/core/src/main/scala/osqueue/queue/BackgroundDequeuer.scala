@@ -40,7 +40,10 @@ final class BackgroundDequeuer(consumer: QueueConsumer, name: String, clock: Clo
   def request(through: Long): Unit = {
     checkFailed()
     lock.synchronized {
-      if (closed) throw new IllegalStateException(s"the dequeuer of $name is closed")
+      if (closed) {
+        log.warn(s"not dequeuing $name through $through: its dequeuer is closed (the entries stay queued)")
+        return
+      }
       if (through > requested) requested = through
       if (thread.isEmpty) {
         val t = new Thread(() => run(), s"osqueue-dequeuer-$name")
