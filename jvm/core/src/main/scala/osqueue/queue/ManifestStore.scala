@@ -14,16 +14,26 @@ import osqueue.format.{
   SegmentNames,
   SegmentRef
 }
-import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
+import osqueue.store.{CasOutcome, ConditionalRead, ObjectStore, ObjectVersion}
 
 /** The manifest's bytes as read, with the version a conditional write must match (None = absent). */
 final case class Snapshot(raw: Array[Byte], version: Option[ObjectVersion])
+
+/** A decoded manifest with the version it was read at (None: there was no manifest). */
+final case class VersionedManifest(manifest: Manifest, version: Option[ObjectVersion])
 
 /** Reads and conditionally writes the one manifest object of a queue. */
 final class ManifestStore(val store: ObjectStore, val key: String) {
   def read(): Snapshot = store.get(key) match {
     case Some(o) => Snapshot(o.bytes, Some(o.version))
     case None => Snapshot(ManifestCodec.EmptyBytes, None)
+  }
+
+  /** The manifest unless it is still at version `known` (None then: a conditional read, no bytes). */
+  def readIfChanged(known: ObjectVersion): Option[Snapshot] = store.getIfChanged(key, known) match {
+    case ConditionalRead.NotModified => None
+    case ConditionalRead.Absent => Some(Snapshot(ManifestCodec.EmptyBytes, None))
+    case ConditionalRead.Changed(o) => Some(Snapshot(o.bytes, Some(o.version)))
   }
 
   /** A missing manifest is created only if still absent; an existing one only if unchanged. */

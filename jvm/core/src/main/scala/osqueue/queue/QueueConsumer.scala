@@ -97,6 +97,22 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
     manifest.decode(snapshot)
   }
 
+  /**
+   * [[read]], unless the manifest is still at the version of `known` (read by this consumer): then
+   * `known` itself, after one conditional read that transfers no bytes (and reads no segment).
+   */
+  def readUnlessAt(known: Option[VersionedManifest]): VersionedManifest = {
+    val snapshot = known.flatMap(_.version) match {
+      case Some(v) => manifest.readIfChanged(v) match {
+          case None => return known.get // the same bytes: the epoch checked when they were read still holds
+          case Some(s) => s
+        }
+      case None => manifest.read()
+    }
+    checkEpoch(manifest.head(snapshot).epoch)
+    VersionedManifest(manifest.decode(snapshot), snapshot.version)
+  }
+
   /** The manifest head (tail entries and segment refs, no segment read), after the epoch check. */
   def readHead(): ManifestHead = {
     val head = manifest.head(manifest.read())
@@ -117,20 +133,40 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
     override def removeEldestEntry(e: java.util.Map.Entry[String, IndexedSeq[ManifestEntry]]): Boolean = size() > 2
   }
 
-  /** Removes entries `<= through` in one write; returns false (and writes nothing) if none are left. */
-  def dequeueThrough(through: Long): Boolean = loop.run[Boolean] { (snapshot, _) =>
-    val head = manifest.head(snapshot)
-    checkEpoch(head.epoch)
+  /**
+   * Removes entries `<= through` in one write; returns false (and writes nothing) if none are left.
+   * The receipts are written once, before the CAS loop reads the manifest it edits: written inside
+   * each attempt they put a PUT between the read and the conditional write, and a producer
+   * appending every few tens of milliseconds won that window nearly every round. Re-applied on
+   * whatever newer manifest a conflict brings (a dequeue only moves the start forward), the edit
+   * then wins within a round or two.
+   */
+  def dequeueThrough(through: Long): Boolean = {
+    // A failed first read is left to the loop's retries; the receipts are then written in its first attempt.
+    val before =
+      try Some(manifest.head(manifest.read()))
+      catch { case _: StoreException => None }
+    before.foreach { h => checkEpoch(h.epoch); checkAssigned(through, h) }
+    if (before.exists(_.dequeuedThrough(through).isEmpty)) return false
+    var receiptsWritten = false
+    before.foreach { h => recordReceipts(h, through); receiptsWritten = true }
+    loop.run[Boolean] { (snapshot, _) =>
+      val head = manifest.head(snapshot)
+      checkEpoch(head.epoch)
+      checkAssigned(through, head)
+      head.dequeuedThrough(through) match {
+        case None => CasStep.Done(false)
+        case Some(bytes) =>
+          if (!receiptsWritten) { recordReceipts(head, through); receiptsWritten = true }
+          CasStep.Write(bytes, () => true)
+      }
+    }
+  }
+
+  private def checkAssigned(through: Long, head: ManifestHead): Unit =
     if (through >= head.nextSequence)
       throw new IllegalQueueStateException(
         s"cannot dequeue through $through: the queue '${manifest.describe}' has only assigned up to ${head.nextSequence - 1}")
-    head.dequeuedThrough(through) match {
-      case None => CasStep.Done(false)
-      case Some(bytes) =>
-        recordReceipts(head, through)
-        CasStep.Write(bytes, () => true)
-    }
-  }
 
   /** The last receipts' worth of (sequence, location) a dequeue through `through` removes, from segments and tail. */
   private def removedLocations(head: ManifestHead, through: Long): IndexedSeq[(Long, String)] = {

@@ -25,6 +25,15 @@ final class InMemoryStore private (val name: String) extends ObjectStore {
     synchronized(objects.get(key)).map { case (b, v) => VersionedObject(b.clone(), v) }
   }
 
+  override def getIfChanged(key: String, known: ObjectVersion): ConditionalRead = {
+    ObjectKeys.validate(key)
+    synchronized(objects.get(key)) match {
+      case None => ConditionalRead.Absent
+      case Some((_, v)) if v == known => ConditionalRead.NotModified
+      case Some((b, v)) => ConditionalRead.Changed(VersionedObject(b.clone(), v))
+    }
+  }
+
   override def put(key: String, bytes: Array[Byte]): Unit = {
     ObjectKeys.validate(key)
     val copy = bytes.clone()

@@ -44,6 +44,35 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
     }
   }
 
+  /**
+   * The file's attributes (file key, size, modification time) against those it had when it was last
+   * read at `known`: a write replaces the file by rename, so they change; unchanged, no bytes are read.
+   */
+  override def getIfChanged(key: String, known: ObjectVersion): ConditionalRead = {
+    val path = resolve(key)
+    io("read", key) {
+      val before = attributesOf(path)
+      if (before.isEmpty) ConditionalRead.Absent
+      else if (Option(lastRead.get(key)).contains((before.get, known))) ConditionalRead.NotModified
+      else get(key) match {
+        case None => ConditionalRead.Absent
+        case Some(o) =>
+          // Remembered only if the file did not change while it was read.
+          if (attributesOf(path) == before) lastRead.put(key, (before.get, o.version))
+          if (o.version == known) ConditionalRead.NotModified else ConditionalRead.Changed(o)
+      }
+    }
+  }
+
+  /** Per key: the file's attributes and the version read at them, for [[getIfChanged]]. */
+  private val lastRead = new java.util.concurrent.ConcurrentHashMap[String, (List[Any], ObjectVersion)]()
+
+  private def attributesOf(path: Path): Option[List[Any]] =
+    try {
+      val a = Files.readAttributes(path, classOf[BasicFileAttributes])
+      if (a.isDirectory) None else Some(List(a.fileKey(), a.size(), a.lastModifiedTime().toString))
+    } catch { case _: NoSuchFileException => None }
+
   /** No content hash: batch reads never need the version. */
   override def getBytes(key: String): Option[Array[Byte]] = {
     val path = resolve(key)

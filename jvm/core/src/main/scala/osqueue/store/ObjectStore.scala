@@ -7,6 +7,15 @@ final case class VersionedObject(bytes: Array[Byte], version: ObjectVersion)
 
 final case class ObjectInfo(key: String, size: Long)
 
+/** What a conditional read ([[ObjectStore.getIfChanged]]) found. */
+sealed trait ConditionalRead
+object ConditionalRead {
+  /** The object is still at the version the caller knows: no bytes were transferred. */
+  case object NotModified extends ConditionalRead
+  case object Absent extends ConditionalRead
+  final case class Changed(obj: VersionedObject) extends ConditionalRead
+}
+
 /** The outcome of a conditional write. A thrown `StoreException` means the outcome is unknown. */
 sealed trait CasOutcome
 object CasOutcome {
@@ -28,6 +37,17 @@ trait ObjectStore extends AutoCloseable {
 
   /** The object and its version, or None if it does not exist. */
   def get(key: String): Option[VersionedObject]
+
+  /**
+   * The object unless it is still at version `known`: a poll that transfers no bytes when nothing
+   * changed (S3 and Azure: GET with `If-None-Match` answered 304; GCS: the generation from the
+   * metadata; local: the file's attributes). This default reads the object and compares.
+   */
+  def getIfChanged(key: String, known: ObjectVersion): ConditionalRead = get(key) match {
+    case None => ConditionalRead.Absent
+    case Some(o) if o.version == known => ConditionalRead.NotModified
+    case Some(o) => ConditionalRead.Changed(o)
+  }
 
   /** The object's bytes without its version (batch reads), or None if it does not exist. */
   def getBytes(key: String): Option[Array[Byte]] = get(key).map(_.bytes)

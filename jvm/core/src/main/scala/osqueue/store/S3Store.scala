@@ -95,6 +95,22 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
     }
   }
 
+  /** GET with `If-None-Match: <known ETag>`: 304 when unchanged. A server ignoring it answers 200, compared here. */
+  override def getIfChanged(key: String, known: ObjectVersion): ConditionalRead = {
+    val full = fullKey(key)
+    try {
+      val bytes = client.getObjectAsBytes(GetObjectRequest.builder().bucket(bucket).key(full).ifNoneMatch(known.token).build())
+      val version = ObjectVersion(bytes.response().eTag())
+      if (version == known) ConditionalRead.NotModified
+      else ConditionalRead.Changed(VersionedObject(bytes.asByteArrayUnsafe(), version))
+    } catch {
+      case e: AwsServiceException if e.statusCode() == 304 => ConditionalRead.NotModified
+      case _: NoSuchKeyException => ConditionalRead.Absent
+      case e: AwsServiceException if e.statusCode() == 404 && !isNoSuchBucket(e) => ConditionalRead.Absent
+      case e @ (_: SdkException | _: UncheckedIOException) => throw failure("GET If-None-Match", full, e)
+    }
+  }
+
   override def put(key: String, bytes: Array[Byte]): Unit = {
     val full = fullKey(key)
     try client.putObject(PutObjectRequest.builder().bucket(bucket).key(full).build(), RequestBody.fromBytes(bytes))

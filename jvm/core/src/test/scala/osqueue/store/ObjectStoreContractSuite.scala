@@ -44,6 +44,35 @@ abstract class ObjectStoreContractSuite extends AnyFunSuite {
     }
   }
 
+  test("getIfChanged: not modified at the known version, the new bytes and version after any write, absent when gone") {
+    withStore { s =>
+      val v1 = written(s.putIfAbsent("m/manifest", bytes("one")))
+      assert(s.getIfChanged("m/manifest", v1) === ConditionalRead.NotModified)
+      assert(s.getIfChanged("m/manifest", v1) === ConditionalRead.NotModified) // again: nothing is consumed
+      // Same size, conditional and unconditional writes: each is seen.
+      val v2 = written(s.putIfVersionMatches("m/manifest", bytes("two"), v1))
+      s.getIfChanged("m/manifest", v1) match {
+        case ConditionalRead.Changed(o) => assert(new String(o.bytes, UTF_8) === "two" && o.version === v2)
+        case other => fail(s"expected the new object, got $other")
+      }
+      assert(s.getIfChanged("m/manifest", v2) === ConditionalRead.NotModified)
+      s.put("m/manifest", bytes("six"))
+      val v3 = s.get("m/manifest").get.version
+      s.getIfChanged("m/manifest", v2) match {
+        case ConditionalRead.Changed(o) => assert(new String(o.bytes, UTF_8) === "six" && o.version === v3)
+        case other => fail(s"expected the new object, got $other")
+      }
+      // A version the caller never saw (another object's) is not the current one.
+      s.put("m/other", bytes("x"))
+      val foreign = s.get("m/other").get.version
+      assert(s.getIfChanged("m/manifest", foreign).isInstanceOf[ConditionalRead.Changed])
+      s.delete("m/manifest")
+      assert(s.getIfChanged("m/manifest", v3) === ConditionalRead.Absent)
+      assert(s.getIfChanged("never/written", v3) === ConditionalRead.Absent)
+      intercept[InvalidObjectKeyException](s.getIfChanged("../escape", v3))
+    }
+  }
+
   test("should read back what put wrote, including empty and binary objects") {
     withStore { s =>
       s.put("a/b", bytes("hello"))

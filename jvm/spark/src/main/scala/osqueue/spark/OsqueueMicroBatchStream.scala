@@ -18,15 +18,17 @@ import osqueue.consumer.BatchDescriptor
 import osqueue.format.{EntryTag, Incarnation, Manifest}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.MetricsRegistry
-import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
+import osqueue.queue.{BackgroundDequeuer, ManifestStore, QueueConsumer, RetryPolicy, VersionedManifest}
 
 /**
  * Reads a queue as a micro-batch stream. Offsets are manifest sequences; Spark's checkpoint is
  * the only resume point. The first offset request bumps the manifest epoch (fencing any earlier
  * reader), after Spark has handed over the checkpoint's offsets, so a query refused for a foreign
- * checkpoint fences nobody. `commit(end)` dequeues through `end - 1` in one manifest write, and
+ * checkpoint fences nobody. `commit(end)` asks the background dequeuer to dequeue through `end - 1`
+ * and returns (the manifest CAS is off Spark's critical path; commits coalesce into one write), and
  * nothing is dequeued before Spark has committed the batch; when the query ends, `stop()` dequeues
- * through its last committed batch, read from the checkpoint's commit log (docs/adr/0003). The
+ * through its last committed batch, read from the checkpoint's commit log (docs/adr/0003), and waits
+ * for the dequeuer to finish, up to [[OsqueueMicroBatchStream.DequeueFlushTimeoutMs]]. The
  * driver reads only the manifest; executors fetch and decode the batch files.
  *
  * `sourceCheckpoint` is the location Spark gives `toMicroBatchStream`: `<checkpoint>/sources/<index>`.
@@ -39,10 +41,17 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private val store = OsqueueStores.open(location)
   private val manifests = new ManifestStore(store, location.manifestPath)
   private val queue = new QueueConsumer(manifests, RetryPolicy(), clock, new MetricsRegistry)
+  /** Dequeues what Spark committed, off its critical path; a fence it meets fails the query's next call. */
+  private val dequeuer = new BackgroundDequeuer(queue, s"'${location.identity}'", clock)
   protected val queueId: String = OsqueueStores.queueId(store, location, create = true, clock).getOrElse(
     throw OsqueueExceptions.queueIdUnavailable(location.identity))
 
   @volatile private var lastManifest: Option[Manifest] = None
+  /** The manifest as last read, with its version: the next read is conditional on it. */
+  @volatile private var lastRead: Option[VersionedManifest] = None
+  /** latestOffset's idle backoff: no manifest read before `nextPollAt` (nanoTime), after `idleWaitMs` of quiet. */
+  @volatile private var nextPollAt = 0L
+  @volatile private var idleWaitMs = 0L
   @volatile private var availableNowTarget: Option[Long] = None
   @volatile private var lastTriggerMs = clock.nowMillis()
   @volatile private var gc: Option[ScheduledExecutorService] = None
@@ -85,10 +94,36 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private def sequenceOf(o: Offset): Long = ours(o).nextSequence
 
   protected def readManifest(): Manifest = {
+    dequeuer.checkFailed()
     takeOver()
-    val m = queue.read() // raises FencedException once another reader took over
-    lastManifest = Some(m)
-    m
+    // Conditional on the version last read: unchanged, no bytes are transferred and `m` is that manifest.
+    val read = queue.readUnlessAt(lastRead) // raises FencedException once another reader took over
+    lastRead = Some(read)
+    lastManifest = Some(read.manifest)
+    read.manifest
+  }
+
+  /**
+   * latestOffset's manifest. A read that finds no change puts the next one off by `pollInterval`,
+   * doubling up to `maxPollInterval`, and the manifest last read stands in meanwhile; a change
+   * reads again at once. At trigger 0 Spark asks every few milliseconds: an idle query costs ~1
+   * conditional read per `maxPollInterval`, not one full read per ask. AvailableNow always reads.
+   */
+  private def pollManifest(): Manifest = {
+    val now = clock.nanoTime()
+    lastRead match {
+      case Some(known) if availableNowTarget.isEmpty && now - nextPollAt < 0 =>
+        dequeuer.checkFailed()
+        known.manifest
+      case before =>
+        val m = readManifest()
+        val changed = !before.exists(b => lastRead.exists(_ eq b))
+        idleWaitMs =
+          if (changed) 0L
+          else math.min(math.max(idleWaitMs * 2, options.pollInterval.toMillis), options.maxPollInterval.toMillis)
+        nextPollAt = now + idleWaitMs * 1000000L
+        m
+    }
   }
 
   override def initialOffset(): Offset = { val m = readManifest(); offset(m.firstSequence, m) }
@@ -122,7 +157,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   /** The end offset of the next micro-batch: everything available, capped by the read limit. */
   override def latestOffset(startOffset: Offset, limit: ReadLimit): Offset = {
     val startAt = ours(startOffset)
-    val m = readManifest()
+    val m = pollManifest()
     val (start, delivered) = resumePoint(startAt, m)
     val available = math.max(start, availableNowTarget.fold(m.nextSequence)(math.min(_, m.nextSequence)))
     val limits = limit match {
@@ -205,7 +240,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   override def createReaderFactory(): PartitionReaderFactory = readers.copy(missingBatches = missingBatches)
 
   /**
-   * Spark committed the batch ending at `end`: dequeue through `end - 1` (one write, or none). An
+   * Spark committed the batch ending at `end`: the dequeuer dequeues through `end - 1` (one write,
+   * or none, or one for several commits) while Spark goes on. An
    * end from before a reset of the queue acks nothing: the reset queue's entries below it are not
    * the ones Spark processed (even if producers have since written that far).
    */
@@ -221,21 +257,34 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       else if (next > m.nextSequence) {
         reportDataLoss("ahead", next, aheadMessage(next, m))
         logWarning(s"not dequeuing through ${next - 1}: '${location.identity}' has only assigned up to ${m.nextSequence - 1}")
-      } else queue.dequeueThrough(next - 1)
+      } else dequeuer.request(next - 1)
     }
   }
 
   /**
    * The query ended (AvailableNow or Once finished, `query.stop()`, a failure): Spark commits a
    * batch to the source only when it plans the next one, so the last batch it committed is
-   * dequeued here, then GC stops (a cycle already running, such as the one at start, may finish).
+   * dequeued here and the dequeuer flushed, then GC stops (a cycle already running, such as the one
+   * at start, may finish).
    */
   override def stop(): Unit =
-    try dequeueLastCommittedBatch()
-    finally gc.foreach { ex =>
+    try {
+      dequeueLastCommittedBatch()
+      flushDequeues()
+    } finally gc.foreach { ex =>
         ex.shutdown()
         if (!ex.awaitTermination(GcStopWaitSeconds, TimeUnit.SECONDS)) ex.shutdownNow()
       }
+
+  /** Lets the dequeues Spark's commits asked for land (bounded); what does not stays queued for the next run. */
+  private def flushDequeues(): Unit =
+    try
+      if (!dequeuer.flush(OsqueueMicroBatchStream.DequeueFlushTimeoutMs))
+        logWarning(s"the dequeues of '${location.identity}' did not finish within " +
+          s"${OsqueueMicroBatchStream.DequeueFlushTimeoutMs} ms of the query's end" +
+          dequeuer.failedWith.fold("")(e => s" (${e.getMessage})") +
+          "; the entries stay queued until the next run of this query dequeues them")
+    finally dequeuer.close()
 
   /**
    * Dequeues through the end of the last micro-batch whose entry in the checkpoint's commit log
@@ -326,4 +375,9 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   }
 
   private val GcStopWaitSeconds = 10L
+}
+
+private[spark] object OsqueueMicroBatchStream {
+  /** How long `stop()` waits for the background dequeues to land. */
+  val DequeueFlushTimeoutMs = 30000L
 }

@@ -159,9 +159,10 @@ private[spark] object ObjectStoresCheck {
 }
 
 /**
- * Source options after validation. `pollInterval`/`maxPollInterval` (real-time mode): how often the
- * long-running reader looks at the manifest while it has nothing to read; each look that finds no
- * change doubles the wait, up to `maxPollInterval` (the idle cost), and a change resets it.
+ * Source options after validation. `pollInterval`/`maxPollInterval`: how often the source looks at
+ * the manifest while the queue is idle (the real-time reader; in micro-batch mode, `latestOffset`);
+ * each look that finds no change doubles the wait, up to `maxPollInterval` (the idle cost), and a
+ * change resets it.
  */
 private[spark] final case class SourceOptions(
     location: QueueLocation,

@@ -57,6 +57,22 @@ final class AzureBlobStore(val location: AzureLocation, val config: AzureStoreCo
     }
   }
 
+  /** GET with `If-None-Match: <known ETag>`: 304 when unchanged. */
+  override def getIfChanged(key: String, known: ObjectVersion): ConditionalRead = {
+    val full = fullKey(key)
+    try {
+      val out = new ByteArrayOutputStream()
+      val response = container.getBlobClient(full).downloadStreamWithResponse(out, null, null,
+        new BlobRequestConditions().setIfNoneMatch(known.token), false, null, Context.NONE)
+      val version = ObjectVersion(response.getDeserializedHeaders.getETag)
+      if (version == known) ConditionalRead.NotModified else ConditionalRead.Changed(VersionedObject(out.toByteArray, version))
+    } catch {
+      case e: BlobStorageException if e.getStatusCode == 304 => ConditionalRead.NotModified
+      case e: BlobStorageException if e.getErrorCode == BlobErrorCode.BLOB_NOT_FOUND => ConditionalRead.Absent
+      case StoreFailure(e) => throw failure("GET If-None-Match", full, e)
+    }
+  }
+
   override def put(key: String, bytes: Array[Byte]): Unit = {
     val full = fullKey(key)
     try { container.getBlobClient(full).getBlockBlobClient.upload(BinaryData.fromBytes(bytes), true); () }

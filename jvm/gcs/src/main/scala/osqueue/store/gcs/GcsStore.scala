@@ -69,6 +69,18 @@ final class GcsStore(val bucket: String, prefix: String, val config: GcsStoreCon
       s"between reading its generation and its bytes ${GcsStore.ReadAttempts} times in a row")
   }
 
+  /** The metadata's generation first (no bytes): unchanged, nothing more is read. */
+  override def getIfChanged(key: String, known: ObjectVersion): ConditionalRead = {
+    val full = fullKey(key)
+    val blob = call("GET (metadata)", full)(client.get(BlobId.of(bucket, full)))
+    if (blob == null) ConditionalRead.Absent
+    else if (blob.getGeneration.toString == known.token) ConditionalRead.NotModified
+    else get(key) match {
+      case None => ConditionalRead.Absent
+      case Some(o) => if (o.version == known) ConditionalRead.NotModified else ConditionalRead.Changed(o)
+    }
+  }
+
   override def getBytes(key: String): Option[Array[Byte]] = {
     val full = fullKey(key)
     try Some(client.readAllBytes(BlobId.of(bucket, full)))

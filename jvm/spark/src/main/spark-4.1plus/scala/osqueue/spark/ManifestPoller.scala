@@ -1,49 +1,31 @@
 package osqueue.spark
 
-import java.nio.file.{Files, NoSuchFileException, Path, Paths}
-import java.nio.file.attribute.BasicFileAttributes
-import java.util.concurrent.TimeUnit
-
-import osqueue.format.{Manifest, ManifestCodec}
-import osqueue.store.{LocalFileSystemStore, ObjectStore, ObjectVersion}
+import osqueue.format.Manifest
+import osqueue.queue.{ManifestStore, Snapshot}
+import osqueue.store.{ConditionalRead, ObjectStore, ObjectVersion}
 
 /**
  * Follows one manifest for a real-time reader: `poll()` returns the manifest when it changed since
- * the last poll, else None. On a local store the change is seen from the file's attributes (inode,
- * size, mtime: the store replaces the manifest by rename), so an idle poll reads no bytes; on S3 an
- * idle poll is one GET whose ETag equals the last one (not decoded). `requests` counts store reads
- * and stats, for the idle-cost figure.
+ * the last poll, else None. Each poll after the first is a conditional read
+ * ([[ObjectStore.getIfChanged]]): an idle poll transfers no bytes (S3: a 304; local: the file's
+ * attributes). `requests` counts the polls, for the idle-cost figure.
  */
 private[spark] final class ManifestPoller(store: ObjectStore, key: String) {
-  private val localFile: Option[Path] = store match {
-    case s: LocalFileSystemStore => Some(Paths.get(s.uri.stripPrefix("file:")).resolve(key))
-    case _ => None
-  }
-  private var lastStat: Option[(AnyRef, Long, Long)] = None
+  private val manifests = new ManifestStore(store, key)
   private var lastVersion: Option[ObjectVersion] = None
   @volatile var requests = 0L
 
   def poll(): Option[Manifest] = {
-    val stat = localFile.map(statOf)
-    if (stat.isDefined && stat == lastStat) None
-    else {
-      requests += 1
-      store.get(key) match {
-        case None => lastStat = stat; None // no manifest yet: no producer wrote
-        case Some(o) if lastVersion.contains(o.version) => lastStat = stat; None
-        case Some(o) =>
-          lastStat = stat
-          lastVersion = Some(o.version)
-          Some(ManifestCodec.decode(o.bytes, key))
-      }
-    }
-  }
-
-  private def statOf(p: Path): (AnyRef, Long, Long) = {
     requests += 1
-    try {
-      val a = Files.readAttributes(p, classOf[BasicFileAttributes])
-      (a.fileKey(), a.size(), a.lastModifiedTime().to(TimeUnit.NANOSECONDS))
-    } catch { case _: NoSuchFileException => (null, -1L, -1L) }
+    val read = lastVersion match {
+      case Some(v) => store.getIfChanged(key, v)
+      case None => store.get(key).fold[ConditionalRead](ConditionalRead.Absent)(ConditionalRead.Changed(_))
+    }
+    read match {
+      case ConditionalRead.Changed(o) =>
+        lastVersion = Some(o.version)
+        Some(manifests.decode(Snapshot(o.bytes, Some(o.version))))
+      case _ => None // unchanged, or no manifest yet (no producer wrote)
+    }
   }
 }
