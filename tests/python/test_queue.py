@@ -748,3 +748,27 @@ def test_a_failed_reupload_while_a_write_is_undecided_is_an_ambiguous_commit(mem
         qp.enqueue_async(old, reupload=reupload, max_age_ms=300_000).result(10)
     qp.close()
     assert calls == 1
+
+
+class _ProducerAppendsDuringReceipts(InMemoryStore):
+    """A producer appends one entry while every dequeue-receipts write is in flight (an append every
+    few tens of ms against 20 ms round trips)."""
+
+    def put(self, key: str, data: bytes) -> None:
+        super().put(key, data)
+        if key.endswith(RECEIPTS_SUFFIX):
+            current = decode_manifest(self.get(KEY).data, KEY)
+            entry = ManifestEntry(current.next_sequence, f"ingest/p{current.next_sequence}.batch", [])
+            super().put(KEY, encode_manifest(Manifest([*current.entries, entry], entry.sequence + 1, current.epoch)))
+
+
+def test_a_dequeue_wins_its_cas_although_a_producer_appends_during_every_receipts_write() -> None:
+    # Receipts written inside each CAS attempt put every attempt's conditional write on a stale
+    # manifest: the dequeue lost every round (JVM: BackgroundDequeuerSuite, the same case).
+    store = _ProducerAppendsDuringReceipts()
+    _seed(store, 5)
+    consumer = _consumer(store, retry=RetryPolicy(base_delay=0.0005, max_delay=0.005, max_attempts=10))
+    consumer.initialize()
+    assert consumer.dequeue_through(2) == 3
+    manifest = decode_manifest(store.get(KEY).data, KEY)
+    assert [e.sequence for e in manifest.entries] == [3, 4, 5]  # the producer's append landed too

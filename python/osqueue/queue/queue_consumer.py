@@ -270,23 +270,46 @@ class QueueConsumer:
         """
         key = self.manifest.key
 
+        def check_assigned(head: RawHead) -> None:
+            if sequence >= head.next_sequence:
+                raise IllegalQueueStateError(
+                    f"cannot dequeue through sequence {sequence}: queue '{key}' has only reached "
+                    f"sequence {head.next_sequence - 1}"
+                )
+
+        # The receipts are written once, before the loop: written inside each attempt, between the
+        # read and the conditional write, they widened the window in which a producer's append makes
+        # the write lose (as on the JVM). A failed first read leaves them to the loop's first attempt.
+        receipts_written = False
+        try:
+            before_raw, _ = self.manifest.read_raw()
+        except StoreError:
+            before_raw = None
+        if before_raw is not None:
+            before = parse_head(before_raw, key)
+            self._check(before.epoch)
+            check_assigned(before)
+            if before.dequeued_through(sequence) is None:
+                return 0
+            self._record_receipts(before, sequence)
+            receipts_written = True
+
         def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[int]:
+            nonlocal receipts_written
             raw = snapshot.raw
             if raw is None:
                 self._check(0)
                 raise IllegalQueueStateError(f"cannot dequeue through sequence {sequence}: queue '{key}' is empty")
             head = parse_head(raw, key)
             self._check(head.epoch)
-            if sequence >= head.next_sequence:
-                raise IllegalQueueStateError(
-                    f"cannot dequeue through sequence {sequence}: queue '{key}' has only reached "
-                    f"sequence {head.next_sequence - 1}"
-                )
+            check_assigned(head)
             edited = head.dequeued_through(sequence)
             if edited is None:
                 return Done(0)
             new_raw, removed = edited
-            self._record_receipts(head, sequence)
+            if not receipts_written:
+                self._record_receipts(head, sequence)
+                receipts_written = True
             return Write(new_raw, lambda: removed)
 
         return self._loop.run(step)
