@@ -14,8 +14,7 @@ import org.apache.spark.sql.connector.read.streaming._
 import org.apache.spark.util.LongAccumulator
 
 import osqueue.{Clock, SystemClock}
-import osqueue.consumer.BatchDescriptor
-import osqueue.format.{EntryTag, Incarnation, Manifest}
+import osqueue.format.{EntryTag, Incarnation, ManifestHead}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.MetricsRegistry
 import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
@@ -27,7 +26,8 @@ import osqueue.queue.{ManifestStore, QueueConsumer, RetryPolicy}
  * checkpoint fences nobody. `commit(end)` dequeues through `end - 1` in one manifest write, and
  * nothing is dequeued before Spark has committed the batch; when the query ends, `stop()` dequeues
  * through its last committed batch, read from the checkpoint's commit log (docs/adr/0003). The
- * driver reads only the manifest; executors fetch and decode the batch files.
+ * driver reads only the manifest head and walks a segmented queue's segments a few at a time
+ * ([[OsqueuePlanner]]); executors read the segment slices and fetch and decode the batch files.
  *
  * `sourceCheckpoint` is the location Spark gives `toMicroBatchStream`: `<checkpoint>/sources/<index>`.
  */
@@ -42,7 +42,9 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   protected val queueId: String = OsqueueStores.queueId(store, location, create = true, clock).getOrElse(
     throw new IllegalStateException(s"cannot create the queue id of '${location.identity}'"))
 
-  @volatile private var lastManifest: Option[Manifest] = None
+  @volatile private var lastManifest: Option[ManifestHead] = None
+  /** The last plan of latestOffset, reused by planInputPartitions for the same range (one walk, not two). */
+  @volatile private var lastPlan: Option[((Long, Long, EntryTag.Delivered, Int, Long), OsqueuePlanner.Plan)] = None
   @volatile private var availableNowTarget: Option[Long] = None
   @volatile private var lastTriggerMs = clock.nowMillis()
   @volatile private var gc: Option[ScheduledExecutorService] = None
@@ -70,11 +72,11 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   }
   private def takeOver(): Unit = { val _ = epoch }
 
-  protected def offset(next: Long, m: Manifest) =
+  protected def offset(next: Long, m: ManifestHead) =
     OsqueueSourceOffset(location.identity, queueId, next, incarnation = Some(Incarnation.of(m.epoch)))
 
   /** The position is from another incarnation of the manifest (docs/format.md §5.2): the queue was reset. */
-  protected def fromAnotherIncarnation(o: OsqueueSourceOffset, m: Manifest): Boolean =
+  protected def fromAnotherIncarnation(o: OsqueueSourceOffset, m: ManifestHead): Boolean =
     o.incarnation.exists(_ != Incarnation.of(m.epoch))
 
   /** After a restart Spark hands back offsets read from the checkpoint as `SerializedOffset`s. */
@@ -84,9 +86,9 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   }
   private def sequenceOf(o: Offset): Long = ours(o).nextSequence
 
-  protected def readManifest(): Manifest = {
+  protected def readManifest(): ManifestHead = {
     takeOver()
-    val m = queue.read() // raises FencedException once another reader took over
+    val m = queue.readHead() // raises FencedException once another reader took over
     lastManifest = Some(m)
     m
   }
@@ -115,7 +117,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
 
   /** Spark calls this before it reads the checkpoint: the target is read without taking over the queue. */
   override def prepareForTriggerAvailableNow(): Unit = {
-    availableNowTarget = Some(manifests.decode(manifests.read()).nextSequence)
+    availableNowTarget = Some(manifests.head(manifests.read()).nextSequence)
     logInfo(s"Trigger.AvailableNow: reading '${location.identity}' up to sequence ${availableNowTarget.get}")
   }
 
@@ -144,7 +146,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
     if (waitForMore || (startAt.entryIndex > 0 && end <= startAt.nextSequence)) startOffset
     else {
       if (end > start) lastTriggerMs = now
-      OsqueueSourceOffset(location.identity, queueId, end, SinkCopies.select(m.entries, start, end, delivered)._2,
+      val skip = if (start == startAt.nextSequence) startAt.entryIndex else 0
+      OsqueueSourceOffset(location.identity, queueId, end, planOf(m, start, end, delivered, skip).delivered,
         Some(Incarnation.of(m.epoch)))
     }
   }
@@ -154,7 +157,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
    * ahead of the queue (reset or recreated) or behind its first entry is data loss: an error, or
    * with failOnDataLoss=false one warning and reading on from the queue's first entry.
    */
-  protected def resumePoint(startAt: OsqueueSourceOffset, m: Manifest): (Long, EntryTag.Delivered) = {
+  protected def resumePoint(startAt: OsqueueSourceOffset, m: ManifestHead): (Long, EntryTag.Delivered) = {
     val start = startAt.nextSequence
     if (fromAnotherIncarnation(startAt, m)) {
       reportDataLoss("reset", start, resetMessage(startAt, m) + s"; continuing at its first entry ${m.firstSequence}")
@@ -190,16 +193,28 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       else {
         val from = startAt.nextSequence
         if (from > m.nextSequence) reportDataLoss("ahead", from, aheadMessage(from, m))
-        val firstPresent = m.entries.find(e => e.sequence >= from && e.sequence < to).map(_.sequence).getOrElse(to)
+        val firstPresent = Some(math.max(from, m.firstSequence)).filter(_ < math.min(to, m.nextSequence)).getOrElse(to)
         if (firstPresent > from && from < m.nextSequence) reportDataLoss("removed", from, removedMessage(from, firstPresent - 1))
         (from, startAt.delivered)
       }
-    val (entries, _) = SinkCopies.select(m.entries, from, to, delivered)
-    duplicateCopiesSkipped.addAndGet(m.entries.count(e => e.sequence >= from && e.sequence < to) - entries.size)
     // A start inside a batch file (a real-time batch ended there): its first entries were read.
-    def skip(e: osqueue.format.ManifestEntry) =
-      if (e.sequence == startAt.nextSequence && from == startAt.nextSequence) startAt.entryIndex else 0
-    entries.map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss, skip(e)): InputPartition).toArray
+    val skip = if (from == startAt.nextSequence) startAt.entryIndex else 0
+    val plan = planOf(m, from, to, delivered, skip)
+    duplicateCopiesSkipped.addAndGet(plan.copiesSkipped)
+    plan.partitions
+  }
+
+  /**
+   * The plan of [from, to): the sequences below the queue's next one never change, so a plan made
+   * at the same epoch (no other reader dequeued since) is the same plan.
+   */
+  private def planOf(m: ManifestHead, from: Long, to: Long, delivered: EntryTag.Delivered, skip: Int): OsqueuePlanner.Plan = {
+    val key = (math.max(from, m.firstSequence), math.min(to, m.nextSequence), delivered, skip, m.epoch)
+    lastPlan.collect { case (k, p) if k == key => p }.getOrElse {
+      val p = OsqueuePlanner.plan(m, queue.readSegment, location, from, to, delivered, options.failOnDataLoss, skip)
+      lastPlan = Some((key, p))
+      p
+    }
   }
 
   override def createReaderFactory(): PartitionReaderFactory = readers.copy(missingBatches = missingBatches)
@@ -266,15 +281,15 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   override def metrics(latestConsumedOffset: Optional[Offset]): JMap[String, String] =
     lastManifest.map(m => metricsOf(m, latestConsumedOffset)).getOrElse(Map.empty[String, String]).asJava
 
-  private def metricsOf(m: Manifest, latestConsumedOffset: Optional[Offset]): Map[String, String] = {
+  private def metricsOf(m: ManifestHead, latestConsumedOffset: Optional[Offset]): Map[String, String] = {
     val consumed = Option(latestConsumedOffset.orElse(null)).map(sequenceOf)
       .getOrElse(m.firstSequence)
     val behind = math.max(0L, m.nextSequence - consumed)
-    val oldestUnread = m.entries.find(_.sequence >= consumed).flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
+    val oldestUnread = entryAt(m, math.max(consumed, m.firstSequence)).flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
     val lagSeconds = oldestUnread.map(t => math.max(0L, clock.nowMillis() - t) / 1000.0).getOrElse(0.0)
     val missing = missingBatches.fold(0L)(_.value.longValue)
     Map(
-      "queueLength" -> m.entries.count(_.sequence >= consumed).toString, // committed batches count as consumed
+      "queueLength" -> math.max(0L, m.nextSequence - math.max(consumed, m.firstSequence)).toString, // committed count as consumed
       "batchesBehindLatest" -> behind.toString,
       "numFilesOutstanding" -> behind.toString,
       "lagSeconds" -> f"$lagSeconds%.3f",
@@ -284,13 +299,19 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       "duplicateCopiesSkipped" -> duplicateCopiesSkipped.get().toString)
   }
 
+  /** The queued entry at `sequence`: from the tail, or its segment (the consumer keeps the last two read). */
+  private def entryAt(m: ManifestHead, sequence: Long): Option[osqueue.format.ManifestEntry] =
+    if (sequence >= m.nextSequence) None
+    else if (sequence >= m.tailFirstSequence) m.tailEntries.find(_.sequence == sequence)
+    else m.segmentFor(sequence).flatMap(r => queue.readSegment(r).find(_.sequence == sequence))
+
   override def toString: String = s"OsqueueMicroBatchStream[${location.identity}]"
 
-  private def aheadMessage(start: Long, m: Manifest): String =
+  private def aheadMessage(start: Long, m: ManifestHead): String =
     s"the checkpoint is at sequence $start but '${location.identity}' has only assigned up to " +
       s"${m.nextSequence - 1}: the queue was reset or recreated"
 
-  private def resetMessage(o: OsqueueSourceOffset, m: Manifest): String =
+  private def resetMessage(o: OsqueueSourceOffset, m: ManifestHead): String =
     s"the checkpoint is at sequence ${o.nextSequence} of incarnation ${o.incarnation.getOrElse("?")} of " +
       s"'${location.identity}', but the manifest is incarnation ${Incarnation.of(m.epoch)}: the queue was reset or recreated"
 

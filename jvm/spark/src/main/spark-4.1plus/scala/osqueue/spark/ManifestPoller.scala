@@ -4,11 +4,11 @@ import java.nio.file.{Files, NoSuchFileException, Path, Paths}
 import java.nio.file.attribute.BasicFileAttributes
 import java.util.concurrent.TimeUnit
 
-import osqueue.format.{Manifest, ManifestCodec}
+import osqueue.format.ManifestHead
 import osqueue.store.{LocalFileSystemStore, ObjectStore, ObjectVersion}
 
 /**
- * Follows one manifest for a real-time reader: `poll()` returns the manifest when it changed since
+ * Follows one manifest for a real-time reader: `poll()` returns the head when it changed since
  * the last poll, else None. On a local store the change is seen from the file's attributes (inode,
  * size, mtime: the store replaces the manifest by rename), so an idle poll reads no bytes; on S3 an
  * idle poll is one GET whose ETag equals the last one (not decoded). `requests` counts store reads
@@ -23,7 +23,7 @@ private[spark] final class ManifestPoller(store: ObjectStore, key: String) {
   private var lastVersion: Option[ObjectVersion] = None
   @volatile var requests = 0L
 
-  def poll(): Option[Manifest] = {
+  def poll(): Option[ManifestHead] = {
     val stat = localFile.map(statOf)
     if (stat.isDefined && stat == lastStat) None
     else {
@@ -34,7 +34,7 @@ private[spark] final class ManifestPoller(store: ObjectStore, key: String) {
         case Some(o) =>
           lastStat = stat
           lastVersion = Some(o.version)
-          Some(ManifestCodec.decode(o.bytes, key))
+          Some(ManifestHead.parse(o.bytes, key)) // a v1 manifest or a segmented head
       }
     }
   }
