@@ -151,11 +151,16 @@ def _manifest_footer(run: pathlib.Path) -> dict[str, int] | None:
     path = run / "manifest-final.bin"
     if not path.exists():
         return None
-    from osqueue.format import decode_manifest
+    from integration.chaos.heads import head_figures
 
-    m = decode_manifest(path.read_bytes(), "manifest-final.bin")
-    first = m.entries[0].sequence if m.entries else m.next_sequence
-    return {"next_sequence": m.next_sequence, "epoch": m.epoch, "entries": len(m.entries), "first_sequence": first}
+    h = head_figures(path.read_bytes(), "manifest-final.bin")
+    return {
+        "next_sequence": h.next_sequence,
+        "epoch": h.epoch,
+        "entries": h.entry_count,
+        "first_sequence": h.first_sequence,
+        "segments": h.segments,
+    }
 
 
 def _read_json(path: pathlib.Path, default: Any) -> Any:

@@ -229,13 +229,13 @@ class Harness:
         }
 
     def read_footer(self):
-        from osqueue.format import read_manifest_footer
+        from integration.chaos.heads import head_figures
 
         try:
             raw = self.direct.get_object(Bucket=self.bucket, Key=f"{PREFIX}/ingest/manifest")["Body"].read()
         except self.direct.exceptions.NoSuchKey:
             return None, None
-        return read_manifest_footer(raw, "manifest"), raw
+        return head_figures(raw, "manifest"), raw
 
     def monitor(self) -> None:
         """Samples the manifest (straight from the server) once a second: epoch and sequences."""
@@ -298,6 +298,7 @@ class Harness:
                 "true",
                 "--keep-going",
                 "true",
+                *(["--segment-entries", str(a.segment_entries)] if a.segment_entries else []),
                 store_options=self.store_options(self.proxy.endpoint),
             )
             # QueueTool prints per entry; the attempted range is the whole incarnation's.
@@ -640,6 +641,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trigger-ms", type=int, default=500)
     ap.add_argument("--gc-interval", default="1m", help="the query's gcInterval")
     ap.add_argument("--quiet-drain", action="store_true", help="turn faults off once the producers are done")
+    ap.add_argument(
+        "--segment-entries",
+        type=int,
+        default=0,
+        help="K of the JVM producers (QueueTool --segment-entries): the manifest is segmented past K queued (0: off)",
+    )
     ap.add_argument("--max-minutes", type=float, default=30.0)
     ap.add_argument("--report-every", type=float, default=10.0)
     return ap.parse_args(argv)
