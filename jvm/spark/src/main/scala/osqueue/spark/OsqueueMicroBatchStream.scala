@@ -211,7 +211,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private def planOf(m: ManifestHead, from: Long, to: Long, delivered: EntryTag.Delivered, skip: Int): OsqueuePlanner.Plan = {
     val key = (math.max(from, m.firstSequence), math.min(to, m.nextSequence), delivered, skip, m.epoch)
     lastPlan.collect { case (k, p) if k == key => p }.getOrElse {
-      val p = OsqueuePlanner.plan(m, queue.readSegment, location, from, to, delivered, options.failOnDataLoss, skip)
+      // the store directly: the consumer's segment cache would serialize the read-ahead
+      val p = OsqueuePlanner.plan(m, manifests.readSegment, location, from, to, delivered, options.failOnDataLoss, skip)
       lastPlan = Some((key, p))
       p
     }

@@ -13,12 +13,13 @@ import osqueue.metrics.MetricsRegistry
 import osqueue.queue.ManifestStore
 
 /**
- * One batch file to read on an executor: everything needed to fetch it without the manifest.
- * `skipEntries`: entries of the batch a real-time batch already read (the offset's `entryIndex`).
+ * Batch files to read on an executor, in sequence order: everything needed to fetch them without
+ * the manifest. `skipEntries`: entries of the first batch a real-time batch already read (the
+ * offset's `entryIndex`).
  */
 private[spark] final case class OsqueueInputPartition(
     location: QueueLocation,
-    descriptor: BatchDescriptor,
+    descriptors: IndexedSeq[BatchDescriptor],
     failOnDataLoss: Boolean,
     skipEntries: Int = 0) extends InputPartition
 
@@ -37,7 +38,7 @@ private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missing
 }
 
 /**
- * Fetches and decodes the batches of one partition on an executor: one batch file, or a slice of
+ * Fetches and decodes the batches of one partition on an executor: listed batch files, or a slice of
  * a segment (read first, checked against its ref). A corrupt batch or segment fails the task naming
  * the object; a missing one is data loss (fails unless `failOnDataLoss=false`, then it is skipped
  * and counted).
@@ -62,7 +63,8 @@ private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Arr
   }
 
   private lazy val rows: Iterator[InternalRow] = p match {
-    case b: OsqueueInputPartition => batchRows(b.descriptor, b.skipEntries)
+    case b: OsqueueInputPartition =>
+      b.descriptors.iterator.zipWithIndex.flatMap { case (d, i) => batchRows(d, if (i == 0) b.skipEntries else 0) }
     case s: OsqueueSlicePartition => sliceBatches(s).flatMap { case (d, skip) => batchRows(d, skip) }
     case other => throw new IllegalStateException(s"not an osqueue input partition: $other")
   }

@@ -9,15 +9,16 @@ import osqueue.format.{EntryTag, ManifestEntry, ManifestHead, SegmentRef}
 
 /**
  * Plans the read of sequences [from, to) of a queue with the driver's memory bounded by the head
- * and a few segments, at any depth (docs/adr/0004, "The Spark source"). Entries of the head's tail
- * become one partition per batch file, as on a v1 manifest; entries of a segment become slices of
- * at most [[OsqueuePlanner.SliceEntries]] sequences ([[OsqueueSlicePartition]]), each carrying the
- * segment's ref and the sink-copy state at its start, and the executor reads the segment and its
- * batch files. The driver walks the segments in order (a few GETs in flight) for the sink-copy
+ * and a few segments, at any depth (docs/adr/0004, "The Spark source"). Entries of a segment
+ * become slices of at most [[OsqueuePlanner.SliceEntries]] sequences ([[OsqueueSlicePartition]]),
+ * each carrying the segment's ref and the sink-copy state at its start, and the executor reads the
+ * segment and its batch files; the admitted entries of the head's tail (or of a v1 manifest) are
+ * listed in partitions of at most as many batch files ([[OsqueueInputPartition]]): one Spark task
+ * per batch file cost more than reading it. The driver walks the segments in order (a few GETs in flight) for the sink-copy
  * state at each slice and at the end, and keeps nothing of them.
  */
 private[spark] object OsqueuePlanner {
-  /** Sequences per slice partition: a task fetches this many batch files at most. */
+  /** Sequences per partition: a task fetches this many batch files at most. */
   val SliceEntries = 128
   /** Segments read ahead of the one walked (GETs in flight; also the most segments held at once). */
   val SegmentReadAhead = 4
@@ -59,7 +60,9 @@ private[spark] object OsqueuePlanner {
         val (admitted, after) = SinkCopies.select(tail, lo, hi, state)
         state = after
         skipped += tail.size - admitted.size
-        admitted.foreach(e => parts += OsqueueInputPartition(location, BatchDescriptor.of(e), failOnDataLoss, skipAt(e.sequence)))
+        admitted.grouped(SliceEntries).foreach { group =>
+          parts += OsqueueInputPartition(location, group.map(BatchDescriptor.of), failOnDataLoss, skipAt(group.head.sequence))
+        }
       }
     }
     Plan(parts.result(), state, skipped)
