@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import subprocess
@@ -13,13 +14,28 @@ def classpath() -> str:
     import pyspark  # the jar leaves Scala, zstd-jni and slf4j to Spark: borrow pyspark's
 
     jars = pathlib.Path(pyspark.__file__).parent / "jars"
-    return f"{osqueue.jar_path()}:{jars}/*"
+    # OSQUEUE_JVM_CORE_JAR: a core jar built in this checkout (`bash .ci/sbt core/assembly`) instead of the wheel's.
+    return f"{os.environ.get('OSQUEUE_JVM_CORE_JAR') or osqueue.jar_path()}:{jars}/*"
 
 
 def command(*args: str, store_options: dict | None = None) -> list[str]:
     java = shutil.which("java") or "java"
     opts = [x for k, v in (store_options or {}).items() for x in ("--opt", f"{k}={v}")]
     return [java, "-cp", classpath(), "osqueue.tools.QueueTool", *args, *opts]
+
+
+JAVA_DRIVERS = pathlib.Path(__file__).resolve().parent / "jvm"
+
+
+def run_java_source(name: str, *args: str, store_options: dict | None = None, timeout: float = 300) -> str:
+    """Runs ``integration/jvm/<name>.java`` (Java's single-file source launcher) with the core on the class path."""
+    java = shutil.which("java") or "java"
+    opts = [f"{k}={v}" for k, v in (store_options or {}).items()]
+    cmd = [java, "-cp", classpath(), str(JAVA_DRIVERS / f"{name}.java"), *args, *opts]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise AssertionError(f"{name}.java failed ({p.returncode}): {p.stderr.strip()[-3000:]}")
+    return p.stdout
 
 
 def start(*args: str, store_options: dict | None = None) -> subprocess.Popen:

@@ -228,3 +228,14 @@ def test_short_chaos_run_is_exact(tmp_path: pathlib.Path) -> None:
     assert r["kills"].get("producer-jvm", 0) >= 1 and r["kills"].get("producer-py", 0) >= 1, r["kills"]
     assert r["kills"].get("driver", 0) >= 1 and r["driver_starts"] >= 2, r["kills"]
     assert z["attempts"] > 0 and z["fenced"] == z["attempts"] and z["landed"] == 0, z
+
+
+def test_checker_reads_a_final_manifest_that_is_segmented(tmp_path: pathlib.Path) -> None:
+    from integration.chaos.checker import _manifest_footer
+
+    golden = REPO / "tests" / "golden"
+    (tmp_path / "manifest-final.bin").write_bytes((golden / "head_v2.bin").read_bytes())
+    assert _manifest_footer(tmp_path) == {"next_sequence": 17, "epoch": 5, "entries": 6, "first_sequence": 11}
+    (tmp_path / "manifest-final.bin").write_bytes((golden / "manifest_after_dequeue.bin").read_bytes())
+    v1 = _manifest_footer(tmp_path)
+    assert v1 is not None and v1["entries"] == v1["next_sequence"] - v1["first_sequence"]

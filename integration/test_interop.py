@@ -10,7 +10,7 @@ import pytest
 from fixtures import new_bucket, s3_server  # noqa: F401  (s3_server: the session's S3 servers)
 
 import osqueue
-from osqueue.format import decode_batch, decode_manifest
+from osqueue.format import decode_batch, decode_head, decode_manifest
 from osqueue.store import open_store
 
 from . import jvm_tool
@@ -173,3 +173,78 @@ def test_jvm_tool_reports_a_corrupt_manifest_in_one_line(tmp_path):
     with pytest.raises(AssertionError) as err:
         jvm_tool.run("consume", str(tmp_path / "q"))
     assert "format version 257" in str(err.value) and "ingest/manifest" in str(err.value)
+
+
+# -- segmented manifests (docs/format.md §2.2): each language reads the other's sealed segments -----
+
+
+def _head(path, store_options=None):
+    store = open_store(path, store_options)
+    try:
+        return decode_head(store.get("ingest/manifest").data, "ingest/manifest")
+    finally:
+        store.close()
+
+
+def test_python_consumer_reads_a_jvm_producers_segmented_queue_exactly(shared_queue):
+    path, opts = shared_queue
+    jvm_tool.run_java_source("SegmentedProduce", path, "jvm", "40", "3", store_options=opts)
+    head = _head(path, opts)
+    assert head.version == 2 and len(head.segments) >= 10 and len(head.tail) <= 3, "the JVM sealed past K = 3"
+    c = osqueue.Consumer(path, store_options=opts)
+    values, n = [], 0
+    while (b := c.next_batch()) is not None:
+        values += [v.decode() for v in b.entries]
+        n += 1
+        if n % 7 == 0:  # dequeues drop whole segments and move low_water in between
+            c.flush()
+        c.ack(b.sequence)
+    c.close()
+    assert values == [f"jvm-{i}" for i in range(40)]
+    head = _head(path, opts)
+    assert head.version == 1 and head.tail == [] and head.next_sequence == 40, "drained: v1 again"
+
+
+def test_jvm_consumer_reads_a_python_producers_segmented_queue_exactly(shared_queue):
+    path, opts = shared_queue
+    with osqueue.Producer(path, flush_interval=0.005, manifest_segment_entries=3, store_options=opts) as p:
+        for i in range(25):
+            p.produce([f"py-{i}".encode()], metadata=b"py").wait_durable(120)
+    head = _head(path, opts)
+    assert head.version == 2 and len(head.segments) >= 6 and len(head.tail) <= 3, "Python sealed past K = 3"
+    lines = jvm_tool.run("consume", path, store_options=opts).splitlines()
+    assert [line.split("\t")[2] for line in lines] == [f"py-{i}" for i in range(25)]
+    head = _head(path, opts)
+    assert head.version == 1 and head.tail == [] and head.next_sequence == 25 and head.epoch & 0xFFFFFFFF == 1
+
+
+def test_jvm_and_python_producers_seal_one_queue_together(tmp_path):
+    """Both languages append and seal (K = 2) concurrently: every entry once, each producer's in order."""
+    path = str(tmp_path / "q")
+    jvm = threading.Thread(target=jvm_tool.run_java_source, args=("SegmentedProduce", path, "jvm", "30", "2"))
+    jvm.start()
+    deadline = time.monotonic() + 120
+    while _manifest_exists(path) is False and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with osqueue.Producer(path, flush_interval=0.002, manifest_segment_entries=2) as p:
+        for i in range(30):
+            p.produce([f"py-{i}".encode()], metadata=b"py").wait_durable(120)
+    jvm.join(300)
+    assert _head(path).segments, "the queue was sealed"
+    c = osqueue.Consumer(path)
+    values = []
+    while (b := c.next_batch()) is not None:
+        values += [v.decode() for v in b.entries]
+        c.ack(b.sequence)
+    c.close()
+    assert sorted(values) == sorted([f"jvm-{i}" for i in range(30)] + [f"py-{i}" for i in range(30)])
+    for tag in ("jvm", "py"):
+        assert [v for v in values if v.startswith(tag)] == [f"{tag}-{i}" for i in range(30)]
+
+
+def _manifest_exists(path) -> bool:
+    store = open_store(path)
+    try:
+        return store.get("ingest/manifest") is not None
+    finally:
+        store.close()

@@ -61,7 +61,7 @@ def test_wheel_in_a_fresh_venv_bundles_the_connector_jar_with_the_core(wheel, tm
 
 def test_wheel_holds_no_benchmark_or_test_code(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    assert "osqueue/cli.py" in names
+    assert "osqueue/cli/app.py" in names
     assert [n for n in names if not n.startswith(("osqueue/", "osqueue-"))] == []
     assert [n for n in names if any(part.startswith(("bench", "test")) for part in n.split("/"))] == []
     imported = set()

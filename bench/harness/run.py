@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.harness.client_benchmarks import bench_contention, bench_depth, bench_requests
+from bench.harness.depth_benchmarks import bench_py_depth
 from bench.harness.environment import Settings, environment, loadavg, machine_facts
 from bench.harness.jvm_benchmarks import bench_jvm_depth, bench_py_vs_jvm, bench_raw_put
 from bench.harness.kafka import bench_kafka, kafka_jars
@@ -23,6 +24,7 @@ from bench.harness.spark_depth import bench_spark_depth
 BENCHMARKS = (
     "contention",
     "depth",
+    "py_depth",
     "jvm_depth",
     "spark_depth",
     "py_vs_jvm",
@@ -33,7 +35,7 @@ BENCHMARKS = (
     "latency",
 )
 SPARK_BENCHMARKS = ("spark_file", "kafka", "latency")
-QUICK_SKIPS = ("kafka", "jvm_depth", "spark_depth")
+QUICK_SKIPS = ("kafka", "py_depth", "jvm_depth", "spark_depth")
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
 
@@ -81,6 +83,7 @@ def run_benchmarks(
     functions = {
         "contention": bench_contention,
         "depth": bench_depth,
+        "py_depth": bench_py_depth,
         "jvm_depth": bench_jvm_depth,
         "spark_depth": bench_spark_depth,
         "py_vs_jvm": bench_py_vs_jvm,

@@ -151,16 +151,10 @@ def _manifest_footer(run: pathlib.Path) -> dict[str, int] | None:
     path = run / "manifest-final.bin"
     if not path.exists():
         return None
-    from integration.chaos.heads import head_figures
+    from osqueue.format import parse_head
 
-    h = head_figures(path.read_bytes(), "manifest-final.bin")
-    return {
-        "next_sequence": h.next_sequence,
-        "epoch": h.epoch,
-        "entries": h.entry_count,
-        "first_sequence": h.first_sequence,
-        "segments": h.segments,
-    }
+    h = parse_head(path.read_bytes(), "manifest-final.bin")  # v1 or a segmented head (docs/format.md §2.2)
+    return {"next_sequence": h.next_sequence, "epoch": h.epoch, "entries": h.depth, "first_sequence": h.first_sequence}
 
 
 def _read_json(path: pathlib.Path, default: Any) -> Any:

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flush-interval", type=float, default=0.05)
     ap.add_argument("--timeout", type=float, default=3.0, help="boto3 connect/read timeout (s)")
     ap.add_argument("--log", required=True)
+    ap.add_argument("--segment-entries", type=int, default=(1 << 31) - 1, help="manifest_segment_entries (K)")
     args = ap.parse_args(argv)
 
     from osqueue import OsqueueError, Producer, S3Store
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         args.prefix,
         client=s3_client(args.endpoint, args.region, args.access_key, args.secret_key, args.timeout),
     )
-    producer = Producer(store=store, flush_interval=args.flush_interval)
+    producer = Producer(store=store, flush_interval=args.flush_interval, manifest_segment_entries=args.segment_entries)
     pending: collections.deque = collections.deque()
 
     def resolve(limit: int) -> None:

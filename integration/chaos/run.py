@@ -229,13 +229,14 @@ class Harness:
         }
 
     def read_footer(self):
-        from integration.chaos.heads import head_figures
+        """The manifest's head (v1 or segmented, docs/format.md §2.2: epoch, next_sequence, depth) and its bytes."""
+        from osqueue.format import parse_head
 
         try:
             raw = self.direct.get_object(Bucket=self.bucket, Key=f"{PREFIX}/ingest/manifest")["Body"].read()
         except self.direct.exceptions.NoSuchKey:
             return None, None
-        return head_figures(raw, "manifest"), raw
+        return parse_head(raw, "manifest"), raw
 
     def monitor(self) -> None:
         """Samples the manifest (straight from the server) once a second: epoch and sequences."""
@@ -258,7 +259,7 @@ class Harness:
                                 "t": round(now, 1),
                                 "epoch": footer.epoch,
                                 "next_sequence": footer.next_sequence,
-                                "entries": footer.entry_count,
+                                "entries": footer.depth,
                             }
                         )
                         + "\n"
@@ -298,7 +299,7 @@ class Harness:
                 "true",
                 "--keep-going",
                 "true",
-                *(["--segment-entries", str(a.segment_entries)] if a.segment_entries else []),
+                *(["--segment-entries", str(a.segment_entries)] if a.segment_entries < (1 << 31) - 1 else []),
                 store_options=self.store_options(self.proxy.endpoint),
             )
             # QueueTool prints per entry; the attempted range is the whole incarnation's.
@@ -338,6 +339,8 @@ class Harness:
                 str(a.timeout),
                 "--log",
                 str(logf),
+                "--segment-entries",
+                str(a.segment_entries),
             ]
             child = Child("producer-py", name, k, argv, errf)
             child.tail = Tail(logf)
@@ -631,6 +634,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--drop-reply-every", type=int, default=0, help="also drop the reply of every n-th conditional PUT")
     ap.add_argument("--chunk", type=int, default=100, help="entries per produce() call")
     ap.add_argument(
+        "--segment-entries",
+        type=int,
+        default=(1 << 31) - 1,
+        help="K of the producers (Python: manifest_segment_entries; JVM: QueueTool --segment-entries; small: "
+        "segmented manifests)",
+    )
+    ap.add_argument(
         "--produce-seconds",
         type=float,
         default=60.0,
@@ -641,12 +651,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trigger-ms", type=int, default=500)
     ap.add_argument("--gc-interval", default="1m", help="the query's gcInterval")
     ap.add_argument("--quiet-drain", action="store_true", help="turn faults off once the producers are done")
-    ap.add_argument(
-        "--segment-entries",
-        type=int,
-        default=0,
-        help="K of the JVM producers (QueueTool --segment-entries): the manifest is segmented past K queued (0: off)",
-    )
     ap.add_argument("--max-minutes", type=float, default=30.0)
     ap.add_argument("--report-every", type=float, default=10.0)
     return ap.parse_args(argv)

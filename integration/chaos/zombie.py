@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", required=True)
     args = ap.parse_args(argv)
 
-    from integration.chaos.heads import head_figures
     from osqueue import Consumer, FencedError, S3Store
+    from osqueue.format import parse_head
 
     log = open(args.log, "a", buffering=1, encoding="utf-8")
     client = s3_client(args.endpoint, args.region, args.access_key, args.secret_key, 10.0)
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def manifest_footer():
         obj = store.get("ingest/manifest")
-        return None if obj is None else head_figures(obj.data, "ingest/manifest")
+        return None if obj is None else parse_head(obj.data, "ingest/manifest")
 
     # Wait for the Spark query to fence us (its start bumps the epoch). Never act before that:
     # until then we really are the queue's consumer, and a dequeue would remove entries.

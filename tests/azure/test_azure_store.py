@@ -260,7 +260,7 @@ def test_bad_paths_and_options_name_the_option(uri: str, options: dict[str, str]
 
 
 def test_hadoop_azure_credentials_are_read() -> None:
-    from osqueue.store_azure import AzureAuth, AzureLocation, azure_auth
+    from osqueue.store.azure_blob_store import AzureAuth, AzureLocation, azure_auth
 
     at = AzureLocation.parse("abfss://events@acct.dfs.core.windows.net/team/q")
     assert at.blob_endpoint == "https://acct.blob.core.windows.net"

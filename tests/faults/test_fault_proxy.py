@@ -235,9 +235,12 @@ def _python_run(
             c = Consumer(store=store)
             try:
                 while True:
+                    # Read `done` before the manifest: a None read after the producers finished is then
+                    # final (read after it, an entry appended between the read and `done` was left behind).
+                    finished = done.is_set()
                     b = c.next_batch()
                     if b is None:
-                        if done.is_set():
+                        if finished:
                             break
                         time.sleep(0.005)
                         continue

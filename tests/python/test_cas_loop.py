@@ -1,4 +1,4 @@
-"""The one CAS loop (osqueue.cas_loop, JVM: osqueue.queue.CasLoop) and its callers: the producers'
+"""The one CAS loop (osqueue.queue.cas_loop, JVM: osqueue.queue.CasLoop) and its callers: the producers'
 group commit and the consumer's takeover and dequeue all run through it, with the same rules."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from collections.abc import Callable
 import pytest
 from helpers import ManualClock, WrappedStore, lost_reply_hook
 
-from osqueue.cas_loop import CONFLICT, CasLoop, Done, PreviousAttempt, Snapshot, Unknown, Write
 from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, StoreError
 from osqueue.format import Manifest, ManifestEntry, encode_manifest
 from osqueue.metrics import MetricsRegistry
 from osqueue.queue import ManifestStore, QueueConsumer, QueueProducer, RetryPolicy
+from osqueue.queue.cas_loop import CONFLICT, CasLoop, Done, PreviousAttempt, Unknown, Write
+from osqueue.queue.manifest_store import Snapshot
 from osqueue.store import PRECONDITION_FAILED, CasOutcome, InMemoryStore, ObjectVersion, VersionedObject
 
 KEY = "ingest/manifest"

@@ -538,12 +538,12 @@ def test_missing_batch_is_an_error(queue: tuple[pathlib.Path, list[DurableWrite]
 def test_unexpected_errors_exit_1_with_one_line(
     queue: tuple[pathlib.Path, list[DurableWrite]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import osqueue.cli
+    from osqueue.queue import ManifestStore
 
     def boom(self: Any) -> Any:
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(osqueue.cli.ManifestStore, "read_raw", boom)
+    monkeypatch.setattr(ManifestStore, "read_raw", boom)
     result = run("inspect", str(queue[0]))
     assert result.exit_code == 1
     one_error_line(result.stderr, "unexpected RuntimeError: boom second line")

@@ -24,6 +24,7 @@ from osqueue.format import (
     ManifestEntry,
     MetadataItem,
     append_entries,
+    batch_codec,
     decode_batch,
     decode_manifest,
     dequeue_through,
@@ -266,7 +267,7 @@ def test_decompression_bomb_is_stopped_at_the_cap(monkeypatch: pytest.MonkeyPatc
     import zstandard
 
     bomb = zstandard.ZstdCompressor(level=3).compress(b"\x00" * (4 << 20)) + struct.pack("<BIH", 1, 1, 1)
-    monkeypatch.setattr(fmt, "MAX_DECOMPRESSED_BLOCK", 1 << 20)
+    monkeypatch.setattr(batch_codec, "MAX_DECOMPRESSED_BLOCK", 1 << 20)
     with pytest.raises(CorruptBatchError, match="2 GiB"):
         decode_batch(bomb, "bomb")
 

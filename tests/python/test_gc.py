@@ -135,7 +135,9 @@ def test_failed_deletes_are_counted_and_retried_next_cycle(mem_store: InMemorySt
 def test_consumer_runs_gc_in_the_background(mem_store: InMemoryStore, clock: ManualClock) -> None:
     orphan = _name(clock, 20 * MIN, 1)
     mem_store.put(orphan, b"x")
-    c = Consumer(store=mem_store, run_gc=True, gc_interval=0.02, clock=clock)
+    # Consumers other tests left open keep their own GC threads (GC runs by default): count ours.
+    before = sum(t.name == "osqueue-gc" for t in threading.enumerate())
+    c = Consumer(store=mem_store, gc_interval=0.02, clock=clock)
     assert c.garbage_collector is not None
     deadline = threading.Event()
     for _ in range(250):
@@ -143,9 +145,9 @@ def test_consumer_runs_gc_in_the_background(mem_store: InMemoryStore, clock: Man
             break
         deadline.wait(0.02)
     assert mem_store.get(orphan) is None
-    assert "osqueue-gc" in {t.name for t in threading.enumerate()}
+    assert sum(t.name == "osqueue-gc" for t in threading.enumerate()) == before + 1
     c.close()
-    assert "osqueue-gc" not in {t.name for t in threading.enumerate()}
+    assert sum(t.name == "osqueue-gc" for t in threading.enumerate()) == before
 
 
 def test_stalled_producer_reuploads_gc_deletes_the_stale_file_and_consumer_reads_everything(
@@ -363,3 +365,10 @@ def test_a_producer_told_a_longer_grace_period_reuploads_by_the_queues(
     with QueueProducer(mem_store, KEY, clock=clock) as qp:
         result = qp.enqueue_async(six_minutes_old, reupload=reupload, max_age_ms=10 * MIN).result(30)  # told 20 min
     assert result.location == fresh, "a batch older than half the queue's grace period was enqueued"
+
+
+def test_a_consumer_without_gc_starts_no_collector(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    before = sum(t.name == "osqueue-gc" for t in threading.enumerate())
+    with Consumer(store=mem_store, run_gc=False, clock=clock) as c:
+        assert c.garbage_collector is None
+        assert sum(t.name == "osqueue-gc" for t in threading.enumerate()) == before

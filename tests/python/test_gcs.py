@@ -28,7 +28,7 @@ from osqueue.errors import ConditionalWritesNotHonouredError, FencedError, Inval
 from osqueue.producer import Producer  # noqa: E402
 from osqueue.queue import QueueProducer, RetryPolicy  # noqa: E402
 from osqueue.store import PRECONDITION_FAILED, ObjectVersion, Written, forget_endpoint_conditions, open_store  # noqa: E402
-from osqueue.store_gcs import GcsStore  # noqa: E402
+from osqueue.store.gcs_store import GcsStore  # noqa: E402
 
 KEY = "ingest/manifest"
 

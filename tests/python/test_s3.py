@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from helpers import WrappedStore, assert_well_formed, lost_reply_hook, lying_precondition_hook
 
 import osqueue.store as store_module
+import osqueue.store.endpoint_conditions as endpoint_conditions_module
 from osqueue.consumer import Consumer
 from osqueue.errors import ConditionalWritesNotHonouredError, ErrorKind, StoreError
 from osqueue.producer import Producer
@@ -43,7 +44,7 @@ def _skip_probe(
 ) -> None:
     """What a probe of the fake endpoint would have found (fake clients cannot be probed)."""
     forget_endpoint_conditions(endpoint)
-    store_module._endpoint_conditions[endpoint] = EndpointConditions(endpoint, forms)
+    endpoint_conditions_module._endpoint_conditions[endpoint] = EndpointConditions(endpoint, forms)
 
 
 class _FakeClient:

@@ -19,35 +19,43 @@ RAW_CALLS = re.compile(
     r"|\buuid\.uuid[14]\("
 )
 
-# (module, call) -> (count, why it is not behind the seam).
+# (module path under python/osqueue, call) -> (count, why it is not behind the seam).
 ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
-    ("queue.py", "time.time_ns("): (1, "SystemClock: the seam itself"),
-    ("queue.py", "time.monotonic("): (1, "SystemClock: the seam itself"),
-    ("queue.py", "time.sleep("): (1, "SystemClock: the seam itself"),
-    ("queue.py", "random.Random("): (3, "the default rng when none is injected"),
-    ("format.py", "secrets.randbelow("): (
+    ("clock.py", "time.time_ns("): (1, "SystemClock: the seam itself"),
+    ("clock.py", "time.monotonic("): (1, "SystemClock: the seam itself"),
+    ("clock.py", "time.sleep("): (1, "SystemClock: the seam itself"),
+    ("queue/data_prefix_owner.py", "random.Random("): (1, "the default rng when none is injected"),
+    ("queue/queue_consumer.py", "random.Random("): (1, "the default rng when none is injected"),
+    ("queue/queue_producer.py", "random.Random("): (1, "the default rng when none is injected"),
+    ("format/incarnation.py", "secrets.randbelow("): (
         1,
         "a new incarnation must differ across seeded test queues (docs/format.md §5.2)",
     ),
-    ("format.py", "secrets.randbits("): (1, "a batch name's entropy when no rng is injected"),
-    ("producer.py", "time.monotonic("): (
+    ("format/batch_names.py", "secrets.randbits("): (1, "a batch name's entropy when no rng is injected"),
+    ("producer/producer.py", "time.monotonic("): (
         3,
         "the flush deadline is waited on a threading.Condition, which needs real time",
     ),
-    ("store.py", "secrets.token_hex("): (2, "temporary file and probe object names: unique, never compared"),
-    ("store.py", "secrets.token_bytes("): (1, "the conditional-write probe's wrong entity tag"),
-    ("store.py", "time.monotonic("): (2, "the local lock's timeout: a real wait between processes"),
-    ("store.py", "time.sleep("): (2, "the local lock's spin and the probe's backoff: real waits on a real store"),
-    ("store.py", "random.uniform("): (1, "the local lock's spin jitter"),
-    ("store_gcs.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
-    ("store_azure.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
-    ("store_azure.py", "uuid.uuid4("): (1, "the probe's wrong entity tag: never matches"),
+    ("store/local_file_system_store.py", "secrets.token_hex("): (1, "temporary file names: unique, never compared"),
+    ("store/s3_store.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
+    ("store/s3_store.py", "secrets.token_bytes("): (1, "the conditional-write probe's wrong entity tag"),
+    ("store/local_file_lock.py", "time.monotonic("): (
+        2,
+        "the local lock's timeout: a real wait between processes",
+    ),
+    ("store/local_file_lock.py", "time.sleep("): (1, "the local lock's spin: a real wait between processes"),
+    ("store/endpoint_conditions.py", "time.sleep("): (1, "the probe's backoff: a real wait on a real store"),
+    ("store/local_file_lock.py", "random.uniform("): (1, "the local lock's spin jitter"),
+    ("store/gcs_store.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
+    ("store/azure_blob_store.py", "secrets.token_hex("): (1, "the probe object's name: unique, never compared"),
+    ("store/azure_blob_store.py", "uuid.uuid4("): (1, "the probe's wrong entity tag: never matches"),
 }
 
 
 def _raw_calls() -> dict[tuple[str, str], int]:
     found: dict[tuple[str, str], int] = {}
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).as_posix()
         for line in path.read_text(encoding="utf-8").splitlines():
             code = line.split("#", 1)[0]
             for match in RAW_CALLS.finditer(code):
@@ -56,7 +64,7 @@ def _raw_calls() -> dict[tuple[str, str], int]:
                     if match.group(0).startswith("datetime.datetime")
                     else match.group(0)
                 )
-                found[(path.name, call)] = found.get((path.name, call), 0) + 1
+                found[(module, call)] = found.get((module, call), 0) + 1
     return found
 
 

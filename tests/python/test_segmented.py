@@ -1,5 +1,5 @@
 """Segmented manifests (docs/format.md §2.2) in Python: the codec reads the golden head and its
-segments; producers, consumers and GC refuse a version 2 head cleanly until they learn segments."""
+segments, and producers, consumers and GC work on it (an RFC v1 reader refuses it cleanly)."""
 
 from __future__ import annotations
 
@@ -94,15 +94,50 @@ def test_a_segment_that_differs_from_its_ref_is_corrupt_naming_the_segment() -> 
     assert s["key"] in str(info.value)
 
 
-def test_python_consumer_producer_and_gc_refuse_a_segmented_head_cleanly(mem_store: InMemoryStore) -> None:
-    mem_store.put(KEY, (GOLDEN / "head_v2.bin").read_bytes())
+def _golden_queue(store: InMemoryStore) -> None:
+    vector = HEADS["heads"][0]
+    store.put(KEY, (GOLDEN / vector["file"]).read_bytes())
+    for s in vector["head"]["segments"]:
+        store.put(s["key"], (GOLDEN / s["file"]).read_bytes())
+
+
+def test_python_consumer_producer_and_gc_read_the_golden_segmented_queue(mem_store: InMemoryStore) -> None:
+    _golden_queue(mem_store)
+    expected = HEADS["heads"][0]["head"]
+    with QueueProducer(mem_store, KEY) as producer:
+        appended = producer.enqueue("ingest/01J5T4RTZ9Y8X7W6V5T4S3R2Q2.batch", timeout=30)
+    assert appended.sequence == expected["next_sequence"]
+    consumer = Consumer(store=mem_store, run_gc=False)
+    got = [d.sequence for d in consumer.next_descriptors(100)]
+    got += [d.sequence for d in consumer.next_descriptors(100)]
+    got += [d.sequence for d in consumer.next_descriptors(100)]
+    assert got == [*expected["queued_sequences"], appended.sequence]
+    consumer.ack_through(13)  # drops segment a (10..12), low water 13 in segment b
+    head = decode_head(mem_store.get(KEY).data, KEY)
+    assert [r.key for r in head.segments] == [expected["segments"][1]["key"]] and head.low_water == 14
+    result = GarbageCollector(mem_store, KEY, "ingest", grace_period=600).run_once(dry_run=True)
+    # The dropped segment is an orphan named long ago (2024): collected; the listed one is kept.
+    assert expected["segments"][0]["key"] in result.deleted
+    assert expected["segments"][1]["key"] not in result.deleted
+    consumer.ack_through(appended.sequence)
+    assert decode_head(mem_store.get(KEY).data, KEY).version == 1  # no segment left: v1 again
+    consumer.close()
+
+
+def test_a_listed_segment_that_is_missing_is_corrupt_manifest_not_skipped(mem_store: InMemoryStore) -> None:
+    _golden_queue(mem_store)
+    missing = HEADS["heads"][0]["head"]["segments"][0]["key"]
+    mem_store.delete(missing)
+    consumer = Consumer(store=mem_store, run_gc=False)
+    with pytest.raises(CorruptManifestError, match="listed but missing") as info:
+        consumer.next_descriptors(10)
+    assert missing in str(info.value)
+    consumer.close()
+
+
+def test_rfc_v1_reader_still_refuses_a_segmented_head(mem_store: InMemoryStore) -> None:
     with pytest.raises(UnsupportedFormatVersionError, match="version 2"):
-        Consumer(store=mem_store, run_gc=False).next_descriptors(1)
-    with pytest.raises(UnsupportedFormatVersionError, match="version 2"):
-        QueueProducer(mem_store, KEY).enqueue("ingest/01J5T4RTZ9Y8X7W6V5T4S3R2Q2.batch", timeout=30)
-    with pytest.raises(UnsupportedFormatVersionError, match="version 2"):
-        GarbageCollector(mem_store, KEY, "ingest", grace_period=600).run_once()
-    assert mem_store.get(KEY).data == (GOLDEN / "head_v2.bin").read_bytes()  # nothing written
+        decode_manifest((GOLDEN / "head_v2.bin").read_bytes(), KEY)
 
 
 def test_inspect_shows_a_segmented_heads_depth_and_segments(tmp_path: pathlib.Path) -> None:
@@ -154,3 +189,21 @@ def test_mutated_and_truncated_heads_decode_or_raise_a_typed_error() -> None:
             decode_head(data, "m")
         except (CorruptManifestError, UnsupportedFormatVersionError):
             pass
+
+
+def test_cli_produce_seals_past_its_k_and_tail_and_inspect_read_the_segmented_queue(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue.cli import cli
+
+    root = str(tmp_path / "q")
+    runner = CliRunner()
+    for i in range(5):  # one producer (one manifest entry) per run
+        r = runner.invoke(cli, ["produce", root, "--manifest-segment-entries", "2"], input=f"v{i}\n")
+        assert r.exit_code == 0, r.output
+    inspected = json.loads(runner.invoke(cli, ["inspect", root, "--json"], catch_exceptions=False).stdout)
+    assert inspected["format_version"] == 2 and inspected["depth"] == 5 and len(inspected["segments"]) == 2
+    tail = runner.invoke(cli, ["tail", root], catch_exceptions=False)
+    assert tail.stdout.split("\n")[:-1] == [f"v{i}" for i in range(5)]
+    bad = runner.invoke(cli, ["produce", root, "--manifest-segment-entries", "0"], input="x\n")
+    assert bad.exit_code == 2 and "--manifest-segment-entries" in bad.output

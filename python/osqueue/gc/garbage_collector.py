@@ -19,6 +19,10 @@ manifest is refused with :class:`~osqueue.errors.InvalidConfigError` naming both
 Producers complete the rule by never starting a manifest write with a location older than
 ``grace_period / 2`` (they re-upload it under a fresh name), so a file GC may delete can never
 be enqueued. Failed deletes are counted and retried next cycle.
+
+With a segmented head (docs/format.md §2.2) a cycle reads the head only, never a segment: rule 3
+uses the refs' oldest batch times, which bound every batch a segment holds. Segment objects under
+``<manifest>.segments/`` that no ref lists are deleted once their ULID name is a grace period old.
 """
 
 from __future__ import annotations
@@ -28,20 +32,14 @@ import threading
 from dataclasses import dataclass
 
 from osqueue import metrics as m
+from osqueue.clock import Clock, SystemClock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, OsqueueError
-from osqueue.format import parse_batch_ulid_ms
-from osqueue.queue import (
-    DEFAULT_DATA_PATH_PREFIX,
-    DEFAULT_GC_GRACE_PERIOD_MS,
-    DEFAULT_MANIFEST_PATH,
-    Clock,
-    ManifestStore,
-    SystemClock,
-    claim_data_prefix,
-)
-from osqueue.store import ObjectStore, validate_key
-
-__all__ = ["GarbageCollector", "GcResult"]
+from osqueue.format.batch_names import parse_batch_ulid_ms
+from osqueue.format.segment_names import prefix as segment_prefix
+from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
+from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
+from osqueue.store.object_store import ObjectStore, validate_key
 
 _log = logging.getLogger(__name__)
 
@@ -122,28 +120,49 @@ class GarbageCollector:
                 f"GC found no manifest at '{self._manifest.key}': it deletes nothing without its queue's manifest "
                 "(is the manifest path right?)"
             )
-        manifest = self._manifest.decode(raw)
+        # The head only: the refs' oldest batch times bound every batch a segment holds (§2.2).
+        head = self._manifest.head(raw)
         grace_ms = self.check_owner()
-        referenced = {e.location for e in manifest.entries}
-        referenced_times = [t for t in (parse_batch_ulid_ms(loc) for loc in referenced) if t is not None]
-        oldest = min(referenced_times) if referenced_times else None
+        referenced = {loc for _, loc in head.tail_locations()}
+        oldest = head.oldest_referenced_batch_ms()
+        has_entries = head.tail_size > 0 or bool(head.segments)
+        segment_dir = segment_prefix(self._manifest.key)
         candidates: list[str] = []
+        segment_keys: list[str] = []
         kept_referenced = kept_newer = kept_grace = kept_other = 0
         for info in self._store.list(self._prefix):
             rest = info.key[len(self._prefix) :]
             created = None if "/" in rest else parse_batch_ulid_ms(rest)
             if created is None:
-                kept_other += 1
+                if info.key.startswith(segment_dir):  # looked at below
+                    segment_keys.append(info.key)
+                else:
+                    kept_other += 1
             elif info.key in referenced:
                 kept_referenced += 1
 
-            elif manifest.entries and (oldest is None or created >= oldest):
+            elif has_entries and (oldest is None or created >= oldest):
                 # With entries but no ULID-named one there is no "oldest": keep everything.
                 kept_newer += 1
             elif t0 - created < grace_ms:
                 kept_grace += 1
             else:
                 candidates.append(info.key)
+        # Segment objects no ref lists, named a grace period ago: producers never list one named
+        # grace / 2 ago or earlier, so none of these can become referenced (docs/format.md §2.2).
+        listed = {r.key for r in head.segments}
+        if not segment_dir.startswith(self._prefix):  # not in the data prefix's listing
+            segment_keys = [info.key for info in self._store.list(segment_dir)]
+        for key in segment_keys:
+            named = segment_ulid_time_ms(self._manifest.key, key)
+            if named is None:
+                kept_other += 1
+            elif key in listed:
+                kept_referenced += 1
+            elif t0 - named < grace_ms:
+                kept_grace += 1
+            else:
+                candidates.append(key)
         deleted: list[str] = []
         failed: list[str] = []
         for key in candidates:

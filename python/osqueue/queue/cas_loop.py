@@ -17,23 +17,16 @@ from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
 
 from osqueue import metrics as m
 from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, OsqueueError, StoreError
-from osqueue.store import ObjectVersion, Written
+from osqueue.queue.manifest_store import Snapshot
+from osqueue.store.object_store import Written
 
 if TYPE_CHECKING:
-    from osqueue.queue import Clock, ManifestStore, RetryPolicy
+    from osqueue.clock import Clock
+    from osqueue.queue.manifest_store import ManifestStore
+    from osqueue.queue.retry_policy import RetryPolicy
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-
-__all__ = ["Snapshot", "CasStep", "Done", "Write", "PreviousAttempt", "CONFLICT", "Unknown", "Settle", "CasLoop"]
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The manifest as read: its bytes (None when it does not exist) and its version."""
-
-    raw: bytes | None
-    version: ObjectVersion | None
 
 
 @dataclass(frozen=True)

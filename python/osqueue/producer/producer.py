@@ -24,74 +24,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from osqueue import metrics as m
+from osqueue.clock import Clock, SystemClock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, InvalidObjectKeyError
-from osqueue.format import Compression, MetadataItem, encode_batch, new_batch_key
-from osqueue.queue import (
-    DEFAULT_DATA_PATH_PREFIX,
-    DEFAULT_MANIFEST_PATH,
-    Clock,
-    EnqueueResult,
-    QueueProducer,
-    RetryPolicy,
-    SystemClock,
-    claim_data_prefix,
-)
-from osqueue.store import ObjectStore, open_store, validate_key
-
-__all__ = ["Producer", "WriteHandle", "DurableWrite"]
+from osqueue.format.batch_codec import Compression, encode_batch
+from osqueue.format.batch_names import new_batch_key
+from osqueue.format.manifest import MetadataItem
+from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
+from osqueue.producer.write_handle import DurableWrite, WriteHandle
+from osqueue.queue.data_prefix_owner import claim_data_prefix
+from osqueue.queue.manifest_appender import EnqueueResult
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH
+from osqueue.queue.queue_producer import QueueProducer, check_segment_entries
+from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.store.object_store import ObjectStore, validate_key
+from osqueue.store.object_stores import open_store
 
 _MAX_UNCOMMITTED_BATCHES = 8
 """Uploaded batches that may wait for their manifest write before the flush thread pauses."""
-
-
-@dataclass(frozen=True)
-class DurableWrite:
-    """Where a ``produce()`` call's entries became durable.
-
-    Attributes:
-        sequence: The sequence of the manifest entry of their batch.
-        location: The batch's key.
-        start_index: Index of the call's first entry in the batch.
-    """
-
-    sequence: int
-    location: str
-    start_index: int
-
-
-class WriteHandle(Future):  # type: ignore[type-arg]
-    """The durability of one ``produce()`` call: a ``concurrent.futures.Future`` of a
-    :class:`DurableWrite` that completes once the entries are in a batch object *and* the batch
-    is enqueued in the manifest. It cannot be cancelled.
-
-    Attributes:
-        ingestion_time_ms: The producer's wall clock at ``produce()``.
-    """
-
-    def __init__(self, ingestion_time_ms: int) -> None:
-        super().__init__()
-        self.ingestion_time_ms = ingestion_time_ms
-
-    def cancel(self) -> bool:
-        """A produced input cannot be withdrawn: always returns False."""
-        return False
-
-    def wait_durable(self, timeout: float | None = None) -> DurableWrite:
-        """Blocks until durable and returns where; raises the flush's error if it failed.
-
-        Raises:
-            TimeoutError: Not durable within ``timeout`` seconds.
-        """
-        result: DurableWrite = self.result(timeout)
-        return result
-
-    def try_result(self) -> DurableWrite | None:
-        """Non-blocking: None while pending, the :class:`DurableWrite` once durable; raises
-        the flush's error if it failed."""
-        if not self.done():
-            return None
-        result: DurableWrite = self.result(0)
-        return result
 
 
 @dataclass(eq=False)
@@ -200,6 +149,10 @@ class Producer:
         gc_grace_period: The consumer's GC grace period in seconds (600); a batch whose ULID
             is ``gc_grace_period / 2`` old before its manifest write is uploaded again under a
             fresh name.
+        manifest_segment_entries: K (the JVM's ``manifestSegmentEntries``): a manifest write
+            that would grow the manifest's tail past K entries first seals the tail into an
+            immutable segment object, so appends cost the same at any depth (docs/format.md §2.2;
+            2048 suggested). Off by default: a segmented manifest is refused by RFC v1 readers.
         store_options: Store settings, e.g. the ``fs.s3a.*`` keys.
         store: A ready store (not closed by the producer).
         clock: Time seam for ingestion times and ULIDs.
@@ -222,6 +175,7 @@ class Producer:
         manifest_path: str = DEFAULT_MANIFEST_PATH,
         data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
         gc_grace_period: float = 600.0,
+        manifest_segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
         store_options: Mapping[str, Any] | None = None,
         store: ObjectStore | None = None,
         clock: Clock | None = None,
@@ -238,6 +192,7 @@ class Producer:
         self._max_buffered = max_buffered_inputs
         self._compression = _compression(compression)
         self._grace_ms = int(_positive("gc_grace_period", gc_grace_period) * 1000)
+        check_segment_entries(manifest_segment_entries)
         for option, value in (("manifest_path", manifest_path), ("data_path_prefix", data_path_prefix)):
             try:
                 validate_key(value)
@@ -268,7 +223,13 @@ class Producer:
             # The queue's grace period is the one GC uses: a longer option of ours must not count (§6).
             self._grace_ms = min(self._grace_ms, owner.gc_grace_period_ms)
             self._queue = QueueProducer(
-                self._store, manifest_path, clock=self._clock, rng=rng, retry=retry, metrics=self._metrics
+                self._store,
+                manifest_path,
+                clock=self._clock,
+                rng=rng,
+                retry=retry,
+                metrics=self._metrics,
+                manifest_segment_entries=manifest_segment_entries,
             )
         except BaseException:
             self._release_store()

@@ -24,8 +24,6 @@ from __future__ import annotations
 import math
 import threading
 
-__all__ = ["Counter", "Gauge", "Histogram", "MetricsRegistry", "REGISTRY"]
-
 BATCHES_FLUSHED = "buffer.batches_flushed"
 ENTRIES_FLUSHED = "buffer.entries_flushed"
 BYTES_FLUSHED = "buffer.bytes_flushed"
@@ -49,7 +47,7 @@ AMBIGUITIES_RESOLVED_BY_RECEIPTS = "buffer.ambiguities_resolved_by_receipts"
 RECEIPT_WRITE_FAILURES = "buffer.receipt_write_failures"
 MANIFEST_AMBIGUOUS_WRITES = "buffer.manifest_ambiguous_writes"
 BATCHES_REUPLOADED = "buffer.batches_reuploaded"
-# Segments a producer sealed (docs/format.md §2.2); only JVM producers seal until Python learns segments.
+# Segments a producer sealed (docs/format.md §2.2).
 SEGMENTS_SEALED = "buffer.segments_sealed"
 
 _LabelKey = tuple[tuple[str, str], ...]

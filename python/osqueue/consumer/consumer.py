@@ -24,103 +24,30 @@ import random
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from osqueue import metrics as m
+from osqueue.clock import Clock, SystemClock
+from osqueue.consumer.batch_fetcher import ConsumedBatch, FetchHandle
 from osqueue.errors import (
-    BatchNotFoundError,
     FencedError,
     IllegalQueueStateError,
     InvalidConfigError,
     InvalidObjectKeyError,
     ResumePointError,
 )
-from osqueue.format import Delivered, EntryTag, ManifestEntry, MetadataItem, decode_batch
-from osqueue.gc import GarbageCollector
-from osqueue.queue import (
-    DEFAULT_DATA_PATH_PREFIX,
-    DEFAULT_MANIFEST_PATH,
-    BatchDescriptor,
-    Clock,
-    QueueConsumer,
-    RetryPolicy,
-    SystemClock,
-)
-from osqueue.store import ObjectStore, open_store, validate_key
-
-__all__ = ["Consumer", "ConsumedBatch", "FetchHandle", "ACK_DEQUEUE_INTERVAL"]
+from osqueue.format.entry_tag import Delivered, EntryTag
+from osqueue.format.manifest import ManifestEntry
+from osqueue.gc.garbage_collector import GarbageCollector
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH
+from osqueue.queue.queue_consumer import BatchDescriptor, QueueConsumer
+from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.store.object_store import ObjectStore, validate_key
+from osqueue.store.object_stores import open_store
 
 ACK_DEQUEUE_INTERVAL = 100
 """``ack()`` dequeues the acknowledged entries every this many acks."""
-
-
-@dataclass(frozen=True)
-class ConsumedBatch:
-    """A fetched batch.
-
-    Attributes:
-        entries: The records, in order.
-        sequence: The manifest entry's sequence (ack it when processed).
-        location: The batch key.
-        metadata: The per-range metadata items.
-    """
-
-    entries: list[bytes]
-    sequence: int
-    location: str
-    metadata: list[MetadataItem] = field(default_factory=list)
-
-    def metadata_for(self, index: int) -> MetadataItem | None:
-        """The metadata of record ``index``: the last item with ``start_index <= index``."""
-        found = None
-        for item in self.metadata:
-            if item.start_index <= index:
-                found = item
-            else:
-                break
-        return found
-
-
-class FetchHandle:
-    """Fetches and decodes batches; thread-safe, touches no consumer cursor, checks no epoch.
-
-    Args:
-        store: The object store.
-        manifest_key: The manifest's key (named in errors about bad locations).
-        metrics: Metrics registry.
-        clock: Time seam (fetch durations).
-    """
-
-    def __init__(
-        self,
-        store: ObjectStore,
-        manifest_key: str,
-        metrics: m.MetricsRegistry | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        self._store = store
-        self._manifest_key = manifest_key
-        self._metrics = metrics or m.REGISTRY
-        self._clock = clock or SystemClock()
-
-    def fetch(self, descriptor: BatchDescriptor) -> ConsumedBatch:
-        """Fetches and decodes the batch of ``descriptor``.
-
-        Raises:
-            BatchNotFoundError: The batch object does not exist.
-            CorruptBatchError: The batch does not decode (naming its key). It is never skipped.
-            InvalidObjectKeyError: The location is not a plain key under the store root (a hostile
-                or foreign manifest entry), as on the JVM; nothing outside the root is read.
-            StoreError: The store failed.
-        """
-        started = self._clock.monotonic()
-        obj = self._store.get(descriptor.location)
-        if obj is None:
-            raise BatchNotFoundError(descriptor.location, descriptor.sequence)
-        records = decode_batch(obj.data, descriptor.location)
-        self._metrics.histogram(m.FETCH_DURATION).observe(self._clock.monotonic() - started)
-        return ConsumedBatch(records, descriptor.sequence, descriptor.location, list(descriptor.metadata))
 
 
 @dataclass(frozen=True)
@@ -152,7 +79,8 @@ class Consumer:
         data_path_prefix: Where batches live (for GC).
         gc_interval: Seconds between GC cycles when ``run_gc``.
         gc_grace_period: GC grace period in seconds.
-        run_gc: Run the garbage collector in a background thread.
+        run_gc: Run the garbage collector in a background thread (default, as the JVM consumer):
+            a cycle every ``gc_interval``; at open the data prefix's owner is checked (docs/format.md §6).
         store_options: Store settings, e.g. the ``fs.s3a.*`` keys.
         store: A ready store (not closed by the consumer).
         clock: Time seam.
@@ -175,7 +103,7 @@ class Consumer:
         data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
         gc_interval: float = 300.0,
         gc_grace_period: float = 600.0,
-        run_gc: bool = False,
+        run_gc: bool = True,
         store_options: Mapping[str, Any] | None = None,
         store: ObjectStore | None = None,
         clock: Clock | None = None,
@@ -228,9 +156,10 @@ class Consumer:
         self._skipped: deque[int] = deque()
         # Entries read from the manifest and not handed out yet: handed out before the manifest is read
         # again, so draining a backlog of N entries decodes the manifest O(1) times per N, not per batch.
+        # With a segmented head it holds one segment (or the tail) at a time (docs/format.md §2.2).
         self._buffer: list[ManifestEntry] = []
         self._buffer_start = 0
-        self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+        self._metrics.gauge(m.QUEUE_LENGTH).set(manifest.depth)
         if run_gc:
             self._gc = GarbageCollector(
                 self._store,
@@ -291,10 +220,15 @@ class Consumer:
         """The entries after the last one handed out: those already read, or (when none are left)
         those of a fresh, epoch-checked manifest read."""
         if self._buffer_start >= len(self._buffer):
-            manifest = self._queue.read()
-            self._metrics.gauge(m.QUEUE_LENGTH).set(len(manifest.entries))
+            # One segment or the tail at a time: memory stays bounded at any depth (docs/format.md §2.2).
+            head = self._queue.read_head()
+            self._metrics.gauge(m.QUEUE_LENGTH).set(head.depth)
             after = self._last_handed_out
-            self._buffer = [e for e in manifest.entries if after is None or e.sequence > after]
+            first = head.first_sequence
+            start = first if after is None else max(first, after + 1)
+            ref = head.segment_for(start)
+            entries = self._queue.read_segment(ref) if ref is not None else head.tail_entries()
+            self._buffer = [e for e in entries if e.sequence >= first and (after is None or e.sequence > after)]
             self._buffer_start = 0
         return self._buffer
 
@@ -371,8 +305,13 @@ class Consumer:
         with self._lock:
             self._check_usable()
             scan = self._scan(1)
+            # Only skipped copies (if any) were left in what was read. With a segmented manifest that is
+            # the end of one segment, not of the queue: read on rather than report an empty queue.
+            while not scan.descriptors and scan.skipped:
+                self._commit(scan)
+                scan = self._scan(1)
             if not scan.descriptors:
-                self._commit(scan)  # only skipped copies (if any) were left
+                self._commit(scan)
                 return None
             batch = self._fetch(scan.descriptors[0])
             self._commit(scan)
@@ -417,7 +356,7 @@ class Consumer:
         with self._lock:
             self._check_usable()
             if self._last_acked is None:
-                self._queue.read()
+                self._queue.read_head()  # the epoch check: no segment read
                 return
             self._dequeue_acked()
 
@@ -439,6 +378,9 @@ class Consumer:
                 return []
             scan = self._scan(max_count)
             self._commit(scan)
+            while not scan.descriptors and scan.skipped:  # read on past a segment's end (see next_batch)
+                scan = self._scan(max_count)
+                self._commit(scan)
             if scan.descriptors:
                 self._metrics.counter(m.DESCRIPTORS_HANDED_OUT).inc(len(scan.descriptors))
             return scan.descriptors

@@ -1,0 +1,181 @@
+"""``osqueue tail``: print a queue's entries, read-only or acking, optionally following."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import IO
+
+import click
+
+from osqueue.cli.app import cli
+from osqueue.cli.formatting import _b64
+from osqueue.cli.options import _CLOCK, QueueTarget, queue_options
+from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
+from osqueue.errors import BatchNotFoundError
+from osqueue.queue import (
+    BatchDescriptor,
+    ManifestStore,
+)
+
+
+@dataclass
+class _TailState:
+    printed_batches: int = 0
+    last_printed: int | None = None
+
+
+def _write_batch(out: IO[str], batch: ConsumedBatch, fmt: str) -> None:
+    items = batch.metadata
+    item_index = -1
+    for index, value in enumerate(batch.entries):
+        if fmt == "json":
+            while item_index + 1 < len(items) and items[item_index + 1].start_index <= index:
+                item_index += 1
+            meta = items[item_index] if item_index >= 0 else None
+            record = {
+                "sequence": batch.sequence,
+                "index": index,
+                "value_base64": _b64(value),
+                "metadata_base64": None if meta is None else _b64(meta.payload),
+                "ingestion_time_ms": None if meta is None else meta.ingestion_time_ms,
+                "location": batch.location,
+            }
+            out.write(json.dumps(record) + "\n")
+        else:
+            out.write(value.decode("utf-8", errors="backslashreplace") + "\n")
+    out.flush()
+
+
+@cli.command()
+@queue_options
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"], case_sensitive=False),
+    default="text",
+    show_default=True,
+    help="text: each entry as a UTF-8 line (undecodable bytes backslash-escaped); json: one JSON object "
+    "per entry with sequence, index, base64 value and metadata.",
+)
+@click.option(
+    "--ack",
+    is_flag=True,
+    help="Consume: take the queue over as its consumer (this FENCES any running consumer, e.g. a "
+    "Spark query) and dequeue what was printed. Without it, tail only reads.",
+)
+@click.option("--follow", "-f", is_flag=True, help="Keep polling for new entries until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="Seconds between polls with --follow.",
+)
+@click.option("--max-batches", type=click.IntRange(min=1), default=None, help="Stop after this many batches.")
+def tail(target: QueueTarget, fmt: str, ack: bool, follow: bool, interval: float, max_batches: int | None) -> None:
+    """Print the queue's entries in order.
+
+    By default nothing is written: the manifest is read and the batches fetched read-only, so
+    a running consumer is not disturbed. With --ack the printed batches are dequeued.
+    """
+    out = sys.stdout
+    state = _TailState()
+    fmt = fmt.lower()
+    try:
+        if ack:
+            _tail_acking(target, out, fmt, follow, interval, max_batches, state)
+        else:
+            _tail_read_only(target, out, fmt, follow, interval, max_batches, state)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, without a second error on exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise click.exceptions.Exit(0) from None
+
+
+def _done(state: _TailState, max_batches: int | None) -> bool:
+    return max_batches is not None and state.printed_batches >= max_batches
+
+
+def _tail_read_only(
+    target: QueueTarget,
+    out: IO[str],
+    fmt: str,
+    follow: bool,
+    interval: float,
+    max_batches: int | None,
+    state: _TailState,
+) -> None:
+    store = target.open(must_exist=True)
+    try:
+        manifest_store = ManifestStore(store, target.manifest_path)
+        fetcher = FetchHandle(store, target.manifest_path)
+        while not _done(state, max_batches):
+            manifest, _ = manifest_store.read()
+            for entry in manifest.entries:
+                if _done(state, max_batches):
+                    break
+                if state.last_printed is not None and entry.sequence <= state.last_printed:
+                    continue
+                descriptor = BatchDescriptor(entry.sequence, entry.location, list(entry.metadata))
+                try:
+                    batch = fetcher.fetch(descriptor)
+                except BatchNotFoundError:
+                    # A consumer may have dequeued the entry and GC deleted its file since the
+                    # read: skip it then; a batch the manifest still references is an error.
+                    current, _ = manifest_store.read()
+                    if any(e.sequence == entry.sequence and e.location == entry.location for e in current.entries):
+                        raise
+                    continue
+                _write_batch(out, batch, fmt)
+                state.printed_batches += 1
+                state.last_printed = entry.sequence
+            if not follow:
+                break
+            _CLOCK.sleep(interval)
+    except KeyboardInterrupt:
+        if not follow:
+            raise
+    finally:
+        store.close()
+
+
+def _tail_acking(
+    target: QueueTarget,
+    out: IO[str],
+    fmt: str,
+    follow: bool,
+    interval: float,
+    max_batches: int | None,
+    state: _TailState,
+) -> None:
+    target.open(must_exist=True).close()
+    consumer = Consumer(
+        target.path,
+        manifest_path=target.manifest_path,
+        data_path_prefix=target.data_prefix,
+        store_options=target.store_options,
+    )
+    with consumer:
+        try:
+            while True:
+                while not _done(state, max_batches):
+                    batch = consumer.next_batch()
+                    if batch is None:
+                        break
+                    _write_batch(out, batch, fmt)
+                    consumer.ack(batch.sequence)  # acked only once fully printed
+                    state.printed_batches += 1
+                    state.last_printed = batch.sequence
+                consumer.flush()
+                if not follow or _done(state, max_batches):
+                    break
+                _CLOCK.sleep(interval)
+        except KeyboardInterrupt:
+            pass  # close() below dequeues everything printed so far
+        # Consumer.close() (the with block) dequeues what was acked since the last flush.
+    if state.last_printed is not None:
+        click.echo(f"acknowledged and dequeued through sequence {state.last_printed}", err=True)

@@ -1,0 +1,505 @@
+"""The segmented manifest's head (docs/format.md §2.2; JVM: ``ManifestHead``).
+
+Two views of a manifest object (an RFC v1 manifest, or a version 2 head listing segment objects
+before its tail of newest entries): :func:`decode_head` decodes it whole (tail metadata included),
+and :class:`RawHead` is what writers and lazy readers work on, as the JVM's ``ManifestHead``:
+parsing reads the footer and the refs only; the tail's entry headers are walked when an edit or a
+reader needs them, its metadata decoded only by :meth:`RawHead.tail_entries`. The edits copy the
+tail's entries byte for byte and never read a segment, so an append costs the same at any depth (a
+v1 append stays O(1)).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from osqueue.errors import CorruptManifestError, InvalidObjectKeyError
+from osqueue.format.batch_names import parse_batch_ulid_ms
+from osqueue.format.manifest import MAX_SEQUENCE, ManifestEntry, MetadataItem
+from osqueue.format.manifest_codec import (
+    _FOOTER,
+    FORMAT_VERSION,
+    MANIFEST_FOOTER_LEN,
+    _footer_bytes,
+    decode_manifest,
+    encode_entry,
+    read_manifest_footer,
+)
+
+# The v1 functions of manifest_codec and raw_manifest (read_manifest_footer, ...) refuse a version 2 head.
+
+HEAD_VERSION = 2
+"""The format version of a segmented manifest head."""
+
+_HEAD_TRAILER = struct.Struct("<IIQ")  # segments_len, segment_count, low_water
+_REF_HEAD = struct.Struct("<QIIq")  # first_sequence, entry_count, byte_length, oldest_batch_ms
+_REF_FIXED = _REF_HEAD.size + 32 + 2
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """A segment listed by a head: sequences ``first_sequence`` to ``last_sequence``.
+
+    Attributes:
+        oldest_batch_ms: Smallest ULID time of its locations (``2**63 - 1`` when none is a ULID name).
+        sha256: The SHA-256 of the segment object.
+        key: The segment object's key, relative to the store root.
+    """
+
+    first_sequence: int
+    entry_count: int
+    byte_length: int
+    oldest_batch_ms: int
+    sha256: bytes
+    key: str
+
+    @property
+    def last_sequence(self) -> int:
+        return self.first_sequence + self.entry_count - 1
+
+
+@dataclass(frozen=True)
+class ManifestHead:
+    """A manifest object read as a head: a v1 manifest has no segments.
+
+    Attributes:
+        segments: The segment refs, contiguous, oldest first.
+        low_water: The first queued sequence (with segments; sequences below it are dequeued).
+        tail: The newest entries, held in the head itself.
+        version: 1 or 2.
+    """
+
+    segments: list[SegmentRef]
+    low_water: int
+    tail: list[ManifestEntry]
+    next_sequence: int
+    epoch: int
+    version: int
+
+    @property
+    def first_sequence(self) -> int:
+        if self.segments:
+            return self.low_water
+        return self.tail[0].sequence if self.tail else self.next_sequence
+
+    @property
+    def depth(self) -> int:
+        """How many entries are queued."""
+        return self.next_sequence - self.first_sequence
+
+
+def decode_head(data: bytes, key: str) -> ManifestHead:
+    """Decodes a manifest object that may be a segmented head (version 2) or RFC v1.
+
+    Raises:
+        CorruptManifestError: An invariant of docs/format.md §2 or §2.2 does not hold.
+        UnsupportedFormatVersionError: A version other than 1 or 2.
+    """
+    n = len(data)
+    if n < MANIFEST_FOOTER_LEN or _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)[3] != HEAD_VERSION:
+        m = decode_manifest(data, key)
+        return ManifestHead([], m.first_sequence, m.entries, m.next_sequence, m.epoch, FORMAT_VERSION)
+    refs = parse_head_refs(data, key)
+    segments, low_water, segments_len, trailer_at = refs.segments, refs.low_water, refs.segments_len, refs.trailer_at
+    entry_count, next_sequence, epoch = refs.entry_count, refs.next_sequence, refs.epoch
+    # The tail is a v1 entries region: decode it with its own footer (same checks, same messages).
+    tail = decode_manifest(bytes(data[segments_len:trailer_at]) + _footer_bytes(entry_count, next_sequence, epoch), key)
+    segments_end = segments[-1].last_sequence + 1
+    if tail.entries and tail.entries[0].sequence != segments_end:
+        raise CorruptManifestError(
+            key, f"the tail starts at {tail.entries[0].sequence}, not where the last segment ends ({segments_end})"
+        )
+    if not tail.entries and segments_end != next_sequence:
+        raise CorruptManifestError(key, f"the segments end at {segments_end - 1} but next_sequence is {next_sequence}")
+    return ManifestHead(segments, low_water, tail.entries, next_sequence, epoch, HEAD_VERSION)
+
+
+@dataclass(frozen=True)
+class HeadRefs:
+    """The fixed parts of a version 2 head: its refs (checked), trailer and footer fields."""
+
+    segments: list[SegmentRef]
+    low_water: int
+    segments_len: int
+    trailer_at: int
+    entry_count: int
+    next_sequence: int
+    epoch: int
+
+
+def parse_head_refs(data: bytes, key: str) -> HeadRefs:
+    """Parses a version 2 head's refs, trailer and footer, checking every ref invariant of §2.2
+    (the tail is not read: see :func:`decode_head`)."""
+    # Imported here: the store package imports the format package (no import cycle at load time).
+    from osqueue.store.object_store import validate_key
+
+    n = len(data)
+    if n < MANIFEST_FOOTER_LEN + _HEAD_TRAILER.size:
+        raise CorruptManifestError(key, f"{n} bytes is shorter than a segmented head's trailer and footer")
+    entry_count, next_sequence, epoch, _ = _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)
+    if next_sequence > MAX_SEQUENCE:
+        raise CorruptManifestError(key, f"next_sequence {next_sequence} is at or above 2^63")
+    trailer_at = n - MANIFEST_FOOTER_LEN - _HEAD_TRAILER.size
+    segments_len, count, low_water = _HEAD_TRAILER.unpack_from(data, trailer_at)
+    if segments_len > trailer_at:
+        raise CorruptManifestError(key, f"segments_len {segments_len} runs past the head")
+    if count == 0:
+        raise CorruptManifestError(key, "a version 2 head lists no segment (a head without segments is version 1)")
+    if count > segments_len // _REF_FIXED:
+        raise CorruptManifestError(key, f"segment_count {count} cannot fit in {segments_len} bytes of refs")
+    segments: list[SegmentRef] = []
+    pos = 0
+    for i in range(count):
+        if segments_len - pos < _REF_FIXED:
+            raise CorruptManifestError(key, f"segment ref {i} runs past the refs region")
+        first, n_entries, length, oldest = _REF_HEAD.unpack_from(data, pos)
+        sha = bytes(data[pos + _REF_HEAD.size : pos + _REF_HEAD.size + 32])
+        (key_len,) = struct.unpack_from("<H", data, pos + _REF_FIXED - 2)
+        pos += _REF_FIXED
+        if key_len > segments_len - pos:
+            raise CorruptManifestError(key, f"segment ref {i}: its key runs past the refs region")
+        try:
+            seg_key = bytes(data[pos : pos + key_len]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptManifestError(key, f"segment ref {i}: key is not valid UTF-8") from None
+        try:
+            validate_key(seg_key)  # as the JVM's ObjectKeys.validate: a ref never points outside the root
+        except InvalidObjectKeyError as e:
+            raise CorruptManifestError(key, f"segment ref {i}: {e}") from None
+        pos += key_len
+        if n_entries == 0:
+            raise CorruptManifestError(key, f"segment ref {i} ('{seg_key}') has no entries")
+        if first + n_entries - 1 > MAX_SEQUENCE:
+            raise CorruptManifestError(key, f"segment ref {i}: sequences out of range")
+        if segments and first != segments[-1].last_sequence + 1:
+            raise CorruptManifestError(
+                key,
+                f"segment ref {i} starts at {first}, not at {segments[-1].last_sequence + 1} (segments must be contiguous)",
+            )
+        segments.append(SegmentRef(first, n_entries, length, oldest, sha, seg_key))
+    if pos != segments_len:
+        raise CorruptManifestError(key, f"{segments_len - pos} unexpected bytes after the last segment ref")
+    if not segments[0].first_sequence <= low_water <= segments[0].last_sequence:
+        raise CorruptManifestError(
+            key,
+            f"low_water {low_water} is not in the first segment "
+            f"({segments[0].first_sequence} to {segments[0].last_sequence})",
+        )
+    return HeadRefs(segments, low_water, segments_len, trailer_at, entry_count, next_sequence, epoch)
+
+
+def decode_segment(data: bytes, ref: SegmentRef) -> list[ManifestEntry]:
+    """Decodes a segment object (an RFC v1 manifest) read for ``ref``, checking it is the one listed.
+
+    Raises:
+        CorruptManifestError: Naming the segment, when its length, SHA-256 or sequences differ from
+            the ref, or it does not decode.
+    """
+    if len(data) != ref.byte_length:
+        raise CorruptManifestError(ref.key, f"segment: {len(data)} bytes, but the head lists {ref.byte_length}")
+    if hashlib.sha256(data).digest() != ref.sha256:
+        raise CorruptManifestError(ref.key, "segment: its SHA-256 differs from the head's ref")
+    m = decode_manifest(data, ref.key)
+    if len(m.entries) != ref.entry_count or m.first_sequence != ref.first_sequence:
+        raise CorruptManifestError(
+            ref.key,
+            f"segment: holds {len(m.entries)} entries from {m.first_sequence}, "
+            f"but the head lists {ref.entry_count} from {ref.first_sequence}",
+        )
+    return m.entries
+
+
+# -- the raw head: what writers and lazy readers work on ----------------------------------------
+
+DEFAULT_SEGMENT_ENTRIES = (1 << 31) - 1
+"""K, as the JVM's ``ManifestHead.DefaultSegmentEntries``: off (a v2 head is refused by RFC v1
+readers), opted into with ``manifest_segment_entries``."""
+SUGGESTED_SEGMENT_ENTRIES = 2048
+"""The K the docs suggest to those who opt in."""
+NO_BATCH_TIME = (1 << 63) - 1
+"""A ref's ``oldest_batch_ms`` when none of its locations is a ULID batch name."""
+
+_ENTRY_HEAD = struct.Struct("<IQH")  # entry_len, sequence, location_len
+_ENTRY_FIXED = 8 + 2 + 4
+_U32_MAX = 0xFFFFFFFF
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
+
+
+@dataclass(frozen=True)
+class SealedTail:
+    """The tail a producer seals: the bytes of the segment object (an RFC v1 manifest of the entries)."""
+
+    data: bytes
+    first_sequence: int
+    entry_count: int
+    oldest_batch_ms: int
+
+    def ref(self, key: str) -> SegmentRef:
+        """The ref of these bytes stored under ``key``."""
+        return SegmentRef(
+            self.first_sequence,
+            self.entry_count,
+            len(self.data),
+            self.oldest_batch_ms,
+            hashlib.sha256(self.data).digest(),
+            key,
+        )
+
+
+@dataclass(frozen=True)
+class _Span:
+    sequence: int
+    start: int
+    end: int
+    location: str
+
+
+class RawHead:
+    """A parsed manifest object (v1, or a v2 head): footer, refs and where its tail lies in ``raw``.
+
+    Build it with :func:`parse_head`.
+    """
+
+    def __init__(
+        self,
+        raw: bytes,
+        key: str,
+        version: int,
+        entry_count: int,
+        next_sequence: int,
+        epoch: int,
+        segments: list[SegmentRef],
+        low_water: int,
+        tail_from: int,
+        tail_until: int,
+    ) -> None:
+        self.raw = raw
+        self.key = key
+        self.version = version
+        self.tail_size = entry_count
+        self.next_sequence = next_sequence
+        self.epoch = epoch
+        self.segments = segments
+        self.low_water = low_water
+        self._tail_from = tail_from
+        self._tail_until = tail_until
+
+    @property
+    def is_segmented(self) -> bool:
+        return bool(self.segments)
+
+    @property
+    def tail_first_sequence(self) -> int:
+        """The first tail entry's sequence (``next_sequence`` when the tail is empty)."""
+        return self.next_sequence - self.tail_size
+
+    @property
+    def first_sequence(self) -> int:
+        """The first queued sequence, or ``next_sequence`` when the queue is empty."""
+        return self.low_water if self.segments else self.tail_first_sequence
+
+    @property
+    def depth(self) -> int:
+        """How many entries are queued."""
+        return self.next_sequence - self.first_sequence
+
+    def segment_for(self, sequence: int) -> SegmentRef | None:
+        """The listed segment holding ``sequence`` (dequeued sequences below ``low_water`` included)."""
+        for r in self.segments:
+            if r.first_sequence <= sequence <= r.last_sequence:
+                return r
+        return None
+
+    # -- the tail ----------------------------------------------------------------------------
+
+    def _walk(self, count: int, keep_from: int = 0) -> list[_Span]:
+        """The first ``count`` tail entries' headers (checked: in the tail region, contiguous); only
+        those from sequence ``keep_from`` on are kept (their locations decoded)."""
+        raw, key, end = self.raw, self.key, self._tail_until
+        spans: list[_Span] = []
+        pos = self._tail_from
+        expected = self.tail_first_sequence
+        for i in range(count):
+            if pos + 4 + _ENTRY_FIXED > end:
+                raise CorruptManifestError(key, f"tail entry {i} of {self.tail_size}: header runs past the tail")
+            entry_len, sequence, location_len = _ENTRY_HEAD.unpack_from(raw, pos)
+            entry_end = pos + 4 + entry_len
+            if entry_end > end or _ENTRY_FIXED + location_len > entry_len:
+                raise CorruptManifestError(key, f"tail entry {i}: entry_len {entry_len} does not fit")
+            if sequence != expected + i:
+                raise CorruptManifestError(
+                    key,
+                    f"tail entry {i} has sequence {sequence}, not {expected + i} (the tail ends at next_sequence - 1)",
+                )
+            if sequence >= keep_from:
+                try:
+                    location = raw[pos + 14 : pos + 14 + location_len].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CorruptManifestError(key, f"tail entry {i}: location is not valid UTF-8") from None
+                spans.append(_Span(sequence, pos, entry_end, location))
+            pos = entry_end
+        if count == self.tail_size and pos != end:
+            raise CorruptManifestError(key, f"{end - pos} bytes left between the last entry and the footer")
+        return spans
+
+    @cached_property
+    def _spans(self) -> list[_Span]:
+        return self._walk(self.tail_size)
+
+    def tail_locations(self) -> list[tuple[int, str]]:
+        """``(sequence, location)`` of the tail's entries (no metadata decoded)."""
+        return [(s.sequence, s.location) for s in self._spans]
+
+    def tail_locations_from(self, sequence: int) -> list[tuple[int, str]]:
+        """``(sequence, location)`` of the tail's entries from ``sequence`` on (every header is still
+        walked and checked, but only these are kept: a v1 manifest can be deep)."""
+        if sequence <= self.tail_first_sequence:
+            return self.tail_locations()
+        return [(s.sequence, s.location) for s in self._walk(self.tail_size, keep_from=sequence)]
+
+    def tail_locations_through(self, sequence: int) -> list[tuple[int, str]]:
+        """``(sequence, location)`` of the tail's entries up to ``sequence``: only their headers are
+        walked (a dequeue's receipts cost O(removed), as the v1 dequeue)."""
+        count = min(self.tail_size, max(0, sequence - self.tail_first_sequence + 1))
+        spans = self._spans if count == self.tail_size else self._walk(count)
+        return [(s.sequence, s.location) for s in spans]
+
+    def tail_location_at(self, sequence: int) -> str | None:
+        i = sequence - self.tail_first_sequence
+        return self._spans[i].location if 0 <= i < self.tail_size else None
+
+    def tail_entries(self) -> list[ManifestEntry]:
+        """The tail's entries, fully decoded (and checked as a v1 manifest is)."""
+        region = self.raw[self._tail_from : self._tail_until]
+        footer = _FOOTER.pack(self.tail_size, self.next_sequence, self.epoch, FORMAT_VERSION)
+        return decode_manifest(region + footer, self.key).entries
+
+    def oldest_referenced_batch_ms(self) -> int | None:
+        """The oldest ULID time of any referenced batch: tail entries and segments (GC's rule 3, §6)."""
+        times = [t for s in self._spans if (t := parse_batch_ulid_ms(s.location)) is not None]
+        times += [r.oldest_batch_ms for r in self.segments if r.oldest_batch_ms != NO_BATCH_TIME]
+        return min(times) if times else None
+
+    # -- edits ---------------------------------------------------------------------------------
+
+    def appended(
+        self,
+        entries: Sequence[tuple[str, Sequence[MetadataItem]]],
+        max_tail: int,
+        seal: Callable[[SealedTail], SegmentRef],
+    ) -> tuple[bytes, int]:
+        """Appends ``(location, metadata)`` entries at ``next_sequence``. When the tail would exceed
+        ``max_tail`` entries, the current tail is sealed first: ``seal`` stores the segment and returns
+        its ref, and the new entries become the whole tail. Returns the bytes and the first new sequence.
+        """
+        k = len(entries)
+        if self.tail_size + k > _U32_MAX:
+            raise CorruptManifestError(self.key, "appending would exceed 2^32 - 1 entries")
+        base = self.next_sequence
+        if base + k > MAX_SEQUENCE:
+            raise CorruptManifestError(self.key, "appending would take sequences past 2^63")
+        added = b"".join(encode_entry(base + i, loc, meta) for i, (loc, meta) in enumerate(entries))
+        if self.tail_size == 0 or self.tail_size + k <= max_tail:
+            end = _tail_end(self.segments, self.low_water, self.tail_size + k, base + k, self.epoch)
+            return self.raw[: self._tail_until] + added + end, base
+        spans = self._spans
+        sealed = self.raw[self._tail_from : self._tail_until] + _FOOTER.pack(self.tail_size, base, 0, FORMAT_VERSION)
+        times = [t for s in spans if (t := parse_batch_ulid_ms(s.location)) is not None]
+        ref = seal(SealedTail(sealed, self.tail_first_sequence, self.tail_size, min(times, default=NO_BATCH_TIME)))
+        refs = [*self.segments, ref]
+        low_water = self.low_water if self.segments else self.tail_first_sequence
+        return encode_refs(refs) + added + _tail_end(refs, low_water, k, base + k, self.epoch), base
+
+    def dequeued_through(self, through: int) -> tuple[bytes, int] | None:
+        """Removes sequences ``<= through``: the bytes and how many were removed; None when nothing
+        would be removed (no write needed)."""
+        if through < self.first_sequence or self.depth == 0:
+            return None
+        return self._rebuild(self.epoch, through)
+
+    def with_epoch(self, epoch: int, through: int | None = None) -> tuple[bytes, int]:
+        """Sets the epoch and, optionally, dequeues through a sequence, in one edit."""
+        if not 0 <= epoch <= _U64_MAX:
+            raise CorruptManifestError(self.key, f"epoch {epoch} is not a u64")
+        return self._rebuild(epoch, self.first_sequence - 1 if through is None else through)
+
+    def _rebuild(self, epoch: int, through: int) -> tuple[bytes, int]:
+        new_first = min(max(self.first_sequence, through + 1), self.next_sequence)
+        refs = [r for r in self.segments if r.last_sequence >= new_first]
+        dropped_tail = max(0, new_first - self.tail_first_sequence)
+        # Only the removed tail entries' headers are walked (O(removed), as the v1 dequeue).
+        cut = self._tail_from if dropped_tail == 0 else self._walk(dropped_tail)[-1].end
+        kept = self.tail_size - dropped_tail
+        out = (encode_refs(refs) if refs else b"") + self.raw[cut : self._tail_until]
+        out += _tail_end(refs, new_first, kept, self.next_sequence, epoch)
+        return out, new_first - self.first_sequence
+
+
+def parse_head(raw: bytes, key: str) -> RawHead:
+    """Parses a manifest object (v1 or a v2 head): its footer and refs, every ref invariant checked.
+
+    Raises:
+        CorruptManifestError: An invariant of docs/format.md §2 or §2.2 does not hold (the tail's
+            entries are checked when first walked).
+        UnsupportedFormatVersionError: A version other than 1 or 2.
+    """
+    n = len(raw)
+    if n >= MANIFEST_FOOTER_LEN and _FOOTER.unpack_from(raw, n - MANIFEST_FOOTER_LEN)[3] == HEAD_VERSION:
+        refs = parse_head_refs(raw, key)
+        tail_from, tail_until = refs.segments_len, refs.trailer_at
+        count, next_sequence, epoch = refs.entry_count, refs.next_sequence, refs.epoch
+        segments, low_water, version = refs.segments, refs.low_water, HEAD_VERSION
+    else:
+        footer = read_manifest_footer(raw, key)
+        tail_from, tail_until = 0, n - MANIFEST_FOOTER_LEN
+        count, next_sequence, epoch = footer.entry_count, footer.next_sequence, footer.epoch
+        segments, low_water, version = [], 0, FORMAT_VERSION
+    if count * (4 + _ENTRY_FIXED) > tail_until - tail_from:
+        raise CorruptManifestError(
+            key, f"{count} entries cannot fit in the {tail_until - tail_from}-byte entries region"
+        )
+    if count > next_sequence:
+        raise CorruptManifestError(key, f"{count} entries end at next_sequence {next_sequence}: sequences below 0")
+    if segments:
+        segments_end = segments[-1].last_sequence + 1
+        if next_sequence - count != segments_end:
+            raise CorruptManifestError(
+                key, f"the tail starts at {next_sequence - count}, not where the last segment ends ({segments_end})"
+            )
+    return RawHead(raw, key, version, count, next_sequence, epoch, segments, low_water, tail_from, tail_until)
+
+
+def encode_refs(refs: Sequence[SegmentRef]) -> bytes:
+    """The refs region of a head, refs back to back."""
+    parts = []
+    for r in refs:
+        k = r.key.encode("utf-8")
+        if len(r.sha256) != 32 or len(k) > 0xFFFF or r.byte_length > _U32_MAX or not 1 <= r.entry_count <= _U32_MAX:
+            raise CorruptManifestError(r.key, "segment ref does not fit its wire format")
+        parts.append(_REF_HEAD.pack(r.first_sequence, r.entry_count, r.byte_length, r.oldest_batch_ms))
+        parts += [r.sha256, struct.pack("<H", len(k)), k]
+    return b"".join(parts)
+
+
+def _tail_end(refs: Sequence[SegmentRef], low_water: int, count: int, next_sequence: int, epoch: int) -> bytes:
+    """What follows the tail: the v1 footer, or (with segments) the trailer and the version 2 footer."""
+    if not refs:
+        return _FOOTER.pack(count, next_sequence, epoch, FORMAT_VERSION)
+    refs_len = sum(_REF_HEAD.size + 32 + 2 + len(r.key.encode("utf-8")) for r in refs)
+    return _HEAD_TRAILER.pack(refs_len, len(refs), low_water) + _FOOTER.pack(count, next_sequence, epoch, HEAD_VERSION)
+
+
+def encode_head(
+    segments: Sequence[SegmentRef], low_water: int, tail: Sequence[ManifestEntry], next_sequence: int, epoch: int
+) -> bytes:
+    """Encodes a whole head (a v1 manifest when ``segments`` is empty): what the golden vectors hold."""
+    body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension) for e in tail)
+    return (
+        (encode_refs(segments) if segments else b"")
+        + body
+        + _tail_end(segments, low_water, len(tail), next_sequence, epoch)
+    )

@@ -1,0 +1,48 @@
+"""The queue protocol on the manifest (docs/format.md §5).
+
+* :class:`ManifestStore` reads and compare-and-swaps the manifest object.
+* :class:`QueueProducer` appends batch locations through a *group committer*: one background
+  thread per (store, manifest key) in the process, which puts every location that became ready
+  while a manifest write was in flight into the next write. Writes that fail with an unknown
+  outcome are resolved by re-reading the manifest, so a producer never leaves a duplicate entry.
+* :class:`QueueConsumer` owns the consumer side: the epoch bump that fences older consumers,
+  the resume point, epoch-checked reads and dequeues.
+
+Time and randomness come from an injectable :class:`Clock` and ``random.Random``.
+"""
+
+from osqueue.clock import Clock, SystemClock
+from osqueue.queue.cas_loop import CONFLICT, CasLoop, CasStep, Done, PreviousAttempt, Settle, Unknown, Write
+from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, OWNER_NAME, DataPrefixOwner, claim_data_prefix
+from osqueue.queue.manifest_appender import MAX_REUPLOADS, EnqueueResult
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore, Snapshot
+from osqueue.queue.queue_consumer import BatchDescriptor, QueueConsumer
+from osqueue.queue.queue_producer import QueueProducer
+from osqueue.queue.retry_policy import RetryPolicy
+
+__all__ = [
+    "Clock",
+    "SystemClock",
+    "DEFAULT_MANIFEST_PATH",
+    "DEFAULT_DATA_PATH_PREFIX",
+    "ManifestStore",
+    "RetryPolicy",
+    "OWNER_NAME",
+    "DEFAULT_GC_GRACE_PERIOD_MS",
+    "DataPrefixOwner",
+    "claim_data_prefix",
+    "EnqueueResult",
+    "MAX_REUPLOADS",
+    "QueueProducer",
+    "BatchDescriptor",
+    "QueueConsumer",
+    "Snapshot",
+    "Done",
+    "Write",
+    "CasStep",
+    "CONFLICT",
+    "Unknown",
+    "PreviousAttempt",
+    "Settle",
+    "CasLoop",
+]

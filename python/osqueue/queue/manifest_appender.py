@@ -1,0 +1,409 @@
+"""Group commit of producers' appends to the manifest through the CAS loop (JVM: ``ManifestAppender``)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from osqueue import metrics as m
+from osqueue.clock import Clock
+from osqueue.errors import AmbiguousCommitError, StoreError
+from osqueue.format.batch_names import parse_batch_ulid_ms
+from osqueue.format.incarnation import new_incarnation_epoch
+from osqueue.format.manifest import MetadataItem
+from osqueue.format.manifest_codec import empty_manifest
+from osqueue.format.manifest_head import (
+    DEFAULT_SEGMENT_ENTRIES,
+    SealedTail,
+    SegmentRef,
+    decode_segment,
+    parse_head,
+)
+from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
+from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
+from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
+from osqueue.queue.manifest_store import ManifestStore, Snapshot
+from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.store.object_store import ObjectStore
+
+# Producer side: group commit
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """Where an enqueued batch ended up.
+
+    Attributes:
+        sequence: The manifest entry's sequence.
+        location: The batch key in the entry (differs from the submitted one when the batch
+            had to be re-uploaded under a fresh ULID, see docs/format.md §6).
+    """
+
+    sequence: int
+    location: str
+
+
+@dataclass(eq=False)
+class _Pending:
+    location: str
+    metadata: list[MetadataItem]
+    future: Future[EnqueueResult]
+    reupload: Callable[[], str] | None = None
+    max_age_ms: int | None = None
+
+
+class ManifestAppender:
+    """One background thread appending everything submitted for one (store, manifest key)."""
+
+    def __init__(
+        self,
+        manifest: ManifestStore,
+        clock: Clock,
+        rng: random.Random,
+        policy: RetryPolicy,
+        metrics: m.MetricsRegistry,
+        segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
+    ) -> None:
+        self.manifest = manifest
+        self.clock = clock
+        self.rng = rng
+        self.policy = policy
+        self.metrics = metrics
+        self.segment_entries = segment_entries
+        # The first sequence known to be queued in the last snapshot whose locations were looked up.
+        self._first_queued: tuple[bytes, int] | None = None
+        self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer")
+        self.refs = 0
+        self._cond = threading.Condition()
+        self._queue: list[_Pending] = []
+        self._thread: threading.Thread | None = None
+        # Data prefixes proven to be this queue's, with the queue's grace period (None: no record yet).
+        self._claimed: dict[str, int | None] = {}
+
+    def submit(self, pending: _Pending) -> None:
+        with self._cond:
+            self._queue.append(pending)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"osqueue-manifest-committer[{self.manifest.key}]", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue:
+                    self._thread = None
+                    return
+                group, self._queue = self._queue, []
+            try:
+                results = self._commit(group)
+            except BaseException as e:  # every future of the group gets the same error
+                for p in group:
+                    if not p.future.done():
+                        p.future.set_exception(e)
+                continue
+            for p, r in zip(group, results):
+                p.future.set_result(r)
+
+    # -- one group ------------------------------------------------------------------------
+
+    def _max_age_ms(self, p: _Pending) -> int | None:
+        """Half the queue's grace period if it is shorter than the one the caller was given (§6)."""
+        grace = self._claimed.get(p.location.rpartition("/")[0])
+        if grace is None:
+            return p.max_age_ms
+        return grace // 2 if p.max_age_ms is None else min(p.max_age_ms, grace // 2)
+
+    def _refresh_stale(self, group: Sequence[_Pending]) -> None:
+        for p in group:
+            max_age_ms = self._max_age_ms(p)
+            if max_age_ms is None or p.reupload is None:
+                continue
+            # The fresh copy is named before its upload, so a slow re-upload is stale too: check again.
+            reuploads = 0
+            while True:
+                created = parse_batch_ulid_ms(p.location)
+                if created is None or self.clock.now_ms() - created < max_age_ms:
+                    break
+                if reuploads == MAX_REUPLOADS:
+                    raise StoreError(
+                        f"batch '{p.location}': {reuploads + 1} uploads in a row took longer than half the GC "
+                        f"grace period ({max_age_ms} ms), so GC could delete it before it is enqueued; "
+                        "increase gc_grace_period or make uploads faster"
+                    )
+                p.location = p.reupload()
+                self.metrics.counter(m.BATCHES_REUPLOADED).inc()
+                reuploads += 1
+
+    def _seal(self, sealed: SealedTail, group: Sequence[_Pending]) -> SegmentRef:
+        """Stores a sealed tail as a new segment, named right before the head CAS that lists it; a
+        name already half a grace period old (a slow PUT) could be GC'd before it is listed, so the
+        segment is written again under a fresh name, as stale batches are (docs/format.md §2.2)."""
+        max_age_ms = self._segment_max_age_ms(group)
+        tries = 0
+        while True:
+            ref = self.manifest.write_segment(sealed, self.clock.now_ms(), self.rng)
+            self.metrics.counter(m.SEGMENTS_SEALED).inc()
+            named = segment_ulid_time_ms(self.manifest.key, ref.key)
+            assert named is not None
+            if self.clock.now_ms() - named < max_age_ms:
+                return ref
+            tries += 1
+            if tries > MAX_REUPLOADS:
+                raise StoreError(
+                    f"segment of '{self.manifest.key}': {tries} writes in a row took longer than half the GC grace "
+                    f"period ({max_age_ms} ms); increase gc_grace_period or make writes faster"
+                )
+
+    def _segment_max_age_ms(self, group: Sequence[_Pending]) -> int:
+        """Half the shortest grace period known: the callers' and the queue's (GC of segments uses the queue's)."""
+        known = [p.max_age_ms for p in group if p.max_age_ms is not None]
+        known += [g // 2 for g in self._claimed.values() if g is not None]
+        return min(known, default=DEFAULT_GC_GRACE_PERIOD_MS // 2)
+
+    def _receipts_from(self, min_sequence: int) -> dict[int, str]:
+        """Dequeued ``sequence -> location`` from ``min_sequence`` on, per the receipts ({} if none)."""
+        try:
+            receipts = self.manifest.read_receipts()
+        except StoreError:
+            return {}
+        if receipts is None:
+            return {}
+        start = max(min_sequence, receipts.first)
+        return {
+            q: receipts.locations[q - receipts.first] for q in range(start, receipts.first + len(receipts.locations))
+        }
+
+    def _find_landed(
+        self, raw: bytes | None, tried: list[tuple[str, ...]], min_base: int, history: Mapping[int, str] | None = None
+    ) -> list[EnqueueResult] | None:
+        """The sequences of an earlier attempt if it is found to have landed.
+
+        One CAS write is atomic, so an attempt with *any* location present landed as a whole
+        (the consumer may already have dequeued a prefix of it): its entries are consecutive,
+        so a location at index ``i`` found at sequence ``s`` puts the attempt at ``s - i``.
+        Retries may carry some of the same locations at other sequences, so the attempt whose
+        every still-present slot holds its own location is the one that landed. ``history``
+        (dequeue receipts) tells where already-dequeued sequences pointed.
+        """
+        if raw is None:
+            return None
+        wanted = {loc for attempt in tried for loc in attempt}
+        at = self._queued_locations_from(raw, min_base)
+        first_present = min(at, default=self.manifest.head(raw).next_sequence)
+        for sequence, location in (history or {}).items():
+            at.setdefault(sequence, location)
+        found = {location: sequence for sequence, location in at.items() if location in wanted}
+        if not found:
+            return None
+        for attempt in reversed(tried):
+            present = [(i, loc) for i, loc in enumerate(attempt) if loc in found]
+            if not present:
+                continue
+            base = found[present[0][1]] - present[0][0]
+            # A slot is checked where it is known: in the manifest, or in the receipts.
+            if all(
+                at.get(base + i) == loc if base + i >= first_present or base + i in at else True
+                for i, loc in enumerate(attempt)
+            ):
+                return [EnqueueResult(base + i, loc) for i, loc in enumerate(attempt)]
+        raise AmbiguousCommitError(
+            f"manifest '{self.manifest.key}' holds locations of this producer's writes ({sorted(found)}) "
+            "in an arrangement none of its writes produced; refusing to append them again"
+        )
+
+    def _queued_locations_from(self, raw: bytes, min_sequence: int) -> dict[int, str]:
+        """``sequence -> location`` of the queued entries from ``min_sequence`` on: the tail, and the
+        segments holding such sequences (sealed since our write; one GET each, usually none or one).
+
+        A listed segment gone since the head was read was dropped by a dequeue (and collected): its
+        sequences count as dequeued (:meth:`_judge_unknown` then asks the receipts, as the JVM does),
+        never as someone else's."""
+        head = self.manifest.head(raw)
+        start = max(min_sequence, head.first_sequence)
+        first_queued = head.first_sequence
+        at: dict[int, str] = {}
+        for r in head.segments:
+            if r.last_sequence < start:
+                continue
+            data = self.manifest.read_segment_bytes(r)
+            if data is None:
+                first_queued = max(first_queued, r.last_sequence + 1)
+                continue
+            at.update((e.sequence, e.location) for e in decode_segment(data, r) if e.sequence >= start)
+        at.update(head.tail_locations_from(start))
+        self._first_queued = (raw, first_queued)
+        return at
+
+    def _judge_unknown(self, raw: bytes | None, base: int) -> str:
+        """For a write at sequence ``base`` whose outcome is unknown and whose locations are
+        absent: ``"pending"`` (not landed, may still), ``"lost"`` (can never land) or
+        ``"undecidable"`` (landed-and-dequeued cannot be told from not landed)."""
+        if raw is None:
+            return "pending" if base == 0 else "undecidable"
+        head = self.manifest.head(raw)
+        if head.next_sequence == base:
+            return "pending"
+        if head.next_sequence < base:
+            return "undecidable"
+        first = head.first_sequence
+        if self._first_queued is not None and self._first_queued[0] is raw:
+            first = self._first_queued[1]  # past a segment that vanished while we looked (see above)
+        return "lost" if first <= base else "undecidable"
+
+    def _resolve(self, raw: bytes | None, attempts: Sequence[_Attempt]) -> list[EnqueueResult] | None:
+        """Did one of our earlier writes land? Its results if so; None if none is known to have
+        (safe to write again: a conditional write on the current version cannot duplicate one
+        still in flight, which could only land on the version it was sent against);
+        ``AmbiguousCommitError`` if a write of unknown outcome can no longer be checked
+        (JVM: ``ManifestAppender.resolve``)."""
+        if not attempts:
+            return None
+        tried = [a.locations for a in attempts]
+        min_base = min(a.base for a in attempts)
+        landed = self._find_landed(raw, tried, min_base)
+        if landed is not None:
+            return landed
+        history: dict[int, str] | None = None
+        for a in attempts:
+            if not a.unknown_outcome or a.resolved_not_landed:
+                continue
+            verdict = self._judge_unknown(raw, a.base)
+            if verdict == "undecidable":
+                # Read after the manifest: a consumer writes receipts before it dequeues (§5.1).
+                if history is None:
+                    history = self._receipts_from(min_base)
+                landed = self._find_landed(raw, tried, min_base, history) if history else None
+                if landed is not None:
+                    self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
+                    return landed
+                if a.base in history:  # that sequence went to another write
+                    self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
+                    verdict = "lost"
+            if verdict == "undecidable":
+                raise AmbiguousCommitError(
+                    f"a write to manifest '{self.manifest.key}' at sequence {a.base} had an unknown outcome "
+                    "and the entries from that sequence on were already dequeued; it cannot be told "
+                    "whether it landed, so it is not appended again"
+                )
+            if verdict == "lost":
+                a.resolved_not_landed = True
+        return None
+
+    def _claim_prefixes(self, group: Sequence[_Pending]) -> None:
+        """Refuses to enqueue into a data prefix another queue owns (docs/format.md §6)."""
+        for p in group:
+            prefix = p.location.rpartition("/")[0]
+            if prefix and prefix not in self._claimed:
+                # Only checked here: producers and GC create the record (no extra conditional write per queue).
+                owner = claim_data_prefix(self.manifest.store, self.manifest.key, prefix, self.clock)
+                self._claimed[prefix] = None if owner is None else owner.gc_grace_period_ms
+
+    def _commit(self, group: list[_Pending]) -> list[EnqueueResult]:
+        """Appends the group in one write through the CAS loop (JVM: ``ManifestAppender.append``)."""
+        self._claim_prefixes(group)
+        key = self.manifest.key
+        attempts: list[_Attempt] = []
+        last_sent: _Attempt | None = None
+
+        def register(previous: PreviousAttempt | None) -> None:
+            """Records how the last sent write ended, once (the loop may report it to more than one callback)."""
+            nonlocal last_sent
+            if previous is not None and last_sent is not None:
+                last_sent.unknown_outcome = isinstance(previous, Unknown)
+                attempts.append(last_sent)
+                last_sent = None
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[EnqueueResult]]:
+            nonlocal last_sent
+            register(previous)
+            landed = self._resolve(snapshot.raw, attempts)
+            if landed is not None:
+                return Done(landed)
+            self._refresh_stale(group)
+            locations = tuple(p.location for p in group)
+            # Creating the manifest starts a new incarnation (docs/format.md §5.2).
+            raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
+            new_raw, base = parse_head(raw, key).appended(
+                [(p.location, p.metadata) for p in group], self.segment_entries, lambda t: self._seal(t, group)
+            )
+            last_sent = _Attempt(base, locations)
+            return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
+
+        return self.loop.run(step, _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts))
+
+
+@dataclass(eq=False)
+class _Attempt:
+    """One sent write: the sequence it would have started at and its locations."""
+
+    base: int
+    locations: tuple[str, ...]
+    unknown_outcome: bool = False
+    resolved_not_landed: bool = False
+
+
+class _AppendSettle:
+    """How a group commit settles its writes of unknown outcome when the CAS loop gives up."""
+
+    def __init__(
+        self,
+        resolve: Callable[[bytes | None], list[EnqueueResult] | None],
+        register: Callable[[PreviousAttempt | None], None],
+        attempts: list[_Attempt],
+    ) -> None:
+        self._resolve = resolve
+        self._register = register
+        self._attempts = attempts
+
+    def landed(self, snapshot: Snapshot, previous: PreviousAttempt | None) -> list[EnqueueResult] | None:
+        self._register(previous)
+        return self._resolve(snapshot.raw)
+
+    def still_unknown(self, previous: PreviousAttempt | None) -> str | None:
+        self._register(previous)
+        for a in self._attempts:
+            if a.unknown_outcome and not a.resolved_not_landed:
+                return f"a write of {len(a.locations)} entries at sequence {a.base}"
+        return None
+
+
+_committers: dict[tuple[int, str], tuple[ObjectStore, ManifestAppender]] = {}
+_committers_lock = threading.Lock()
+
+
+def _acquire_committer(
+    store: ObjectStore,
+    key: str,
+    clock: Clock,
+    rng: random.Random,
+    policy: RetryPolicy,
+    metrics: m.MetricsRegistry,
+    segment_entries: int,
+) -> ManifestAppender:
+    with _committers_lock:
+        found = _committers.get((id(store), key))
+        if found is None or found[0] is not store:
+            committer = ManifestAppender(ManifestStore(store, key), clock, rng, policy, metrics, segment_entries)
+            _committers[(id(store), key)] = (store, committer)
+        else:
+            committer = found[1]
+        committer.refs += 1
+        return committer
+
+
+def _release_committer(store: ObjectStore, key: str, committer: ManifestAppender) -> None:
+    with _committers_lock:
+        committer.refs -= 1
+        found = _committers.get((id(store), key))
+        if committer.refs <= 0 and found is not None and found[1] is committer:
+            del _committers[(id(store), key)]
+
+
+# Re-uploads of one stale batch before giving up (each copy took longer than half the grace period).
+MAX_REUPLOADS = 3

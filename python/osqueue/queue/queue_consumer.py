@@ -1,0 +1,292 @@
+"""The consumer's side of the manifest protocol: takeover, reads, dequeue (JVM: ``QueueConsumer``)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from dataclasses import dataclass, field
+
+from osqueue import metrics as m
+from osqueue.clock import Clock, SystemClock
+from osqueue.errors import FencedError, IllegalQueueStateError, InvalidConfigError, ResumePointError, StoreError
+from osqueue.format.dequeue_receipts import MAX_RECEIPTS, DequeueReceipts
+from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch, next_epoch
+from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
+from osqueue.format.manifest_codec import empty_manifest
+from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
+from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Write
+from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore, Snapshot
+from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.store.object_store import ObjectStore
+
+_log = logging.getLogger(__name__)
+
+
+# Consumer side
+
+
+@dataclass(frozen=True)
+class BatchDescriptor:
+    """A manifest entry handed to a consumer, before its batch is fetched.
+
+    Attributes:
+        sequence: The entry's sequence.
+        location: The batch key.
+        metadata: The entry's metadata items.
+    """
+
+    sequence: int
+    location: str
+    metadata: list[MetadataItem] = field(default_factory=list)
+
+
+class QueueConsumer:
+    """The single consumer's view of the manifest: epoch fencing, resume point, dequeues.
+
+    Args:
+        store: The object store.
+        manifest_key: The manifest's key.
+        clock: Time seam.
+        rng: Jitter source.
+        retry: Backoff and budget of conflicting writes.
+        metrics: Where ``buffer.manifest_writes``/``_conflicts{role=consumer}`` are counted.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        manifest_key: str = DEFAULT_MANIFEST_PATH,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        retry: RetryPolicy | None = None,
+        metrics: m.MetricsRegistry | None = None,
+    ) -> None:
+        self.manifest = ManifestStore(store, manifest_key)
+        self._clock = clock or SystemClock()
+        self._rng = rng or random.Random()
+        self._policy = retry or RetryPolicy()
+        self._metrics = metrics or m.REGISTRY
+        self._loop = CasLoop(self.manifest, self._policy, self._clock, self._rng, self._metrics, "consumer")
+        self._epoch: int | None = None
+        self._fenced: FencedError | None = None
+        self._receipts: DequeueReceipts | None = None
+        # The last two segments read (oldest first): the one handed out from and the one before it.
+        self._segments: dict[str, list[ManifestEntry]] = {}
+        self._segment_lock = threading.Lock()
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch this consumer wrote at :meth:`initialize` (None before)."""
+        return self._epoch
+
+    @property
+    def fenced(self) -> FencedError | None:
+        """The fence this consumer ran into, if any."""
+        return self._fenced
+
+    def initialize(self, last_acked: int | None = None, incarnation: int | None = None) -> RawHead:
+        """Bumps the epoch (fencing every older consumer) and applies the resume point.
+
+        With ``first`` the first entry's sequence (or ``next_sequence`` when empty):
+        ``last_acked >= next_sequence`` or ``last_acked + 1 < first`` raise
+        :class:`ResumePointError`; otherwise entries ``<= last_acked`` are dequeued in the same
+        write as the epoch bump.
+
+        A resume point belongs to one incarnation of the manifest (docs/format.md §5.2): with
+        ``incarnation`` given it must be the manifest's; without it, the one recorded in
+        ``<manifest>.incarnation`` by the last consumer must be (no record: not checked).
+        Either mismatch means the queue was reset since: :class:`ResumePointError`.
+
+        Returns:
+            The manifest head as written (no segment read).
+        """
+        if last_acked is not None and last_acked < 0:
+            raise InvalidConfigError("last_acked_sequence", last_acked, "sequences are >= 0")
+        if incarnation is not None and last_acked is None:
+            raise InvalidConfigError("incarnation", incarnation, "is only meaningful with a resume point")
+        key = self.manifest.key
+        recorded = self.manifest.read_recorded_incarnation()
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[tuple[int, bytes]]:
+            # After an unknown outcome we bump again rather than guess: the epoch only grows, and
+            # fencing our own earlier try is harmless.
+            raw = snapshot.raw
+            # A missing manifest is created as a new incarnation (§5.2).
+            current = parse_head(empty_manifest(new_incarnation_epoch()) if raw is None else raw, key)
+            base_epoch = current.epoch
+            if last_acked is not None:
+                self._check_incarnation(last_acked, incarnation, recorded, incarnation_of(base_epoch), raw is None)
+                first = current.first_sequence
+                if last_acked >= current.next_sequence:
+                    raise ResumePointError(
+                        f"resume point {last_acked} is ahead of the queue in '{key}' (next sequence "
+                        f"{current.next_sequence}): wrong queue, or the queue was recreated"
+                    )
+                if last_acked + 1 < first:
+                    raise ResumePointError(
+                        f"resume point {last_acked} is behind the queue in '{key}': entries "
+                        f"{last_acked + 1}..{first - 1} were removed without being acknowledged by this "
+                        "resume point (data loss)"
+                    )
+            new_epoch = next_epoch(base_epoch)
+            if last_acked is not None and last_acked >= current.first_sequence:
+                self._record_receipts(current, last_acked)
+            written, _ = current.with_epoch(new_epoch, last_acked)
+            return Write(written, lambda: (new_epoch, written))
+
+        new_epoch, written = self._loop.run(step)
+        self._epoch = new_epoch
+        self._fenced = None
+        if recorded != incarnation_of(new_epoch):
+            try:
+                self.manifest.record_incarnation(incarnation_of(new_epoch))
+            except StoreError as e:  # only weakens the check of resume points given without one
+                _log.warning("could not record the incarnation of '%s': %s", key, e)
+        return parse_head(written, key)
+
+    def _check_incarnation(
+        self, last_acked: int, given: int | None, recorded: int | None, current: int, missing: bool
+    ) -> None:
+        key = self.manifest.key
+        if given is not None and given != current:
+            raise ResumePointError(
+                f"resume point {last_acked} belongs to incarnation {given} of '{key}', but the manifest is "
+                f"incarnation {current}{' (missing, so it would be created anew)' if missing else ''}: the queue "
+                "was reset or recreated since, and its entries are not the ones this resume point acknowledged"
+            )
+        if given is None and recorded is not None and recorded != current:
+            raise ResumePointError(
+                f"resume point {last_acked} was given without an incarnation, and '{key}' was reset or recreated "
+                f"since the last consumer ran (recorded incarnation {recorded}, manifest incarnation {current}"
+                f"{', missing' if missing else ''}); pass the incarnation the resume point belongs to, or start "
+                "without a resume point to read the new queue from its first entry"
+            )
+
+    @property
+    def incarnation(self) -> int | None:
+        """The incarnation of the manifest this consumer owns (None before :meth:`initialize`)."""
+        return None if self._epoch is None else incarnation_of(self._epoch)
+
+    def _removed_locations(self, head: RawHead, through: int) -> list[tuple[int, str]]:
+        """The last receipts' worth of ``(sequence, location)`` a dequeue through ``through``
+        removes, from segments and tail (JVM: ``QueueConsumer.removedLocations``)."""
+        last = min(through, head.next_sequence - 1)
+        start = max(head.first_sequence, last - MAX_RECEIPTS + 1)
+        if last < start:
+            return []
+        removed = [
+            (e.sequence, e.location)
+            for r in head.segments
+            if r.last_sequence >= start and r.first_sequence <= last
+            for e in self.read_segment(r)
+            if start <= e.sequence <= last
+        ]
+        return removed + [(q, loc) for q, loc in head.tail_locations_through(last) if q >= start]
+
+    def _record_receipts(self, head: RawHead, through: int) -> None:
+        """Before a dequeue: which location held each sequence it removes (docs/format.md §5.1),
+        so a producer whose write had an unknown outcome can still tell whether it landed.
+        Best effort: without receipts such a producer reports ``AmbiguousCommitError``."""
+        removed = self._removed_locations(head, through)
+        if not removed:
+            return
+        try:
+            if self._receipts is None:
+                self._receipts = self.manifest.read_receipts() or DequeueReceipts()
+            updated = self._receipts.extended(removed)
+            self.manifest.write_receipts(updated)
+            self._receipts = updated
+        except StoreError as e:
+            self._metrics.counter(m.RECEIPT_WRITE_FAILURES).inc()
+            _log.warning("could not write the dequeue receipts of '%s': %s", self.manifest.key, e)
+
+    def _check(self, current_epoch: int) -> None:
+        if self._epoch is None:
+            raise IllegalQueueStateError("the consumer is not initialized: call initialize() first")
+        if current_epoch != self._epoch:
+            self._fenced = FencedError(self._epoch, current_epoch)
+            raise self._fenced
+
+    def read(self) -> Manifest:
+        """The manifest, after checking that this consumer still owns the queue.
+
+        Raises:
+            FencedError: Another consumer initialized the queue since.
+        """
+        raw, _ = self.manifest.read_raw()
+        current = self.manifest.decode(raw)
+        self._check(current.epoch)
+        return current
+
+    def read_head(self) -> RawHead:
+        """The manifest head (tail and segment refs, no segment read), after the epoch check.
+
+        Raises:
+            FencedError: Another consumer initialized the queue since.
+        """
+        raw, _ = self.manifest.read_raw()
+        head = self.manifest.head(raw)
+        self._check(head.epoch)
+        return head
+
+    def read_segment(self, ref: SegmentRef) -> list[ManifestEntry]:
+        """A listed segment's entries; the last two read are kept (a consumer reads one, then
+        dequeues it and writes receipts from it)."""
+        with self._segment_lock:
+            entries = self._segments.pop(ref.key, None)
+            if entries is None:
+                entries = self.manifest.read_segment(ref)
+            self._segments[ref.key] = entries
+            while len(self._segments) > 2:
+                del self._segments[next(iter(self._segments))]
+            return entries
+
+    def descriptors_after(self, after: int | None, max_count: int) -> tuple[list[BatchDescriptor], Manifest]:
+        """Up to ``max_count`` entries with ``sequence > after`` (all from the first when None)."""
+        current = self.read()
+        out: list[BatchDescriptor] = []
+        for e in current.entries:
+            if len(out) >= max_count:
+                break
+            if after is None or e.sequence > after:
+                out.append(BatchDescriptor(e.sequence, e.location, list(e.metadata)))
+        return out, current
+
+    def dequeue_through(self, sequence: int) -> int:
+        """Removes the entries ``<= sequence``, checking the epoch on every try.
+
+        A dequeue that would remove nothing writes nothing.
+
+        Returns:
+            The number of entries this call removed (0 when a write's outcome was unknown and
+            a re-read found the entries already gone).
+
+        Raises:
+            FencedError: Another consumer initialized the queue.
+            IllegalQueueStateError: ``sequence`` is at or past ``next_sequence`` (it was never
+                appended).
+        """
+        key = self.manifest.key
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[int]:
+            raw = snapshot.raw
+            if raw is None:
+                self._check(0)
+                raise IllegalQueueStateError(f"cannot dequeue through sequence {sequence}: queue '{key}' is empty")
+            head = parse_head(raw, key)
+            self._check(head.epoch)
+            if sequence >= head.next_sequence:
+                raise IllegalQueueStateError(
+                    f"cannot dequeue through sequence {sequence}: queue '{key}' has only reached "
+                    f"sequence {head.next_sequence - 1}"
+                )
+            edited = head.dequeued_through(sequence)
+            if edited is None:
+                return Done(0)
+            new_raw, removed = edited
+            self._record_receipts(head, sequence)
+            return Write(new_raw, lambda: removed)
+
+        return self._loop.run(step)
