@@ -193,6 +193,7 @@ class Harness:
         self.t0 = time.monotonic()
         self.stop_monitor = threading.Event()
         self.manifest_footer: Any = None
+        self.max_segments = 0  # the most segments a sampled head listed
         self.lock = threading.Lock()
         self.resolved = collections.Counter()  # producer name -> entries acked or failed, all incarnations
         self.incarnations = collections.Counter()
@@ -251,6 +252,7 @@ class Harness:
                 if footer is None:
                     continue
                 self.manifest_footer = footer
+                self.max_segments = max(self.max_segments, len(footer.segments))
                 now = time.monotonic() - self.t0
                 if footer.epoch != last_epoch or now - last_write >= 10:
                     f.write(
@@ -260,6 +262,7 @@ class Harness:
                                 "epoch": footer.epoch,
                                 "next_sequence": footer.next_sequence,
                                 "entries": footer.depth,
+                                "segments": len(footer.segments),
                             }
                         )
                         + "\n"
@@ -579,6 +582,7 @@ class Harness:
             meta["seconds"] = round(time.monotonic() - self.t0, 1)
             self.shutdown()
             meta["drained"] = rc == 0
+            meta["max_segments_listed"] = self.max_segments  # > 0: the run went through segmented heads
             (self.run / "run.json").write_text(json.dumps(meta, indent=1))
         report = checker.check(self.run)
         report["meta"] = meta
