@@ -115,7 +115,7 @@ class SegmentedSourceSuite extends AnyFunSuite with BeforeAndAfterAll {
     val store = ObjectStores.open(path)
     val manifests = new ManifestStore(store, "ingest/manifest")
     val appender = new ManifestAppender(manifests, RetryPolicy(), SystemClock, new MetricsRegistry, 600000L,
-      segmentEntries = 2)
+      segmentEntries = 3)
     /** One append of batch files holding `values`, each tagged as sink batch `batch`, attempt `attempt`. */
     def append(batch: Long, attempt: String, values: String*): Unit = {
       val pending = values.map { v =>
@@ -126,13 +126,15 @@ class SegmentedSourceSuite extends AnyFunSuite with BeforeAndAfterAll {
       }
       appender.append(pending.toIndexedSeq)
     }
+    // K = 3: segments [a1 a2] and [a1-replayed a2-replayed c1] (second copies and a new batch in one
+    // slice, which the executor must filter from the state the driver planned it with), tail [d1 d2 c1-replayed]
     append(1, "a", "a1", "a2")
     append(1, "b", "a1-replayed", "a2-replayed") // the same sink batch again: seals the first copy into a segment
     append(2, "c", "c1")
     append(3, "d", "d1", "d2")
     append(2, "e", "c1-replayed")
     store.close()
-    assert(head(path).segments.size >= 2)
+    assert(head(path).segments.map(_.entryCount) == Seq(2L, 3L))
     val expected = Seq("a1", "a2", "c1", "d1", "d2")
     assert(batchRead(path) == expected)
     // one batch file per micro-batch: the sink-copy state rides in every offset across the segments
