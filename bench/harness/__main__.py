@@ -19,8 +19,8 @@ def main() -> None:
     "--only",
     "only",
     multiple=True,
-    help="Run only these benchmarks (repeatable, or comma-separated): contention, depth, jvm_depth, py_vs_jvm, requests, "
-    "raw_put, spark_file, kafka, latency ('-' works for '_').",
+    help="Run only these benchmarks (repeatable, or comma-separated): contention, depth, py_depth, jvm_depth, spark_depth, "
+    "py_vs_jvm, requests, raw_put, spark_file, kafka, latency ('-' works for '_').",
 )
 @click.option(
     "--latency-ms",

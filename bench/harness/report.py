@@ -55,6 +55,19 @@ def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             "x",
             higher=False,
         )
+    if "spark_depth" in b:
+        d = b["spark_depth"]
+        add("15", "Spark source rows/s at 1M queued ÷ at 1,000", d.get("rows_per_s_ratio_deepest_to_1000"), 0.8, "x")
+        peak = d.get("driver_peak_heap_mb")
+        if peak is not None:
+            add(
+                "15",
+                "Spark driver peak heap draining 1M queued",
+                {"median": peak, "min": peak, "max": peak, "n": 1},
+                512,
+                " MB",
+                higher=False,
+            )
     if "py_vs_jvm" in b:
         add("7", "Python producer MB/s ÷ JVM producer", b["py_vs_jvm"].get("ratio_python_to_jvm"), 0.5)
     return rows

@@ -193,6 +193,7 @@ class Harness:
         self.t0 = time.monotonic()
         self.stop_monitor = threading.Event()
         self.manifest_footer: Any = None
+        self.max_segments = 0  # the most segments a sampled head listed
         self.lock = threading.Lock()
         self.resolved = collections.Counter()  # producer name -> entries acked or failed, all incarnations
         self.incarnations = collections.Counter()
@@ -251,6 +252,7 @@ class Harness:
                 if footer is None:
                     continue
                 self.manifest_footer = footer
+                self.max_segments = max(self.max_segments, len(footer.segments))
                 now = time.monotonic() - self.t0
                 if footer.epoch != last_epoch or now - last_write >= 10:
                     f.write(
@@ -260,6 +262,7 @@ class Harness:
                                 "epoch": footer.epoch,
                                 "next_sequence": footer.next_sequence,
                                 "entries": footer.depth,
+                                "segments": len(footer.segments),
                             }
                         )
                         + "\n"
@@ -299,6 +302,7 @@ class Harness:
                 "true",
                 "--keep-going",
                 "true",
+                *(["--segment-entries", str(a.segment_entries)] if a.segment_entries < (1 << 31) - 1 else []),
                 store_options=self.store_options(self.proxy.endpoint),
             )
             # QueueTool prints per entry; the attempted range is the whole incarnation's.
@@ -578,6 +582,7 @@ class Harness:
             meta["seconds"] = round(time.monotonic() - self.t0, 1)
             self.shutdown()
             meta["drained"] = rc == 0
+            meta["max_segments_listed"] = self.max_segments  # > 0: the run went through segmented heads
             (self.run / "run.json").write_text(json.dumps(meta, indent=1))
         report = checker.check(self.run)
         report["meta"] = meta
@@ -636,8 +641,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--segment-entries",
         type=int,
         default=(1 << 31) - 1,
-        help="K of the Python producers (manifest_segment_entries; small: segmented manifests). "
-        "The JVM producers (QueueTool) keep the default",
+        help="K of the producers (Python: manifest_segment_entries; JVM: QueueTool --segment-entries; small: "
+        "segmented manifests)",
     )
     ap.add_argument(
         "--produce-seconds",

@@ -19,8 +19,8 @@ import osqueue.store.{CasOutcome, ConditionalRead, ObjectStore, ObjectVersion}
 /** The manifest's bytes as read, with the version a conditional write must match (None = absent). */
 final case class Snapshot(raw: Array[Byte], version: Option[ObjectVersion])
 
-/** A decoded manifest with the version it was read at (None: there was no manifest). */
-final case class VersionedManifest(manifest: Manifest, version: Option[ObjectVersion])
+/** A manifest's head with the version it was read at (None: there was no manifest). */
+final case class VersionedManifest(head: ManifestHead, version: Option[ObjectVersion])
 
 /** Reads and conditionally writes the one manifest object of a queue. */
 final class ManifestStore(val store: ObjectStore, val key: String) {

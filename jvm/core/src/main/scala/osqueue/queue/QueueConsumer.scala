@@ -109,8 +109,9 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
         }
       case None => manifest.read()
     }
-    checkEpoch(manifest.head(snapshot).epoch)
-    VersionedManifest(manifest.decode(snapshot), snapshot.version)
+    val head = manifest.head(snapshot)
+    checkEpoch(head.epoch)
+    VersionedManifest(head, snapshot.version)
   }
 
   /** The manifest head (tail entries and segment refs, no segment read), after the epoch check. */

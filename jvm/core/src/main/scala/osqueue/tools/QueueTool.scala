@@ -6,7 +6,7 @@ import scala.concurrent.duration._
 
 import osqueue.{OsqueueException, SystemClock}
 import osqueue.consumer.{Consumer, ConsumerConfig}
-import osqueue.format.Compression
+import osqueue.format.{Compression, ManifestHead}
 import osqueue.producer.{Producer, ProducerConfig}
 import osqueue.store.ObjectStores
 
@@ -15,7 +15,8 @@ import osqueue.store.ObjectStores
  *
  * {{{
  * QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression zstd] [--sync true]
- *     [--keep-going true] [--opt k=v]...          with --keep-going: one durable/failed line per entry, exit 3 if any failed
+ *     [--keep-going true] [--segment-entries K] [--opt k=v]...
+ *                                           with --keep-going: one durable/failed line per entry, exit 3 if any failed
  * QueueTool consume <uri> [--opt k=v]...    prints "sequence<TAB>index<TAB>utf8 value" per entry, acks all
  * }}}
  *
@@ -39,7 +40,9 @@ object QueueTool {
       val flags = parseFlags(rest)
       val config = ProducerConfig(
         flushInterval = flags.get("flush-ms").map(_.toLong.millis).getOrElse(20.millis),
-        compression = flags.get("compression").map(Compression.parse("compression", _)).getOrElse(Compression.None))
+        compression = flags.get("compression").map(Compression.parse("compression", _)).getOrElse(Compression.None),
+        // a segmented manifest above K queued entries (docs/format.md §2.2); off unless given
+        manifestSegmentEntries = flags.get("segment-entries").map(_.toInt).getOrElse(ManifestHead.DefaultSegmentEntries))
       val perCall = flags.get("per-call").map(_.toInt).getOrElse(1)
       val store = ObjectStores.open(uri, storeOptions(rest))
       val producer = new Producer(store, config, SystemClock)
@@ -71,7 +74,7 @@ object QueueTool {
     case _ =>
       throw new IllegalArgumentException(
         "usage: QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression none|zstd] " +
-          "[--sync true] [--keep-going true] [--opt k=v]... " +
+          "[--sync true] [--keep-going true] [--segment-entries K] [--opt k=v]... " +
           "| QueueTool consume <uri> [--opt k=v]...")
   }
 

@@ -2,26 +2,29 @@ package osqueue.spark
 
 import org.apache.spark.sql.connector.read.{Batch, InputPartition, PartitionReaderFactory}
 
-import osqueue.consumer.BatchDescriptor
-import osqueue.format.ManifestCodec
+import osqueue.format.EntryTag
+import osqueue.queue.ManifestStore
 
 /**
  * `spark.read.format("osqueue")`: the queue's current entries, optionally within
- * [startingSequence, endingSequence). Reads the manifest without fencing or acking anything.
+ * [startingSequence, endingSequence). Reads the manifest without fencing or acking anything; a
+ * segmented queue is planned from its head, reading only the segments covering the window
+ * ([[OsqueuePlanner]]).
  */
 private[spark] final class OsqueueBatch(options: BatchReadOptions, readers: PartitionReaderFactory) extends Batch {
   override def planInputPartitions(): Array[InputPartition] = {
     val location = options.location
-    val store = OsqueueStores.open(location)
-    val manifest = store.get(location.manifestPath).map(o => ManifestCodec.decode(o.bytes, location.manifestPath))
-      .getOrElse(throw OsqueueExceptions.queueNotFound(location.identity))
-    val from = options.startingSequence.getOrElse(manifest.firstSequence)
-    val to = options.endingSequence.getOrElse(manifest.nextSequence)
-    if (options.startingSequence.exists(_ < manifest.firstSequence) && options.failOnDataLoss)
-      throw OsqueueExceptions.dataLoss(s"startingSequence $from is before the first entry ${manifest.firstSequence} " +
+    val manifests = new ManifestStore(OsqueueStores.open(location), location.manifestPath)
+    val snapshot = manifests.read()
+    if (snapshot.version.isEmpty) throw OsqueueExceptions.queueNotFound(location.identity)
+    val head = manifests.head(snapshot)
+    val from = options.startingSequence.getOrElse(head.firstSequence)
+    val to = options.endingSequence.getOrElse(head.nextSequence)
+    if (options.startingSequence.exists(_ < head.firstSequence) && options.failOnDataLoss)
+      throw OsqueueExceptions.dataLoss(s"startingSequence $from is before the first entry ${head.firstSequence} " +
         s"of '${location.identity}': those entries were already dequeued")
-    SinkCopies.select(manifest.entries, from, to, osqueue.format.EntryTag.Delivered.Empty)._1
-      .map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss): InputPartition).toArray
+    OsqueuePlanner.plan(head, manifests.readSegment, location, from, to, EntryTag.Delivered.Empty, options.failOnDataLoss)
+      .partitions
   }
 
   override def createReaderFactory(): PartitionReaderFactory = readers

@@ -14,8 +14,7 @@ import org.apache.spark.sql.connector.read.streaming._
 import org.apache.spark.util.LongAccumulator
 
 import osqueue.{Clock, SystemClock}
-import osqueue.consumer.BatchDescriptor
-import osqueue.format.{EntryTag, Incarnation, Manifest}
+import osqueue.format.{EntryTag, Incarnation, ManifestHead}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.MetricsRegistry
 import osqueue.queue.{BackgroundDequeuer, ManifestStore, QueueConsumer, RetryPolicy, VersionedManifest}
@@ -29,7 +28,8 @@ import osqueue.queue.{BackgroundDequeuer, ManifestStore, QueueConsumer, RetryPol
  * nothing is dequeued before Spark has committed the batch; when the query ends, `stop()` dequeues
  * through its last committed batch, read from the checkpoint's commit log (docs/adr/0003), and waits
  * for the dequeuer to finish, up to [[OsqueueMicroBatchStream.DequeueFlushTimeoutMs]]. The
- * driver reads only the manifest; executors fetch and decode the batch files.
+ * driver reads only the manifest head and walks a segmented queue's segments a few at a time
+ * ([[OsqueuePlanner]]); executors read the segment slices and fetch and decode the batch files.
  *
  * `sourceCheckpoint` is the location Spark gives `toMicroBatchStream`: `<checkpoint>/sources/<index>`.
  */
@@ -46,8 +46,10 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   protected val queueId: String = OsqueueStores.queueId(store, location, create = true, clock).getOrElse(
     throw OsqueueExceptions.queueIdUnavailable(location.identity))
 
-  @volatile private var lastManifest: Option[Manifest] = None
-  /** The manifest as last read, with its version: the next read is conditional on it. */
+  @volatile private var lastManifest: Option[ManifestHead] = None
+  /** The last plan of latestOffset, reused by planInputPartitions for the same range (one walk, not two). */
+  @volatile private var lastPlan: Option[((Long, Long, EntryTag.Delivered, Int, Long), OsqueuePlanner.Plan)] = None
+  /** The manifest head as last read, with its version: the next read is conditional on it. */
   @volatile private var lastRead: Option[VersionedManifest] = None
   /** latestOffset's idle backoff: no manifest read before `nextPollAt` (nanoTime), after `idleWaitMs` of quiet. */
   @volatile private var nextPollAt = 0L
@@ -79,11 +81,11 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   }
   private def takeOver(): Unit = { val _ = epoch }
 
-  protected def offset(next: Long, m: Manifest) =
+  protected def offset(next: Long, m: ManifestHead) =
     OsqueueSourceOffset(location.identity, queueId, next, incarnation = Some(Incarnation.of(m.epoch)))
 
   /** The position is from another incarnation of the manifest (docs/format.md §5.2): the queue was reset. */
-  protected def fromAnotherIncarnation(o: OsqueueSourceOffset, m: Manifest): Boolean =
+  protected def fromAnotherIncarnation(o: OsqueueSourceOffset, m: ManifestHead): Boolean =
     o.incarnation.exists(_ != Incarnation.of(m.epoch))
 
   /** After a restart Spark hands back offsets read from the checkpoint as `SerializedOffset`s. */
@@ -93,28 +95,28 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   }
   private def sequenceOf(o: Offset): Long = ours(o).nextSequence
 
-  protected def readManifest(): Manifest = {
+  protected def readManifest(): ManifestHead = {
     dequeuer.checkFailed()
     takeOver()
-    // Conditional on the version last read: unchanged, no bytes are transferred and `m` is that manifest.
+    // Conditional on the version last read: unchanged, no bytes are transferred and the head is that one.
     val read = queue.readUnlessAt(lastRead) // raises FencedException once another reader took over
     lastRead = Some(read)
-    lastManifest = Some(read.manifest)
-    read.manifest
+    lastManifest = Some(read.head)
+    read.head
   }
 
   /**
-   * latestOffset's manifest. A read that finds no change puts the next one off by `pollInterval`,
-   * doubling up to `maxPollInterval`, and the manifest last read stands in meanwhile; a change
+   * latestOffset's manifest head. A read that finds no change puts the next one off by `pollInterval`,
+   * doubling up to `maxPollInterval`, and the head last read stands in meanwhile; a change
    * reads again at once. At trigger 0 Spark asks every few milliseconds: an idle query costs ~1
    * conditional read per `maxPollInterval`, not one full read per ask. AvailableNow always reads.
    */
-  private def pollManifest(): Manifest = {
+  private def pollManifest(): ManifestHead = {
     val now = clock.nanoTime()
     lastRead match {
       case Some(known) if availableNowTarget.isEmpty && now - nextPollAt < 0 =>
         dequeuer.checkFailed()
-        known.manifest
+        known.head
       case before =>
         val m = readManifest()
         val changed = !before.exists(b => lastRead.exists(_ eq b))
@@ -150,7 +152,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
 
   /** Spark calls this before it reads the checkpoint: the target is read without taking over the queue. */
   override def prepareForTriggerAvailableNow(): Unit = {
-    availableNowTarget = Some(manifests.decode(manifests.read()).nextSequence)
+    availableNowTarget = Some(manifests.head(manifests.read()).nextSequence)
     logInfo(s"Trigger.AvailableNow: reading '${location.identity}' up to sequence ${availableNowTarget.get}")
   }
 
@@ -179,7 +181,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
     if (waitForMore || (startAt.entryIndex > 0 && end <= startAt.nextSequence)) startOffset
     else {
       if (end > start) lastTriggerMs = now
-      OsqueueSourceOffset(location.identity, queueId, end, SinkCopies.select(m.entries, start, end, delivered)._2,
+      val skip = if (start == startAt.nextSequence) startAt.entryIndex else 0
+      OsqueueSourceOffset(location.identity, queueId, end, planOf(m, start, end, delivered, skip).delivered,
         Some(Incarnation.of(m.epoch)))
     }
   }
@@ -189,7 +192,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
    * ahead of the queue (reset or recreated) or behind its first entry is data loss: an error, or
    * with failOnDataLoss=false one warning and reading on from the queue's first entry.
    */
-  protected def resumePoint(startAt: OsqueueSourceOffset, m: Manifest): (Long, EntryTag.Delivered) = {
+  protected def resumePoint(startAt: OsqueueSourceOffset, m: ManifestHead): (Long, EntryTag.Delivered) = {
     val start = startAt.nextSequence
     if (fromAnotherIncarnation(startAt, m)) {
       reportDataLoss("reset", start, resetMessage(startAt, m) + s"; continuing at its first entry ${m.firstSequence}")
@@ -225,16 +228,29 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       else {
         val from = startAt.nextSequence
         if (from > m.nextSequence) reportDataLoss("ahead", from, aheadMessage(from, m))
-        val firstPresent = m.entries.find(e => e.sequence >= from && e.sequence < to).map(_.sequence).getOrElse(to)
+        val firstPresent = Some(math.max(from, m.firstSequence)).filter(_ < math.min(to, m.nextSequence)).getOrElse(to)
         if (firstPresent > from && from < m.nextSequence) reportDataLoss("removed", from, removedMessage(from, firstPresent - 1))
         (from, startAt.delivered)
       }
-    val (entries, _) = SinkCopies.select(m.entries, from, to, delivered)
-    duplicateCopiesSkipped.addAndGet(m.entries.count(e => e.sequence >= from && e.sequence < to) - entries.size)
     // A start inside a batch file (a real-time batch ended there): its first entries were read.
-    def skip(e: osqueue.format.ManifestEntry) =
-      if (e.sequence == startAt.nextSequence && from == startAt.nextSequence) startAt.entryIndex else 0
-    entries.map(e => OsqueueInputPartition(location, BatchDescriptor.of(e), options.failOnDataLoss, skip(e)): InputPartition).toArray
+    val skip = if (from == startAt.nextSequence) startAt.entryIndex else 0
+    val plan = planOf(m, from, to, delivered, skip)
+    duplicateCopiesSkipped.addAndGet(plan.copiesSkipped)
+    plan.partitions
+  }
+
+  /**
+   * The plan of [from, to): the sequences below the queue's next one never change, so a plan made
+   * at the same epoch (no other reader dequeued since) is the same plan.
+   */
+  private def planOf(m: ManifestHead, from: Long, to: Long, delivered: EntryTag.Delivered, skip: Int): OsqueuePlanner.Plan = {
+    val key = (math.max(from, m.firstSequence), math.min(to, m.nextSequence), delivered, skip, m.epoch)
+    lastPlan.collect { case (k, p) if k == key => p }.getOrElse {
+      // the store directly: the consumer's segment cache would serialize the read-ahead
+      val p = OsqueuePlanner.plan(m, manifests.readSegment, location, from, to, delivered, options.failOnDataLoss, skip)
+      lastPlan = Some((key, p))
+      p
+    }
   }
 
   override def createReaderFactory(): PartitionReaderFactory = readers.copy(missingBatches = missingBatches)
@@ -315,15 +331,15 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   override def metrics(latestConsumedOffset: Optional[Offset]): JMap[String, String] =
     lastManifest.map(m => metricsOf(m, latestConsumedOffset)).getOrElse(Map.empty[String, String]).asJava
 
-  private def metricsOf(m: Manifest, latestConsumedOffset: Optional[Offset]): Map[String, String] = {
+  private def metricsOf(m: ManifestHead, latestConsumedOffset: Optional[Offset]): Map[String, String] = {
     val consumed = Option(latestConsumedOffset.orElse(null)).map(sequenceOf)
       .getOrElse(m.firstSequence)
     val behind = math.max(0L, m.nextSequence - consumed)
-    val oldestUnread = m.entries.find(_.sequence >= consumed).flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
+    val oldestUnread = entryAt(m, math.max(consumed, m.firstSequence)).flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
     val lagSeconds = oldestUnread.map(t => math.max(0L, clock.nowMillis() - t) / 1000.0).getOrElse(0.0)
     val missing = missingBatches.fold(0L)(_.value.longValue)
     Map(
-      "queueLength" -> m.entries.count(_.sequence >= consumed).toString, // committed batches count as consumed
+      "queueLength" -> math.max(0L, m.nextSequence - math.max(consumed, m.firstSequence)).toString, // committed count as consumed
       "batchesBehindLatest" -> behind.toString,
       "numFilesOutstanding" -> behind.toString,
       "lagSeconds" -> f"$lagSeconds%.3f",
@@ -333,13 +349,19 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       "duplicateCopiesSkipped" -> duplicateCopiesSkipped.get().toString)
   }
 
+  /** The queued entry at `sequence`: from the tail, or its segment (the consumer keeps the last two read). */
+  private def entryAt(m: ManifestHead, sequence: Long): Option[osqueue.format.ManifestEntry] =
+    if (sequence >= m.nextSequence) None
+    else if (sequence >= m.tailFirstSequence) m.tailEntries.find(_.sequence == sequence)
+    else m.segmentFor(sequence).flatMap(r => queue.readSegment(r).find(_.sequence == sequence))
+
   override def toString: String = s"OsqueueMicroBatchStream[${location.identity}]"
 
-  private def aheadMessage(start: Long, m: Manifest): String =
+  private def aheadMessage(start: Long, m: ManifestHead): String =
     s"the checkpoint is at sequence $start but '${location.identity}' has only assigned up to " +
       s"${m.nextSequence - 1}: the queue was reset or recreated"
 
-  private def resetMessage(o: OsqueueSourceOffset, m: Manifest): String =
+  private def resetMessage(o: OsqueueSourceOffset, m: ManifestHead): String =
     s"the checkpoint is at sequence ${o.nextSequence} of incarnation ${o.incarnation.getOrElse("?")} of " +
       s"'${location.identity}', but the manifest is incarnation ${Incarnation.of(m.epoch)}: the queue was reset or recreated"
 

@@ -8,15 +8,18 @@ import org.apache.spark.util.LongAccumulator
 
 import osqueue.{BatchNotFoundException, Clock, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher}
+import osqueue.format.{EntryTag, ManifestHead}
 import osqueue.metrics.MetricsRegistry
+import osqueue.queue.ManifestStore
 
 /**
- * One batch file to read on an executor: everything needed to fetch it without the manifest.
- * `skipEntries`: entries of the batch a real-time batch already read (the offset's `entryIndex`).
+ * Batch files to read on an executor, in sequence order: everything needed to fetch them without
+ * the manifest. `skipEntries`: entries of the first batch a real-time batch already read (the
+ * offset's `entryIndex`).
  */
 private[spark] final case class OsqueueInputPartition(
     location: QueueLocation,
-    descriptor: BatchDescriptor,
+    descriptors: IndexedSeq[BatchDescriptor],
     failOnDataLoss: Boolean,
     skipEntries: Int = 0) extends InputPartition
 
@@ -29,36 +32,80 @@ private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missing
     extends PartitionReaderFactory {
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] = partition match {
     case p: OsqueueInputPartition => new OsqueuePartitionReader(p, fields, missingBatches)
+    case p: OsqueueSlicePartition => new OsqueuePartitionReader(p, fields, missingBatches)
     case other => RealTimeSupport.reader(other, fields, missingBatches) // a real-time partition (Spark 4.1+)
   }
 }
 
 /**
- * Fetches and decodes one batch on an executor. A corrupt batch fails the task naming the object;
- * a missing one is data loss (fails unless `failOnDataLoss=false`, then it is skipped and counted).
+ * Fetches and decodes the batches of one partition on an executor: listed batch files, or a slice of
+ * a segment (read first, checked against its ref). A corrupt batch or segment fails the task naming
+ * the object; a missing one is data loss (fails unless `failOnDataLoss=false`, then it is skipped
+ * and counted).
  */
-private[spark] final class OsqueuePartitionReader(p: OsqueueInputPartition, fields: Array[Int],
+private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Array[Int],
     missingBatches: Option[LongAccumulator], clock: Clock = SystemClock) extends PartitionReader[InternalRow] with Logging {
   private var bytesFetched = 0L
   private var fetchTimeMs = 0L
   private var missing = 0L
+  private lazy val store = OsqueueStores.open(location)
+  private lazy val fetcher = new BatchFetcher(store, clock, new MetricsRegistry)
 
-  private lazy val rows: Iterator[InternalRow] = {
-    val store = OsqueueStores.open(p.location)
+  private def location: QueueLocation = p match {
+    case b: OsqueueInputPartition => b.location
+    case s: OsqueueSlicePartition => s.location
+    case other => throw OsqueueExceptions.internalError(s"not an osqueue input partition: $other")
+  }
+  private def failOnDataLoss: Boolean = p match {
+    case b: OsqueueInputPartition => b.failOnDataLoss
+    case s: OsqueueSlicePartition => s.failOnDataLoss
+    case _ => true
+  }
+
+  private lazy val rows: Iterator[InternalRow] = p match {
+    case b: OsqueueInputPartition =>
+      b.descriptors.iterator.zipWithIndex.flatMap { case (d, i) => batchRows(d, if (i == 0) b.skipEntries else 0) }
+    case s: OsqueueSlicePartition => sliceBatches(s).flatMap { case (d, skip) => batchRows(d, skip) }
+    case other => throw OsqueueExceptions.internalError(s"not an osqueue input partition: $other")
+  }
+
+  /** The batches of a slice one copy of each sink batch admits, from the state the driver planned it with. */
+  private def sliceBatches(s: OsqueueSlicePartition): Iterator[(BatchDescriptor, Int)] = {
+    val manifests = new ManifestStore(store, s.location.manifestPath)
+    manifests.readSegmentBytes(s.segment) match {
+      case None =>
+        val message = s"segment '${s.segment.key}' of '${s.location.identity}' (sequences ${s.from} to ${s.until - 1}) " +
+          "is missing: it was dequeued by another consumer and collected"
+        if (s.failOnDataLoss) throw OsqueueExceptions.dataLoss(message)
+        logWarning(s"skipping $message: failOnDataLoss=false")
+        missing += s.until - s.from
+        missingBatches.foreach(_.add(s.until - s.from))
+        Iterator.empty
+      case Some(bytes) =>
+        var state = s.delivered
+        ManifestHead.decodeSegment(bytes, s.segment).iterator.filter(e => e.sequence >= s.from && e.sequence < s.until)
+          .filter { e =>
+            val (admit, next) = state.admit(EntryTag.decode(e.extension))
+            state = next
+            admit
+          }.map(e => (BatchDescriptor.of(e), if (e.sequence == s.from) s.skipEntries else 0))
+    }
+  }
+
+  private def batchRows(d: BatchDescriptor, skip: Int): Iterator[InternalRow] = {
     val started = clock.nanoTime()
     try {
-      val batch = new BatchFetcher(store, clock, new MetricsRegistry).fetch(p.descriptor)
-      bytesFetched = batch.entries.foldLeft(0L)(_ + _.length)
-      OsqueueSchema.rows(batch, fields).drop(p.skipEntries)
+      val batch = fetcher.fetch(d)
+      bytesFetched += batch.entries.foldLeft(0L)(_ + _.length)
+      OsqueueSchema.rows(batch, fields).drop(skip)
     } catch {
-      case e: BatchNotFoundException if !p.failOnDataLoss =>
-        logWarning(s"skipping missing batch '${p.descriptor.location}' (sequence ${p.descriptor.sequence}): " +
-          "failOnDataLoss=false")
-        missing = 1
+      case e: BatchNotFoundException if !failOnDataLoss =>
+        logWarning(s"skipping missing batch '${d.location}' (sequence ${d.sequence}): failOnDataLoss=false")
+        missing += 1
         missingBatches.foreach(_.add(1))
         Iterator.empty
       case e: BatchNotFoundException => throw OsqueueExceptions.dataLoss(e.getMessage)
-    } finally fetchTimeMs = (clock.nanoTime() - started) / 1000000
+    } finally fetchTimeMs += (clock.nanoTime() - started) / 1000000
   }
 
   private var current: InternalRow = _

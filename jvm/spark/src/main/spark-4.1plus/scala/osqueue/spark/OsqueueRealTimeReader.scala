@@ -10,8 +10,9 @@ import org.apache.spark.util.LongAccumulator
 
 import osqueue.{BatchNotFoundException, Clock, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher, ConsumedBatch}
-import osqueue.format.{EntryTag, Incarnation, Manifest, ManifestEntry}
+import osqueue.format.{EntryTag, Incarnation, ManifestEntry, ManifestHead}
 import osqueue.metrics.MetricsRegistry
+import osqueue.queue.ManifestStore
 
 /**
  * The one partition of a real-time batch: where to start (`nextSequence`, `entryIndex` entries of
@@ -49,6 +50,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   private val store = OsqueueStores.open(p.location)
   private val poller = new ManifestPoller(store, p.location.manifestPath)
   private val fetcher = new BatchFetcher(store, clock, new MetricsRegistry)
+  private val manifests = new ManifestStore(store, p.location.manifestPath)
 
   // The position: entries below `nextSeq` are read, and `index` entries of the batch at `nextSeq`.
   private var nextSeq = p.nextSequence
@@ -57,8 +59,8 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   /** The batch file being read: its rows, and the sink-copy state once it is read whole. */
   private var rows: Iterator[InternalRow] = Iterator.empty
   private var deliveredAfter = delivered
-  /** Entries of the last manifest seen, from `nextSeq` on, not yet looked at. */
-  private var pending: List[ManifestEntry] = Nil
+  /** Entries of the last manifest seen, from `nextSeq` on, not yet looked at (a segment is read when reached). */
+  private var pending: LazyList[ManifestEntry] = LazyList.empty
   private var stalled = false
   private var waitMs = p.initialWaitMs // the idle rate when the last batch read nothing
   private var current: InternalRow = _
@@ -104,13 +106,13 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   }
 
   /** A new manifest: checks the fence and the queue's identity, then queues the entries from `nextSeq`. */
-  private def follow(m: Manifest): Unit = {
+  private def follow(m: ManifestHead): Unit = {
     if (Incarnation.of(m.epoch) != p.incarnation || m.nextSequence < nextSeq || m.firstSequence > nextSeq) {
       logWarning(s"'${p.location.identity}' was reset or entries from sequence $nextSeq were removed while this " +
         "real-time batch read it; reading nothing more until the next batch is planned")
       stalled = true
     } else if (m.epoch != p.ownEpoch) throw OsqueueExceptions.fenced(p.ownEpoch, m.epoch)
-    else pending = m.entries.iterator.dropWhile(_.sequence < nextSeq).filter(_.sequence >= nextSeq).toList
+    else pending = OsqueuePlanner.entriesFrom(m, nextSeq, manifests.readSegment).to(LazyList)
   }
 
   /** Looks at the next entry: skips a second sink copy, else fetches the batch file. */

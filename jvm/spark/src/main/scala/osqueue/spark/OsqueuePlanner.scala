@@ -1,0 +1,121 @@
+package osqueue.spark
+
+import java.util.concurrent.{CompletableFuture, CompletionException, Executors}
+
+import org.apache.spark.sql.connector.read.InputPartition
+
+import osqueue.consumer.BatchDescriptor
+import osqueue.format.{EntryTag, ManifestEntry, ManifestHead, SegmentRef}
+
+/**
+ * Plans the read of sequences [from, to) of a queue with the driver's memory bounded by the head
+ * and a few segments, at any depth (docs/adr/0004, "The Spark source"). Entries of a segment
+ * become slices of at most [[OsqueuePlanner.SliceEntries]] sequences ([[OsqueueSlicePartition]]),
+ * each carrying the segment's ref and the sink-copy state at its start, and the executor reads the
+ * segment and its batch files; the admitted entries of the head's tail (or of a v1 manifest) are
+ * listed in partitions of at most as many batch files ([[OsqueueInputPartition]]): one Spark task
+ * per batch file cost more than reading it. The driver walks the segments in order (a few GETs in flight) for the sink-copy
+ * state at each slice and at the end, and keeps nothing of them.
+ */
+private[spark] object OsqueuePlanner {
+  /** Sequences per partition: a task fetches this many batch files at most. */
+  val SliceEntries = 128
+  /** Segments read ahead of the one walked (GETs in flight; also the most segments held at once). */
+  val SegmentReadAhead = 4
+
+  /** The partitions of [from, to), the sink-copy state after `to`, and the second copies left out. */
+  final case class Plan(partitions: Array[InputPartition], delivered: EntryTag.Delivered, copiesSkipped: Long)
+
+  /**
+   * `skip` entries of the batch at sequence `from` were read already (a real-time batch ended
+   * inside it). `readSegment` reads and checks one listed segment.
+   */
+  def plan(head: ManifestHead, readSegment: SegmentRef => IndexedSeq[ManifestEntry], location: QueueLocation,
+      from: Long, to: Long, delivered: EntryTag.Delivered, failOnDataLoss: Boolean, skip: Int = 0): Plan = {
+    val lo = math.max(from, head.firstSequence)
+    val hi = math.min(to, head.nextSequence)
+    val parts = Array.newBuilder[InputPartition]
+    var state = delivered
+    var skipped = 0L
+    def skipAt(seq: Long) = if (seq == from) skip else 0
+    if (lo < hi) {
+      val segments = head.segments.filter(r => r.lastSequence >= lo && r.firstSequence < hi)
+      readInOrder(segments, readSegment).foreach { case (ref, entries) =>
+        val inRange = entries.filter(e => e.sequence >= lo && e.sequence < hi)
+        inRange.grouped(SliceEntries).foreach { slice =>
+          val start = state
+          val admitted = slice.count { e =>
+            val (admit, next) = state.admit(EntryTag.decode(e.extension))
+            state = next
+            admit
+          }
+          skipped += slice.size - admitted
+          if (admitted > 0)
+            parts += OsqueueSlicePartition(location, ref, slice.head.sequence, slice.last.sequence + 1, start,
+              failOnDataLoss, skipAt(slice.head.sequence))
+        }
+      }
+      if (head.tailFirstSequence < hi) {
+        val tail = head.tailEntries.filter(e => e.sequence >= lo && e.sequence < hi)
+        val (admitted, after) = SinkCopies.select(tail, lo, hi, state)
+        state = after
+        skipped += tail.size - admitted.size
+        admitted.grouped(SliceEntries).foreach { group =>
+          parts += OsqueueInputPartition(location, group.map(BatchDescriptor.of), failOnDataLoss, skipAt(group.head.sequence))
+        }
+      }
+    }
+    Plan(parts.result(), state, skipped)
+  }
+
+  /**
+   * The entries of the queue from `from` on, in order: the segments read one by one as the
+   * iterator reaches them (none is held once passed), then the tail.
+   */
+  def entriesFrom(head: ManifestHead, from: Long, readSegment: SegmentRef => IndexedSeq[ManifestEntry])
+      : Iterator[ManifestEntry] = {
+    val lo = math.max(from, head.firstSequence)
+    head.segments.iterator.filter(_.lastSequence >= lo).flatMap(r => readSegment(r).iterator.filter(_.sequence >= lo)) ++
+      head.tailEntries.iterator.filter(_.sequence >= lo)
+  }
+
+  /** The segments with their entries, in order, with up to [[SegmentReadAhead]] GETs in flight. */
+  private def readInOrder(refs: IndexedSeq[SegmentRef], readSegment: SegmentRef => IndexedSeq[ManifestEntry])
+      : Iterator[(SegmentRef, IndexedSeq[ManifestEntry])] = {
+    val inFlight = scala.collection.mutable.Queue.empty[(SegmentRef, CompletableFuture[IndexedSeq[ManifestEntry]])]
+    val pending = refs.iterator
+    def fill(): Unit = while (inFlight.size < SegmentReadAhead && pending.hasNext) {
+      val r = pending.next()
+      inFlight.enqueue((r, CompletableFuture.supplyAsync(() => readSegment(r), readers)))
+    }
+    new Iterator[(SegmentRef, IndexedSeq[ManifestEntry])] {
+      override def hasNext: Boolean = { fill(); inFlight.nonEmpty }
+      override def next(): (SegmentRef, IndexedSeq[ManifestEntry]) = {
+        fill()
+        val (r, f) = inFlight.dequeue()
+        fill()
+        try Tuple2(r, f.join())
+        catch { case e: CompletionException if e.getCause != null => throw e.getCause }
+      }
+    }
+  }
+
+  private lazy val readers = Executors.newFixedThreadPool(SegmentReadAhead,
+    { (r: Runnable) =>
+      val t = new Thread(r, "osqueue-spark-segment-reader"); t.setDaemon(true); t
+    })
+}
+
+/**
+ * Sequences [from, until) of one segment, read on an executor: the segment (checked against its
+ * ref), then each batch file one copy of each sink batch admits, starting from `delivered`.
+ * `skipEntries`: entries of the batch at `from` a real-time batch already read.
+ */
+private[spark] final case class OsqueueSlicePartition(
+    location: QueueLocation,
+    segment: SegmentRef,
+    from: Long,
+    until: Long,
+    delivered: EntryTag.Delivered,
+    failOnDataLoss: Boolean,
+    skipEntries: Int = 0) extends InputPartition

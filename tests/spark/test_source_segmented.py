@@ -1,0 +1,148 @@
+"""The osqueue Spark source on a segmented queue (docs/format.md §2.2, issue 15): real Spark, real files.
+
+The queues are written by the JVM producer (QueueTool, from the connector jar) with a small K
+(`--segment-entries`), so their manifests are version 2 heads listing segments; each test checks it
+is so before reading. Delivery must be exact and in order across segment boundaries: micro-batches,
+AvailableNow, the batch read, a real-time query, and a query killed with -9 and restarted.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+import osqueue
+from osqueue.format import decode_head
+
+from .test_source import _output_rows, _run_job, assert_exactly_once, flatten, run_query
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="the JVM producer needs java")
+
+
+def produce_jvm(queue: pathlib.Path, batches: int, per_batch: int, k: int, tag: str = "v") -> list[str]:
+    """`batches` batch files of `per_batch` entries (one manifest entry each) through the JVM producer
+    with K = `k`; the entries in queue order."""
+    import pyspark
+
+    jars = pathlib.Path(pyspark.__file__).parent / "jars"
+    cmd = [
+        shutil.which("java") or "java",
+        "-cp",
+        f"{osqueue.jar_path()}:{jars}/*",
+        "osqueue.tools.QueueTool",
+        "produce",
+        str(queue),
+        tag,
+        str(batches * per_batch),
+        "--per-call",
+        str(per_batch),
+        "--sync",
+        "true",
+        "--segment-entries",
+        str(k),
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return [f"{tag}-{i}" for i in range(batches * per_batch)]
+
+
+def head_of(queue: pathlib.Path):
+    return decode_head((queue / "ingest" / "manifest").read_bytes(), "manifest")
+
+
+def assert_segmented(queue: pathlib.Path, at_least: int) -> None:
+    h = head_of(queue)
+    assert h.version == 2 and len(h.segments) >= at_least, f"not segmented: {len(h.segments)} segments"
+
+
+def test_available_now_in_micro_batches_across_segments_delivers_each_entry_once_in_order(spark, queue_dir, tmp_path):
+    expected = produce_jvm(queue_dir, batches=20, per_batch=2, k=3)
+    assert_segmented(queue_dir, 5)
+    batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "3"})
+    assert_exactly_once(flatten(batches), expected)
+    sizes = [len({r[0] for r in batches[b]}) for b in sorted(batches) if batches[b]]
+    assert max(sizes) <= 3 and len(sizes) == 7, sizes
+    h = head_of(queue_dir)
+    assert h.depth == 0 and h.segments == [], "the drained queue was not dequeued"
+
+
+def test_continuous_micro_batch_query_follows_a_queue_that_segments_while_it_reads(spark, queue_dir, tmp_path):
+    first = produce_jvm(queue_dir, batches=10, per_batch=2, k=4, tag="a")
+    assert_segmented(queue_dir, 2)
+    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", available_now=False)
+    try:
+        second = produce_jvm(queue_dir, batches=15, per_batch=2, k=4, tag="b")
+        deadline = time.time() + 120
+        while len(flatten(batches)) < len(first) + len(second) and time.time() < deadline:
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    assert_exactly_once(flatten(batches), first + second)
+
+
+def test_batch_read_of_a_segmented_queue_and_a_window_across_segments(spark, queue_dir):
+    expected = produce_jvm(queue_dir, batches=20, per_batch=3, k=4)
+    assert_segmented(queue_dir, 4)
+    rows = spark.read.format("osqueue").load(str(queue_dir)).orderBy("sequence", "index").collect()
+    assert [bytes(r.value).decode() for r in rows] == expected
+    rows = (
+        spark.read.format("osqueue")
+        .option("startingSequence", "3")
+        .option("endingSequence", "14")
+        .load(str(queue_dir))
+        .orderBy("sequence", "index")
+        .collect()
+    )
+    assert [bytes(r.value).decode() for r in rows] == expected[3 * 3 : 14 * 3]
+    assert head_of(queue_dir).depth == 20, "a batch read acks nothing"
+
+
+def test_kill_dash_nine_mid_stream_on_a_segmented_queue_and_restart_delivers_each_entry_exactly_once(
+    queue_dir, tmp_path
+):
+    expected = produce_jvm(queue_dir, batches=30, per_batch=3, k=4)
+    assert_segmented(queue_dir, 6)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    for kill_after in (3, 9):  # different moments: inside the first segments, then further on
+        job = _run_job(queue_dir, ckpt, out, "--max-batches", "2")
+        deadline = time.time() + 180
+        while len(list(out.glob("batch-*.json"))) < kill_after and time.time() < deadline:
+            if job.poll() is not None:
+                pytest.fail("stream job exited early:\n" + job.stdout.read())
+            time.sleep(0.05)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+    job = _run_job(queue_dir, ckpt, out, "--max-batches", "2", "--available-now")
+    assert job.wait(300) == 0, job.stdout.read()
+    rows = _output_rows(out)
+    assert [r["value"] for r in rows] == expected
+    assert len({(r["sequence"], r["index"]) for r in rows}) == len(rows)
+    h = head_of(queue_dir)
+    assert h.next_sequence == 30 and h.depth == 0
+
+
+@pytest.mark.skipif(
+    tuple(int(x) for x in __import__("pyspark").__version__.split(".")[:2]) < (4, 1),
+    reason="real-time mode needs Spark 4.1+",
+)
+def test_real_time_query_reads_a_segmented_backlog_once_in_order(queue_dir, tmp_path):
+    from .test_realtime import kill, rows_in, start_job, wait_for_commit_through, wait_for_rows
+
+    expected = produce_jvm(queue_dir, batches=25, per_batch=2, k=3)
+    assert_segmented(queue_dir, 6)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    job = start_job(queue_dir, ckpt, out)
+    try:
+        wait_for_rows(out, len(expected), job)
+        wait_for_commit_through(ckpt, 25, job)
+    finally:
+        kill(job)
+    assert [r["value"] for r in rows_in(out)] == expected, "entries lost, duplicated or out of order"
