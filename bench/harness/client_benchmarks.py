@@ -207,6 +207,7 @@ def _build_manifest(depth: int) -> bytes:
 
 
 def bench_depth(env: Env, s: Settings) -> dict[str, Any]:
+    from osqueue.format.manifest_head import MAX_SEGMENT_ENTRIES
     from osqueue.queue import QueueProducer
 
     depths = [100, 10_000, 100_000]
@@ -219,7 +220,8 @@ def bench_depth(env: Env, s: Settings) -> dict[str, Any]:
         base = env.store(prefix)
         base.put(MANIFEST, raw)
         registry = m.MetricsRegistry()
-        producer = QueueProducer(base, MANIFEST, metrics=registry)
+        # The unsegmented (RFC v1) cost, the "before" of issue 15; py_depth measures the segmented head.
+        producer = QueueProducer(base, MANIFEST, metrics=registry, manifest_segment_entries=MAX_SEGMENT_ENTRIES)
         latencies = []
         sizes = []
         meta = [MetadataItem(0, int(time.time() * 1000), b"bench")]

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.harness.environment import MANIFEST, REPO_ROOT, Env, Settings
 from bench.harness.stats import summarize
-from osqueue.format import decode_manifest
+from osqueue.queue import ManifestStore
 
 # ---------------------------------------------------------------------------------------------
 # benchmark 7: Python producer vs JVM producer
@@ -84,7 +84,7 @@ def _count_entries(env: Env, prefix: str) -> int:
         if raw is None:
             return 0
         total = 0
-        for e in decode_manifest(raw.data, MANIFEST).entries:
+        for e in ManifestStore(store, MANIFEST).decode(raw.data).entries:
             obj = store.get(e.location)
             assert obj is not None
             total += len(decode_batch(obj.data, e.location))

@@ -80,15 +80,15 @@ def test_stream_source_and_sink_on_azurite_survive_kill_dash_nine_with_exact_cou
     log = tmp_path / "job.log"
 
     def manifest(uri: str) -> Any:
-        from osqueue.format import decode_manifest
+        from osqueue.queue import ManifestStore
         from osqueue.store import open_store
 
         store = open_store(uri, azurite.options)
         try:
             obj = store.get("ingest/manifest")
+            return None if obj is None else ManifestStore(store, "ingest/manifest").decode(obj.data)
         finally:
             store.close()
-        return None if obj is None else decode_manifest(obj.data, "ingest/manifest")
 
     def sink_sequence() -> int:
         m = manifest(sink)

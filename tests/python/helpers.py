@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 
 from osqueue.errors import StoreError
-from osqueue.format import decode_manifest
+from osqueue.queue import ManifestStore
 from osqueue.store import (
     PRECONDITION_FAILED,
     CasOutcome,
@@ -142,14 +142,14 @@ def manifest_locations(store: ObjectStore, key: str = "ingest/manifest") -> list
     obj = store.get(key)
     if obj is None:
         return []
-    return [e.location for e in decode_manifest(obj.data, key).entries]
+    return [e.location for e in ManifestStore(store, key).decode(obj.data).entries]
 
 
 def assert_well_formed(store: ObjectStore, key: str = "ingest/manifest") -> list[str]:
     """Decodes the manifest (checks contiguity) and asserts there are no duplicate locations."""
     obj = store.get(key)
     assert obj is not None
-    manifest = decode_manifest(obj.data, key)
+    manifest = ManifestStore(store, key).decode(obj.data)  # a segmented head with its segments
     locations = [e.location for e in manifest.entries]
     assert len(locations) == len(set(locations)), "duplicate manifest entries"
     seqs = [e.sequence for e in manifest.entries]

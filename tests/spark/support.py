@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 import osqueue
-from osqueue.format import decode_manifest
+from osqueue.queue import ManifestStore
+from osqueue.store import LocalFileSystemStore
 
 # Spark otherwise binds to the first non-loopback interface; tests stay on loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -60,7 +61,11 @@ def native_values(queue, store_options=None):
 
 def manifest(queue: pathlib.Path):
     """The queue's manifest at the RFC's default layout."""
-    return decode_manifest((queue / "ingest" / "manifest").read_bytes(), "manifest")
+    store = LocalFileSystemStore(str(queue))
+    try:  # a segmented head with its segments
+        return ManifestStore(store, "ingest/manifest").decode((queue / "ingest" / "manifest").read_bytes())
+    finally:
+        store.close()
 
 
 def inspect_json(queue, store_options=None) -> dict:

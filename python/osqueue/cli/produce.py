@@ -11,7 +11,7 @@ import click
 from osqueue.cli.app import cli
 from osqueue.cli.formatting import _plural
 from osqueue.cli.options import QueueTarget, queue_options
-from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
+from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES, MAX_SEGMENT_ENTRIES
 
 
 def _input_lines(stream: IO[bytes]) -> Iterator[bytes]:
@@ -44,10 +44,11 @@ def _input_lines(stream: IO[bytes]) -> Iterator[bytes]:
 )
 @click.option(
     "--manifest-segment-entries",
-    type=click.IntRange(min=1, max=DEFAULT_SEGMENT_ENTRIES),
+    type=click.IntRange(min=1, max=MAX_SEGMENT_ENTRIES),
     default=DEFAULT_SEGMENT_ENTRIES,
-    help="K: seal the manifest's tail into a segment object past this many entries (docs/format.md §2.2; "
-    "2048 suggested). Default: off.",
+    show_default=True,
+    help="K: seal the manifest's tail into a segment object past this many entries (docs/format.md §2.2); "
+    f"{MAX_SEGMENT_ENTRIES} keeps the queue RFC v1.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def produce(

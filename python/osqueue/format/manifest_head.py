@@ -215,11 +215,10 @@ def decode_segment(data: bytes, ref: SegmentRef) -> list[ManifestEntry]:
 
 # -- the raw head: what writers and lazy readers work on ----------------------------------------
 
-DEFAULT_SEGMENT_ENTRIES = (1 << 31) - 1
-"""K, as the JVM's ``ManifestHead.DefaultSegmentEntries``: off (a v2 head is refused by RFC v1
-readers), opted into with ``manifest_segment_entries``."""
-SUGGESTED_SEGMENT_ENTRIES = 2048
-"""The K the docs suggest to those who opt in."""
+DEFAULT_SEGMENT_ENTRIES = 2048
+"""K, as the JVM's ``ManifestHead.DefaultSegmentEntries``: a queue that never holds more stays RFC v1."""
+MAX_SEGMENT_ENTRIES = (1 << 31) - 1
+"""The largest K (the JVM's ``Int.MaxValue``): it keeps every queue v1, for RFC v1 readers."""
 NO_BATCH_TIME = (1 << 63) - 1
 """A ref's ``oldest_batch_ms`` when none of its locations is a ULID batch name."""
 

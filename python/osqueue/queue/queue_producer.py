@@ -12,7 +12,7 @@ from osqueue.clock import Clock, SystemClock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import encode_entry
-from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
+from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES, MAX_SEGMENT_ENTRIES
 from osqueue.queue.manifest_appender import EnqueueResult, _acquire_committer, _Pending, _release_committer
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH
 from osqueue.queue.retry_policy import RetryPolicy
@@ -21,8 +21,8 @@ from osqueue.store.object_store import ObjectStore, validate_key
 
 def check_segment_entries(value: object) -> int:
     """``manifest_segment_entries`` (K) is a count >= 1; InvalidConfigError naming it otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= DEFAULT_SEGMENT_ENTRIES:
-        raise InvalidConfigError("manifest_segment_entries", value, f"use a count from 1 to {DEFAULT_SEGMENT_ENTRIES}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SEGMENT_ENTRIES:
+        raise InvalidConfigError("manifest_segment_entries", value, f"use a count from 1 to {MAX_SEGMENT_ENTRIES}")
     return value
 
 

@@ -144,13 +144,10 @@ object ManifestHead {
   /** segments_len u32 | segment_count u32 | low_water u64, before the footer of a segmented head. */
   val TrailerSize = 16
   /**
-   * K: a producer seals its tail when an append would push it past this many entries. Off by
-   * default (opt in with `manifestSegmentEntries`): a v2 head is refused by the Python clients and
-   * RFC v1 readers, and a mixed deployment must not lose its Python consumers to a deep backlog.
+   * K: a producer seals its tail when an append would push it past this many entries. A queue
+   * that never holds more stays RFC v1; `Int.MaxValue` keeps every queue v1 (for RFC v1 readers).
    */
-  val DefaultSegmentEntries: Int = Int.MaxValue
-  /** The K the docs suggest to those who opt in. */
-  val SuggestedSegmentEntries = 2048
+  val DefaultSegmentEntries: Int = 2048
   private val RefFixedSize = 8 + 4 + 4 + 8 + 32 + 2
 
   /** Parses a manifest object (v1 or a v2 head) and checks every invariant of §2 and §2.2. */
