@@ -46,6 +46,10 @@ def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         if rt:
             add("5", "real-time mode: produce → seen by the sink, p50", rt["p50_ms"], 150, " ms", higher=False)
             add("5", "real-time mode: produce → seen by the sink, p99", rt["p99_ms"], 400, " ms", higher=False)
+        rtj = (b["latency"].get("modes") or {}).get("real-time-jvm")
+        if rtj:
+            add("5", "real-time mode → JVM foreach: produce → seen, p50", rtj["p50_ms"], 150, " ms", higher=False)
+            add("5", "real-time mode → JVM foreach: produce → seen, p99", rtj["p99_ms"], 400, " ms", higher=False)
     if "jvm_depth" in b:
         add(
             "15",

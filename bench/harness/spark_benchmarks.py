@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import subprocess
 import threading
 import time
 import uuid
@@ -28,6 +29,7 @@ class SparkHolder:
         self._created = False
         self.dataset: SparkDataset | None = None  # built once, shared by spark_file and kafka
         self.tmp = pathlib.Path(__import__("tempfile").mkdtemp(prefix="osq-bench-spark-"))
+        self.seen_writer_jar: str | None = None  # bench/jvm/SeenWriter.java, compiled at session start
 
     @property
     def spark(self) -> Any:
@@ -42,10 +44,12 @@ class SparkHolder:
                 self._spark = existing
             else:
                 self.s.log("starting a local[2] SparkSession ...")
+                self.seen_writer_jar = _compile_seen_writer(self.tmp)
+                jars = [jar_path(), *self.extra_jars, *([self.seen_writer_jar] if self.seen_writer_jar else [])]
                 self._spark = (
                     SparkSession.builder.appName("osqueue-bench")
                     .master("local[2]")
-                    .config("spark.jars", ",".join([jar_path(), *self.extra_jars]))
+                    .config("spark.jars", ",".join(jars))
                     .config("spark.driver.memory", "4g")
                     .config("spark.ui.enabled", "false")
                     .config("spark.ui.showConsoleProgress", "false")
@@ -279,6 +283,35 @@ def _real_time_writer(spark: Any, df: Any, out: pathlib.Path, batch_duration: st
     return writer
 
 
+SEEN_WRITER_SOURCE = pathlib.Path(__file__).resolve().parents[1] / "jvm" / "SeenWriter.java"
+
+
+def _compile_seen_writer(tmp: pathlib.Path) -> str | None:
+    """bench/jvm/SeenWriter.java compiled against pyspark's jars into a jar for spark.jars (None
+    without javac/jar: the latency benchmark then has no "real-time-jvm" mode)."""
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    if not javac or not jar or not SEEN_WRITER_SOURCE.is_file():
+        return None
+    import pyspark
+
+    classes = tmp / "seen-writer-classes"
+    cp = f"{pathlib.Path(pyspark.__file__).parent / 'jars'}/*"
+    subprocess.run([javac, "-nowarn", "-cp", cp, "-d", str(classes), str(SEEN_WRITER_SOURCE)], check=True)
+    out = tmp / "seen-writer.jar"
+    subprocess.run([jar, "cf", str(out), "-C", str(classes), "."], check=True)
+    return str(out)
+
+
+def _real_time_jvm_writer(spark: Any, df: Any, out: pathlib.Path, batch_duration: str) -> Any:
+    """As _real_time_writer, but the sink is a JVM ForeachWriter (bench/jvm/SeenWriter.java): rows
+    are seen in the executor's JVM, with no hand-over to a Python worker."""
+    writer = df.select("value").writeStream.outputMode("update")
+    jvm_writer = spark._jvm.osqueue.bench.SeenWriter(str(out))
+    trigger = spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(batch_duration)
+    writer._jwrite = writer._jwrite.foreach(jvm_writer).trigger(trigger)
+    return writer
+
+
 def _latency_run(
     env: Env, s: Settings, holder: SparkHolder, duration: float, rate: float, mode: str, linger: float, idle_s: float
 ) -> dict[str, Any]:
@@ -321,6 +354,8 @@ def _latency_run(
     df = reader.load(env.uri(prefix))
     if mode == "real-time":
         writer = _real_time_writer(spark, df, out, REAL_TIME_BATCH)
+    elif mode == "real-time-jvm":
+        writer = _real_time_jvm_writer(spark, df, out, REAL_TIME_BATCH)
     else:
         writer = df.writeStream.foreachBatch(on_batch).trigger(processingTime="0 seconds")
     q = writer.option("checkpointLocation", holder.checkpoint("latency")).start()
@@ -345,7 +380,7 @@ def _latency_run(
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with lock:
-                if mode == "real-time":
+                if mode.startswith("real-time"):
                     read_seen()
                 if len(seen) >= n:
                     break
@@ -371,7 +406,7 @@ def _latency_run(
     with lock:
         visible = sorted(v[1] * 1000 for v in seen.values())
         handed = sorted(v[0] * 1000 for v in seen.values())
-        nb = len(batches) if mode != "real-time" else len(progress)
+        nb = len(batches) if not mode.startswith("real-time") else len(progress)
         collect_ms = sorted(b["collect_s"] * 1000 for b in batches) or [0.0]
     if len(seen) < n:
         raise RuntimeError(f"latency ({mode}): {len(seen)} of {n} records seen within 60 s after the last produce()")
@@ -435,6 +470,9 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
     modes = ["micro-batch"]
     if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 1):
         modes.append("real-time")
+        holder.spark  # noqa: B018 (starts the session, which compiles the JVM writer)
+        if holder.seen_writer_jar:
+            modes.append("real-time-jvm")
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for r in range(1 if s.quick else s.repeats):  # --quick: one run per mode
         for mode in modes:
@@ -458,7 +496,9 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
         "trigger(processingTime='0 seconds'), each micro-batch collect()ed on the driver, latency = after collect() - "
         f"produce time. real-time: format('osqueue') -> foreach (a sink Spark allows in real-time mode) with "
         f"Trigger.RealTime('{REAL_TIME_BATCH}'), default pollInterval/maxPollInterval; latency = time the Python "
-        "ForeachWriter's process() saw the row - produce time (same machine clock). Idle cost: requests on the "
+        "ForeachWriter's process() saw the row - produce time (same machine clock). real-time-jvm: the same with "
+        "a JVM ForeachWriter (bench/jvm/SeenWriter.java, compiled with javac at session start), rows seen in the "
+        "executor's JVM without the hand-over to a Python worker. Idle cost: requests on the "
         f"manifest key counted at the proxy over {idle_s:g} s with nothing produced, starting 5 s after the last row.",
         "trigger": "micro-batch: processingTime 0; real-time: Trigger.RealTime(" + REAL_TIME_BATCH + ")",
         "modes": result,
