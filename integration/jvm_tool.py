@@ -24,20 +24,6 @@ def command(*args: str, store_options: dict | None = None) -> list[str]:
     return [java, "-cp", classpath(), "osqueue.tools.QueueTool", *args, *opts]
 
 
-JAVA_DRIVERS = pathlib.Path(__file__).resolve().parent / "jvm"
-
-
-def run_java_source(name: str, *args: str, store_options: dict | None = None, timeout: float = 300) -> str:
-    """Runs ``integration/jvm/<name>.java`` (Java's single-file source launcher) with the core on the class path."""
-    java = shutil.which("java") or "java"
-    opts = [f"{k}={v}" for k, v in (store_options or {}).items()]
-    cmd = [java, "-cp", classpath(), str(JAVA_DRIVERS / f"{name}.java"), *args, *opts]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        raise AssertionError(f"{name}.java failed ({p.returncode}): {p.stderr.strip()[-3000:]}")
-    return p.stdout
-
-
 def start(*args: str, store_options: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         command(*args, store_options=store_options), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -188,7 +188,10 @@ def _head(path, store_options=None):
 
 def test_python_consumer_reads_a_jvm_producers_segmented_queue_exactly(shared_queue):
     path, opts = shared_queue
-    jvm_tool.run_java_source("SegmentedProduce", path, "jvm", "40", "3", store_options=opts)
+    # One awaited produce() per entry: one manifest write each, so many seals at K = 3.
+    jvm_tool.run(
+        "produce", path, "jvm", "40", "--sync", "true", "--flush-ms", "5", "--segment-entries", "3", store_options=opts
+    )
     head = _head(path, opts)
     assert head.version == 2 and len(head.segments) >= 10 and len(head.tail) <= 3, "the JVM sealed past K = 3"
     c = osqueue.Consumer(path, store_options=opts)
@@ -221,7 +224,10 @@ def test_jvm_consumer_reads_a_python_producers_segmented_queue_exactly(shared_qu
 def test_jvm_and_python_producers_seal_one_queue_together(tmp_path):
     """Both languages append and seal (K = 2) concurrently: every entry once, each producer's in order."""
     path = str(tmp_path / "q")
-    jvm = threading.Thread(target=jvm_tool.run_java_source, args=("SegmentedProduce", path, "jvm", "30", "2"))
+    jvm = threading.Thread(
+        target=jvm_tool.run,
+        args=("produce", path, "jvm", "30", "--sync", "true", "--flush-ms", "2", "--segment-entries", "2"),
+    )
     jvm.start()
     deadline = time.monotonic() + 120
     while _manifest_exists(path) is False and time.monotonic() < deadline:

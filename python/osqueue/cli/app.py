@@ -70,7 +70,8 @@ def _maybe_traceback(ctx: click.Context) -> None:
 def cli(ctx: click.Context, debug: bool) -> None:
     """Inspect, produce to, tail and garbage-collect osqueue queues.
 
-    PATH is a queue's store root: /dir, file:/dir, s3://bucket/prefix, s3a://bucket/prefix or gs://bucket/prefix.
+    PATH is a queue's store root: /dir, relative/dir, file:/dir, s3://bucket/prefix, s3a://bucket/prefix,
+    gs://bucket/prefix or abfss://container@account.dfs.core.windows.net/prefix (also abfs, wasbs, wasb).
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
