@@ -284,8 +284,9 @@ def source_options(
 ) -> dict[str, str]:
     """The streaming source's options for the given arguments (those left None are omitted).
 
-    ``poll_interval`` / ``max_poll_interval`` apply in real-time mode (Spark 4.1+): how often the
-    reader looks at the manifest, and the longest wait it backs off to while nothing changes.
+    ``poll_interval`` / ``max_poll_interval``: how often the source looks at the manifest while the
+    queue is idle (the real-time reader; in micro-batch mode the driver's ``latestOffset``), and the
+    longest wait it backs off to while nothing changes.
     """
     out = _common(manifest_path, data_path_prefix, store_options)
     if max_batches_per_trigger is not None:
