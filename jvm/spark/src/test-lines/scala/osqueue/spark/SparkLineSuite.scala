@@ -1,16 +1,14 @@
 package osqueue.spark
 
 import java.nio.charset.StandardCharsets.UTF_8
-import java.nio.file.{Files, Path}
 import java.util.concurrent.ConcurrentLinkedQueue
 
 import scala.concurrent.duration._
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.api.java.function.VoidFunction2
-import org.apache.spark.sql.{Dataset, Row, SparkSession}
+import org.apache.spark.sql.{Dataset, Row}
 import org.apache.spark.sql.streaming.Trigger
-import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue.producer.{Producer, ProducerConfig}
@@ -22,24 +20,8 @@ import osqueue.store.ObjectStores
  * Every line runs it (Kafka's connector tests each Spark this way); it is the only Spark run of the
  * Spark 3.5 / Scala 2.13 build, which has no pyspark.
  */
-class SparkLineSuite extends AnyFunSuite with BeforeAndAfterAll {
-  private var spark: SparkSession = _
-  private lazy val dir: Path = Files.createTempDirectory("osqueue-line-suite")
-
-  override def beforeAll(): Unit = {
-    spark = SparkSession.builder().master("local[2]").appName("osqueue-line-suite")
-      .config("spark.ui.enabled", "false")
-      .config("spark.sql.warehouse.dir", dir.resolve("warehouse").toString)
-      .config("spark.sql.shuffle.partitions", "2")
-      .config("spark.driver.bindAddress", "127.0.0.1")
-      .config("spark.driver.host", "127.0.0.1")
-      .getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-  }
-
-  override def afterAll(): Unit = if (spark != null) spark.stop()
-
-  private def queue(name: String): String = dir.resolve(name).toString
+class SparkLineSuite extends AnyFunSuite with LocalSparkSuite {
+  override protected def sessionName: String = "osqueue-line-suite"
 
   /** `batches` batches of `perBatch` entries, each batch with its own metadata; the values in order. */
   private def produce(path: String, batches: Int, perBatch: Int, tag: String): Seq[String] = {
