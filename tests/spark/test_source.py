@@ -587,10 +587,10 @@ def _output_rows(out: pathlib.Path):
     return sorted(rows, key=lambda r: (r["sequence"], r["index"]))
 
 
-def test_kill_dash_nine_mid_stream_and_restart_delivers_each_entry_exactly_once(queue_dir, tmp_path):
-    expected = produce_entries(str(queue_dir), batches=30, per_batch=3)
-    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    for kill_after in (3, 9):  # different moments
+def _kill_twice_then_drain(queue_dir, ckpt, out):
+    """kill -9 the stream job after 3 and after 9 output batches (2 queue batches per trigger), then
+    drain with AvailableNow from the same checkpoint; the output rows of all runs."""
+    for kill_after in (3, 9):
         job = _run_job(queue_dir, ckpt, out, "--max-batches", "2")
         deadline = time.time() + 180
         while len(list(out.glob("batch-*.json"))) < kill_after and time.time() < deadline:
@@ -601,7 +601,13 @@ def test_kill_dash_nine_mid_stream_and_restart_delivers_each_entry_exactly_once(
         job.wait(30)
     job = _run_job(queue_dir, ckpt, out, "--max-batches", "2", "--available-now")
     assert job.wait(300) == 0, job.stdout.read()
-    rows = _output_rows(out)
+    return _output_rows(out)
+
+
+def test_kill_dash_nine_mid_stream_and_restart_delivers_each_entry_exactly_once(queue_dir, tmp_path):
+    expected = produce_entries(str(queue_dir), batches=30, per_batch=3)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    rows = _kill_twice_then_drain(queue_dir, ckpt, out)
     assert [r["value"] for r in rows] == expected
     assert len({(r["sequence"], r["index"]) for r in rows}) == len(rows)
     # The final run ended with its last batch committed: the queue holds nothing it delivered.

@@ -8,10 +8,8 @@ AvailableNow, the batch read, a real-time query, and a query killed with -9 and 
 
 from __future__ import annotations
 
-import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import time
 
@@ -20,7 +18,7 @@ import pytest
 import osqueue
 from osqueue.format import decode_head
 
-from .test_source import _output_rows, _run_job, assert_exactly_once, flatten, run_query
+from .test_source import _kill_twice_then_drain, assert_exactly_once, flatten, run_query
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -111,18 +109,7 @@ def test_kill_dash_nine_mid_stream_on_a_segmented_queue_and_restart_delivers_eac
     expected = produce_jvm(queue_dir, batches=30, per_batch=3, k=4)
     assert_segmented(queue_dir, 6)
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    for kill_after in (3, 9):  # different moments: inside the first segments, then further on
-        job = _run_job(queue_dir, ckpt, out, "--max-batches", "2")
-        deadline = time.time() + 180
-        while len(list(out.glob("batch-*.json"))) < kill_after and time.time() < deadline:
-            if job.poll() is not None:
-                pytest.fail("stream job exited early:\n" + job.stdout.read())
-            time.sleep(0.05)
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait(30)
-    job = _run_job(queue_dir, ckpt, out, "--max-batches", "2", "--available-now")
-    assert job.wait(300) == 0, job.stdout.read()
-    rows = _output_rows(out)
+    rows = _kill_twice_then_drain(queue_dir, ckpt, out)  # kills inside the first segments, then further on
     assert [r["value"] for r in rows] == expected
     assert len({(r["sequence"], r["index"]) for r in rows}) == len(rows)
     h = head_of(queue_dir)
