@@ -9,6 +9,7 @@ from osqueue.cli.formatting import _human_age, _plural
 from osqueue.cli.options import QueueTarget, queue_options
 from osqueue.format import parse_batch_ulid_ms
 from osqueue.gc import GarbageCollector
+from osqueue.queue import DEFAULT_GC_GRACE_PERIOD_MS
 
 
 @cli.command()
@@ -17,7 +18,7 @@ from osqueue.gc import GarbageCollector
 @click.option(
     "--grace-period",
     type=click.FloatRange(min=0),
-    default=600.0,
+    default=DEFAULT_GC_GRACE_PERIOD_MS / 1000,
     show_default=True,
     help="Seconds a file must have existed (by its ULID time) before it may be deleted; "
     "the queue's own grace period applies when it is longer.",

@@ -40,6 +40,7 @@ from osqueue.errors import (
 from osqueue.format.entry_tag import Delivered, EntryTag
 from osqueue.format.manifest import ManifestEntry
 from osqueue.gc.garbage_collector import GarbageCollector
+from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS
 from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH
 from osqueue.queue.queue_consumer import BatchDescriptor, QueueConsumer
 from osqueue.queue.retry_policy import RetryPolicy
@@ -102,7 +103,7 @@ class Consumer:
         manifest_path: str = DEFAULT_MANIFEST_PATH,
         data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
         gc_interval: float = 300.0,
-        gc_grace_period: float = 600.0,
+        gc_grace_period: float = DEFAULT_GC_GRACE_PERIOD_MS / 1000,
         run_gc: bool = True,
         store_options: Mapping[str, Any] | None = None,
         store: ObjectStore | None = None,

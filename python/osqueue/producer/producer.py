@@ -31,7 +31,7 @@ from osqueue.format.batch_names import new_batch_key
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
 from osqueue.producer.write_handle import DurableWrite, WriteHandle
-from osqueue.queue.data_prefix_owner import claim_data_prefix
+from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_appender import EnqueueResult
 from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH
 from osqueue.queue.queue_producer import QueueProducer, check_segment_entries
@@ -174,7 +174,7 @@ class Producer:
         compression: str | Compression | None = None,
         manifest_path: str = DEFAULT_MANIFEST_PATH,
         data_path_prefix: str = DEFAULT_DATA_PATH_PREFIX,
-        gc_grace_period: float = 600.0,
+        gc_grace_period: float = DEFAULT_GC_GRACE_PERIOD_MS / 1000,
         manifest_segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
         store_options: Mapping[str, Any] | None = None,
         store: ObjectStore | None = None,
