@@ -63,14 +63,14 @@ public class DeepQueue {
       List<NewEntry> group = new ArrayList<>(n);
       for (int i = 0; i < n; i++) group.add(new NewEntry(locations[(int) ((built + i) % distinct)], meta, new byte[0]));
       raw = ManifestHead.parse(raw, MANIFEST).appended(CollectionConverters.asScala(group).toSeq(), k,
-          t -> ms.writeSegment(t, now))._1();
+          t -> ms.writeSegment(t, now), f -> ms.writeIndex(f, now))._1();
       built += n;
     }
     store.put(MANIFEST, raw);
     ManifestHead head = ManifestHead.parse(raw, MANIFEST);
     System.out.println(String.format("{\"depth\": %d, \"k\": %d, \"segments\": %d, \"tail\": %d, \"head_bytes\": %d, "
         + "\"distinct_batch_files\": %d, \"records_per_batch\": %d, \"build_s\": %.1f}",
-        head.depth(), k, head.segments().size(), head.tailSize(), raw.length, distinct, records,
+        head.depth(), k, new osqueue.queue.SegmentTree(ms, 64).leaves(head, 0L, Long.MAX_VALUE).size(), head.tailSize(), raw.length, distinct, records,
         (System.nanoTime() - t0) / 1e9));
     store.close();
     System.exit(0);

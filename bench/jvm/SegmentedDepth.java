@@ -37,6 +37,8 @@ import osqueue.queue.ManifestAppender;
 import osqueue.queue.ManifestStore;
 import osqueue.queue.PendingLocation;
 import osqueue.queue.RetryPolicy;
+import osqueue.queue.SegmentTree;
+import osqueue.format.SegmentRef;
 import osqueue.store.ObjectStore;
 import osqueue.store.ObjectStores;
 import scala.concurrent.duration.Duration;
@@ -84,7 +86,7 @@ public class SegmentedDepth {
     List<NewEntry> group = new ArrayList<>(n);
     for (int i = 0; i < n; i++) group.add(new NewEntry(BatchNames.newKey("ingest", now), meta(), new byte[0]));
     scala.Tuple2<byte[], Object> r = ManifestHead.parse(raw, MANIFEST).appended(
-        CollectionConverters.asScala(group).toSeq(), k, t -> ms.writeSegment(t, now));
+        CollectionConverters.asScala(group).toSeq(), k, t -> ms.writeSegment(t, now), f -> ms.writeIndex(f, now));
     ms.store().put(MANIFEST, r._1());
     return r._1();
   }
@@ -123,7 +125,7 @@ public class SegmentedDepth {
       if (latMs == null) { latMs = new double[appends]; written = new long[appends]; }
       String loc = BatchNames.newKey("ingest", System.currentTimeMillis());
       PendingLocation p = new PendingLocation(loc, meta(), () -> { throw new IllegalStateException("no re-upload"); }, new byte[0]);
-      int segmentsBefore = ManifestHead.parse(store.get(MANIFEST).get().bytes(), MANIFEST).segments().size();
+      ManifestHead before = ManifestHead.parse(store.get(MANIFEST).get().bytes(), MANIFEST);
       List<PendingLocation> g = new ArrayList<>();
       g.add(p);
       long t = System.nanoTime();
@@ -133,10 +135,20 @@ public class SegmentedDepth {
       latMs[i] = ms;
       ManifestHead after = ManifestHead.parse(store.get(MANIFEST).get().bytes(), MANIFEST);
       written[i] = after.raw().length;
-      if (after.segments().size() > segmentsBefore) {
+      if (after.tailSize() <= before.tailSize()) { // it sealed: add the segment and any index objects it folded into
         seals++;
-        written[i] += after.segments().last().byteLength();
+        java.util.Set<String> old = new java.util.HashSet<>();
+        for (SegmentRef r : CollectionConverters.asJava(before.refs())) old.add(r.key());
+        for (SegmentRef r : CollectionConverters.asJava(after.refs())) written[i] += newBytes(r, old);
       }
+    }
+
+    /** The bytes of `r` and of the objects below it that `old` (the keys listed before) does not hold. */
+    long newBytes(SegmentRef r, java.util.Set<String> old) {
+      if (old.contains(r.key())) return 0;
+      long n = r.byteLength();
+      if (r.isIndex()) for (SegmentRef c : CollectionConverters.asJava(new SegmentTree(ms, 64).children(r))) n += newBytes(c, old);
+      return n;
     }
 
     void consume(int deliveries) throws Exception {
@@ -172,19 +184,24 @@ public class SegmentedDepth {
       Arrays.sort(sorted);
       long sumWritten = 0;
       for (long w : written) sumWritten += w;
+      // the segments through the index objects (one GET per index); the levels the head's refs reach
+      List<SegmentRef> segments = CollectionConverters.asJava(
+          new SegmentTree(ms, 64).leaves(head, 0L, Long.MAX_VALUE).toSeq());
+      int levels = 0;
+      for (SegmentRef r : CollectionConverters.asJava(head.refs())) levels = Math.max(levels, r.level());
       System.out.println(String.format(
-          "{\"depth\": %d, \"k\": %d, \"segments\": %d, \"tail\": %d, \"head_bytes\": %d, \"build_s\": %.1f, "
+          "{\"depth\": %d, \"k\": %d, \"segments\": %d, \"refs\": %d, \"levels\": %d, \"tail\": %d, \"head_bytes\": %d, \"build_s\": %.1f, "
               + "\"append_latency_ms_median\": %.2f, \"append_latency_ms_p90\": %.2f, \"append_latency_ms_max\": %.2f, "
               + "\"appends\": %d, \"seals\": %d, \"bytes_written_per_append_mean\": %d, \"bytes_written_per_append_max\": %d, "
               + "\"consumer_initialize_ms\": %.1f, \"delivered\": %d, \"consumer_us_per_delivered\": %.2f, "
               + "\"consumer_heap_held_mb\": %.1f, \"max_heap_mb\": %d, \"seal_bytes_per_append_amortized\": %d}",
-          depth, k, head.segments().size(), head.tailSize(), head.raw().length, buildS,
+          depth, k, segments.size(), head.refs().size(), levels, head.tailSize(), head.raw().length, buildS,
           sorted[appends / 2], sorted[(int) (appends * 0.9)], sorted[appends - 1], appends, seals,
           sumWritten / appends, Arrays.stream(written).max().getAsLong(),
           initMs, delivered, consumeS * 1e6 / Math.max(1, delivered), heapHeld / 1048576.0,
           Runtime.getRuntime().maxMemory() >> 20,
           // a seal writes one segment of ~K entries every ~K appends (none of the measured ones may seal)
-          head.segments().isEmpty() ? 0 : head.segments().last().byteLength() / k));
+          segments.isEmpty() ? 0 : segments.get(segments.size() - 1).byteLength() / k));
     }
   }
 

@@ -184,7 +184,7 @@ final class Consumer(
       val head = queue.readHead()
       queueLength.set(head.depth)
       val start = math.max(head.firstSequence, after.fold(head.firstSequence)(_ + 1))
-      buffer = head.segmentFor(start) match {
+      buffer = queue.segmentTree.leafFor(head, start) match {
         case Some(ref) => queue.readSegment(ref).filter(_.sequence >= head.firstSequence)
         case None => head.tailEntries
       }

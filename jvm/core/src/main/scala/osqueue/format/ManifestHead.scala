@@ -10,10 +10,15 @@ import osqueue.{CorruptManifestException, InvalidObjectKeyException}
 import osqueue.format.ManifestCodec.{EntrySpan, FooterSize}
 import osqueue.store.ObjectKeys
 
-/** A segment listed by a segmented head (docs/format.md §2.2): sequences `firstSequence ..= lastSequence`. */
+/**
+ * A ref listed by a segmented head or an index object (docs/format.md §2.2), covering sequences
+ * `firstSequence ..= lastSequence`: a segment object (level 0) or an index object listing refs of
+ * level `level - 1` (its entry count and oldest batch time are its whole subtree's).
+ */
 final case class SegmentRef(
     firstSequence: Long,
     entryCount: Long,
+    level: Int,
     byteLength: Long,
     /** Smallest ULID time of its locations; Long.MaxValue when none is a ULID batch name. */
     oldestBatchMs: Long,
@@ -21,10 +26,11 @@ final case class SegmentRef(
     key: String) {
   def lastSequence: Long = firstSequence + entryCount - 1
   def contains(sequence: Long): Boolean = sequence >= firstSequence && sequence <= lastSequence
+  def isIndex: Boolean = level > 0
 
   override def equals(o: Any): Boolean = o match {
-    case r: SegmentRef => firstSequence == r.firstSequence && entryCount == r.entryCount && byteLength == r.byteLength &&
-      oldestBatchMs == r.oldestBatchMs && Arrays.equals(sha256, r.sha256) && key == r.key
+    case r: SegmentRef => firstSequence == r.firstSequence && entryCount == r.entryCount && level == r.level &&
+      byteLength == r.byteLength && oldestBatchMs == r.oldestBatchMs && Arrays.equals(sha256, r.sha256) && key == r.key
     case _ => false
   }
   override def hashCode(): Int = (firstSequence, entryCount, key).hashCode()
@@ -33,7 +39,11 @@ final case class SegmentRef(
 object SegmentRef {
   /** The ref of segment bytes a writer is about to store under `key`. */
   def of(s: SealedTail, key: String): SegmentRef =
-    SegmentRef(s.firstSequence, s.entryCount, s.bytes.length.toLong, s.oldestBatchMs, ManifestHead.sha256(s.bytes), key)
+    SegmentRef(s.firstSequence, s.entryCount, 0, s.bytes.length.toLong, s.oldestBatchMs, ManifestHead.sha256(s.bytes), key)
+
+  /** The ref of an index object a writer is about to store under `key`. */
+  def ofIndex(f: FoldedIndex, key: String): SegmentRef =
+    SegmentRef(f.firstSequence, f.entryCount, f.level, f.bytes.length.toLong, f.oldestBatchMs, ManifestHead.sha256(f.bytes), key)
 }
 
 /** The tail a producer seals: the bytes of the segment object (an RFC v1 manifest of the entries). */
@@ -41,17 +51,19 @@ final case class SealedTail(bytes: Array[Byte], firstSequence: Long, entryCount:
 
 /**
  * A manifest object as writers and lazy readers see it: an RFC v1 manifest, or a segmented head
- * (version 2, docs/format.md §2.2) listing segment objects before its tail of newest entries.
- * Parsing checks every invariant but decodes no metadata; the edits copy the tail's entries byte
- * for byte and never read a segment.
+ * (version 2, docs/format.md §2.2) listing refs to segment and index objects before its tail of
+ * newest entries. Parsing checks every invariant but decodes no metadata; the edits copy the tail's
+ * entries byte for byte, never read a segment, and read an index object only through the callback
+ * a dequeue is given (reading what a head lists goes through `osqueue.queue.SegmentTree`).
  */
 final class ManifestHead private (
     val raw: Array[Byte],
     val key: String,
     val version: Int,
     val footer: ManifestFooter,
-    val segments: IndexedSeq[SegmentRef],
-    /** The first queued sequence while segments are listed (sequences below it in the first segment are dequeued). */
+    /** The head's own refs, in order: the first a segment, any other a segment or an index. */
+    val refs: IndexedSeq[SegmentRef],
+    /** The first queued sequence while refs are listed (sequences below it in the first segment are dequeued). */
     val lowWater: Long,
     tailFrom: Int,
     tailUntil: Int,
@@ -61,7 +73,7 @@ final class ManifestHead private (
 
   def nextSequence: Long = footer.nextSequence
   def epoch: Long = footer.epoch
-  def isSegmented: Boolean = segments.nonEmpty
+  def isSegmented: Boolean = refs.nonEmpty
   def tailSize: Int = tailSpans.size
   def tailFirstSequence: Long = tailSpans.headOption.map(_.sequence).getOrElse(nextSequence)
   /** The first queued sequence, or `nextSequence` when the queue is empty. */
@@ -76,20 +88,21 @@ final class ManifestHead private (
     val i = sequence - tailFirstSequence
     if (i >= 0 && i < tailSpans.size) Some(tailSpans(i.toInt).location) else None
   }
-  /** The listed segment holding `sequence` (dequeued sequences below `lowWater` included). */
-  def segmentFor(sequence: Long): Option[SegmentRef] = segments.find(_.contains(sequence))
 
-  /** The oldest ULID time of any referenced batch: tail entries and segments (GC's rule 3, §6). */
+  /** The oldest ULID time of any referenced batch: tail entries and refs, an index's being its subtree's (GC's rule 3, §6). */
   def oldestReferencedBatchMs: Option[Long] =
     (tailSpans.flatMap(s => BatchNames.ulidTimeMs(s.location)) ++
-      segments.map(_.oldestBatchMs).filter(_ != Long.MaxValue)).reduceOption(_ min _)
+      refs.map(_.oldestBatchMs).filter(_ != Long.MaxValue)).reduceOption(_ min _)
 
   /**
-   * Appends `entries` at `nextSequence`. When the tail would exceed `maxTail` entries, the current
-   * tail is sealed first: `seal` must store the segment and return its ref, and the new entries
-   * become the whole tail. Returns the bytes and the first new sequence.
+   * Appends `entries` at `nextSequence`. When the tail would exceed `maxTail` (K) entries, the
+   * current tail is sealed first: `seal` must store the segment and return its ref, and the new
+   * entries become the whole tail. Then the refs are folded with fan-out `fanout(maxTail)`: while
+   * the last F refs have one level and the first ref is not among them, `fold` must store them as
+   * an index object and return its ref, which replaces them. Returns the bytes and the first new sequence.
    */
-  def appended(entries: Seq[NewEntry], maxTail: Int, seal: SealedTail => SegmentRef): (Array[Byte], Long) = {
+  def appended(entries: Seq[NewEntry], maxTail: Int, seal: SealedTail => SegmentRef,
+      fold: FoldedIndex => SegmentRef): (Array[Byte], Long) = {
     if (tailSpans.size.toLong + entries.size > 0xFFFFFFFFL)
       throw new CorruptManifestException(key, "entry_count would overflow u32")
     if (footer.nextSequence > Long.MaxValue - entries.size)
@@ -102,7 +115,7 @@ final class ManifestHead private (
       val out = new ByteArrayOutputStream(raw.length + added.size())
       out.write(raw, 0, tailUntil)
       added.writeTo(out)
-      out.write(tailEnd(segments, lowWater, next.copy(entryCount = tailSpans.size + entries.size)))
+      out.write(tailEnd(refs, lowWater, next.copy(entryCount = tailSpans.size + entries.size)))
       (out.toByteArray, base)
     } else {
       val sealedBytes = new ByteArrayOutputStream(tailUntil - tailFrom + FooterSize)
@@ -110,31 +123,37 @@ final class ManifestHead private (
       sealedBytes.write(ManifestCodec.encodeFooter(ManifestFooter(tailSpans.size, footer.nextSequence, 0L)))
       val oldest = tailSpans.flatMap(s => BatchNames.ulidTimeMs(s.location)).reduceOption(_ min _).getOrElse(Long.MaxValue)
       val ref = seal(SealedTail(sealedBytes.toByteArray, tailSpans.head.sequence, tailSpans.size, oldest))
-      val refs = segments :+ ref
-      val out = new ByteArrayOutputStream(added.size() + refs.size * 128 + 64)
-      out.write(encodeRefs(refs))
+      val folded = foldRefs(refs :+ ref, fanout(maxTail), fold)
+      val out = new ByteArrayOutputStream(added.size() + folded.size * 128 + 64)
+      out.write(encodeRefs(folded))
       added.writeTo(out)
-      out.write(tailEnd(refs, if (isSegmented) lowWater else tailSpans.head.sequence, next.copy(entryCount = entries.size)))
+      out.write(tailEnd(folded, if (isSegmented) lowWater else tailSpans.head.sequence, next.copy(entryCount = entries.size)))
       (out.toByteArray, base)
     }
   }
 
-  /** Removes sequences `<= through`; None when nothing would be removed (no write needed). */
-  def dequeuedThrough(through: Long): Option[Array[Byte]] =
-    if (through < firstSequence || isEmpty) None else Some(rebuild(footer.epoch, through))
+  /**
+   * Removes sequences `<= through`; None when nothing would be removed (no write needed).
+   * `children` reads an index object the dequeue reaches (checked against its ref), to expand it.
+   */
+  def dequeuedThrough(through: Long, children: SegmentRef => IndexedSeq[SegmentRef]): Option[Array[Byte]] =
+    if (through < firstSequence || isEmpty) None else Some(rebuild(footer.epoch, through, children))
 
   /** Sets the epoch and, optionally, dequeues through a sequence, in one edit. */
-  def withEpoch(epoch: Long, through: Option[Long]): Array[Byte] = rebuild(epoch, through.getOrElse(firstSequence - 1))
+  def withEpoch(epoch: Long, through: Option[Long], children: SegmentRef => IndexedSeq[SegmentRef]): Array[Byte] =
+    rebuild(epoch, through.getOrElse(firstSequence - 1), children)
 
-  private def rebuild(epoch: Long, through: Long): Array[Byte] = {
+  private def rebuild(epoch: Long, through: Long, children: SegmentRef => IndexedSeq[SegmentRef]): Array[Byte] = {
     val newFirst = math.min(math.max(firstSequence, through + 1), nextSequence)
-    val refs = segments.filter(_.lastSequence >= newFirst)
-    val kept = tailSpans.dropWhile(_.sequence < newFirst)
-    val cut = kept.headOption.map(_.start).getOrElse(tailUntil)
+    var kept = refs.dropWhile(_.lastSequence < newFirst)
+    // The first ref must be a segment: expand the index the dequeue reached, level by level (§2.2).
+    while (kept.nonEmpty && kept.head.isIndex) kept = children(kept.head).dropWhile(_.lastSequence < newFirst) ++ kept.tail
+    val keptTail = tailSpans.dropWhile(_.sequence < newFirst)
+    val cut = keptTail.headOption.map(_.start).getOrElse(tailUntil)
     val out = new ByteArrayOutputStream(raw.length)
-    if (refs.nonEmpty) out.write(encodeRefs(refs))
+    if (kept.nonEmpty) out.write(encodeRefs(kept))
     out.write(raw, cut, tailUntil - cut)
-    out.write(tailEnd(refs, newFirst, footer.copy(entryCount = kept.size, epoch = epoch)))
+    out.write(tailEnd(kept, newFirst, footer.copy(entryCount = keptTail.size, epoch = epoch)))
     out.toByteArray
   }
 }
@@ -143,12 +162,32 @@ object ManifestHead {
   val Version = 2
   /** segments_len u32 | segment_count u32 | low_water u64, before the footer of a segmented head. */
   val TrailerSize = 16
+  /** The deepest level a ref may have (an index of level 32 covers more than 2^64 entries at the least fan-out). */
+  val MaxLevel = 32
   /**
    * K: a producer seals its tail when an append would push it past this many entries. A queue
    * that never holds more stays RFC v1; `Int.MaxValue` keeps every queue v1 (for RFC v1 readers).
    */
   val DefaultSegmentEntries: Int = 2048
-  private val RefFixedSize = 8 + 4 + 4 + 8 + 32 + 2
+  /** first u64 | entry_count u64 | level u8 | byte_length u32 | oldest_batch_ms i64 | sha256 | key_len u16. */
+  val RefFixedSize: Int = 8 + 8 + 1 + 4 + 8 + 32 + 2
+
+  /**
+   * F, the refs a writer with segment size `k` folds into one index object: `max(2, k / 32)`, so
+   * the refs a head holds weigh a few percent of its tail. A writer's choice: readers accept any tree.
+   */
+  def fanout(k: Int): Int = math.max(2, k / 32)
+
+  /** Folds the last `f` refs into an index while they share a level and the first ref is not among them. */
+  private def foldRefs(refs: IndexedSeq[SegmentRef], f: Int, fold: FoldedIndex => SegmentRef): IndexedSeq[SegmentRef] = {
+    var out = refs
+    var level = refs.last.level
+    while (out.size > f && level < MaxLevel && out.takeRight(f).forall(_.level == level)) {
+      out = out.dropRight(f) :+ fold(IndexObject.fold(out.takeRight(f)))
+      level += 1
+    }
+    out
+  }
 
   /** Parses a manifest object (v1 or a v2 head) and checks every invariant of §2 and §2.2. */
   def parse(raw: Array[Byte], key: String): ManifestHead = {
@@ -167,37 +206,13 @@ object ManifestHead {
     val lowWater = b.getLong(trailerAt + 8)
     if (segmentsLen > trailerAt) throw corrupt(s"segments_len $segmentsLen runs past the head")
     if (count == 0) throw corrupt("a version 2 head lists no segment (a head without segments is version 1)")
-    if (count > segmentsLen / RefFixedSize) throw corrupt(s"segment_count $count cannot fit in $segmentsLen bytes of refs")
-    val refs = IndexedSeq.newBuilder[SegmentRef]
-    var pos = 0
-    var expectedFirst = -1L
-    for (i <- 0L until count) {
-      if (segmentsLen - pos < RefFixedSize) throw corrupt(s"segment ref $i runs past the refs region")
-      val first = b.getLong(pos)
-      val n = Integer.toUnsignedLong(b.getInt(pos + 8))
-      val len = Integer.toUnsignedLong(b.getInt(pos + 12))
-      val oldest = b.getLong(pos + 16)
-      val sha = Arrays.copyOfRange(raw, pos + 24, pos + 56)
-      val keyLen = java.lang.Short.toUnsignedInt(b.getShort(pos + 56))
-      pos += RefFixedSize
-      if (keyLen > segmentsLen - pos) throw corrupt(s"segment ref $i: its key runs past the refs region")
-      val segKey = utf8(raw, pos, keyLen).getOrElse(throw corrupt(s"segment ref $i: key is not valid UTF-8"))
-      try ObjectKeys.validate(segKey)
-      catch { case e: InvalidObjectKeyException => throw corrupt(s"segment ref $i: ${e.getMessage}") }
-      pos += keyLen
-      if (n == 0) throw corrupt(s"segment ref $i ('$segKey') has no entries")
-      if (first < 0 || first > Long.MaxValue - n) throw corrupt(s"segment ref $i: sequences out of range")
-      if (expectedFirst >= 0 && first != expectedFirst)
-        throw corrupt(s"segment ref $i starts at $first, not at $expectedFirst (segments must be contiguous)")
-      expectedFirst = first + n
-      refs += SegmentRef(first, n, len, oldest, sha, segKey)
-    }
-    if (pos != segmentsLen) throw corrupt(s"${segmentsLen - pos} unexpected bytes after the last segment ref")
-    val segments = refs.result()
-    if (!segments.head.contains(lowWater))
-      throw corrupt(s"low_water $lowWater is not in the first segment (${segments.head.firstSequence} to ${segments.head.lastSequence})")
+    val refs = decodeRefs(raw, 0, segmentsLen.toInt, count, "segment ref", key)
+    if (refs.head.isIndex)
+      throw corrupt(s"its first ref is an index object of level ${refs.head.level} ('${refs.head.key}'), not a segment")
+    if (!refs.head.contains(lowWater))
+      throw corrupt(s"low_water $lowWater is not in the first segment (${refs.head.firstSequence} to ${refs.head.lastSequence})")
     val spans = ManifestCodec.scanSpans(raw, key, footer, segmentsLen.toInt, trailerAt)
-    val segmentsEnd = segments.last.lastSequence + 1
+    val segmentsEnd = refs.last.lastSequence + 1
     spans.headOption match {
       case Some(s) if s.sequence != segmentsEnd =>
         throw corrupt(s"the tail starts at ${s.sequence}, not where the last segment ends ($segmentsEnd)")
@@ -205,7 +220,47 @@ object ManifestHead {
         throw corrupt(s"the segments end at ${segmentsEnd - 1} but next_sequence is ${footer.nextSequence}")
       case _ =>
     }
-    new ManifestHead(raw, key, version, footer, segments, lowWater, segmentsLen.toInt, trailerAt, spans)
+    new ManifestHead(raw, key, version, footer, refs, lowWater, segmentsLen.toInt, trailerAt, spans)
+  }
+
+  /**
+   * `count` refs filling `raw[from, from + len)` exactly, contiguous, each with a valid key, at
+   * least one entry and a level of at most [[MaxLevel]] (a head's refs, or an index object's);
+   * CorruptManifestException naming `key` otherwise. `what` names a ref in messages.
+   */
+  def decodeRefs(raw: Array[Byte], from: Int, len: Int, count: Long, what: String, key: String): IndexedSeq[SegmentRef] = {
+    def corrupt(msg: String) = new CorruptManifestException(key, msg)
+    if (count > len / RefFixedSize) throw corrupt(s"$count refs cannot fit in $len bytes of refs")
+    val b = ByteBuffer.wrap(raw).order(ByteOrder.LITTLE_ENDIAN)
+    val refs = IndexedSeq.newBuilder[SegmentRef]
+    val end = from + len
+    var pos = from
+    var expectedFirst = -1L
+    for (i <- 0L until count) {
+      if (end - pos < RefFixedSize) throw corrupt(s"$what $i runs past the refs region")
+      val first = b.getLong(pos)
+      val n = b.getLong(pos + 8)
+      val level = java.lang.Byte.toUnsignedInt(b.get(pos + 16))
+      val byteLength = Integer.toUnsignedLong(b.getInt(pos + 17))
+      val oldest = b.getLong(pos + 21)
+      val sha = Arrays.copyOfRange(raw, pos + 29, pos + 61)
+      val keyLen = java.lang.Short.toUnsignedInt(b.getShort(pos + 61))
+      pos += RefFixedSize
+      if (keyLen > end - pos) throw corrupt(s"$what $i: its key runs past the refs region")
+      val refKey = utf8(raw, pos, keyLen).getOrElse(throw corrupt(s"$what $i: key is not valid UTF-8"))
+      try ObjectKeys.validate(refKey)
+      catch { case e: InvalidObjectKeyException => throw corrupt(s"$what $i: ${e.getMessage}") }
+      pos += keyLen
+      if (n == 0) throw corrupt(s"$what $i ('$refKey') has no entries")
+      if (n < 0 || first < 0 || first > Long.MaxValue - n) throw corrupt(s"$what $i ('$refKey'): sequences out of range")
+      if (level > MaxLevel) throw corrupt(s"$what $i ('$refKey') has level $level, above the most $MaxLevel")
+      if (expectedFirst >= 0 && first != expectedFirst)
+        throw corrupt(s"$what $i starts at $first, not at $expectedFirst (refs must be contiguous)")
+      expectedFirst = first + n
+      refs += SegmentRef(first, n, level, byteLength, oldest, sha, refKey)
+    }
+    if (pos != end) throw corrupt(s"${end - pos} unexpected bytes after the last $what")
+    refs.result()
   }
 
   /**
@@ -214,6 +269,7 @@ object ManifestHead {
    */
   def decodeSegment(bytes: Array[Byte], ref: SegmentRef): IndexedSeq[ManifestEntry] = {
     def corrupt(msg: String) = new CorruptManifestException(ref.key, s"segment: $msg")
+    if (ref.isIndex) throw corrupt(s"its ref has level ${ref.level}: an index object, not a segment")
     if (bytes.length.toLong != ref.byteLength)
       throw corrupt(s"${bytes.length} bytes, but the head lists ${ref.byteLength}")
     if (!MessageDigest.isEqual(sha256(bytes), ref.sha256)) throw corrupt("its SHA-256 differs from the head's ref")
@@ -230,16 +286,17 @@ object ManifestHead {
     val out = new ByteArrayOutputStream(refs.size * 128)
     refs.foreach { r =>
       val k = r.key.getBytes(StandardCharsets.UTF_8)
-      require(r.sha256.length == 32 && k.length <= 0xFFFF && r.byteLength <= 0xFFFFFFFFL && r.entryCount <= 0xFFFFFFFFL)
+      require(r.sha256.length == 32 && k.length <= 0xFFFF && r.byteLength <= 0xFFFFFFFFL && r.level >= 0 &&
+        r.level <= MaxLevel)
       val b = ByteBuffer.allocate(RefFixedSize + k.length).order(ByteOrder.LITTLE_ENDIAN)
-      b.putLong(r.firstSequence).putInt(r.entryCount.toInt).putInt(r.byteLength.toInt).putLong(r.oldestBatchMs)
-        .put(r.sha256).putShort(k.length.toShort).put(k)
+      b.putLong(r.firstSequence).putLong(r.entryCount).put(r.level.toByte).putInt(r.byteLength.toInt)
+        .putLong(r.oldestBatchMs).put(r.sha256).putShort(k.length.toShort).put(k)
       out.write(b.array())
     }
     out.toByteArray
   }
 
-  /** What follows the tail: the v1 footer, or (with segments) the trailer and the version 2 footer. */
+  /** What follows the tail: the v1 footer, or (with refs) the trailer and the version 2 footer. */
   private def tailEnd(refs: Seq[SegmentRef], lowWater: Long, footer: ManifestFooter): Array[Byte] =
     if (refs.isEmpty) ManifestCodec.encodeFooter(footer)
     else {

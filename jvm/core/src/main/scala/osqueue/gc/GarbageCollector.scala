@@ -8,7 +8,7 @@ import org.slf4j.LoggerFactory
 import osqueue.{Clock, IllegalQueueStateException}
 import osqueue.format.{BatchNames, ManifestHead, SegmentNames}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.queue.DataPrefixOwner
+import osqueue.queue.{DataPrefixOwner, ManifestStore, SegmentTree}
 import osqueue.store.ObjectStore
 
 /** What one GC cycle found and did (counts by reason a file was kept). */
@@ -20,7 +20,12 @@ final case class GcResult(
     keptNewerThanOldest: Int,
     skippedNotBatch: Int,
     /** The grace period the cycle used: the queue's (docs/format.md §6), or the collector's if longer. */
-    gracePeriodMs: Long = 0L)
+    gracePeriodMs: Long = 0L,
+    /**
+     * An index object the head's tree lists that was missing (a newer head expanded it and it was
+     * collected): the cycle then deleted no segment or index object (docs/format.md §2.2).
+     */
+    missingIndex: Option[String] = None)
 
 /**
  * Deletes batch files no manifest entry references (docs/format.md §6). It only reads the
@@ -30,9 +35,9 @@ final case class GcResult(
  * manifest (a wrong path would read as an empty queue) and nothing under a data prefix another
  * queue owns ([[DataPrefixOwner]]).
  *
- * With a segmented head it reads the head only: the refs' oldest batch times bound every batch a
- * segment holds, so rule 3 keeps them all; and it deletes segment objects no ref lists once their
- * name is a grace period old (docs/format.md §2.2).
+ * With a segmented head it reads the head and its index objects, never a segment: the refs' oldest
+ * batch times bound every batch a segment holds, so rule 3 keeps them all; and it deletes segment and
+ * index objects not reachable from the head once their name is a grace period old (docs/format.md §2.2).
  */
 final class GarbageCollector(
     store: ObjectStore,
@@ -46,6 +51,8 @@ final class GarbageCollector(
   private val deletedCounter = metrics.counter(MetricNames.GcFilesDeleted)
   private val failedCounter = metrics.counter(MetricNames.GcFilesFailed)
   private val duration = metrics.histogram(MetricNames.GcDuration)
+  /** Index objects are immutable: the ones read stay decoded across cycles (bounded). */
+  private val tree = new SegmentTree(new ManifestStore(store, manifestPath))
 
   /**
    * Proves the data prefix is this queue's (claiming it if unclaimed); InvalidConfigException if not.
@@ -86,11 +93,17 @@ final class GarbageCollector(
         else true
       }
     }
-    val listed = head.segments.map(_.key).toSet
+    // Reachable from the snapshot (its refs and, through index objects, theirs); a missing index
+    // hides which objects a newer head reaches through it, so then none is deleted.
+    val reachable = tree.reachableKeys(head)
+    reachable.left.foreach { k =>
+      log.warn(s"GC of '$manifestPath': index object '$k' of the head it read is missing (a newer head expanded it " +
+        "and it was collected); deleting no segment or index object this cycle")
+    }
     val segments = store.list(segmentPrefix).map(_.key).filter { key =>
       SegmentNames.ulidTimeMs(manifestPath, key) match {
         case None => skipped += 1; false
-        case Some(_) if listed.contains(key) => keptReferenced += 1; false
+        case Some(_) if reachable.fold(_ => true, _.contains(key)) => keptReferenced += 1; false
         case Some(ts) if snapshotTime - ts < graceMs => keptInGrace += 1; false
         case Some(_) => true
       }
@@ -104,6 +117,6 @@ final class GarbageCollector(
       }
     if (!dryRun) { deletedCounter.add(deleted.size); failedCounter.add(failed.size) }
     duration.observe((clock.nanoTime() - started) / 1e9)
-    GcResult(deleted, failed, keptReferenced, keptInGrace, keptNewer, skipped, graceMs)
+    GcResult(deleted, failed, keptReferenced, keptInGrace, keptNewer, skipped, graceMs, reachable.left.toOption)
   }
 }

@@ -4,7 +4,7 @@ import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 
 import osqueue.{AmbiguousCommitException, Clock, RandomSource, StoreException, SystemRandomSource}
-import osqueue.format.{BatchNames, Incarnation, ManifestEntry, ManifestHead, NewEntry, SealedTail, SegmentNames, SegmentRef}
+import osqueue.format.{BatchNames, Incarnation, ManifestEntry, ManifestHead, NewEntry, SegmentNames, SegmentRef}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -16,7 +16,8 @@ import osqueue.metrics.{MetricNames, MetricsRegistry}
  * sink checks there that its writer generation is still current).
  *
  * When the tail would grow past `segmentEntries` (K) entries, the write first seals it into a
- * segment object, so the head it rewrites stays bounded at any depth (docs/format.md §2.2).
+ * segment object and folds the refs into index objects, so the head it rewrites stays bounded at
+ * any depth (docs/format.md §2.2).
  */
 final class ManifestAppender(
     manifest: ManifestStore,
@@ -33,6 +34,7 @@ final class ManifestAppender(
   private val reuploaded = metrics.counter(MetricNames.BatchesReuploaded)
   private val resolvedByReceipts = metrics.counter(MetricNames.AmbiguitiesResolvedByReceipts)
   private val segmentsSealed = metrics.counter(MetricNames.SegmentsSealed)
+  private val tree = new SegmentTree(manifest)
 
   import ManifestAppender.Attempt
 
@@ -59,7 +61,7 @@ final class ManifestAppender(
   private def maxAgeMs(location: String): Long =
     math.min(gcGracePeriodMs, prefixOf(location).flatMap(p => Option(claimed.get(p))).fold(Long.MaxValue)(_.longValue)) / 2
 
-  /** The same for a segment: the shortest grace period known (GC of segments uses the queue's, §2.2). */
+  /** The same for a segment or index object: the shortest grace period known (GC of them uses the queue's, §2.2). */
   private def segmentMaxAgeMs: Long = {
     var min = gcGracePeriodMs
     claimed.values().forEach(g => min = math.min(min, g.longValue))
@@ -67,17 +69,26 @@ final class ManifestAppender(
   }
 
   /**
-   * Stores the sealed tail as a new segment, named right before the head CAS that lists it; a name
-   * that is already half a grace period old (a slow PUT) could be GC'd before it is listed, so the
-   * segment is written again under a fresh name, as stale batches are (§6).
+   * The head with `entries` appended, sealing the tail and folding refs as needed (docs/format.md
+   * §2.2). The segment and index objects are named right before the head CAS that lists them; if
+   * one name is already half a grace period old (slow PUTs) GC could delete it before it is
+   * listed, so the edit is made again under fresh names, as stale batches are (§6); the objects
+   * left behind are orphans for GC.
    */
-  private def seal(t: SealedTail): SegmentRef = {
+  private def appendedFresh(head: ManifestHead, entries: Seq[NewEntry]): (Array[Byte], Long) = {
     var tries = 0
     while (true) {
-      val ref = manifest.writeSegment(t, clock.nowMillis())
-      segmentsSealed.increment()
-      val named = SegmentNames.ulidTimeMs(manifest.key, ref.key).get
-      if (clock.nowMillis() - named < segmentMaxAgeMs) return ref
+      val named = ArrayBuffer.empty[String]
+      val result = head.appended(entries, segmentEntries,
+        { t =>
+          segmentsSealed.increment()
+          val ref = manifest.writeSegment(t, clock.nowMillis()); named += ref.key; ref
+        },
+        { f =>
+          val ref = manifest.writeIndex(f, clock.nowMillis()); named += ref.key; ref
+        })
+      val now = clock.nowMillis()
+      if (named.forall(k => now - SegmentNames.ulidTimeMs(manifest.key, k).get < segmentMaxAgeMs)) return result
       tries += 1
       if (tries > ManifestAppender.MaxReuploads)
         throw new StoreException(
@@ -124,7 +135,7 @@ final class ManifestAppender(
             val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
             // Creating the manifest starts a new incarnation (docs/format.md §5.2).
             val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
-            val (bytes, base) = ManifestHead.parse(raw, manifest.key).appended(entries, segmentEntries, seal)
+            val (bytes, base) = appendedFresh(ManifestHead.parse(raw, manifest.key), entries)
             lastSent = Some((base, entries.map(_.location)))
             CasStep.Write(bytes, () => base until base + group.size)
         }
@@ -139,15 +150,16 @@ final class ManifestAppender(
    *
    * A write lands as one block at the base it was sent with (a retry is an attempt of its own), so
    * it landed iff its location sits at the first of its sequences still queued: in the tail, or in
-   * the segment it was sealed into since (one segment read, docs/format.md §2.2).
+   * the segment it was sealed into since (one segment read, and the index objects above it if it
+   * was folded since, docs/format.md §2.2).
    */
   private def resolve(snapshot: Snapshot, attempts: Seq[Attempt]): Option[(Attempt, IndexedSeq[Long])] = {
     if (attempts.isEmpty) return None
     val head = ManifestHead.parse(snapshot.raw, manifest.key)
     val segments = mutable.Map.empty[String, Option[IndexedSeq[ManifestEntry]]]
-    /** The location at a queued sequence; None if its segment is gone (dropped by a dequeue since: ask the receipts). */
+    /** The location at a queued sequence; None if its segment (or an index above it) is gone (dropped by a dequeue since: ask the receipts). */
     def locationAt(sequence: Long): Option[String] = head.tailLocationAt(sequence).orElse(
-      head.segmentFor(sequence).flatMap { ref =>
+      tree.leafIfPresent(head, sequence).flatMap { ref =>
         segments.getOrElseUpdate(ref.key, manifest.readSegmentBytes(ref).map(ManifestHead.decodeSegment(_, ref)))
           .map(entries => entries((sequence - ref.firstSequence).toInt).location)
       })

@@ -5,6 +5,8 @@ import java.util.concurrent.{CompletableFuture, CompletionException, Executors}
 import osqueue.CorruptManifestException
 import osqueue.format.{
   DequeueReceipts,
+  FoldedIndex,
+  IndexObject,
   Incarnation,
   Manifest,
   ManifestCodec,
@@ -43,15 +45,16 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
   }
 
   /**
-   * Every queued entry, reading every listed segment (a v1 manifest: just decoded). Memory grows
-   * with the queue; the segments are fetched [[ManifestStore.ParallelReads]] at a time, so a deep
-   * queue costs ~segments / 8 round trips rather than one per segment.
+   * Every queued entry, reading every segment the head reaches (a v1 manifest: just decoded). Memory
+   * grows with the queue; the segments are fetched [[ManifestStore.ParallelReads]] at a time, so a
+   * deep queue costs ~segments / 8 round trips rather than one per segment (and one per index object).
    */
   def decode(s: Snapshot): Manifest = {
     val head = ManifestHead.parse(s.raw, key)
     if (!head.isSegmented) ManifestCodec.decode(s.raw, key)
     else {
-      val sealedEntries = head.segments.grouped(ManifestStore.ParallelReads).flatMap { refs =>
+      val leaves = new SegmentTree(this).leaves(head, head.lowWater, head.tailFirstSequence)
+      val sealedEntries = leaves.grouped(ManifestStore.ParallelReads).flatMap { refs =>
         refs.map(r => CompletableFuture.supplyAsync(() => readSegment(r), ManifestStore.readers)).map { f =>
           try f.join()
           catch { case e: CompletionException if e.getCause != null => throw e.getCause }
@@ -70,6 +73,21 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
 
   /** The segment's bytes, None if it is gone (a reader racing the dequeue that dropped it, and GC). */
   def readSegmentBytes(ref: SegmentRef): Option[Array[Byte]] = store.getBytes(ref.key)
+
+  /** An index object's bytes, None if it is gone (as [[readSegmentBytes]]). */
+  def readIndexBytes(ref: SegmentRef): Option[Array[Byte]] = store.getBytes(ref.key)
+
+  /** A listed index object's refs, checked against its ref; CorruptManifestException if it is missing or differs. */
+  def readIndex(ref: SegmentRef): IndexedSeq[SegmentRef] =
+    IndexObject.decode(readIndexBytes(ref).getOrElse(throw new CorruptManifestException(ref.key,
+          s"index object of '$describe' (sequences ${ref.firstSequence} to ${ref.lastSequence}) is listed but missing")), ref)
+
+  /** Stores folded refs under a fresh index object name (before any head lists it, docs/format.md §2.2). */
+  def writeIndex(folded: FoldedIndex, nowMs: Long): SegmentRef = {
+    val ref = SegmentRef.ofIndex(folded, SegmentNames.newIndexKey(key, nowMs))
+    store.put(ref.key, folded.bytes)
+    ref
+  }
 
   /** Stores a sealed tail under a fresh segment name (before any head lists it, docs/format.md §2.2). */
   def writeSegment(sealedTail: SealedTail, nowMs: Long): SegmentRef = {

@@ -29,6 +29,9 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
   private var receipts: Option[DequeueReceipts] = None
   private val receiptWriteFailures = metrics.counter(MetricNames.ReceiptWriteFailures)
 
+  /** The walk of a segmented head's index objects: this consumer's reads and its dequeues' expansions share its copies. */
+  val segmentTree: SegmentTree = new SegmentTree(manifest)
+
   def ownEpoch: Option[Long] = epoch
   def fenced: Option[FencedException] = fencedBy
   def manifestKey: String = manifest.key
@@ -57,7 +60,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       }
       val next = QueueConsumer.nextEpoch(head.epoch)
       lastAcked.foreach(recordReceipts(head, _))
-      CasStep.Write(head.withEpoch(next, lastAcked), () => next)
+      CasStep.Write(head.withEpoch(next, lastAcked, segmentTree.children), () => next)
     }
     epoch = Some(newEpoch)
     fencedBy = None
@@ -89,7 +92,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
 
   /**
    * Every queued entry, after checking this consumer still owns the queue. A segmented head's
-   * segments are all read: memory grows with the queue (use [[readHead]] and [[readSegment]]).
+   * segments are all read: memory grows with the queue (use [[readHead]], [[segmentTree]] and [[readSegment]]).
    */
   def read(): Manifest = {
     val snapshot = manifest.read()
@@ -114,7 +117,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
     VersionedManifest(head, snapshot.version)
   }
 
-  /** The manifest head (tail entries and segment refs, no segment read), after the epoch check. */
+  /** The manifest head (tail entries and its refs, no segment or index object read), after the epoch check. */
   def readHead(): ManifestHead = {
     val head = manifest.head(manifest.read())
     checkEpoch(head.epoch)
@@ -148,14 +151,14 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       try Some(manifest.head(manifest.read()))
       catch { case _: StoreException => None }
     before.foreach { h => checkEpoch(h.epoch); checkAssigned(through, h) }
-    if (before.exists(_.dequeuedThrough(through).isEmpty)) return false
+    if (before.exists(h => through < h.firstSequence || h.isEmpty)) return false // nothing to remove
     var receiptsWritten = false
     before.foreach { h => recordReceipts(h, through); receiptsWritten = true }
     loop.run[Boolean] { (snapshot, _) =>
       val head = manifest.head(snapshot)
       checkEpoch(head.epoch)
       checkAssigned(through, head)
-      head.dequeuedThrough(through) match {
+      head.dequeuedThrough(through, segmentTree.children) match {
         case None => CasStep.Done(false)
         case Some(bytes) =>
           if (!receiptsWritten) { recordReceipts(head, through); receiptsWritten = true }
@@ -175,9 +178,9 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
     val from = math.max(head.firstSequence, last - DequeueReceipts.MaxReceipts + 1)
     if (last < from) IndexedSeq.empty
     else {
-      val sealedPart = head.segments.filter(r => r.lastSequence >= from && r.firstSequence <= last).flatMap { r =>
+      val sealedPart = segmentTree.leaves(head, from, last + 1).flatMap { r =>
         readSegment(r).iterator.filter(e => e.sequence >= from && e.sequence <= last).map(e => (e.sequence, e.location))
-      }
+      }.toIndexedSeq
       sealedPart ++ head.tailLocations.filter { case (seq, _) => seq >= from && seq <= last }
     }
   }

@@ -30,6 +30,11 @@ class SegmentedManifestSuite extends AnyFunSuite {
           val ref = SegmentRef.of(t, SegmentNames.newKey(key, 1767225600000L + i))
           stored(ref.key) = t.bytes
           ref
+        },
+        { f =>
+          val ref = SegmentRef.ofIndex(f, SegmentNames.newIndexKey(key, 1767225600000L + i))
+          stored(ref.key) = f.bytes
+          ref
         })._1
     }
     raw
@@ -37,9 +42,19 @@ class SegmentedManifestSuite extends AnyFunSuite {
 
   private def version(raw: Array[Byte]) = ByteBuffer.wrap(raw).order(ByteOrder.LITTLE_ENDIAN).getShort(raw.length - 2).toInt
 
+  /** An index object's refs from `stored` (CorruptManifest if it is not there). */
+  private def children(stored: collection.Map[String, Array[Byte]])(r: SegmentRef): IndexedSeq[SegmentRef] =
+    IndexObject.decode(stored.getOrElse(r.key, throw new CorruptManifestException(r.key, "not stored")), r)
+
+  private def leaves(h: ManifestHead, stored: collection.Map[String, Array[Byte]]): IndexedSeq[SegmentRef] = {
+    def walk(r: SegmentRef): IndexedSeq[SegmentRef] = if (r.isIndex) children(stored)(r).flatMap(walk) else IndexedSeq(r)
+    h.refs.flatMap(walk)
+  }
+
   private def allEntries(raw: Array[Byte], stored: collection.Map[String, Array[Byte]]): IndexedSeq[ManifestEntry] = {
     val h = ManifestHead.parse(raw, key)
-    h.segments.flatMap(r => ManifestHead.decodeSegment(stored(r.key), r).filter(_.sequence >= h.lowWater)) ++ h.tailEntries
+    leaves(h, stored).flatMap(r => ManifestHead.decodeSegment(stored(r.key), r).filter(_.sequence >= h.lowWater)) ++
+      h.tailEntries
   }
 
   test("up to K queued entries the manifest stays byte-for-byte RFC v1") {
@@ -61,44 +76,47 @@ class SegmentedManifestSuite extends AnyFunSuite {
       raw = ManifestHead.parse(raw, key).appended(Seq(e), 4,
         { t =>
           val ref = SegmentRef.of(t, SegmentNames.newKey(key, 1L)); stored(ref.key) = t.bytes; ref
-        })._1
+        }, _ => fail("one segment: nothing to fold"))._1
     }
     assert(version(raw) == 2)
     intercept[UnsupportedFormatVersionException](ManifestCodec.decode(raw, key)) // what a v1 reader does
     val h = ManifestHead.parse(raw, key)
-    assert(h.segments.size == 1 && h.tailSize == 1 && h.lowWater == 0 && h.nextSequence == 5 && h.depth == 5)
-    val seg = ManifestCodec.decode(stored(h.segments.head.key), h.segments.head.key) // plain v1 decoder
+    assert(h.refs.size == 1 && h.tailSize == 1 && h.lowWater == 0 && h.nextSequence == 5 && h.depth == 5)
+    val seg = ManifestCodec.decode(stored(h.refs.head.key), h.refs.head.key) // plain v1 decoder
     assert(seg.entries.map(_.sequence) == (0L until 4L) && seg.nextSequence == 4 && seg.epoch == 0)
     assert(seg.entries(1).extension.sameElements(ext))
-    assert(h.segments.head.oldestBatchMs == BatchNames.ulidTimeMs(added.head.location).get)
+    assert(h.refs.head.oldestBatchMs == BatchNames.ulidTimeMs(added.head.location).get)
     assert(allEntries(raw, stored).map(_.location) == added.map(_.location))
   }
 
   test("dequeues: inside a segment move low_water, past every segment give v1 again; the epoch edit keeps all") {
     val stored = mutable.Map.empty[String, Array[Byte]]
-    val raw = build(11, k = 3, stored) // segments [0..2] [3..5] [6..8], tail 9, 10
+    val raw = build(11, k = 3, stored) // segments [0..2] [3..5] [6..8], tail 9, 10; the last two folded (F = 2)
     val h = ManifestHead.parse(raw, key)
-    assert(h.segments.map(s => (s.firstSequence, s.lastSequence)) == Seq((0L, 2L), (3L, 5L), (6L, 8L)))
+    assert(h.refs.map(_.level) == Seq(0, 1))
+    assert(leaves(h, stored).map(s => (s.firstSequence, s.lastSequence)) == Seq((0L, 2L), (3L, 5L), (6L, 8L)))
     val locs = allEntries(raw, stored).map(_.location)
-    val partial = ManifestHead.parse(raw, key).dequeuedThrough(3).get
+    val partial = ManifestHead.parse(raw, key).dequeuedThrough(3, children(stored)).get
     val p = ManifestHead.parse(partial, key)
-    assert(p.segments.size == 2 && p.lowWater == 4 && p.firstSequence == 4 && p.depth == 7)
+    assert(p.refs.map(_.level) == Seq(0, 0), "the index was expanded")
+    assert(p.refs.size == 2 && p.lowWater == 4 && p.firstSequence == 4 && p.depth == 7)
     assert(allEntries(partial, stored).map(_.location) == locs.drop(4))
-    assert(p.dequeuedThrough(3).isEmpty && p.dequeuedThrough(2).isEmpty)
-    val pastAll = p.dequeuedThrough(9).get
+    assert(p.dequeuedThrough(3, children(stored)).isEmpty && p.dequeuedThrough(2, children(stored)).isEmpty)
+    val pastAll = p.dequeuedThrough(9, children(stored)).get
     assert(version(pastAll) == 1)
     assert(ManifestCodec.decode(pastAll, key).entries.map(_.location) == locs.drop(10))
-    val bumped = ManifestHead.parse(partial, key).withEpoch(42, None)
+    val bumped = ManifestHead.parse(partial, key).withEpoch(42, None, children(stored))
     val b = ManifestHead.parse(bumped, key)
-    assert(b.epoch == 42 && b.segments == p.segments && b.lowWater == 4 && b.tailLocations == p.tailLocations)
+    assert(b.epoch == 42 && b.refs == p.refs && b.lowWater == 4 && b.tailLocations == p.tailLocations)
     // re-encoding through an edit that changes nothing gives the bytes back
-    assert(ManifestHead.parse(partial, key).withEpoch(p.epoch, None).sameElements(partial))
+    assert(ManifestHead.parse(partial, key).withEpoch(p.epoch, None, children(stored)).sameElements(partial))
+    assert(ManifestHead.parse(raw, key).withEpoch(h.epoch, None, _ => fail("no index read")).sameElements(raw))
   }
 
   test("a segment whose bytes differ from its ref is CorruptManifest naming the segment") {
     val stored = mutable.Map.empty[String, Array[Byte]]
     val raw = build(5, k = 4, stored)
-    val ref = ManifestHead.parse(raw, key).segments.head
+    val ref = ManifestHead.parse(raw, key).refs.head
     val bytes = stored(ref.key).clone()
     bytes(10) = (bytes(10) ^ 1).toByte
     val e = intercept[CorruptManifestException](ManifestHead.decodeSegment(bytes, ref))
@@ -110,7 +128,7 @@ class SegmentedManifestSuite extends AnyFunSuite {
     val stored = mutable.Map.empty[String, Array[Byte]]
     val raw = build(8, k = 3, stored) // segments [0..2] [3..5], tail 6, 7
     val h = ManifestHead.parse(raw, key)
-    val refsLen = ManifestHead.encodeRefs(h.segments).length
+    val refsLen = ManifestHead.encodeRefs(h.refs).length
     def withTrailer(segmentsLen: Int, count: Int, lowWater: Long): Array[Byte] = {
       val out = raw.clone()
       ByteBuffer.wrap(out).order(ByteOrder.LITTLE_ENDIAN).position(raw.length - 38)
@@ -127,15 +145,15 @@ class SegmentedManifestSuite extends AnyFunSuite {
     refused(withTrailer(Int.MaxValue, 2, 0), "runs past the head")
     // the second segment made to start one later: not contiguous
     val gap = raw.clone()
-    val second = ManifestHead.encodeRefs(h.segments.take(1)).length
+    val second = ManifestHead.encodeRefs(h.refs.take(1)).length
     ByteBuffer.wrap(gap).order(ByteOrder.LITTLE_ENDIAN).putLong(second, 4L)
     refused(gap, "contiguous")
     // the tail not where the segments end: drop the first tail entry
     val firstTail = ManifestHead.parse(raw, key)
-    val cutHead = ManifestHead.parse(raw, key).dequeuedThrough(5).get // v1 with 6, 7
+    val cutHead = ManifestHead.parse(raw, key).dequeuedThrough(5, children(stored)).get // v1 with 6, 7
     assert(version(cutHead) == 1 && firstTail.tailSize == 2)
     refused(
-      ManifestHead.encodeRefs(h.segments.take(1)) ++ cutHead.dropRight(22) ++
+      ManifestHead.encodeRefs(h.refs.take(1)) ++ cutHead.dropRight(22) ++
         ByteBuffer.allocate(38).order(ByteOrder.LITTLE_ENDIAN).putInt(second).putInt(1).putLong(0)
           .put(ManifestCodec.encodeFooter(ManifestFooter(2, 8, 0), 2)).array(), "not where the last segment ends")
     refused(raw.take(10) ++ raw.takeRight(22), "shorter than a segmented head")
@@ -155,8 +173,8 @@ class SegmentedManifestSuite extends AnyFunSuite {
       assert(h.version == 2 && h.nextSequence == e.get("next_sequence").asLong && h.epoch == e.get("epoch").asLong)
       assert(h.lowWater == e.get("low_water").asLong)
       val segs = e.get("segments").elements().asScala.toIndexedSeq
-      assert(h.segments.size == segs.size)
-      val queued = h.segments.zip(segs).flatMap { case (r, s) =>
+      assert(h.refs.size == segs.size)
+      val queued = h.refs.zip(segs).flatMap { case (r, s) =>
         assert(r.firstSequence == s.get("first_sequence").asLong && r.entryCount == s.get("entry_count").asLong)
         assert(r.byteLength == s.get("byte_length").asLong && r.oldestBatchMs == s.get("oldest_batch_ms").asLong)
         assert(hex(r.sha256) == s.get("sha256_hex").asText && r.key == s.get("key").asText)
@@ -168,7 +186,7 @@ class SegmentedManifestSuite extends AnyFunSuite {
       assert(h.tailEntries.head.metadata.head.payload.sameElements(
           Base64.getDecoder.decode(tail.head.get("metadata").get(0).get("payload_b64").asText)))
       // an edit that changes nothing re-encodes the same bytes
-      assert(h.withEpoch(h.epoch, None).sameElements(bytes))
+      assert(h.withEpoch(h.epoch, None, _ => fail("no index read")).sameElements(bytes))
       assert(v.get("v1_error").asText == "UnsupportedFormatVersion")
       intercept[UnsupportedFormatVersionException](ManifestCodec.decode(bytes, name))
     }
@@ -193,7 +211,7 @@ class SegmentedManifestSuite extends AnyFunSuite {
       val bytes = if (i % 3 == 1) b.drop(rnd.nextInt(b.length)) else if (i % 3 == 2) b.take(rnd.nextInt(b.length)) else b
       try {
         val h = ManifestHead.parse(bytes, key)
-        h.tailEntries; h.dequeuedThrough(h.firstSequence); h.withEpoch(1, None)
+        h.tailEntries; h.dequeuedThrough(h.firstSequence, children(stored)); h.withEpoch(1, None, children(stored))
       } catch {
         case _: CorruptManifestException | _: UnsupportedFormatVersionException =>
       }

@@ -33,6 +33,9 @@ class SegmentedQueueSuite extends AnyFunSuite {
   }
 
   private def head(store: ObjectStore): ManifestHead = ManifestHead.parse(store.get(key).get.bytes, key)
+  /** The segments the head reaches (through index objects, docs/format.md §2.2). */
+  private def segments(store: ObjectStore): IndexedSeq[osqueue.format.SegmentRef] =
+    new SegmentTree(new ManifestStore(store, key)).leaves(head(store), 0, Long.MaxValue).toIndexedSeq
   private def allLocations(store: ObjectStore): IndexedSeq[String] =
     new ManifestStore(store, key).decode(new ManifestStore(store, key).read()).entries.map(_.location)
   private def consumer(store: ObjectStore, ackBatchSize: Int = 100) =
@@ -102,13 +105,13 @@ class SegmentedQueueSuite extends AnyFunSuite {
     val produced = (0 until 20).map { _ =>
       val p = pending(store); producer.append(IndexedSeq(p)); p.location
     }
-    assert(head(store).segments.size == 6)
+    assert(segments(store).size == 6)
     val c = consumer(store)
     c.initialize(None)
     val first = c.nextDescriptors(1000)
     assert(first.size == 3, "only the first segment was read")
     c.ackThrough(first.last.sequence)
-    assert(head(store).segments.size == 5, "the dequeue dropped the consumed segment")
+    assert(segments(store).size == 5, "the dequeue dropped the consumed segment")
     assert(first.map(_.location) ++ drain(c) == produced)
   }
 
@@ -126,7 +129,7 @@ class SegmentedQueueSuite extends AnyFunSuite {
     assert(orphans.size == 1 && !head(inner).isSegmented, "the segment was written, the head never listed it")
     // a new producer appends the third batch again: it seals anew
     appender(inner, 2, clock).append(IndexedSeq(third))
-    val listed = head(inner).segments.map(_.key)
+    val listed = head(inner).refs.map(_.key)
     assert(listed.size == 1 && listed != orphans)
     assert(allLocations(inner) == (first :+ third).map(_.location))
     // GC: the orphan goes once a grace period old, the listed segment stays
@@ -179,17 +182,18 @@ class SegmentedQueueSuite extends AnyFunSuite {
     val queued = (0 until 7).map { i =>
       clock.set(t0 + i * 1000); val p = pending(inner, clock); producer.append(IndexedSeq(p)); p.location
     }
-    assert(head(inner).segments.size == 3)
+    assert(segments(inner).size == 3 && head(inner).refs.map(_.level) == Seq(0, 1))
     clock.set(t0 + 1.hour.toMillis)
-    // every segment read fails: GC must not need them
+    // every segment read fails: GC must not need them (it reads the index object)
     val store = new FaultInjectingStore(inner, (_, _) => Fault.None) {
       override def get(k: String): Option[VersionedObject] =
-        if (k.contains(SegmentNames.DirSuffix)) throw new StoreException("no segment reads") else super.get(k)
+        if (k.endsWith(".segment")) throw new StoreException("no segment reads") else super.get(k)
     }
     val r = new GarbageCollector(store, key, "ingest", grace.millis, clock).runOnce()
     assert(r.deleted == Seq(orphanBatch))
     queued.foreach(l => assert(inner.get(l).isDefined, l))
-    assert(r.keptReferenced == 1 + 3 && r.keptNewerThanOldest == 6) // the tail's batch and the segments; the sealed batches
+    // the tail's batch, the 3 segments and the index object; the sealed batches
+    assert(r.keptReferenced == 1 + 3 + 1 && r.keptNewerThanOldest == 6)
   }
 
   test("concurrent producers sealing under contention leave every location exactly once") {
@@ -214,11 +218,12 @@ class SegmentedQueueSuite extends AnyFunSuite {
     assert(drain(c).toSet == expected)
   }
 
-  test("a listed segment that is missing is CorruptManifest for every reader, never skipped") {
+  test("a listed index object that is missing is CorruptManifest for every reader, never skipped") {
     val store = InMemoryStore.fresh()
     val producer = appender(store, 2)
     (0 until 7).foreach(_ => producer.append(IndexedSeq(pending(store))))
-    val lost = head(store).segments(1)
+    val lost = head(store).refs(1) // an index object over segments [2, 3] and [4, 5]
+    assert(lost.isIndex)
     store.delete(lost.key)
     val full = intercept[osqueue.CorruptManifestException](new ManifestStore(store, key).decode(new ManifestStore(store, key).read()))
     assert(full.getMessage.contains(lost.key) && full.getMessage.contains("listed but missing"))
@@ -243,7 +248,7 @@ class SegmentedQueueSuite extends AnyFunSuite {
       store.put(p.location, osqueue.format.BatchCodec.encode(Seq(Array[Byte](1)), osqueue.format.Compression.None))
       producer.append(IndexedSeq(p))
     }
-    assert(head(store).segments.map(_.lastSequence) == Seq(2L))
+    assert(head(store).refs.map(_.lastSequence) == Seq(2L))
     val c = consumer(store)
     c.initialize(None)
     val first = c.nextBatch()

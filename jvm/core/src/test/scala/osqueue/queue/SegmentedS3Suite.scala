@@ -44,7 +44,7 @@ class SegmentedS3Suite extends AnyFunSuite with BeforeAndAfterAll {
       futures.foreach(_.get(300, TimeUnit.SECONDS))
       pool.shutdown()
       val head = ManifestHead.parse(store.get(key).get.bytes, key)
-      assert(head.isSegmented && head.depth == 30 && head.tailSize <= 3, s"${head.segments.size} segments, tail ${head.tailSize}")
+      assert(head.isSegmented && head.depth == 30 && head.tailSize <= 3, s"${head.refs.size} refs, tail ${head.tailSize}")
 
       val c = new Consumer(store, ConsumerConfig(runGc = false, ackBatchSize = 4))
       c.initialize(None)

@@ -3,7 +3,7 @@ package osqueue.spark
 import org.apache.spark.sql.connector.read.{Batch, InputPartition, PartitionReaderFactory}
 
 import osqueue.format.EntryTag
-import osqueue.queue.ManifestStore
+import osqueue.queue.{ManifestStore, SegmentTree}
 
 /**
  * `spark.read.format("osqueue")`: the queue's current entries, optionally within
@@ -23,7 +23,8 @@ private[spark] final class OsqueueBatch(options: BatchReadOptions, readers: Part
     if (options.startingSequence.exists(_ < head.firstSequence) && options.failOnDataLoss)
       throw OsqueueExceptions.dataLoss(s"startingSequence $from is before the first entry ${head.firstSequence} " +
         s"of '${location.identity}': those entries were already dequeued")
-    OsqueuePlanner.plan(head, manifests.readSegment, location, from, to, EntryTag.Delivered.Empty, options.failOnDataLoss)
+    OsqueuePlanner.plan(head, new SegmentTree(manifests), manifests.readSegment, location, from, to, EntryTag.Delivered.Empty,
+      options.failOnDataLoss)
       .partitions
   }
 

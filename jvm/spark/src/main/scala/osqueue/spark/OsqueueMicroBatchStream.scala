@@ -247,7 +247,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
     val key = (math.max(from, m.firstSequence), math.min(to, m.nextSequence), delivered, skip, m.epoch)
     lastPlan.collect { case (k, p) if k == key => p }.getOrElse {
       // the store directly: the consumer's segment cache would serialize the read-ahead
-      val p = OsqueuePlanner.plan(m, manifests.readSegment, location, from, to, delivered, options.failOnDataLoss, skip)
+      val p = OsqueuePlanner.plan(m, queue.segmentTree, manifests.readSegment, location, from, to, delivered, options.failOnDataLoss, skip)
       lastPlan = Some((key, p))
       p
     }
@@ -353,7 +353,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private def entryAt(m: ManifestHead, sequence: Long): Option[osqueue.format.ManifestEntry] =
     if (sequence >= m.nextSequence) None
     else if (sequence >= m.tailFirstSequence) m.tailEntries.find(_.sequence == sequence)
-    else m.segmentFor(sequence).flatMap(r => queue.readSegment(r).find(_.sequence == sequence))
+    else queue.segmentTree.leafFor(m, sequence).flatMap(r => queue.readSegment(r).find(_.sequence == sequence))
 
   override def toString: String = s"OsqueueMicroBatchStream[${location.identity}]"
 

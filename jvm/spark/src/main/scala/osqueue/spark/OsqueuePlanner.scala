@@ -6,6 +6,7 @@ import org.apache.spark.sql.connector.read.InputPartition
 
 import osqueue.consumer.BatchDescriptor
 import osqueue.format.{EntryTag, ManifestEntry, ManifestHead, SegmentRef}
+import osqueue.queue.SegmentTree
 
 /**
  * Plans the read of sequences [from, to) of a queue with the driver's memory bounded by the head
@@ -28,9 +29,11 @@ private[spark] object OsqueuePlanner {
 
   /**
    * `skip` entries of the batch at sequence `from` were read already (a real-time batch ended
-   * inside it). `readSegment` reads and checks one listed segment.
+   * inside it). `tree` finds the segments covering the range (reading index objects as it reaches
+   * them); `readSegment` reads and checks one segment.
    */
-  def plan(head: ManifestHead, readSegment: SegmentRef => IndexedSeq[ManifestEntry], location: QueueLocation,
+  def plan(head: ManifestHead, tree: SegmentTree, readSegment: SegmentRef => IndexedSeq[ManifestEntry],
+      location: QueueLocation,
       from: Long, to: Long, delivered: EntryTag.Delivered, failOnDataLoss: Boolean, skip: Int = 0): Plan = {
     val lo = math.max(from, head.firstSequence)
     val hi = math.min(to, head.nextSequence)
@@ -39,8 +42,7 @@ private[spark] object OsqueuePlanner {
     var skipped = 0L
     def skipAt(seq: Long) = if (seq == from) skip else 0
     if (lo < hi) {
-      val segments = head.segments.filter(r => r.lastSequence >= lo && r.firstSequence < hi)
-      readInOrder(segments, readSegment).foreach { case (ref, entries) =>
+      readInOrder(tree.leaves(head, lo, hi), readSegment).foreach { case (ref, entries) =>
         val inRange = entries.filter(e => e.sequence >= lo && e.sequence < hi)
         inRange.grouped(SliceEntries).foreach { slice =>
           val start = state
@@ -72,18 +74,18 @@ private[spark] object OsqueuePlanner {
    * The entries of the queue from `from` on, in order: the segments read one by one as the
    * iterator reaches them (none is held once passed), then the tail.
    */
-  def entriesFrom(head: ManifestHead, from: Long, readSegment: SegmentRef => IndexedSeq[ManifestEntry])
+  def entriesFrom(head: ManifestHead, from: Long, tree: SegmentTree, readSegment: SegmentRef => IndexedSeq[ManifestEntry])
       : Iterator[ManifestEntry] = {
     val lo = math.max(from, head.firstSequence)
-    head.segments.iterator.filter(_.lastSequence >= lo).flatMap(r => readSegment(r).iterator.filter(_.sequence >= lo)) ++
+    tree.leaves(head, lo, head.tailFirstSequence).flatMap(r => readSegment(r).iterator.filter(_.sequence >= lo)) ++
       head.tailEntries.iterator.filter(_.sequence >= lo)
   }
 
   /** The segments with their entries, in order, with up to [[SegmentReadAhead]] GETs in flight. */
-  private def readInOrder(refs: IndexedSeq[SegmentRef], readSegment: SegmentRef => IndexedSeq[ManifestEntry])
+  private def readInOrder(refs: Iterator[SegmentRef], readSegment: SegmentRef => IndexedSeq[ManifestEntry])
       : Iterator[(SegmentRef, IndexedSeq[ManifestEntry])] = {
     val inFlight = scala.collection.mutable.Queue.empty[(SegmentRef, CompletableFuture[IndexedSeq[ManifestEntry]])]
-    val pending = refs.iterator
+    val pending = refs
     def fill(): Unit = while (inFlight.size < SegmentReadAhead && pending.hasNext) {
       val r = pending.next()
       inFlight.enqueue((r, CompletableFuture.supplyAsync(() => readSegment(r), readers)))

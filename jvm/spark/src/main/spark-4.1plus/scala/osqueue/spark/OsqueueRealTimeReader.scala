@@ -12,7 +12,7 @@ import osqueue.{BatchNotFoundException, Clock, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher, ConsumedBatch}
 import osqueue.format.{EntryTag, Incarnation, ManifestEntry, ManifestHead}
 import osqueue.metrics.MetricsRegistry
-import osqueue.queue.ManifestStore
+import osqueue.queue.{ManifestStore, SegmentTree}
 
 /**
  * The one partition of a real-time batch: where to start (`nextSequence`, `entryIndex` entries of
@@ -51,6 +51,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   private val poller = new ManifestPoller(store, p.location.manifestPath)
   private val fetcher = new BatchFetcher(store, clock, new MetricsRegistry)
   private val manifests = new ManifestStore(store, p.location.manifestPath)
+  private val tree = new SegmentTree(manifests)
 
   // The position: entries below `nextSeq` are read, and `index` entries of the batch at `nextSeq`.
   private var nextSeq = p.nextSequence
@@ -112,7 +113,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
         "real-time batch read it; reading nothing more until the next batch is planned")
       stalled = true
     } else if (m.epoch != p.ownEpoch) throw OsqueueExceptions.fenced(p.ownEpoch, m.epoch)
-    else pending = OsqueuePlanner.entriesFrom(m, nextSeq, manifests.readSegment).to(LazyList)
+    else pending = OsqueuePlanner.entriesFrom(m, nextSeq, tree, manifests.readSegment).to(LazyList)
   }
 
   /** Looks at the next entry: skips a second sink copy, else fetches the batch file. */

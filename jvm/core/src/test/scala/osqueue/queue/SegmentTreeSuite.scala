@@ -1,0 +1,245 @@
+package osqueue.queue
+
+import scala.collection.mutable.ArrayBuffer
+import scala.concurrent.duration._
+
+import org.scalatest.funsuite.AnyFunSuite
+
+import osqueue.{AmbiguousCommitException, Clock, CorruptManifestException, StoreException, SystemClock}
+import osqueue.consumer.{Consumer, ConsumerConfig}
+import osqueue.format.{BatchNames, ManifestHead, SegmentNames, SegmentRef}
+import osqueue.gc.GarbageCollector
+import osqueue.metrics.MetricsRegistry
+import osqueue.store.{CasOutcome, InMemoryStore, ObjectInfo, ObjectStore, ObjectVersion, VersionedObject}
+import osqueue.testing.{FaultInjectingStore, ManualClock}
+import osqueue.testing.FaultInjectingStore.Fault
+
+/**
+ * Queues deep enough to fold segments into index objects (docs/format.md §2.2): small K, so F = 2
+ * and every few seals add a level. Readers go through [[SegmentTree]]; consumers expand on dequeue;
+ * GC keeps what is reachable and collects what a dequeue expanded.
+ */
+class SegmentTreeSuite extends AnyFunSuite {
+  private val key = "ingest/manifest"
+  private val fastRetry = RetryPolicy(baseDelayMs = 1, maxDelayMs = 5)
+  private val grace = 10.minutes.toMillis
+
+  private def appender(store: ObjectStore, k: Int, clock: Clock = SystemClock, policy: RetryPolicy = fastRetry) =
+    new ManifestAppender(new ManifestStore(store, key), policy, clock, new MetricsRegistry, grace, segmentEntries = k)
+  private def pending(store: ObjectStore, clock: Clock = SystemClock): PendingLocation = {
+    val upload = () => { val k = BatchNames.newKey("ingest", clock.nowMillis()); store.put(k, Array[Byte](1)); k }
+    new PendingLocation(upload(), IndexedSeq.empty, upload)
+  }
+  private def produce(store: ObjectStore, k: Int, n: Int, clock: Clock = SystemClock): IndexedSeq[String] = {
+    val a = appender(store, k, clock)
+    (0 until n).map { _ =>
+      val p = pending(store, clock); a.append(IndexedSeq(p)); p.location
+    }
+  }
+  private def head(store: ObjectStore): ManifestHead = ManifestHead.parse(store.get(key).get.bytes, key)
+  private def tree(store: ObjectStore) = new SegmentTree(new ManifestStore(store, key))
+  private def allLocations(store: ObjectStore): IndexedSeq[String] =
+    new ManifestStore(store, key).decode(new ManifestStore(store, key).read()).entries.map(_.location)
+  private def consumer(store: ObjectStore, ackBatchSize: Int = 100) =
+    new Consumer(store, ConsumerConfig(runGc = false, ackBatchSize = ackBatchSize, retry = fastRetry))
+  private def objects(store: ObjectStore) = store.list(SegmentNames.prefix(key)).map(_.key).toSet
+
+  test("leaves and leafFor walk index objects: every segment once, in order, and the one holding each sequence") {
+    val store = InMemoryStore.fresh()
+    produce(store, 2, 41) // 20 segments, tail 40
+    val h = head(store)
+    assert(h.refs.exists(_.level >= 3), h.refs.map(_.level))
+    val t = tree(store)
+    val all = t.leaves(h, 0, Long.MaxValue).toIndexedSeq
+    assert(all.map(r => (r.firstSequence, r.lastSequence)) == (0L until 40L by 2).map(s => (s, s + 1)))
+    assert(all.forall(_.level == 0))
+    assert(t.leaves(h, 7, 12).map(_.firstSequence).toSeq == Seq(6L, 8L, 10L))
+    assert(t.leaves(h, 7, 7).isEmpty && t.leaves(h, 40, 41).isEmpty)
+    for (s <- 0L until 40L) assert(t.leafFor(h, s).map(_.firstSequence).contains(s / 2 * 2), s"sequence $s")
+    assert(t.leafFor(h, 40).isEmpty)
+  }
+
+  test("leaves reads the index objects it reaches only: a range at the back reads none of the front's") {
+    val inner = InMemoryStore.fresh()
+    produce(inner, 2, 41)
+    val reads = ArrayBuffer.empty[String]
+    val store = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def get(k: String): Option[VersionedObject] = { reads += k; super.get(k) }
+    }
+    val h = head(inner)
+    val t = tree(store)
+    // refs: s0, an index of level 4 over sequences 2 to 33, one of level 1, a segment
+    assert(h.refs.map(_.level) == Seq(0, 4, 1, 0))
+    assert(t.leaves(h, 20, 22).map(_.firstSequence).toList == List(20L))
+    // the walk down to [20, 21]: one index object per level on its path (4, 3, 2, 1), no segment
+    assert(reads.forall(_.endsWith(".index")) && reads.size == 4, reads)
+    reads.clear()
+    assert(t.leaves(h, 38, 40).map(_.firstSequence).toList == List(38L) && reads.isEmpty)
+  }
+
+  test("a native consumer delivers every entry exactly once, in order, across index objects, with restarts (F = 2)") {
+    val store = InMemoryStore.fresh()
+    val produced = produce(store, 4, 4 * 2 * 2 * 5 + 3) // > F^2 K entries
+    assert(head(store).refs.map(_.level).max >= 2)
+    val delivered = ArrayBuffer.empty[(Long, String)]
+    var lastAcked = Option.empty[Long]
+    var incarnation = Option.empty[Long]
+    var rounds = 0
+    while (delivered.size < produced.size) {
+      val c = consumer(store, ackBatchSize = 3)
+      c.initialize(lastAcked, lastAcked.flatMap(_ => incarnation))
+      incarnation = c.incarnation
+      // read a few, ack them, restart: the dequeues expand the index objects they reach
+      (0 until 7).foreach { _ =>
+        c.nextDescriptors(1).foreach { d => delivered += (d.sequence -> d.location); c.ack(d.sequence); lastAcked = Some(d.sequence) }
+      }
+      c.close()
+      val h = head(store)
+      assert(!h.isSegmented || h.refs.head.level == 0)
+      rounds += 1
+    }
+    assert(delivered.map(_._1) == produced.indices.map(_.toLong))
+    assert(delivered.map(_._2) == produced)
+    assert(rounds > 5 && head(store).isEmpty && !head(store).isSegmented)
+  }
+
+  test("a write whose reply was lost and that was folded into an index object since is found there (no duplicate)") {
+    val inner = InMemoryStore.fresh()
+    val other = appender(inner, 2)
+    @volatile var armed = false
+    // Applies the write, lets another producer append until it is sealed and folded, then loses the reply.
+    val store = new ObjectStore {
+      def uri: String = inner.uri
+      def get(k: String): Option[VersionedObject] = inner.get(k)
+      def put(k: String, b: Array[Byte]): Unit = inner.put(k, b)
+      def putIfAbsent(k: String, b: Array[Byte]): CasOutcome = inner.putIfAbsent(k, b)
+      def list(p: String): Seq[ObjectInfo] = inner.list(p)
+      def delete(k: String): Unit = inner.delete(k)
+      def putIfVersionMatches(k: String, b: Array[Byte], v: ObjectVersion): CasOutcome = {
+        val outcome = inner.putIfVersionMatches(k, b, v)
+        if (armed && k == key && outcome.isInstanceOf[CasOutcome.Written]) {
+          armed = false
+          (0 until 2).foreach(_ => other.append(IndexedSeq(pending(inner))))
+          throw new StoreException("injected: reply lost")
+        }
+        outcome
+      }
+    }
+    val a = appender(store, 2)
+    (0 until 4).foreach(_ => a.append(IndexedSeq(pending(inner)))) // segment [0, 1], tail 2, 3
+    val mine = pending(inner)
+    armed = true
+    assert(a.append(IndexedSeq(mine)) == IndexedSeq(4L))
+    val h = head(inner)
+    assert(h.refs.size == 2 && h.refs(1).isIndex && h.refs(1).contains(4), "sequence 4 sits in a segment under an index")
+    val all = allLocations(inner)
+    assert(all.count(_ == mine.location) == 1 && all.size == 7 && all(4) == mine.location)
+  }
+
+  test("GC keeps every reachable segment and index object, collects an index a dequeue expanded, and reads no segment") {
+    val t0 = 1767225600000L
+    val clock = new ManualClock(t0)
+    val inner = InMemoryStore.fresh()
+    produce(inner, 2, 9, clock) // segments [0,1] [2,3] [4,5] [6,7], tail 8: s0, an index of level 1, s3
+    val before = head(inner)
+    assert(before.refs.map(_.level) == Seq(0, 1, 0))
+    val store = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def get(k: String): Option[VersionedObject] =
+        if (k.endsWith(".segment")) throw new StoreException("no segment reads") else super.get(k)
+    }
+    def gc() = new GarbageCollector(store, key, "ingest", grace.millis, clock).runOnce()
+    clock.advance(grace + 1)
+    val reachable = objects(inner)
+    assert(reachable.size == 5)
+    val kept = gc()
+    assert(kept.deleted.isEmpty && objects(inner) == reachable && kept.missingIndex.isEmpty)
+    // a consumer acks through 2: s0 is dropped, the index expanded into its two segments (one CAS)
+    val c = consumer(inner)
+    c.initialize(None)
+    assert(c.nextDescriptors(100).map(_.sequence) == Seq(0L, 1L) && c.nextDescriptors(100).map(_.sequence) == Seq(2L, 3L))
+    c.ackThrough(2)
+    val after = head(inner)
+    assert(after.refs.map(_.level) == Seq(0, 0, 0) && after.lowWater == 3)
+    val r = gc()
+    assert(r.deleted.toSet == Set(before.refs(0).key, before.refs(1).key), "s0 and the expanded index object")
+    assert(objects(inner) == after.refs.map(_.key).toSet)
+    assert(Iterator.continually(c.nextDescriptors(100)).takeWhile(_.nonEmpty).flatten.map(_.sequence).toSeq == (4L to 8L))
+  }
+
+  test("GC deletes no segment or index object in a cycle that finds an index object of its head missing") {
+    val t0 = 1767225600000L
+    val clock = new ManualClock(t0)
+    val store = InMemoryStore.fresh()
+    produce(store, 2, 9, clock)
+    val orphan = SegmentNames.newKey(key, t0 - 1)
+    store.put(orphan, Array[Byte](1))
+    val index = head(store).refs(1)
+    store.delete(index.key) // as if a newer head expanded it and another GC collected it
+    clock.advance(grace + 1)
+    val r = new GarbageCollector(store, key, "ingest", grace.millis, clock).runOnce()
+    assert(r.missingIndex.contains(index.key))
+    assert(r.deleted.isEmpty && store.get(orphan).isDefined)
+    // readers are told, never skip
+    val e = intercept[CorruptManifestException](allLocations(store))
+    assert(e.getMessage.contains(index.key) && e.getMessage.contains("listed but missing"))
+  }
+
+  test("a crash between the index object's write and the head CAS leaves orphans only; nothing lost or doubled") {
+    val clock = new ManualClock(System.currentTimeMillis())
+    val inner = InMemoryStore.fresh()
+    // K = 2: the 7th append seals the third segment and folds it with the second; its CAS fails
+    val store = new FaultInjectingStore(inner, (k, n) => if (k == key && n == 6) Fault.FailBefore else Fault.None)
+    val dying = appender(store, 2, clock, RetryPolicy(baseDelayMs = 1, maxDelayMs = 1, maxAttempts = 1))
+    val first = IndexedSeq.fill(6)(pending(inner, clock))
+    first.foreach(p => dying.append(IndexedSeq(p)))
+    val seventh = pending(inner, clock)
+    intercept[AmbiguousCommitException](dying.append(IndexedSeq(seventh)))
+    val orphans = objects(inner) -- head(inner).refs.map(_.key)
+    assert(orphans.size == 2 && orphans.exists(_.endsWith(".index")) && !head(inner).refs.exists(_.isIndex))
+    appender(inner, 2, clock).append(IndexedSeq(seventh))
+    assert(head(inner).refs.exists(_.isIndex))
+    assert(allLocations(inner) == (first :+ seventh).map(_.location))
+    clock.advance(grace + 1)
+    val r = new GarbageCollector(inner, key, "ingest", grace.millis, clock).runOnce()
+    assert(r.deleted.toSet == orphans)
+    assert(allLocations(inner) == (first :+ seventh).map(_.location))
+  }
+
+  test("a dequeue whose expansion CAS conflicts with a producer's append is made again on the new head") {
+    val inner = InMemoryStore.fresh()
+    val produced = produce(inner, 2, 9)
+    val other = appender(inner, 2)
+    var conflicts = 0
+    val store = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def putIfVersionMatches(k: String, b: Array[Byte], v: ObjectVersion): CasOutcome = {
+        // the consumer's first dequeue CAS: a producer appends (and seals) in between
+        if (k == key && conflicts == 0 && ManifestHead.parse(b, key).lowWater == 3) {
+          conflicts += 1
+          other.append(IndexedSeq(pending(inner)))
+          other.append(IndexedSeq(pending(inner)))
+        }
+        super.putIfVersionMatches(k, b, v)
+      }
+    }
+    val c = consumer(store)
+    c.initialize(None)
+    assert(c.nextDescriptors(3).map(_.sequence) == Seq(0L, 1L))
+    assert(c.nextDescriptors(3).map(_.sequence) == Seq(2L, 3L))
+    c.ackThrough(2)
+    assert(conflicts == 1)
+    val h = head(inner)
+    assert(h.refs.head.level == 0 && h.lowWater == 3 && h.nextSequence == 11)
+    assert(allLocations(inner).size == 8 && allLocations(inner).take(6) == produced.drop(3))
+  }
+
+  test("the appender folds at F = max(2, K / 32): K = 96 folds three segments into one index object") {
+    val store = InMemoryStore.fresh()
+    val a = appender(store, 96)
+    (0 until 4).foreach(_ => a.append(IndexedSeq.fill(96)(pending(store))))
+    val h = head(store)
+    assert(h.refs.map(_.level) == Seq(0, 0, 0)) // s0, s1, s2: no fold yet (s0 is never folded)
+    a.append(IndexedSeq.fill(96)(pending(store)))
+    assert(head(store).refs.map(_.level) == Seq(0, 1))
+    assert(tree(store).children(head(store).refs(1)).size == 3)
+  }
+}
