@@ -174,6 +174,28 @@ def test_inspect_shows_a_segmented_heads_depth_and_segments(tmp_path: pathlib.Pa
     assert "format version 2" in rows["manifest"]
 
 
+def test_inspect_shows_the_refs_of_a_tree_by_level_and_the_depth_from_the_head(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue.cli import cli
+
+    vector = next(v for v in HEADS["heads"] if v["name"] == "head_v2_tree")
+    (tmp_path / "ingest").mkdir()
+    (tmp_path / "ingest" / "manifest").write_bytes((GOLDEN / vector["file"]).read_bytes())  # no object below it
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path), "--json"], catch_exceptions=False)
+    dumped = json.loads(result.stdout)
+    assert dumped["depth"] == len(vector["head"]["queued_sequences"]) == 14
+    assert dumped["refs_per_level"] == {"0": 2, "2": 1}
+    assert [(r["level"], r["first_sequence"], r["last_sequence"]) for r in dumped["refs"]] == [
+        (0, 10, 12),
+        (2, 13, 20),
+        (0, 21, 22),
+    ]
+    table = CliRunner().invoke(cli, ["inspect", str(tmp_path)], catch_exceptions=False).stdout
+    assert "14 (from the head: no segment read)" in table
+    assert "3 in the head (level 0: 2 segments, level 2: 1 index)" in table
+
+
 def test_mutated_and_truncated_heads_decode_or_raise_a_typed_error() -> None:
     import random
 
@@ -202,13 +224,17 @@ def test_cli_produce_seals_past_its_k_and_tail_and_inspect_read_the_segmented_qu
 
     root = str(tmp_path / "q")
     runner = CliRunner()
-    for i in range(5):  # one producer (one manifest entry) per run
+    for i in range(9):  # one producer (one manifest entry) per run
         r = runner.invoke(cli, ["produce", root, "--manifest-segment-entries", "2"], input=f"v{i}\n")
         assert r.exit_code == 0, r.output
     inspected = json.loads(runner.invoke(cli, ["inspect", root, "--json"], catch_exceptions=False).stdout)
-    # K = 2, F = 2: two segments sealed, the second not folded (the first ref never is)
-    assert inspected["format_version"] == 2 and inspected["depth"] == 5 and len(inspected["refs"]) == 2
+    # K = 2, F = 2: segments sealed at the 3rd, 5th, 7th and 9th run; the 2nd and 3rd were folded into a
+    # level-1 index (the first ref never is), the 4th stays beside it (their levels differ)
+    assert inspected["format_version"] == 2 and inspected["depth"] == 9
+    assert [r["level"] for r in inspected["refs"]] == [0, 1, 0] and inspected["refs_per_level"] == {"0": 2, "1": 1}
     tail = runner.invoke(cli, ["tail", root], catch_exceptions=False)
-    assert tail.stdout.split("\n")[:-1] == [f"v{i}" for i in range(5)]
+    assert tail.stdout.split("\n")[:-1] == [f"v{i}" for i in range(9)], "tail walks the index objects"
+    some = runner.invoke(cli, ["tail", root, "--max-batches", "5"], catch_exceptions=False)
+    assert some.stdout.split("\n")[:-1] == [f"v{i}" for i in range(5)]
     bad = runner.invoke(cli, ["produce", root, "--manifest-segment-entries", "0"], input="x\n")
     assert bad.exit_code == 2 and "--manifest-segment-entries" in bad.output
