@@ -608,3 +608,53 @@ def test_every_produced_entry_is_in_exactly_one_leaf_and_encode_refs_round_trips
     assert leaves[0].first_sequence == 0 and leaves[-1].last_sequence + 1 == head.tail_first_sequence
     for a, b in zip(leaves, leaves[1:]):
         assert b.first_sequence == a.last_sequence + 1
+
+
+def test_an_edit_whose_object_name_went_stale_is_made_again_under_fresh_names() -> None:
+    """Producers never start the head CAS when a segment or index object it lists was named half a grace
+    period ago (GC could delete it first): a slow index PUT makes the seal and the fold happen again."""
+    clock = ManualClock(1_767_225_600_000)
+    inner = InMemoryStore("stale-names")
+    store = WrappedStore(inner)
+    slow = [1]
+
+    def slow_index_put(key: str, data: bytes) -> None:
+        if key.endswith(".index") and slow[0] > 0:
+            slow[0] -= 1
+            clock.advance(GRACE_MS / 2000 + 1)  # this PUT took longer than half the grace period
+
+    store.on_put = slow_index_put
+    with _producer(store, 1, clock=clock) as producer:
+        locations = [producer.enqueue(_upload(inner, clock), timeout=30).location for _ in range(4)]
+    head = _head(inner)
+    assert [r.level for r in head.refs] == [0, 1], "K = 1: the 4th append sealed and folded"
+    written = {i.key for i in inner.list(segment_prefix(KEY))}
+    reachable = SegmentTree(ManifestStore(inner, KEY)).reachable_keys(head)
+    assert isinstance(reachable, set)
+    stale = written - reachable
+    assert {k.rsplit(".", 1)[1] for k in stale} == {"segment", "index"}, "the first seal and fold are orphans"
+    from osqueue.format.segment_names import ulid_time_ms
+
+    index = head.refs[1]
+    listed_by_the_fourth = [index.key, SegmentTree(ManifestStore(inner, KEY)).children(index)[-1].key]
+    for key in listed_by_the_fourth:  # the index and the segment sealed with it: named after the slow PUT
+        named = ulid_time_ms(KEY, key)
+        assert named is not None and clock.now_ms() - named < GRACE_MS // 2
+    assert _all_locations(inner) == locations
+
+
+def test_a_producer_whose_object_puts_are_always_too_slow_fails_and_appends_nothing() -> None:
+    clock = ManualClock(1_767_225_600_000)
+    inner = InMemoryStore("always-stale")
+    store = WrappedStore(inner)
+
+    def slow_put(key: str, data: bytes) -> None:
+        if ".segments/" in key:
+            clock.advance(GRACE_MS / 2000 + 1)
+
+    with _producer(store, 1, clock=clock) as producer:
+        first = producer.enqueue(_upload(inner, clock), timeout=30).location
+        store.on_put = slow_put
+        with pytest.raises(StoreError, match="half the GC grace period"):
+            producer.enqueue(_upload(inner, clock), timeout=30)
+    assert _all_locations(inner) == [first] and not _head(inner).refs
