@@ -658,3 +658,31 @@ def test_a_producer_whose_object_puts_are_always_too_slow_fails_and_appends_noth
         with pytest.raises(StoreError, match="half the GC grace period"):
             producer.enqueue(_upload(inner, clock), timeout=30)
     assert _all_locations(inner) == [first] and not _head(inner).refs
+
+
+def test_mutated_index_objects_decode_or_raise_corrupt_manifest_never_another_error() -> None:
+    import hashlib
+
+    vector = HEADS["indexes"][2]  # index_top, level 2
+    valid = (GOLDEN / vector["file"]).read_bytes()
+    good = _ref(vector["ref"])
+    rnd = random.Random(11)
+    decoded = 0
+    for i in range(3000):
+        b = bytearray(valid)
+        for _ in range(1 + rnd.randrange(3)):
+            b[rnd.randrange(len(b))] = rnd.randrange(256)
+        data = bytes(b)
+        if i % 3 == 1:
+            data = data[rnd.randrange(len(data)) :]
+        elif i % 3 == 2:
+            data = data[: rnd.randrange(len(data))]
+        # the ref matches the bytes (length, SHA-256), so every later check is reached
+        ref = SegmentRef(good.first_sequence, good.entry_count, 1 + rnd.randrange(3), len(data),
+                         good.oldest_batch_ms, hashlib.sha256(data).digest(), good.key)  # fmt: skip
+        try:
+            decode_index(data, ref)
+            decoded += 1
+        except CorruptManifestError as e:
+            assert good.key in str(e)
+    assert decoded < 3000

@@ -196,10 +196,11 @@ def test_inspect_shows_the_refs_of_a_tree_by_level_and_the_depth_from_the_head(t
     assert "3 in the head (level 0: 2 segments, level 2: 1 index)" in table
 
 
-def test_mutated_and_truncated_heads_decode_or_raise_a_typed_error() -> None:
+@pytest.mark.parametrize("file", ["head_v2.bin", "head_v2_tree.bin"])
+def test_mutated_and_truncated_heads_decode_or_raise_a_typed_error(file: str) -> None:
     import random
 
-    valid = (GOLDEN / "head_v2.bin").read_bytes()
+    valid = (GOLDEN / file).read_bytes()
     rnd = random.Random(7)
     for i in range(3000):
         b = bytearray(valid)
