@@ -1,8 +1,8 @@
 """The segmented manifest's head and its index objects (docs/format.md §2.2; JVM: ``ManifestHead``).
 
 Two views of a manifest object (an RFC v1 manifest, or a version 2 head listing refs to segment
-objects and index objects before its tail of newest entries): :func:`decode_head` decodes it whole (tail metadata included),
-and :class:`RawHead` is what writers and lazy readers work on, as the JVM's ``ManifestHead``:
+objects and index objects before its tail of newest entries): :func:`decode_head` decodes it whole
+(tail metadata included), and :class:`RawHead` is what writers and lazy readers work on, as the JVM's ``ManifestHead``:
 parsing reads the footer and the refs only; the tail's entry headers are walked when an edit or a
 reader needs them, its metadata decoded only by :meth:`RawHead.tail_entries`. The edits copy the
 tail's entries byte for byte and never read a segment, so an append costs the same at any depth (a
@@ -57,11 +57,11 @@ class SegmentRef:
 
     Attributes:
         entry_count: The entries it covers (an index ref: its whole subtree's).
+        level: 0 for a segment object; L >= 1 for an index object listing refs of level L - 1.
         byte_length: The size of the object.
         oldest_batch_ms: Smallest ULID time of its locations (``2**63 - 1`` when none is a ULID name).
         sha256: The SHA-256 of the object.
         key: The object's key, relative to the store root.
-        level: 0 for a segment object; L >= 1 for an index object listing refs of level L - 1.
     """
 
     first_sequence: int
