@@ -327,6 +327,7 @@ def test_two_producers_past_k_on_s3_deliver_every_entry_once_and_gc_removes_drop
     with ThreadPoolExecutor(2) as pool:
         a, b = pool.map(produce, ["a", "b"])
     assert len(_leaves(s3_store)) >= 4
+    assert any(r.level > 0 for r in _head(s3_store).refs), "K = 3, F = 2: segments were folded into index objects"
     c = _consumer(s3_store)
     delivered = _drain(c)
     c.close()
