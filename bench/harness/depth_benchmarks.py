@@ -3,13 +3,13 @@
 a segmented manifest (docs/format.md §2.2).
 
 Per depth D the queue is built through the producers' own edit (``RawHead.appended``, which seals
-the tail into segment objects) in groups of K entries, then one group of K/2 (so the tail sits at
+the tail into segment objects and folds refs into index objects) in groups of K entries, then one group of K/2 (so the tail sits at
 its average K/2 entries, not just after a seal); only the final head is PUT (the JVM bench PUTs
 every intermediate one; the queue is the same). Then:
 
 - single-entry appends through a ``QueueProducer`` (GET the head, append, seal when the tail passes
-  K, conditional PUT), round-robin over the depths after 10 unmeasured ones each: latency of each and
-  the bytes each one wrote (the head, plus the segment when it sealed);
+  K, fold, conditional PUT), round-robin over the depths after 10 unmeasured ones each: latency of each
+  and the bytes each one wrote (the head, plus the segment and index objects when it sealed);
 - a ``Consumer`` (no GC) initializes and hands out descriptors one at a time (``next_descriptors(1)``,
   ``ack_through`` every 1,000): time per delivered descriptor (the manifest work, not the batch GET:
   the batches do not exist); before it, another consumer over the same queue gives the peak of
@@ -33,9 +33,9 @@ from bench.harness.environment import MANIFEST, Env, Settings
 from bench.harness.stats import percentile
 from osqueue import metrics as m
 from osqueue.consumer import Consumer
-from osqueue.format import MetadataItem, SegmentRef, empty_manifest, encode_ulid
-from osqueue.format.manifest_head import SealedTail, parse_head
-from osqueue.queue import ManifestStore, QueueProducer
+from osqueue.format import FoldedIndex, MetadataItem, SegmentRef, empty_manifest, encode_ulid, fanout
+from osqueue.format.manifest_head import RawHead, SealedTail, parse_head
+from osqueue.queue import ManifestStore, QueueProducer, SegmentTree
 from osqueue.store import ObjectStore
 
 K = 2048
@@ -56,6 +56,7 @@ class _Queue:
     latencies_ms: list[float] = field(default_factory=list)
     written: list[int] = field(default_factory=list)
     seals: int = 0
+    folds: int = 0
 
 
 def _build(env: Env, depth: int, rng: random.Random) -> _Queue:
@@ -67,12 +68,15 @@ def _build(env: Env, depth: int, rng: random.Random) -> _Queue:
     def seal(t: SealedTail) -> SegmentRef:
         return ms.write_segment(t, now, rng)
 
+    def fold(f: FoldedIndex) -> SegmentRef:
+        return ms.write_index(f, now, rng)
+
     raw = empty_manifest()
     built = 0
     target = (depth - K // 2) // K * K if depth > K else depth
     groups = [min(K, target - b) for b in range(0, target, K)] + ([K // 2] if depth > K else [])
     for n in groups:
-        raw, _ = parse_head(raw, MANIFEST).appended([(_location(rng, now), META) for _ in range(n)], K, seal)
+        raw, _ = parse_head(raw, MANIFEST).appended([(_location(rng, now), META) for _ in range(n)], K, seal, fold)
         built += n
     store.put(MANIFEST, raw)
     producer = QueueProducer(store, MANIFEST, manifest_segment_entries=K, metrics=m.MetricsRegistry())
@@ -81,7 +85,7 @@ def _build(env: Env, depth: int, rng: random.Random) -> _Queue:
 
 def _append(q: _Queue, rng: random.Random, measured: bool) -> None:
     ms = ManifestStore(q.store, MANIFEST)
-    before = len(ms.head(ms.read_raw()[0]).segments)
+    before = {r.key for r in ms.head(ms.read_raw()[0]).refs}
     t = time.perf_counter()
     q.producer.enqueue(_location(rng, int(time.time() * 1000)), META)
     elapsed = (time.perf_counter() - t) * 1000
@@ -89,10 +93,19 @@ def _append(q: _Queue, rng: random.Random, measured: bool) -> None:
         return
     after = ms.head(ms.read_raw()[0])
     q.latencies_ms.append(elapsed)
+    tree = SegmentTree(ms)
+
+    def new_bytes(r: SegmentRef) -> int:
+        """The object's bytes and those of the new objects folded into it (read back, not timed)."""
+        below = [c for c in tree.children(r) if c.key not in before] if r.level > 0 else []
+        return r.byte_length + sum(new_bytes(c) for c in below)
+
     written = len(after.raw)
-    if len(after.segments) > before:
+    new = [r for r in after.refs if r.key not in before]
+    if new:
         q.seals += 1
-        written += after.segments[-1].byte_length
+        q.folds += any(r.level > 0 for r in new)
+        written += sum(new_bytes(r) for r in new)
     q.written.append(written)
 
 
@@ -156,14 +169,21 @@ def bench_py_depth(env: Env, s: Settings) -> dict[str, Any]:
     for q in queues:
         q.producer.close()
         ms = ManifestStore(q.store, MANIFEST)
-        head = ms.head(ms.read_raw()[0])  # as the appends left it
+        head: RawHead = ms.head(ms.read_raw()[0])  # as the appends left it
+        levels: dict[int, int] = {}
+        for r in head.refs:
+            levels[r.level] = levels.get(r.level, 0) + 1
+        segments = sum(1 for _ in SegmentTree(ms).leaves(head, head.refs[0].first_sequence)) if head.refs else 0
         peak_mb = _consumer_peak_mb(q)
         init_ms, us_per, delivered = _consume(q, deliveries)
         lat = sorted(q.latencies_ms)
         row = {
             "depth": q.depth,
             "k": K,
-            "segments": len(head.segments),
+            "segments": segments,
+            "head_refs": len(head.refs),
+            "head_refs_per_level": {str(level): n for level, n in sorted(levels.items())},
+            "fanout": fanout(K),
             "tail": head.tail_size,
             "head_bytes": len(head.raw),
             "build_s": round(q.build_s, 1),
@@ -172,6 +192,7 @@ def bench_py_depth(env: Env, s: Settings) -> dict[str, Any]:
             "append_latency_ms_max": lat[-1],
             "appends": appends,
             "seals": q.seals,
+            "appends_that_folded": q.folds,
             "bytes_written_per_append_mean": sum(q.written) // len(q.written),
             "bytes_written_per_append_max": max(q.written),
             "consumer_initialize_ms": round(init_ms, 1),
@@ -182,14 +203,15 @@ def bench_py_depth(env: Env, s: Settings) -> dict[str, Any]:
         rows.append(row)
         q.store.close()
         s.log(
-            f"py_depth {row['depth']:>9}: {row['segments']} segments, tail {row['tail']}, head {row['head_bytes']} B; "
+            f"py_depth {row['depth']:>9}: {row['segments']} segments, {row['head_refs']} head refs "
+            f"{row['head_refs_per_level']}, tail {row['tail']}, head {row['head_bytes']} B; "
             f"append {row['append_latency_ms_median']:.1f} ms median ({row['bytes_written_per_append_mean']} B "
             f"written); consumer {row['consumer_us_per_delivered']:.1f} us/descriptor, {peak_mb:.1f} MB peak traced"
         )
     ratio = rows[-1]["append_latency_ms_median"] / rows[0]["append_latency_ms_median"]
     return {
-        "description": f"bench/harness/depth_benchmarks.py, K = {K}: a queue of each depth built through the "
-        "producers' sealing edit (tail left at K/2), then single-entry appends through QueueProducer round-robin "
+        "description": f"bench/harness/depth_benchmarks.py, K = {K}, F = {fanout(K)}: a queue of each depth built "
+        "through the producers' sealing and folding edit (tail left at K/2), then single-entry appends through QueueProducer round-robin "
         "over the depths (after 10 unmeasured each), and a Consumer handing out descriptors one at a time (no batch "
         "GETs; ack_through every 1,000); the peak traced (tracemalloc) in a second consumer handing out 3 K",
         "k": K,

@@ -252,7 +252,7 @@ class Harness:
                 if footer is None:
                     continue
                 self.manifest_footer = footer
-                self.max_segments = max(self.max_segments, len(footer.segments))
+                self.max_segments = max(self.max_segments, len(footer.refs))
                 now = time.monotonic() - self.t0
                 if footer.epoch != last_epoch or now - last_write >= 10:
                     f.write(
@@ -262,7 +262,7 @@ class Harness:
                                 "epoch": footer.epoch,
                                 "next_sequence": footer.next_sequence,
                                 "entries": footer.depth,
-                                "segments": len(footer.segments),
+                                "segments": len(footer.refs),  # the head's refs (segments and index objects)
                             }
                         )
                         + "\n"

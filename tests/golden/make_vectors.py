@@ -314,23 +314,40 @@ def ulid_ms(location: str) -> int:
     return ms
 
 
-def segment_ref(first: int, count: int, data: bytes, oldest_ms: int, key: str) -> bytes:
+def segment_ref(first: int, count: int, data: bytes, oldest_ms: int, key: str, level: int = 0) -> bytes:
+    """A ref (format.md §2.2, 63 fixed bytes and the key): first u64 | entry_count u64 | level u8 |
+    byte_length u32 | oldest_batch_ms i64 | sha256 | key_len u16 | key."""
     k = key.encode("utf-8")
     return (
-        struct.pack("<QIIq", first, count, len(data), oldest_ms)
+        struct.pack("<QQBIq", first, count, level, len(data), oldest_ms)
         + hashlib.sha256(data).digest()
         + struct.pack("<H", len(k))
         + k
     )
 
 
+def index_footer(ref_count: int, level: int, version: int = HEAD_VERSION) -> bytes:
+    return struct.pack("<IBH", ref_count, level, version)
+
+
 def head_tail_end(refs_len: int, count: int, low_water: int, tail_count: int, next_sequence: int, epoch: int) -> bytes:
     return struct.pack("<IIQ", refs_len, count, low_water) + footer(tail_count, next_sequence, epoch, HEAD_VERSION)
 
 
+def batch_loc(i: int) -> str:
+    """A valid ULID batch name, distinct per i (its time differs too)."""
+    return f"ingest/01J5T4S{i:02d}ABCDEFGHJKMNPQRST.batch"
+
+
+def object_key(i: int, suffix: str) -> str:
+    return f"ingest/manifest.segments/01J5T4S{i}000000000000000000.{suffix}"
+
+
 def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
-    """A v2 head listing two segments (the first partially dequeued: low_water 11), its segments
-    (plain v1 manifests, also in vectors.json) and heads that break one invariant each."""
+    """Segmented heads: one listing two segments (the first partially dequeued: low_water 11), one
+    listing an index object of level 2 (two of level 1 below it, four segments below those) between
+    two segments; every segment (plain v1 manifests, also in vectors.json) and index object; heads
+    and index objects that break one invariant each."""
     tag = sink_tag("w", 3, "01J5T4R3KXBMZ7QV9N2WG8YDH1")
     seg_a_entries = [
         (10, LOC_A, [meta(0, T0, b"a")], b""),
@@ -352,28 +369,76 @@ def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
             out.append(e)
         return out
 
+    def oldest(es):
+        return min(ulid_ms(loc) for _, loc, _, _ in es)
+
     seg_a = body(seg_a_entries) + footer(3, 13, 0)
     seg_b = body(seg_b_entries) + footer(2, 15, 0)
     valid_manifest("segment_a", seg_a, 13, 0, js(seg_a_entries))
     valid_manifest("segment_b", seg_b, 15, 0, js(seg_b_entries))
-    oldest_a = min(ulid_ms(loc) for _, loc, _, _ in seg_a_entries)
-    oldest_b = min(ulid_ms(loc) for _, loc, _, _ in seg_b_entries)
+    oldest_a, oldest_b = oldest(seg_a_entries), oldest(seg_b_entries)
     ref_a = segment_ref(10, 3, seg_a, oldest_a, SEG_A_KEY)
     ref_b = segment_ref(13, 2, seg_b, oldest_b, SEG_B_KEY)
     tail = body(tail_entries)
     refs = ref_a + ref_b
     files["head_v2.bin"] = refs + tail + head_tail_end(len(refs), 2, 11, 2, 17, 5)
 
-    def seg_json(first, count, data, oldest, key, file):
+    def ref_json(first, count, data, oldest, key, file, level=0):
         return {
             "first_sequence": first,
             "entry_count": count,
+            "level": level,
             "byte_length": len(data),
             "oldest_batch_ms": oldest,
             "sha256_hex": hashlib.sha256(data).hexdigest(),
             "key": key,
             "file": file,
         }
+
+    # -- the tree: segments c..f (15..22), indexes bc, de (level 1) and top (level 2) --------------
+    # The shape a producer folding with F = 2 leaves: seal c -> fold b, c; seal d, e -> fold d, e,
+    # then the two level-1 refs into level 2; seal f -> [a, top, f] (f and top differ in level).
+    more = {
+        name: [(q, batch_loc(q), [meta(0, T0 + q, name.encode())], b"") for q in range(first, first + 2)]
+        for name, first in (("c", 15), ("d", 17), ("e", 19), ("f", 21))
+    }
+    segs = {"a": (seg_a_entries, seg_a), "b": (seg_b_entries, seg_b)}
+    for name, es in more.items():
+        data = body(es) + footer(2, es[-1][0] + 1, 0)
+        valid_manifest(f"segment_{name}", data, es[-1][0] + 1, 0, js(es))
+        segs[name] = (es, data)
+    keys = {"a": SEG_A_KEY, "b": SEG_B_KEY, "c": object_key(2, "segment"), "d": object_key(3, "segment"),
+            "e": object_key(4, "segment"), "f": object_key(5, "segment")}  # fmt: skip
+    leaf = {}  # name -> (first, count, data, oldest, key, file, level)
+    for name, (es, data) in segs.items():
+        leaf[name] = (es[0][0], len(es), data, oldest(es), keys[name], f"segment_{name}.bin", 0)
+
+    def ref_bytes(r):
+        first, count, data, old, key, _, level = r
+        return segment_ref(first, count, data, old, key, level)
+
+    def index_of(name, children, key, level):
+        data = b"".join(ref_bytes(c) for c in children) + index_footer(len(children), level)
+        files[f"{name}.bin"] = data
+        first, count = children[0][0], sum(c[1] for c in children)
+        return (first, count, data, min(c[3] for c in children), key, f"{name}.bin", level)
+
+    idx_bc = index_of("index_bc", [leaf["b"], leaf["c"]], object_key(6, "index"), 1)
+    idx_de = index_of("index_de", [leaf["d"], leaf["e"]], object_key(7, "index"), 1)
+    idx_top = index_of("index_top", [idx_bc, idx_de], object_key(8, "index"), 2)
+    tree_refs = [leaf["a"], idx_top, leaf["f"]]
+    tree_tail_entries = [(23, LOC_F, [meta(0, T0 + 23, b"t")], b""), (24, LOC_G, [], b"")]
+    refs_region = b"".join(ref_bytes(r) for r in tree_refs)
+    files["head_v2_tree.bin"] = refs_region + body(tree_tail_entries) + head_tail_end(len(refs_region), 3, 11, 2, 25, 6)
+    objects = {r[4]: r[5] for r in [*leaf.values(), idx_bc, idx_de, idx_top]}
+    indexes = [
+        {"name": name, "file": r[5], "ref": ref_json(*r), "refs": [ref_json(*c) for c in children]}
+        for name, r, children in (
+            ("index_bc", idx_bc, [leaf["b"], leaf["c"]]),
+            ("index_de", idx_de, [leaf["d"], leaf["e"]]),
+            ("index_top", idx_top, [idx_bc, idx_de]),
+        )
+    ]
 
     rejected = {
         # no segment listed: a head without segments is version 1
@@ -391,9 +456,60 @@ def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
         "head_segments_len_past_end": refs + tail + head_tail_end(0xFFFFFF, 2, 11, 2, 17, 5),
         # a version 2 footer with no room for the trailer
         "head_short": b"\x00" * 4 + footer(0, 0, 0, HEAD_VERSION),
+        # the first ref is an index object (13..16), not a segment
+        "head_first_ref_is_index": ref_bytes(idx_bc)
+        + body(more["d"])
+        + head_tail_end(len(ref_bytes(idx_bc)), 1, 13, 2, 19, 5),
+        # segment b listed with level 33
+        "head_level_above_32": ref_a
+        + segment_ref(13, 2, seg_b, oldest_b, SEG_B_KEY, 33)
+        + tail
+        + head_tail_end(len(refs), 2, 11, 2, 17, 5),
     }
     for name, data in rejected.items():
         files[name + ".bin"] = data
+
+    # Index objects that break one rule each, with the ref a reader would hold (only the broken rule
+    # differs from it: length and SHA-256 match, except in index_sha_mismatch).
+    bc = files["index_bc.bin"]
+    first_bc, count_bc, _, oldest_bc, key_bc, _, _ = idx_bc
+    refs_bc = ref_bytes(leaf["b"]) + ref_bytes(leaf["c"])
+    flipped = bytearray(bc)
+    flipped[0] ^= 1  # segment b's first_sequence: the bytes no longer match the ref's SHA-256
+    bad_indexes = {
+        # level 2 listing level-0 refs
+        "index_child_level_wrong": (refs_bc + index_footer(2, 2), first_bc, count_bc, oldest_bc, 2),
+        # the ref says 5 entries, the children cover 4
+        "index_counts_not_summing": (bc, first_bc, 5, oldest_bc, 1),
+        # one flipped byte: length right, SHA-256 wrong (the ref is index_bc's)
+        "index_sha_mismatch": (bytes(flipped), first_bc, count_bc, oldest_bc, 1, bc),
+        # a single ref
+        "index_one_ref": (ref_bytes(leaf["b"]) + index_footer(1, 1), 13, 2, leaf["b"][3], 1),
+        # segments b (13..14) and d (17..18): not contiguous
+        "index_children_not_contiguous": (
+            ref_bytes(leaf["b"]) + ref_bytes(leaf["d"]) + index_footer(2, 1),
+            13,
+            4,
+            min(leaf["b"][3], leaf["d"][3]),
+            1,
+        ),
+        # the children start at 13, the ref at 12
+        "index_not_from_ref_first": (bc, 12, count_bc, oldest_bc, 1),
+        # the ref's oldest batch time is not the children's smallest
+        "index_oldest_mismatch": (bc, first_bc, count_bc, oldest_bc - 1, 1),
+        # a level-1 index read for a level-2 ref
+        "index_footer_level_not_refs": (bc, first_bc, count_bc, oldest_bc, 2),
+        # footer version 3
+        "index_bad_version": (refs_bc + index_footer(2, 1, version=3), first_bc, count_bc, oldest_bc, 1),
+        # 3 bytes: shorter than the footer
+        "index_short": (b"\x02\x00\x00", first_bc, count_bc, oldest_bc, 1),
+    }
+    rejected_indexes = []
+    for name, (data, first, count, old, level, *hashed) in bad_indexes.items():
+        files[name + ".bin"] = data
+        ref = ref_json(first, count, hashed[0] if hashed else data, old, key_bc, name + ".bin", level)
+        rejected_indexes.append({"name": name, "file": name + ".bin", "ref": ref, "error": "CorruptManifest"})
+
     return {
         "heads": [
             {
@@ -404,17 +520,35 @@ def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
                     "next_sequence": 17,
                     "epoch": 5,
                     "low_water": 11,
-                    "segments": [
-                        seg_json(10, 3, seg_a, oldest_a, SEG_A_KEY, "segment_a.bin"),
-                        seg_json(13, 2, seg_b, oldest_b, SEG_B_KEY, "segment_b.bin"),
+                    "refs": [
+                        ref_json(10, 3, seg_a, oldest_a, SEG_A_KEY, "segment_a.bin"),
+                        ref_json(13, 2, seg_b, oldest_b, SEG_B_KEY, "segment_b.bin"),
                     ],
                     "tail": js(tail_entries),
                     # every queued entry in order: segment a from low_water, segment b, the tail
                     "queued_sequences": list(range(11, 17)),
                 },
-            }
+                "objects": {SEG_A_KEY: "segment_a.bin", SEG_B_KEY: "segment_b.bin"},
+            },
+            {
+                "name": "head_v2_tree",
+                "file": "head_v2_tree.bin",
+                "v1_error": "UnsupportedFormatVersion",
+                "head": {
+                    "next_sequence": 25,
+                    "epoch": 6,
+                    "low_water": 11,
+                    "refs": [ref_json(*r) for r in tree_refs],
+                    "tail": js(tree_tail_entries),
+                    # segment a from low_water, then b, c, d, e through the indexes, f, the tail
+                    "queued_sequences": list(range(11, 25)),
+                },
+                "objects": objects,
+            },
         ],
+        "indexes": indexes,
         "rejected": [{"name": n, "file": n + ".bin", "error": "CorruptManifest"} for n in rejected],
+        "rejected_indexes": rejected_indexes,
     }
 
 

@@ -39,7 +39,7 @@ def _entry(e: dict) -> ManifestEntry:
 
 
 def _ref(s: dict) -> SegmentRef:
-    return SegmentRef(s["first_sequence"], s["entry_count"], s["byte_length"], s["oldest_batch_ms"],
+    return SegmentRef(s["first_sequence"], s["entry_count"], s["level"], s["byte_length"], s["oldest_batch_ms"],
                       bytes.fromhex(s["sha256_hex"]), s["key"])  # fmt: skip
 
 
@@ -54,10 +54,13 @@ def test_golden_head_and_its_segments_decode(vector: dict) -> None:
         expected["epoch"],
         expected["low_water"],
     )
-    assert head.segments == [_ref(s) for s in expected["segments"]]
+    assert head.refs == [_ref(s) for s in expected["refs"]]
     assert head.tail == [_entry(e) for e in expected["tail"]]
     queued = []
-    for ref, s in zip(head.segments, expected["segments"]):
+    for ref, s in zip(head.refs, expected["refs"]):
+        if ref.level > 0:
+            queued += list(range(ref.first_sequence, ref.last_sequence + 1))  # walked in test_segment_tree.py
+            continue
         entries = decode_segment((GOLDEN / s["file"]).read_bytes(), ref)
         queued += [e.sequence for e in entries if e.sequence >= head.low_water]
     queued += [e.sequence for e in head.tail]
@@ -81,12 +84,12 @@ def test_rejected_heads_raise_corrupt_manifest_naming_the_object(vector: dict) -
 def test_a_v1_manifest_reads_as_a_head_without_segments() -> None:
     data = (GOLDEN / "manifest_after_dequeue.bin").read_bytes()
     head = decode_head(data, "m")
-    assert head.version == 1 and head.segments == [] and head.tail == decode_manifest(data, "m").entries
+    assert head.version == 1 and head.refs == [] and head.tail == decode_manifest(data, "m").entries
 
 
 def test_a_segment_that_differs_from_its_ref_is_corrupt_naming_the_segment() -> None:
     vector = HEADS["heads"][0]
-    s = vector["head"]["segments"][0]
+    s = vector["head"]["refs"][0]
     data = bytearray((GOLDEN / s["file"]).read_bytes())
     data[10] ^= 1
     with pytest.raises(CorruptManifestError, match="SHA-256") as info:
@@ -97,8 +100,8 @@ def test_a_segment_that_differs_from_its_ref_is_corrupt_naming_the_segment() -> 
 def _golden_queue(store: InMemoryStore) -> None:
     vector = HEADS["heads"][0]
     store.put(KEY, (GOLDEN / vector["file"]).read_bytes())
-    for s in vector["head"]["segments"]:
-        store.put(s["key"], (GOLDEN / s["file"]).read_bytes())
+    for key, file in vector["objects"].items():
+        store.put(key, (GOLDEN / file).read_bytes())
 
 
 def test_python_consumer_producer_and_gc_read_the_golden_segmented_queue(mem_store: InMemoryStore) -> None:
@@ -114,11 +117,11 @@ def test_python_consumer_producer_and_gc_read_the_golden_segmented_queue(mem_sto
     assert got == [*expected["queued_sequences"], appended.sequence]
     consumer.ack_through(13)  # drops segment a (10..12), low water 13 in segment b
     head = decode_head(mem_store.get(KEY).data, KEY)
-    assert [r.key for r in head.segments] == [expected["segments"][1]["key"]] and head.low_water == 14
+    assert [r.key for r in head.refs] == [expected["refs"][1]["key"]] and head.low_water == 14
     result = GarbageCollector(mem_store, KEY, "ingest", grace_period=600).run_once(dry_run=True)
     # The dropped segment is an orphan named long ago (2024): collected; the listed one is kept.
-    assert expected["segments"][0]["key"] in result.deleted
-    assert expected["segments"][1]["key"] not in result.deleted
+    assert expected["refs"][0]["key"] in result.deleted
+    assert expected["refs"][1]["key"] not in result.deleted
     consumer.ack_through(appended.sequence)
     assert decode_head(mem_store.get(KEY).data, KEY).version == 1  # no segment left: v1 again
     consumer.close()
@@ -126,7 +129,7 @@ def test_python_consumer_producer_and_gc_read_the_golden_segmented_queue(mem_sto
 
 def test_a_listed_segment_that_is_missing_is_corrupt_manifest_not_skipped(mem_store: InMemoryStore) -> None:
     _golden_queue(mem_store)
-    missing = HEADS["heads"][0]["head"]["segments"][0]["key"]
+    missing = HEADS["heads"][0]["head"]["refs"][0]["key"]
     mem_store.delete(missing)
     consumer = Consumer(store=mem_store, run_gc=False)
     with pytest.raises(CorruptManifestError, match="listed but missing") as info:
@@ -156,7 +159,8 @@ def test_inspect_shows_a_segmented_heads_depth_and_segments(tmp_path: pathlib.Pa
         len(expected["queued_sequences"]),
         11,
     )
-    assert [s["key"] for s in dumped["segments"]] == [s["key"] for s in expected["segments"]]
+    assert [s["key"] for s in dumped["refs"]] == [s["key"] for s in expected["refs"]]
+    assert [s["level"] for s in dumped["refs"]] == [0, 0] and dumped["refs_per_level"] == {"0": 2}
     assert dumped["tail_sequences"] == [15, 16] and dumped["next_sequence"] == 17
     table = CliRunner().invoke(cli, ["inspect", str(tmp_path)], catch_exceptions=False)
     assert table.exit_code == 0
@@ -165,15 +169,38 @@ def test_inspect_shows_a_segmented_heads_depth_and_segments(tmp_path: pathlib.Pa
         cells = [c.strip() for c in line.strip("│|").split("│")]
         if len(cells) == 2:
             rows[cells[0]] = cells[1]
-    assert rows["entries (depth)"] == "6" and rows["sequences"] == "11..16"
-    assert rows["segments"].startswith("2 (") and "low water 11" in rows["segments"]
+    assert rows["entries (depth)"].startswith("6 (from the head") and rows["sequences"] == "11..16"
+    assert rows["refs"].startswith("2 in the head (level 0: 2 segments)") and "low water 11" in rows["refs"]
     assert "format version 2" in rows["manifest"]
 
 
-def test_mutated_and_truncated_heads_decode_or_raise_a_typed_error() -> None:
+def test_inspect_shows_the_refs_of_a_tree_by_level_and_the_depth_from_the_head(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue.cli import cli
+
+    vector = next(v for v in HEADS["heads"] if v["name"] == "head_v2_tree")
+    (tmp_path / "ingest").mkdir()
+    (tmp_path / "ingest" / "manifest").write_bytes((GOLDEN / vector["file"]).read_bytes())  # no object below it
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path), "--json"], catch_exceptions=False)
+    dumped = json.loads(result.stdout)
+    assert dumped["depth"] == len(vector["head"]["queued_sequences"]) == 14
+    assert dumped["refs_per_level"] == {"0": 2, "2": 1}
+    assert [(r["level"], r["first_sequence"], r["last_sequence"]) for r in dumped["refs"]] == [
+        (0, 10, 12),
+        (2, 13, 20),
+        (0, 21, 22),
+    ]
+    table = CliRunner().invoke(cli, ["inspect", str(tmp_path)], catch_exceptions=False).stdout
+    assert "14 (from the head: no segment read)" in table
+    assert "3 in the head (level 0: 2 segments, level 2: 1 index)" in table
+
+
+@pytest.mark.parametrize("file", ["head_v2.bin", "head_v2_tree.bin"])
+def test_mutated_and_truncated_heads_decode_or_raise_a_typed_error(file: str) -> None:
     import random
 
-    valid = (GOLDEN / "head_v2.bin").read_bytes()
+    valid = (GOLDEN / file).read_bytes()
     rnd = random.Random(7)
     for i in range(3000):
         b = bytearray(valid)
@@ -198,12 +225,17 @@ def test_cli_produce_seals_past_its_k_and_tail_and_inspect_read_the_segmented_qu
 
     root = str(tmp_path / "q")
     runner = CliRunner()
-    for i in range(5):  # one producer (one manifest entry) per run
+    for i in range(9):  # one producer (one manifest entry) per run
         r = runner.invoke(cli, ["produce", root, "--manifest-segment-entries", "2"], input=f"v{i}\n")
         assert r.exit_code == 0, r.output
     inspected = json.loads(runner.invoke(cli, ["inspect", root, "--json"], catch_exceptions=False).stdout)
-    assert inspected["format_version"] == 2 and inspected["depth"] == 5 and len(inspected["segments"]) == 2
+    # K = 2, F = 2: segments sealed at the 3rd, 5th, 7th and 9th run; the 2nd and 3rd were folded into a
+    # level-1 index (the first ref never is), the 4th stays beside it (their levels differ)
+    assert inspected["format_version"] == 2 and inspected["depth"] == 9
+    assert [r["level"] for r in inspected["refs"]] == [0, 1, 0] and inspected["refs_per_level"] == {"0": 2, "1": 1}
     tail = runner.invoke(cli, ["tail", root], catch_exceptions=False)
-    assert tail.stdout.split("\n")[:-1] == [f"v{i}" for i in range(5)]
+    assert tail.stdout.split("\n")[:-1] == [f"v{i}" for i in range(9)], "tail walks the index objects"
+    some = runner.invoke(cli, ["tail", root, "--max-batches", "5"], catch_exceptions=False)
+    assert some.stdout.split("\n")[:-1] == [f"v{i}" for i in range(5)]
     bad = runner.invoke(cli, ["produce", root, "--manifest-segment-entries", "0"], input="x\n")
     assert bad.exit_code == 2 and "--manifest-segment-entries" in bad.output

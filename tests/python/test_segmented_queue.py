@@ -20,11 +20,11 @@ from osqueue.errors import (
     StoreError,
 )
 from osqueue.format import new_batch_key
-from osqueue.format.manifest_head import RawHead, parse_head
+from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
 from osqueue.format.segment_names import prefix as segment_prefix
 from osqueue.gc import GarbageCollector
 from osqueue.producer import Producer
-from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy
+from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy, SegmentTree
 from osqueue.store import InMemoryStore, ObjectStore
 
 KEY = "ingest/manifest"
@@ -36,6 +36,14 @@ def _head(store: ObjectStore) -> RawHead:
     obj = store.get(KEY)
     assert obj is not None
     return parse_head(obj.data, KEY)
+
+
+def _leaves(store: ObjectStore) -> list[SegmentRef]:
+    """Every segment the head reaches (through its index objects), its first, partly dequeued, one included."""
+    head = _head(store)
+    if not head.refs:
+        return []
+    return list(SegmentTree(ManifestStore(store, KEY)).leaves(head, head.refs[0].first_sequence))
 
 
 def _all_locations(store: ObjectStore) -> list[str]:
@@ -121,12 +129,12 @@ def test_a_consumer_holds_one_segment_at_a_time_and_a_dequeue_drops_it() -> None
     store = InMemoryStore("one-at-a-time")
     with _producer(store, 3) as producer:
         produced = [producer.enqueue(_upload(store), timeout=30).location for _ in range(20)]
-    assert len(_head(store).segments) == 6
+    assert len(_leaves(store)) == 6 and len(_head(store).refs) < 6, "sealed, and folded"
     c = _consumer(store)
     first = c.next_descriptors(1000)
     assert len(first) == 3, "only the first segment was read"
     c.ack_through(first[-1].sequence)
-    assert len(_head(store).segments) == 5, "the dequeue dropped the consumed segment"
+    assert len(_leaves(store)) == 5, "the dequeue dropped the consumed segment"
     assert [d.location for d in first] + _drain(c) == produced
     c.close()
 
@@ -157,7 +165,7 @@ def test_a_crash_between_the_segment_write_and_the_head_cas_leaves_an_orphan_gc_
     assert len(orphans) == 1 and not _head(inner).is_segmented, "the segment was written, no head lists it"
     with _producer(inner, 2, clock=clock) as again:  # a new producer appends the third batch again: it seals anew
         again.enqueue(third, timeout=30)
-    listed = [r.key for r in _head(inner).segments]
+    listed = [r.key for r in _head(inner).refs]
     assert len(listed) == 1 and listed != orphans
     assert _all_locations(inner) == [*first, third]
     clock.advance(GRACE_MS / 1000 + 1)
@@ -195,7 +203,7 @@ def test_a_lost_reply_whose_write_was_sealed_before_the_re_read_is_found_in_the_
     assert everything.count(mine) == 1 and len(everything) == 5 and everything[1] == mine
 
 
-def test_gc_keeps_batches_referenced_only_from_segments_and_reads_no_segment() -> None:
+def test_gc_keeps_batches_referenced_only_from_segments_and_reads_no_segment_only_index_objects() -> None:
     t0 = 1_767_225_600_000
     clock = ManualClock(t0)
     inner = InMemoryStore("gc-segments")
@@ -206,13 +214,13 @@ def test_gc_keeps_batches_referenced_only_from_segments_and_reads_no_segment() -
             loc = _upload(inner, ManualClock(t0 + i * 1000))
             producer.enqueue(loc, timeout=30)
             queued.append(loc)
-    assert len(_head(inner).segments) == 3
+    assert len(_leaves(inner)) == 3 and [r.level for r in _head(inner).refs] == [0, 1]
     clock.advance(3600)
     store = WrappedStore(inner)
     real_get = inner.get
 
     def no_segment_reads(key: str):  # type: ignore[no-untyped-def]
-        if ".segments/" in key:
+        if key.endswith(".segment"):
             raise StoreError("no segment reads (test)")
         return real_get(key)
 
@@ -220,8 +228,8 @@ def test_gc_keeps_batches_referenced_only_from_segments_and_reads_no_segment() -
     result = GarbageCollector(store, KEY, "ingest", grace_period=GRACE_MS / 1000, clock=clock).run_once()
     assert result.deleted == (orphan_batch,)
     assert all(inner.get(loc) is not None for loc in queued)
-    # the tail's batch and the 3 listed segments; the 6 sealed batches kept as newer than the oldest
-    assert result.kept_referenced == 1 + 3 and result.kept_newer_than_oldest == 6
+    # the tail's batch, the 3 reachable segments and the index; the 6 sealed batches kept as newer than the oldest
+    assert result.kept_referenced == 1 + 3 + 1 and result.kept_newer_than_oldest == 6
 
 
 def test_concurrent_producers_sealing_under_contention_leave_every_location_exactly_once() -> None:
@@ -248,7 +256,7 @@ def test_a_listed_segment_that_is_missing_is_corrupt_for_every_reader() -> None:
     with _producer(store, 2) as producer:
         for _ in range(7):
             producer.enqueue(_upload(store), timeout=30)
-    lost = _head(store).segments[1]
+    lost = _leaves(store)[1]
     store.delete(lost.key)
     ms = ManifestStore(store, KEY)
     with pytest.raises(CorruptManifestError, match="listed but missing") as full:
@@ -295,7 +303,7 @@ def test_the_producer_option_seals_through_the_whole_client() -> None:
     with Producer(store=store, manifest_segment_entries=2, flush_interval=0) as producer:
         for i in range(7):
             producer.produce([f"r{i}".encode()]).result(30)
-    assert len(_head(store).segments) >= 2
+    assert len(_leaves(store)) >= 2
     c = _consumer(store)
     values = []
     for batch in c:
@@ -318,14 +326,15 @@ def test_two_producers_past_k_on_s3_deliver_every_entry_once_and_gc_removes_drop
 
     with ThreadPoolExecutor(2) as pool:
         a, b = pool.map(produce, ["a", "b"])
-    assert len(_head(s3_store).segments) >= 4
+    assert len(_leaves(s3_store)) >= 4
+    assert any(r.level > 0 for r in _head(s3_store).refs), "K = 3, F = 2: segments were folded into index objects"
     c = _consumer(s3_store)
     delivered = _drain(c)
     c.close()
     assert sorted(delivered) == sorted(a + b)
     assert [x for x in delivered if "/a-" in x] == a and [x for x in delivered if "/b-" in x] == b
     written = [i.key for i in s3_store.list(segment_prefix(KEY))]
-    assert written and not _head(s3_store).segments, "drained: every segment dropped, the head v1 again"
+    assert written and not _head(s3_store).refs, "drained: every segment dropped, the head v1 again"
     clock = ManualClock(int(time.time() * 1000))  # now: the segments were named by the system clock before it
     clock.advance(GRACE_MS / 1000 + 1)
     result = GarbageCollector(s3_store, KEY, "ingest", grace_period=GRACE_MS / 1000, clock=clock).run_once()
@@ -370,7 +379,7 @@ def test_a_lost_reply_whose_segment_vanished_while_resolving_is_ambiguous_never_
             armed[0] = False
             for _ in range(3):  # seals our write (sequence 1) into the first segment
                 other.enqueue(_upload(inner), timeout=30)
-            inner.delete(_head(inner).segments[0].key)
+            inner.delete(_head(inner).refs[0].key)
             raise StoreError("injected: reply lost")
         return outcome
 

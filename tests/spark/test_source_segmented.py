@@ -17,6 +17,8 @@ import pytest
 
 import osqueue
 from osqueue.format import decode_head
+from osqueue.queue import ManifestStore, SegmentTree
+from osqueue.store import open_store
 
 from .test_source import _kill_twice_then_drain, assert_exactly_once, flatten, run_query
 
@@ -57,8 +59,15 @@ def head_of(queue: pathlib.Path):
 
 
 def assert_segmented(queue: pathlib.Path, at_least: int) -> None:
-    h = head_of(queue)
-    assert h.version == 2 and len(h.segments) >= at_least, f"not segmented: {len(h.segments)} segments"
+    store = open_store(str(queue))
+    try:
+        ms = ManifestStore(store, "ingest/manifest")
+        head = ms.head(ms.read_raw()[0])
+        # through the index objects the producers folded segments into
+        segments = len(list(SegmentTree(ms).leaves(head, head.refs[0].first_sequence))) if head.refs else 0
+    finally:
+        store.close()
+    assert head.version == 2 and segments >= at_least, f"not segmented: {segments} segments"
 
 
 def test_available_now_in_micro_batches_across_segments_delivers_each_entry_once_in_order(spark, queue_dir, tmp_path):
@@ -69,7 +78,7 @@ def test_available_now_in_micro_batches_across_segments_delivers_each_entry_once
     sizes = [len({r[0] for r in batches[b]}) for b in sorted(batches) if batches[b]]
     assert max(sizes) <= 3 and len(sizes) == 7, sizes
     h = head_of(queue_dir)
-    assert h.depth == 0 and h.segments == [], "the drained queue was not dequeued"
+    assert h.depth == 0 and h.refs == [], "the drained queue was not dequeued"
 
 
 def test_continuous_micro_batch_query_follows_a_queue_that_segments_while_it_reads(spark, queue_dir, tmp_path):

@@ -56,7 +56,7 @@ def inspect(target: QueueTarget, as_json: bool) -> None:
         raw, _ = manifest_store.read_raw()
         version = None if raw is None else int.from_bytes(raw[-2:], "little")
         if raw is not None and version == HEAD_VERSION:
-            # A segmented head (docs/format.md §2.2): shown from the head alone, no segment is read.
+            # A segmented head (docs/format.md §2.2): shown from the head alone, no segment or index is read.
             head = decode_head(raw, target.manifest_path)
             if as_json:
                 click.echo(json.dumps(head_to_json(head, len(raw)), indent=2))
@@ -73,7 +73,8 @@ def inspect(target: QueueTarget, as_json: bool) -> None:
 
 
 def head_to_json(head: ManifestHead, head_bytes: int) -> dict[str, Any]:
-    """A segmented head as JSON: depth, refs and the tail's sequences (entries stay in the segments)."""
+    """A segmented head as JSON: depth, the head's refs (any level) and the tail's sequences (entries
+    stay in the segments, refs of lower levels in the index objects)."""
     return {
         "format_version": head.version,
         "head_bytes": head_bytes,
@@ -83,9 +84,11 @@ def head_to_json(head: ManifestHead, head_bytes: int) -> dict[str, Any]:
         "depth": head.depth,
         "first_sequence": head.first_sequence,
         "low_water": head.low_water,
-        "segments": [
+        "refs_per_level": {str(level): n for level, n in _levels(head).items()},
+        "refs": [
             {
                 "key": r.key,
+                "level": r.level,
                 "first_sequence": r.first_sequence,
                 "last_sequence": r.last_sequence,
                 "entry_count": r.entry_count,
@@ -93,7 +96,7 @@ def head_to_json(head: ManifestHead, head_bytes: int) -> dict[str, Any]:
                 "sha256": r.sha256.hex(),
                 "oldest_batch_ms": r.oldest_batch_ms,
             }
-            for r in head.segments
+            for r in head.refs
         ],  # fmt: skip
         "tail_entries": len(head.tail),
         "tail_sequences": [head.tail[0].sequence, head.tail[-1].sequence] if head.tail else None,
@@ -111,17 +114,28 @@ def _print_head_summary(target: QueueTarget, store: ObjectStore, head: ManifestH
         "manifest",
         f"{target.manifest_path} ({_human_bytes(head_bytes)}, format version {head.version}: a segmented head)",
     )
-    table.add_row("entries (depth)", str(head.depth))
+    table.add_row("entries (depth)", f"{head.depth} (from the head: no segment read)")
     table.add_row("sequences", f"{head.first_sequence}..{head.next_sequence - 1}" if head.depth else "-")
     table.add_row("next sequence", str(head.next_sequence))
     table.add_row("epoch", str(head.epoch))
-    sealed = sum(r.byte_length for r in head.segments)
-    table.add_row("segments", f"{len(head.segments)} ({_human_bytes(sealed)}), low water {head.low_water}")
+    levels = ", ".join(
+        f"level {level}: {n} {'segment' if level == 0 else 'index'}{'s' if n > 1 and level == 0 else ''}"
+        f"{'es' if n > 1 and level > 0 else ''}"
+        for level, n in _levels(head).items()
+    )
+    table.add_row("refs", f"{len(head.refs)} in the head ({levels}), low water {head.low_water}")
     table.add_row("tail", f"{len(head.tail)} entries in the head")
-    oldest = [r.oldest_batch_ms for r in head.segments if r.oldest_batch_ms != (1 << 63) - 1]
+    oldest = [r.oldest_batch_ms for r in head.refs if r.oldest_batch_ms != (1 << 63) - 1]
     if oldest:
         table.add_row("oldest batch", f"{_iso(min(oldest))} (age {_human_age(_CLOCK.now_ms() - min(oldest))})")
     Console(soft_wrap=False, width=max(100, _terminal_width())).print(table)
+
+
+def _levels(head: ManifestHead) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for r in head.refs:
+        counts[r.level] = counts.get(r.level, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _print_summary(

@@ -15,9 +15,11 @@ from osqueue.cli.formatting import _b64
 from osqueue.cli.options import _CLOCK, QueueTarget, queue_options
 from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
 from osqueue.errors import BatchNotFoundError
+from osqueue.format import RawHead
 from osqueue.queue import (
     BatchDescriptor,
     ManifestStore,
+    SegmentTree,
 )
 
 
@@ -112,22 +114,22 @@ def _tail_read_only(
     store = target.open(must_exist=True)
     try:
         manifest_store = ManifestStore(store, target.manifest_path)
+        tree = SegmentTree(manifest_store)
         fetcher = FetchHandle(store, target.manifest_path)
         while not _done(state, max_batches):
-            manifest, _ = manifest_store.read()
-            for entry in manifest.entries:
+            head = manifest_store.head(manifest_store.read_raw()[0])
+            start = None if state.last_printed is None else state.last_printed + 1
+            # Segment by segment, then the tail: memory stays bounded at any depth (docs/format.md §2.2).
+            for entry in tree.entries(head, start):
                 if _done(state, max_batches):
                     break
-                if state.last_printed is not None and entry.sequence <= state.last_printed:
-                    continue
                 descriptor = BatchDescriptor(entry.sequence, entry.location, list(entry.metadata))
                 try:
                     batch = fetcher.fetch(descriptor)
                 except BatchNotFoundError:
                     # A consumer may have dequeued the entry and GC deleted its file since the
                     # read: skip it then; a batch the manifest still references is an error.
-                    current, _ = manifest_store.read()
-                    if any(e.sequence == entry.sequence and e.location == entry.location for e in current.entries):
+                    if _still_queued(manifest_store, tree, entry.sequence, entry.location):
                         raise
                     continue
                 _write_batch(out, batch, fmt)
@@ -141,6 +143,20 @@ def _tail_read_only(
             raise
     finally:
         store.close()
+
+
+def _still_queued(manifest_store: ManifestStore, tree: SegmentTree, sequence: int, location: str) -> bool:
+    """Whether the queue, read again, still holds ``location`` at ``sequence`` (one head GET, and the
+    segment holding it if it is sealed)."""
+    head: RawHead = manifest_store.head(manifest_store.read_raw()[0])
+    if sequence < head.first_sequence:
+        return False
+    if sequence >= head.tail_first_sequence:
+        return head.tail_location_at(sequence) == location
+    leaf = tree.leaf_for(head, sequence)
+    return leaf is not None and any(
+        e.sequence == sequence and e.location == location for e in manifest_store.read_segment(leaf)
+    )
 
 
 def _tail_acking(

@@ -227,7 +227,7 @@ class Consumer:
             after = self._last_handed_out
             first = head.first_sequence
             start = first if after is None else max(first, after + 1)
-            ref = head.segment_for(start)
+            ref = self._queue.segment_tree.leaf_for(head, start)
             entries = self._queue.read_segment(ref) if ref is not None else head.tail_entries()
             self._buffer = [e for e in entries if e.sequence >= first and (after is None or e.sequence > after)]
             self._buffer_start = 0

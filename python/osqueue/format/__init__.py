@@ -22,6 +22,7 @@ from osqueue.format.batch_names import (
 from osqueue.format.dequeue_receipts import MAX_RECEIPTS, RECEIPTS_SUFFIX, DequeueReceipts
 from osqueue.format.entry_tag import Delivered, EntryTag
 from osqueue.format.incarnation import INCARNATION_SUFFIX, incarnation_of, new_incarnation_epoch, next_epoch
+from osqueue.format.index_object import FoldedIndex, decode_index, encode_index, fold_index
 from osqueue.format.manifest import MAX_SEQUENCE, MAX_START_INDEX, Manifest, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import (
     FORMAT_VERSION,
@@ -42,6 +43,7 @@ from osqueue.format.manifest_head import (
     decode_head,
     decode_segment,
     encode_head,
+    fanout,
     parse_head,
 )
 from osqueue.format.raw_manifest import append_entries, dequeue_through, iter_entry_locations, with_epoch
@@ -95,5 +97,10 @@ __all__ = [
     "SealedTail",
     "parse_head",
     "encode_head",
+    "fanout",
+    "FoldedIndex",
+    "decode_index",
+    "encode_index",
+    "fold_index",
     "SEGMENTS_SUFFIX",
 ]

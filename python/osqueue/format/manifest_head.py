@@ -1,12 +1,15 @@
-"""The segmented manifest's head (docs/format.md §2.2; JVM: ``ManifestHead``).
+"""The segmented manifest's head and its index objects (docs/format.md §2.2; JVM: ``ManifestHead``).
 
-Two views of a manifest object (an RFC v1 manifest, or a version 2 head listing segment objects
-before its tail of newest entries): :func:`decode_head` decodes it whole (tail metadata included),
-and :class:`RawHead` is what writers and lazy readers work on, as the JVM's ``ManifestHead``:
+Two views of a manifest object (an RFC v1 manifest, or a version 2 head listing refs to segment
+objects and index objects before its tail of newest entries): :func:`decode_head` decodes it whole
+(tail metadata included), and :class:`RawHead` is what writers and lazy readers work on, as the JVM's ``ManifestHead``:
 parsing reads the footer and the refs only; the tail's entry headers are walked when an edit or a
 reader needs them, its metadata decoded only by :meth:`RawHead.tail_entries`. The edits copy the
 tail's entries byte for byte and never read a segment, so an append costs the same at any depth (a
-v1 append stays O(1)).
+v1 append stays O(1)). The head's refs form a tree: a ref of level 0 is a segment, one of level
+L >= 1 an index object listing refs of level L - 1 (:func:`decode_index`); producers fold refs into
+index objects when they seal, a dequeue expands the index it reaches (:meth:`RawHead.appended`,
+:meth:`RawHead.dequeued_through`). Readers walk the tree with ``osqueue.queue.segment_tree``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from osqueue.errors import CorruptManifestError, InvalidObjectKeyError
 from osqueue.format.batch_names import parse_batch_ulid_ms
@@ -30,28 +34,39 @@ from osqueue.format.manifest_codec import (
     read_manifest_footer,
 )
 
+if TYPE_CHECKING:
+    from osqueue.format.index_object import FoldedIndex
+
 # The v1 functions of manifest_codec and raw_manifest (read_manifest_footer, ...) refuse a version 2 head.
 
 HEAD_VERSION = 2
 """The format version of a segmented manifest head."""
 
 _HEAD_TRAILER = struct.Struct("<IIQ")  # segments_len, segment_count, low_water
-_REF_HEAD = struct.Struct("<QIIq")  # first_sequence, entry_count, byte_length, oldest_batch_ms
-_REF_FIXED = _REF_HEAD.size + 32 + 2
+_REF_HEAD = struct.Struct("<QQBIq")  # first_sequence, entry_count, level, byte_length, oldest_batch_ms
+REF_FIXED_SIZE = _REF_HEAD.size + 32 + 2
+"""The bytes of a ref before its key (63)."""
+_REF_FIXED = REF_FIXED_SIZE
+MAX_LEVEL = 32
+"""The highest level a ref may have (a tree of 2^32 segments at the smallest fan-out)."""
 
 
 @dataclass(frozen=True)
 class SegmentRef:
-    """A segment listed by a head: sequences ``first_sequence`` to ``last_sequence``.
+    """A ref listed by a head or an index object: sequences ``first_sequence`` to ``last_sequence``.
 
     Attributes:
+        entry_count: The entries it covers (an index ref: its whole subtree's).
+        level: 0 for a segment object; L >= 1 for an index object listing refs of level L - 1.
+        byte_length: The size of the object.
         oldest_batch_ms: Smallest ULID time of its locations (``2**63 - 1`` when none is a ULID name).
-        sha256: The SHA-256 of the segment object.
-        key: The segment object's key, relative to the store root.
+        sha256: The SHA-256 of the object.
+        key: The object's key, relative to the store root.
     """
 
     first_sequence: int
     entry_count: int
+    level: int
     byte_length: int
     oldest_batch_ms: int
     sha256: bytes
@@ -61,19 +76,23 @@ class SegmentRef:
     def last_sequence(self) -> int:
         return self.first_sequence + self.entry_count - 1
 
+    @property
+    def is_index(self) -> bool:
+        return self.level > 0
+
 
 @dataclass(frozen=True)
 class ManifestHead:
-    """A manifest object read as a head: a v1 manifest has no segments.
+    """A manifest object read as a head: a v1 manifest has no refs.
 
     Attributes:
-        segments: The segment refs, contiguous, oldest first.
-        low_water: The first queued sequence (with segments; sequences below it are dequeued).
+        refs: The head's refs (segments and index objects), contiguous, oldest first; the first is a segment.
+        low_water: The first queued sequence (with refs; sequences below it are dequeued).
         tail: The newest entries, held in the head itself.
         version: 1 or 2.
     """
 
-    segments: list[SegmentRef]
+    refs: list[SegmentRef]
     low_water: int
     tail: list[ManifestEntry]
     next_sequence: int
@@ -82,7 +101,7 @@ class ManifestHead:
 
     @property
     def first_sequence(self) -> int:
-        if self.segments:
+        if self.refs:
             return self.low_water
         return self.tail[0].sequence if self.tail else self.next_sequence
 
@@ -103,26 +122,26 @@ def decode_head(data: bytes, key: str) -> ManifestHead:
     if n < MANIFEST_FOOTER_LEN or _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)[3] != HEAD_VERSION:
         m = decode_manifest(data, key)
         return ManifestHead([], m.first_sequence, m.entries, m.next_sequence, m.epoch, FORMAT_VERSION)
-    refs = parse_head_refs(data, key)
-    segments, low_water, segments_len, trailer_at = refs.segments, refs.low_water, refs.segments_len, refs.trailer_at
-    entry_count, next_sequence, epoch = refs.entry_count, refs.next_sequence, refs.epoch
+    parsed = parse_head_refs(data, key)
+    refs, low_water, segments_len, trailer_at = parsed.refs, parsed.low_water, parsed.segments_len, parsed.trailer_at
+    entry_count, next_sequence, epoch = parsed.entry_count, parsed.next_sequence, parsed.epoch
     # The tail is a v1 entries region: decode it with its own footer (same checks, same messages).
     tail = decode_manifest(bytes(data[segments_len:trailer_at]) + _footer_bytes(entry_count, next_sequence, epoch), key)
-    segments_end = segments[-1].last_sequence + 1
-    if tail.entries and tail.entries[0].sequence != segments_end:
+    refs_end = refs[-1].last_sequence + 1
+    if tail.entries and tail.entries[0].sequence != refs_end:
         raise CorruptManifestError(
-            key, f"the tail starts at {tail.entries[0].sequence}, not where the last segment ends ({segments_end})"
+            key, f"the tail starts at {tail.entries[0].sequence}, not where the last ref ends ({refs_end})"
         )
-    if not tail.entries and segments_end != next_sequence:
-        raise CorruptManifestError(key, f"the segments end at {segments_end - 1} but next_sequence is {next_sequence}")
-    return ManifestHead(segments, low_water, tail.entries, next_sequence, epoch, HEAD_VERSION)
+    if not tail.entries and refs_end != next_sequence:
+        raise CorruptManifestError(key, f"the refs end at {refs_end - 1} but next_sequence is {next_sequence}")
+    return ManifestHead(refs, low_water, tail.entries, next_sequence, epoch, HEAD_VERSION)
 
 
 @dataclass(frozen=True)
 class HeadRefs:
     """The fixed parts of a version 2 head: its refs (checked), trailer and footer fields."""
 
-    segments: list[SegmentRef]
+    refs: list[SegmentRef]
     low_water: int
     segments_len: int
     trailer_at: int
@@ -134,9 +153,6 @@ class HeadRefs:
 def parse_head_refs(data: bytes, key: str) -> HeadRefs:
     """Parses a version 2 head's refs, trailer and footer, checking every ref invariant of §2.2
     (the tail is not read: see :func:`decode_head`)."""
-    # Imported here: the store package imports the format package (no import cycle at load time).
-    from osqueue.store.object_store import validate_key
-
     n = len(data)
     if n < MANIFEST_FOOTER_LEN + _HEAD_TRAILER.size:
         raise CorruptManifestError(key, f"{n} bytes is shorter than a segmented head's trailer and footer")
@@ -149,47 +165,62 @@ def parse_head_refs(data: bytes, key: str) -> HeadRefs:
         raise CorruptManifestError(key, f"segments_len {segments_len} runs past the head")
     if count == 0:
         raise CorruptManifestError(key, "a version 2 head lists no segment (a head without segments is version 1)")
-    if count > segments_len // _REF_FIXED:
-        raise CorruptManifestError(key, f"segment_count {count} cannot fit in {segments_len} bytes of refs")
-    segments: list[SegmentRef] = []
-    pos = 0
+    refs = decode_refs(data, 0, segments_len, count, key)
+    if refs[0].level != 0:
+        raise CorruptManifestError(
+            key, f"the first ref ('{refs[0].key}') is an index of level {refs[0].level}, not a segment"
+        )
+    if not refs[0].first_sequence <= low_water <= refs[0].last_sequence:
+        raise CorruptManifestError(
+            key,
+            f"low_water {low_water} is not in the first segment ({refs[0].first_sequence} to {refs[0].last_sequence})",
+        )
+    return HeadRefs(refs, low_water, segments_len, trailer_at, entry_count, next_sequence, epoch)
+
+
+def decode_refs(data: bytes, start: int, end: int, count: int, key: str) -> list[SegmentRef]:
+    """``count`` refs filling ``data[start:end]`` exactly (a head's or an index object's), each checked
+    and contiguous with the one before."""
+    # Imported here: the store package imports the format package (no import cycle at load time).
+    from osqueue.store.object_store import validate_key
+
+    if count > (end - start) // _REF_FIXED:
+        raise CorruptManifestError(key, f"{count} refs cannot fit in {end - start} bytes of refs")
+    refs: list[SegmentRef] = []
+    pos = start
     for i in range(count):
-        if segments_len - pos < _REF_FIXED:
-            raise CorruptManifestError(key, f"segment ref {i} runs past the refs region")
-        first, n_entries, length, oldest = _REF_HEAD.unpack_from(data, pos)
+        if end - pos < _REF_FIXED:
+            raise CorruptManifestError(key, f"ref {i} runs past the refs region")
+        first, n_entries, level, length, oldest = _REF_HEAD.unpack_from(data, pos)
         sha = bytes(data[pos + _REF_HEAD.size : pos + _REF_HEAD.size + 32])
         (key_len,) = struct.unpack_from("<H", data, pos + _REF_FIXED - 2)
         pos += _REF_FIXED
-        if key_len > segments_len - pos:
-            raise CorruptManifestError(key, f"segment ref {i}: its key runs past the refs region")
+        if key_len > end - pos:
+            raise CorruptManifestError(key, f"ref {i}: its key runs past the refs region")
         try:
-            seg_key = bytes(data[pos : pos + key_len]).decode("utf-8")
+            ref_key = bytes(data[pos : pos + key_len]).decode("utf-8")
         except UnicodeDecodeError:
-            raise CorruptManifestError(key, f"segment ref {i}: key is not valid UTF-8") from None
+            raise CorruptManifestError(key, f"ref {i}: key is not valid UTF-8") from None
         try:
-            validate_key(seg_key)  # as the JVM's ObjectKeys.validate: a ref never points outside the root
+            validate_key(ref_key)  # as the JVM's ObjectKeys.validate: a ref never points outside the root
         except InvalidObjectKeyError as e:
-            raise CorruptManifestError(key, f"segment ref {i}: {e}") from None
+            raise CorruptManifestError(key, f"ref {i}: {e}") from None
         pos += key_len
         if n_entries == 0:
-            raise CorruptManifestError(key, f"segment ref {i} ('{seg_key}') has no entries")
+            raise CorruptManifestError(key, f"ref {i} ('{ref_key}') has no entries")
         if first + n_entries - 1 > MAX_SEQUENCE:
-            raise CorruptManifestError(key, f"segment ref {i}: sequences out of range")
-        if segments and first != segments[-1].last_sequence + 1:
+            raise CorruptManifestError(key, f"ref {i}: sequences out of range")
+        if level > MAX_LEVEL:
+            raise CorruptManifestError(key, f"ref {i} ('{ref_key}') has level {level}, above {MAX_LEVEL}")
+        if refs and first != refs[-1].last_sequence + 1:
             raise CorruptManifestError(
                 key,
-                f"segment ref {i} starts at {first}, not at {segments[-1].last_sequence + 1} (segments must be contiguous)",
+                f"ref {i} starts at {first}, not at {refs[-1].last_sequence + 1} (refs must be contiguous)",
             )
-        segments.append(SegmentRef(first, n_entries, length, oldest, sha, seg_key))
-    if pos != segments_len:
-        raise CorruptManifestError(key, f"{segments_len - pos} unexpected bytes after the last segment ref")
-    if not segments[0].first_sequence <= low_water <= segments[0].last_sequence:
-        raise CorruptManifestError(
-            key,
-            f"low_water {low_water} is not in the first segment "
-            f"({segments[0].first_sequence} to {segments[0].last_sequence})",
-        )
-    return HeadRefs(segments, low_water, segments_len, trailer_at, entry_count, next_sequence, epoch)
+        refs.append(SegmentRef(first, n_entries, level, length, oldest, sha, ref_key))
+    if pos != end:
+        raise CorruptManifestError(key, f"{end - pos} unexpected bytes after the last ref")
+    return refs
 
 
 def decode_segment(data: bytes, ref: SegmentRef) -> list[ManifestEntry]:
@@ -203,6 +234,8 @@ def decode_segment(data: bytes, ref: SegmentRef) -> list[ManifestEntry]:
         raise CorruptManifestError(ref.key, f"segment: {len(data)} bytes, but the head lists {ref.byte_length}")
     if hashlib.sha256(data).digest() != ref.sha256:
         raise CorruptManifestError(ref.key, "segment: its SHA-256 differs from the head's ref")
+    if ref.level != 0:
+        raise CorruptManifestError(ref.key, f"read as a segment, but its ref has level {ref.level}")
     m = decode_manifest(data, ref.key)
     if len(m.entries) != ref.entry_count or m.first_sequence != ref.first_sequence:
         raise CorruptManifestError(
@@ -242,6 +275,7 @@ class SealedTail:
         return SegmentRef(
             self.first_sequence,
             self.entry_count,
+            0,
             len(self.data),
             self.oldest_batch_ms,
             hashlib.sha256(self.data).digest(),
@@ -271,7 +305,7 @@ class RawHead:
         entry_count: int,
         next_sequence: int,
         epoch: int,
-        segments: list[SegmentRef],
+        refs: list[SegmentRef],
         low_water: int,
         tail_from: int,
         tail_until: int,
@@ -282,14 +316,14 @@ class RawHead:
         self.tail_size = entry_count
         self.next_sequence = next_sequence
         self.epoch = epoch
-        self.segments = segments
+        self.refs = refs
         self.low_water = low_water
         self._tail_from = tail_from
         self._tail_until = tail_until
 
     @property
     def is_segmented(self) -> bool:
-        return bool(self.segments)
+        return bool(self.refs)
 
     @property
     def tail_first_sequence(self) -> int:
@@ -299,19 +333,12 @@ class RawHead:
     @property
     def first_sequence(self) -> int:
         """The first queued sequence, or ``next_sequence`` when the queue is empty."""
-        return self.low_water if self.segments else self.tail_first_sequence
+        return self.low_water if self.refs else self.tail_first_sequence
 
     @property
     def depth(self) -> int:
         """How many entries are queued."""
         return self.next_sequence - self.first_sequence
-
-    def segment_for(self, sequence: int) -> SegmentRef | None:
-        """The listed segment holding ``sequence`` (dequeued sequences below ``low_water`` included)."""
-        for r in self.segments:
-            if r.first_sequence <= sequence <= r.last_sequence:
-                return r
-        return None
 
     # -- the tail ----------------------------------------------------------------------------
 
@@ -378,9 +405,10 @@ class RawHead:
         return decode_manifest(region + footer, self.key).entries
 
     def oldest_referenced_batch_ms(self) -> int | None:
-        """The oldest ULID time of any referenced batch: tail entries and segments (GC's rule 3, §6)."""
+        """The oldest ULID time of any referenced batch: tail entries and refs (an index ref's is its
+        subtree's: GC's rule 3, §6)."""
         times = [t for s in self._spans if (t := parse_batch_ulid_ms(s.location)) is not None]
-        times += [r.oldest_batch_ms for r in self.segments if r.oldest_batch_ms != NO_BATCH_TIME]
+        times += [r.oldest_batch_ms for r in self.refs if r.oldest_batch_ms != NO_BATCH_TIME]
         return min(times) if times else None
 
     # -- edits ---------------------------------------------------------------------------------
@@ -390,10 +418,14 @@ class RawHead:
         entries: Sequence[tuple[str, Sequence[MetadataItem]]],
         max_tail: int,
         seal: Callable[[SealedTail], SegmentRef],
+        fold: Callable[[FoldedIndex], SegmentRef],
     ) -> tuple[bytes, int]:
         """Appends ``(location, metadata)`` entries at ``next_sequence``. When the tail would exceed
-        ``max_tail`` entries, the current tail is sealed first: ``seal`` stores the segment and returns
-        its ref, and the new entries become the whole tail. Returns the bytes and the first new sequence.
+        ``max_tail`` (K) entries, the current tail is sealed first: ``seal`` stores the segment and returns
+        its ref, and the new entries become the whole tail. Then the refs are folded (F = ``fanout(K)``):
+        while the last F refs have one level and none of them is the first ref, ``fold`` stores them as an
+        index object one level up and returns its ref, which replaces them. Returns the bytes and the
+        first new sequence.
         """
         k = len(entries)
         if self.tail_size + k > _U32_MAX:
@@ -403,32 +435,41 @@ class RawHead:
             raise CorruptManifestError(self.key, "appending would take sequences past 2^63")
         added = b"".join(encode_entry(base + i, loc, meta) for i, (loc, meta) in enumerate(entries))
         if self.tail_size == 0 or self.tail_size + k <= max_tail:
-            end = _tail_end(self.segments, self.low_water, self.tail_size + k, base + k, self.epoch)
+            end = _tail_end(self.refs, self.low_water, self.tail_size + k, base + k, self.epoch)
             return self.raw[: self._tail_until] + added + end, base
         spans = self._spans
         sealed = self.raw[self._tail_from : self._tail_until] + _FOOTER.pack(self.tail_size, base, 0, FORMAT_VERSION)
         times = [t for s in spans if (t := parse_batch_ulid_ms(s.location)) is not None]
         ref = seal(SealedTail(sealed, self.tail_first_sequence, self.tail_size, min(times, default=NO_BATCH_TIME)))
-        refs = [*self.segments, ref]
-        low_water = self.low_water if self.segments else self.tail_first_sequence
+        refs = _folded([*self.refs, ref], fanout(max_tail), fold)
+        low_water = self.low_water if self.refs else self.tail_first_sequence
         return encode_refs(refs) + added + _tail_end(refs, low_water, k, base + k, self.epoch), base
 
-    def dequeued_through(self, through: int) -> tuple[bytes, int] | None:
+    def dequeued_through(
+        self, through: int, children: Callable[[SegmentRef], Sequence[SegmentRef]]
+    ) -> tuple[bytes, int] | None:
         """Removes sequences ``<= through``: the bytes and how many were removed; None when nothing
-        would be removed (no write needed)."""
+        would be removed (no write needed). An index that becomes the first ref is expanded: replaced
+        by its refs (``children`` reads it), those dequeued dropped, until the first ref is a segment."""
         if through < self.first_sequence or self.depth == 0:
             return None
-        return self._rebuild(self.epoch, through)
+        return self._rebuild(self.epoch, through, children)
 
-    def with_epoch(self, epoch: int, through: int | None = None) -> tuple[bytes, int]:
-        """Sets the epoch and, optionally, dequeues through a sequence, in one edit."""
+    def with_epoch(
+        self, epoch: int, through: int | None, children: Callable[[SegmentRef], Sequence[SegmentRef]]
+    ) -> tuple[bytes, int]:
+        """Sets the epoch and, optionally, dequeues through a sequence, in one edit (as :meth:`dequeued_through`)."""
         if not 0 <= epoch <= _U64_MAX:
             raise CorruptManifestError(self.key, f"epoch {epoch} is not a u64")
-        return self._rebuild(epoch, self.first_sequence - 1 if through is None else through)
+        return self._rebuild(epoch, self.first_sequence - 1 if through is None else through, children)
 
-    def _rebuild(self, epoch: int, through: int) -> tuple[bytes, int]:
+    def _rebuild(
+        self, epoch: int, through: int, children: Callable[[SegmentRef], Sequence[SegmentRef]]
+    ) -> tuple[bytes, int]:
         new_first = min(max(self.first_sequence, through + 1), self.next_sequence)
-        refs = [r for r in self.segments if r.last_sequence >= new_first]
+        refs = [r for r in self.refs if r.last_sequence >= new_first]
+        while refs and refs[0].level > 0:  # the first ref is always a segment (§2.2)
+            refs = [r for r in children(refs[0]) if r.last_sequence >= new_first] + refs[1:]
         dropped_tail = max(0, new_first - self.tail_first_sequence)
         # Only the removed tail entries' headers are walked (O(removed), as the v1 dequeue).
         cut = self._tail_from if dropped_tail == 0 else self._walk(dropped_tail)[-1].end
@@ -436,6 +477,26 @@ class RawHead:
         out = (encode_refs(refs) if refs else b"") + self.raw[cut : self._tail_until]
         out += _tail_end(refs, new_first, kept, self.next_sequence, epoch)
         return out, new_first - self.first_sequence
+
+
+def _folded(refs: list[SegmentRef], f: int, fold: Callable[[FoldedIndex], SegmentRef]) -> list[SegmentRef]:
+    """Folds the last ``f`` refs into an index while they share a level and the first ref is not among
+    them, then looks again one level up (at most one index per level)."""
+    from osqueue.format.index_object import fold_index  # index_object imports this module
+
+    while len(refs) > f:
+        last = refs[-f:]
+        level = last[0].level
+        if level >= MAX_LEVEL or any(r.level != level for r in last):
+            break
+        refs = [*refs[:-f], fold(fold_index(last))]
+    return refs
+
+
+def fanout(segment_entries: int) -> int:
+    """F, how many refs of one level a producer folds into an index object: ``max(2, K / 32)`` (a writer's
+    choice, never checked by readers; docs/format.md §2.2)."""
+    return max(2, segment_entries // 32)
 
 
 def parse_head(raw: bytes, key: str) -> RawHead:
@@ -451,54 +512,56 @@ def parse_head(raw: bytes, key: str) -> RawHead:
         refs = parse_head_refs(raw, key)
         tail_from, tail_until = refs.segments_len, refs.trailer_at
         count, next_sequence, epoch = refs.entry_count, refs.next_sequence, refs.epoch
-        segments, low_water, version = refs.segments, refs.low_water, HEAD_VERSION
+        ref_list, low_water, version = refs.refs, refs.low_water, HEAD_VERSION
     else:
         footer = read_manifest_footer(raw, key)
         tail_from, tail_until = 0, n - MANIFEST_FOOTER_LEN
         count, next_sequence, epoch = footer.entry_count, footer.next_sequence, footer.epoch
-        segments, low_water, version = [], 0, FORMAT_VERSION
+        ref_list, low_water, version = [], 0, FORMAT_VERSION
     if count * (4 + _ENTRY_FIXED) > tail_until - tail_from:
         raise CorruptManifestError(
             key, f"{count} entries cannot fit in the {tail_until - tail_from}-byte entries region"
         )
     if count > next_sequence:
         raise CorruptManifestError(key, f"{count} entries end at next_sequence {next_sequence}: sequences below 0")
-    if segments:
-        segments_end = segments[-1].last_sequence + 1
-        if next_sequence - count != segments_end:
+    if ref_list:
+        refs_end = ref_list[-1].last_sequence + 1
+        if next_sequence - count != refs_end:
             raise CorruptManifestError(
-                key, f"the tail starts at {next_sequence - count}, not where the last segment ends ({segments_end})"
+                key, f"the tail starts at {next_sequence - count}, not where the last ref ends ({refs_end})"
             )
-    return RawHead(raw, key, version, count, next_sequence, epoch, segments, low_water, tail_from, tail_until)
+    return RawHead(raw, key, version, count, next_sequence, epoch, ref_list, low_water, tail_from, tail_until)
 
 
 def encode_refs(refs: Sequence[SegmentRef]) -> bytes:
-    """The refs region of a head, refs back to back."""
+    """The refs region of a head or an index object, refs back to back."""
     parts = []
     for r in refs:
         k = r.key.encode("utf-8")
-        if len(r.sha256) != 32 or len(k) > 0xFFFF or r.byte_length > _U32_MAX or not 1 <= r.entry_count <= _U32_MAX:
-            raise CorruptManifestError(r.key, "segment ref does not fit its wire format")
-        parts.append(_REF_HEAD.pack(r.first_sequence, r.entry_count, r.byte_length, r.oldest_batch_ms))
+        if (
+            len(r.sha256) != 32
+            or len(k) > 0xFFFF
+            or r.byte_length > _U32_MAX
+            or not 1 <= r.entry_count <= _U64_MAX
+            or not 0 <= r.level <= MAX_LEVEL
+        ):
+            raise CorruptManifestError(r.key, "ref does not fit its wire format")
+        parts.append(_REF_HEAD.pack(r.first_sequence, r.entry_count, r.level, r.byte_length, r.oldest_batch_ms))
         parts += [r.sha256, struct.pack("<H", len(k)), k]
     return b"".join(parts)
 
 
 def _tail_end(refs: Sequence[SegmentRef], low_water: int, count: int, next_sequence: int, epoch: int) -> bytes:
-    """What follows the tail: the v1 footer, or (with segments) the trailer and the version 2 footer."""
+    """What follows the tail: the v1 footer, or (with refs) the trailer and the version 2 footer."""
     if not refs:
         return _FOOTER.pack(count, next_sequence, epoch, FORMAT_VERSION)
-    refs_len = sum(_REF_HEAD.size + 32 + 2 + len(r.key.encode("utf-8")) for r in refs)
+    refs_len = sum(REF_FIXED_SIZE + len(r.key.encode("utf-8")) for r in refs)
     return _HEAD_TRAILER.pack(refs_len, len(refs), low_water) + _FOOTER.pack(count, next_sequence, epoch, HEAD_VERSION)
 
 
 def encode_head(
-    segments: Sequence[SegmentRef], low_water: int, tail: Sequence[ManifestEntry], next_sequence: int, epoch: int
+    refs: Sequence[SegmentRef], low_water: int, tail: Sequence[ManifestEntry], next_sequence: int, epoch: int
 ) -> bytes:
-    """Encodes a whole head (a v1 manifest when ``segments`` is empty): what the golden vectors hold."""
+    """Encodes a whole head (a v1 manifest when ``refs`` is empty): what the golden vectors hold."""
     body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension) for e in tail)
-    return (
-        (encode_refs(segments) if segments else b"")
-        + body
-        + _tail_end(segments, low_water, len(tail), next_sequence, epoch)
-    )
+    return (encode_refs(refs) if refs else b"") + body + _tail_end(refs, low_water, len(tail), next_sequence, epoch)

@@ -20,9 +20,11 @@ Producers complete the rule by never starting a manifest write with a location o
 ``grace_period / 2`` (they re-upload it under a fresh name), so a file GC may delete can never
 be enqueued. Failed deletes are counted and retried next cycle.
 
-With a segmented head (docs/format.md §2.2) a cycle reads the head only, never a segment: rule 3
-uses the refs' oldest batch times, which bound every batch a segment holds. Segment objects under
-``<manifest>.segments/`` that no ref lists are deleted once their ULID name is a grace period old.
+With a segmented head (docs/format.md §2.2) a cycle reads the head and its index objects, never a
+segment: rule 3 uses the head's refs' oldest batch times, which bound every batch below them. Segment
+and index objects under ``<manifest>.segments/`` that are not reachable from the snapshot (listed by
+the head or by an index object reachable from it) are deleted once their ULID name is a grace period
+old; if an index object the walk needs is missing, none is deleted that cycle.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from osqueue.format.segment_names import prefix as segment_prefix
 from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
+from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import ObjectStore, validate_key
 
 _log = logging.getLogger(__name__)
@@ -58,6 +61,8 @@ class GcResult:
         snapshot_time_ms: ``t0``, when the manifest snapshot was taken.
         dry_run: Nothing was deleted.
         grace_period_ms: The grace period the cycle used: the queue's, or the collector's if longer.
+        missing_index: The key of an index object the snapshot reaches but that was missing: the cycle
+            deleted no segment or index object (they are counted as kept referenced).
     """
 
     deleted: tuple[str, ...]
@@ -69,6 +74,7 @@ class GcResult:
     snapshot_time_ms: int
     dry_run: bool = False
     grace_period_ms: int = 0
+    missing_index: str | None = None
 
 
 class GarbageCollector:
@@ -97,6 +103,7 @@ class GarbageCollector:
             raise InvalidConfigError("gc_grace_period", grace_period, "must be a number of seconds >= 0")
         validate_key(data_path_prefix)
         self._manifest = ManifestStore(store, manifest_path)
+        self._segment_tree = SegmentTree(self._manifest)
         self._store = store
         self._prefix = data_path_prefix.rstrip("/") + "/"
         self._grace_ms = int(grace_period * 1000)
@@ -120,12 +127,12 @@ class GarbageCollector:
                 f"GC found no manifest at '{self._manifest.key}': it deletes nothing without its queue's manifest "
                 "(is the manifest path right?)"
             )
-        # The head only: the refs' oldest batch times bound every batch a segment holds (§2.2).
+        # The head only for batches: the refs' oldest batch times bound every batch below them (§2.2).
         head = self._manifest.head(raw)
         grace_ms = self.check_owner()
         referenced = {loc for _, loc in head.tail_locations()}
         oldest = head.oldest_referenced_batch_ms()
-        has_entries = head.tail_size > 0 or bool(head.segments)
+        has_entries = head.tail_size > 0 or bool(head.refs)
         segment_dir = segment_prefix(self._manifest.key)
         candidates: list[str] = []
         segment_keys: list[str] = []
@@ -148,16 +155,25 @@ class GarbageCollector:
                 kept_grace += 1
             else:
                 candidates.append(info.key)
-        # Segment objects no ref lists, named a grace period ago: producers never list one named
-        # grace / 2 ago or earlier, so none of these can become referenced (docs/format.md §2.2).
-        listed = {r.key for r in head.segments}
+        # Segment and index objects the snapshot does not reach, named a grace period ago: producers never
+        # list one named grace / 2 ago or earlier, and nothing is listed again once dropped, so none of
+        # these can become reachable (docs/format.md §2.2). The walk reads index objects, never segments.
+        reachable = self._segment_tree.reachable_keys(head) if head.refs else set()
+        missing_index = reachable if isinstance(reachable, str) else None
+        if missing_index is not None:
+            _log.warning(
+                "GC: index object '%s' reachable from '%s' is missing (a newer head expanded it and another GC "
+                "deleted it?): no segment or index object is deleted this cycle",
+                missing_index,
+                self._manifest.key,
+            )
         if not segment_dir.startswith(self._prefix):  # not in the data prefix's listing
             segment_keys = [info.key for info in self._store.list(segment_dir)]
         for key in segment_keys:
             named = segment_ulid_time_ms(self._manifest.key, key)
             if named is None:
                 kept_other += 1
-            elif key in listed:
+            elif missing_index is not None or key in reachable:
                 kept_referenced += 1
             elif t0 - named < grace_ms:
                 kept_grace += 1
@@ -180,7 +196,16 @@ class GarbageCollector:
             self._metrics.counter(m.GC_FILES_FAILED).inc(len(failed))
         self._metrics.histogram(m.GC_DURATION).observe(self._clock.monotonic() - started)
         return GcResult(
-            tuple(deleted), tuple(failed), kept_referenced, kept_newer, kept_grace, kept_other, t0, dry_run, grace_ms
+            tuple(deleted),
+            tuple(failed),
+            kept_referenced,
+            kept_newer,
+            kept_grace,
+            kept_other,
+            t0,
+            dry_run,
+            grace_ms,
+            missing_index,
         )
 
     def check_owner(self) -> int:

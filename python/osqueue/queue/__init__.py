@@ -7,6 +7,7 @@
   outcome are resolved by re-reading the manifest, so a producer never leaves a duplicate entry.
 * :class:`QueueConsumer` owns the consumer side: the epoch bump that fences older consumers,
   the resume point, epoch-checked reads and dequeues.
+* :class:`SegmentTree` finds a segmented head's segments through its index objects (docs/format.md §2.2).
 
 Time and randomness come from an injectable :class:`Clock` and ``random.Random``.
 """
@@ -19,6 +20,7 @@ from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIF
 from osqueue.queue.queue_consumer import BatchDescriptor, QueueConsumer
 from osqueue.queue.queue_producer import QueueProducer
 from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.queue.segment_tree import SegmentTree
 
 __all__ = [
     "Clock",
@@ -45,4 +47,5 @@ __all__ = [
     "PreviousAttempt",
     "Settle",
     "CasLoop",
+    "SegmentTree",
 ]

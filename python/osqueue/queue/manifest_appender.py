@@ -7,12 +7,14 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 
 from osqueue import metrics as m
 from osqueue.clock import Clock
 from osqueue.errors import AmbiguousCommitError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.incarnation import new_incarnation_epoch
+from osqueue.format.index_object import FoldedIndex
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import (
@@ -27,6 +29,7 @@ from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Unkn
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_store import ManifestStore, Snapshot
 from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import ObjectStore
 
 # Producer side: group commit
@@ -76,6 +79,7 @@ class ManifestAppender:
         # The first sequence known to be queued in the last snapshot whose locations were looked up.
         self._first_queued: tuple[bytes, int] | None = None
         self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer")
+        self.segment_tree = SegmentTree(manifest)
         self.refs = 0
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
@@ -140,25 +144,46 @@ class ManifestAppender:
                 self.metrics.counter(m.BATCHES_REUPLOADED).inc()
                 reuploads += 1
 
-    def _seal(self, sealed: SealedTail, group: Sequence[_Pending]) -> SegmentRef:
-        """Stores a sealed tail as a new segment, named right before the head CAS that lists it; a
-        name already half a grace period old (a slow PUT) could be GC'd before it is listed, so the
-        segment is written again under a fresh name, as stale batches are (docs/format.md §2.2)."""
+    def _appended(self, raw: bytes, group: Sequence[_Pending]) -> tuple[bytes, int]:
+        """The head with the group appended: sealing the tail into a segment and folding refs into
+        index objects when it passes K. Each object is named right before the head CAS that lists it; if
+        any name is already half a grace period old when the edit is done (slow PUTs), GC could delete it
+        before it is listed, so the edit is made again under fresh names, as stale batches are re-uploaded
+        (docs/format.md §2.2)."""
         max_age_ms = self._segment_max_age_ms(group)
+        entries = [(p.location, p.metadata) for p in group]
         tries = 0
         while True:
-            ref = self.manifest.write_segment(sealed, self.clock.now_ms(), self.rng)
-            self.metrics.counter(m.SEGMENTS_SEALED).inc()
-            named = segment_ulid_time_ms(self.manifest.key, ref.key)
-            assert named is not None
-            if self.clock.now_ms() - named < max_age_ms:
-                return ref
+            named: list[int] = []
+            new_raw, base = parse_head(raw, self.manifest.key).appended(
+                entries, self.segment_entries, partial(self._seal, named=named), partial(self._fold, named=named)
+            )
+            if not named or self.clock.now_ms() - min(named) < max_age_ms:
+                return new_raw, base
             tries += 1
             if tries > MAX_REUPLOADS:
                 raise StoreError(
                     f"segment of '{self.manifest.key}': {tries} writes in a row took longer than half the GC grace "
                     f"period ({max_age_ms} ms); increase gc_grace_period or make writes faster"
                 )
+
+    def _seal(self, sealed: SealedTail, named: list[int]) -> SegmentRef:
+        """Stores a sealed tail as a new segment (an unconditional PUT under a fresh name)."""
+        ref = self.manifest.write_segment(sealed, self.clock.now_ms(), self.rng)
+        self.metrics.counter(m.SEGMENTS_SEALED).inc()
+        named.append(self._named_ms(ref))
+        return ref
+
+    def _fold(self, folded: FoldedIndex, named: list[int]) -> SegmentRef:
+        """Stores refs folded into a new index object (an unconditional PUT under a fresh name)."""
+        ref = self.manifest.write_index(folded, self.clock.now_ms(), self.rng)
+        named.append(self._named_ms(ref))
+        return ref
+
+    def _named_ms(self, ref: SegmentRef) -> int:
+        named = segment_ulid_time_ms(self.manifest.key, ref.key)
+        assert named is not None
+        return named
 
     def _segment_max_age_ms(self, group: Sequence[_Pending]) -> int:
         """Half the shortest grace period known: the callers' and the queue's (GC of segments uses the queue's)."""
@@ -219,23 +244,31 @@ class ManifestAppender:
 
     def _queued_locations_from(self, raw: bytes, min_sequence: int) -> dict[int, str]:
         """``sequence -> location`` of the queued entries from ``min_sequence`` on: the tail, and the
-        segments holding such sequences (sealed since our write; one GET each, usually none or one).
+        segments holding such sequences (sealed since our write, possibly folded into index objects
+        since; one GET each, usually none or one), found through the segment tree.
 
         A listed segment gone since the head was read was dropped by a dequeue (and collected): its
         sequences count as dequeued (:meth:`_judge_unknown` then asks the receipts, as the JVM does),
-        never as someone else's."""
+        never as someone else's. So do those of a head ref whose index object on the way down is gone
+        (a dequeue expanded it, then GC): that can only make the verdict more cautious."""
         head = self.manifest.head(raw)
         start = max(min_sequence, head.first_sequence)
         first_queued = head.first_sequence
         at: dict[int, str] = {}
-        for r in head.segments:
-            if r.last_sequence < start:
+        sequence = start
+        while sequence < head.tail_first_sequence:
+            leaf = self.segment_tree.leaf_if_present(head, sequence)
+            if leaf is None:  # an index object on the way is gone: skip its whole head ref
+                top = next(r for r in head.refs if r.first_sequence <= sequence <= r.last_sequence)
+                first_queued = max(first_queued, top.last_sequence + 1)
+                sequence = top.last_sequence + 1
                 continue
-            data = self.manifest.read_segment_bytes(r)
+            data = self.manifest.read_segment_bytes(leaf)
             if data is None:
-                first_queued = max(first_queued, r.last_sequence + 1)
-                continue
-            at.update((e.sequence, e.location) for e in decode_segment(data, r) if e.sequence >= start)
+                first_queued = max(first_queued, leaf.last_sequence + 1)
+            else:
+                at.update((e.sequence, e.location) for e in decode_segment(data, leaf) if e.sequence >= start)
+            sequence = leaf.last_sequence + 1
         at.update(head.tail_locations_from(start))
         self._first_queued = (raw, first_queued)
         return at
@@ -307,7 +340,6 @@ class ManifestAppender:
     def _commit(self, group: list[_Pending]) -> list[EnqueueResult]:
         """Appends the group in one write through the CAS loop (JVM: ``ManifestAppender.append``)."""
         self._claim_prefixes(group)
-        key = self.manifest.key
         attempts: list[_Attempt] = []
         last_sent: _Attempt | None = None
 
@@ -329,9 +361,7 @@ class ManifestAppender:
             locations = tuple(p.location for p in group)
             # Creating the manifest starts a new incarnation (docs/format.md §5.2).
             raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
-            new_raw, base = parse_head(raw, key).appended(
-                [(p.location, p.metadata) for p in group], self.segment_entries, lambda t: self._seal(t, group)
-            )
+            new_raw, base = self._appended(raw, group)
             last_sent = _Attempt(base, locations)
             return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
 

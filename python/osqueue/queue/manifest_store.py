@@ -9,9 +9,11 @@ from osqueue.errors import CorruptManifestError
 from osqueue.format.batch_names import SupportsRandBits
 from osqueue.format.dequeue_receipts import RECEIPTS_SUFFIX, DequeueReceipts
 from osqueue.format.incarnation import INCARNATION_SUFFIX
+from osqueue.format.index_object import FoldedIndex, decode_index
 from osqueue.format.manifest import Manifest, ManifestEntry
 from osqueue.format.manifest_codec import decode_manifest, empty_manifest
 from osqueue.format.manifest_head import RawHead, SealedTail, SegmentRef, decode_segment, parse_head
+from osqueue.format.segment_names import new_index_key
 from osqueue.format.segment_names import new_key as new_segment_key
 from osqueue.store.object_store import CasOutcome, ObjectStore, ObjectVersion, validate_key
 
@@ -48,15 +50,18 @@ class ManifestStore:
 
     def decode(self, raw: bytes | None) -> Manifest:
         """Decodes raw bytes; None is the empty manifest. A segmented head's segments are all read
-        (memory grows with the queue: lazy readers use :meth:`head` and :meth:`read_segment`),
-        ``SEGMENT_READS_IN_FLIGHT`` at a time."""
+        (memory grows with the queue: lazy readers use :meth:`head` and a
+        :class:`~osqueue.queue.segment_tree.SegmentTree`), ``SEGMENT_READS_IN_FLIGHT`` at a time."""
+        from osqueue.queue.segment_tree import SegmentTree  # segment_tree imports this module
+
         if raw is None:
             return Manifest([], 0, 0)
         head = self.head(raw)
-        if not head.segments:
+        if not head.refs:
             return decode_manifest(raw, self.key)
+        leaves = list(SegmentTree(self).leaves(head, head.first_sequence, head.tail_first_sequence))
         with ThreadPoolExecutor(SEGMENT_READS_IN_FLIGHT, thread_name_prefix="osqueue-segment-reader") as pool:
-            sealed = [e for entries in pool.map(self.read_segment, head.segments) for e in entries]
+            sealed = [e for entries in pool.map(self.read_segment, leaves) for e in entries]
         queued = [e for e in sealed if e.sequence >= head.low_water] + head.tail_entries()
         return Manifest(queued, head.next_sequence, head.epoch)
 
@@ -79,9 +84,36 @@ class ManifestStore:
         return decode_segment(data, ref)
 
     def read_segment_bytes(self, ref: SegmentRef) -> bytes | None:
-        """The segment's bytes, None if it is gone (a reader racing the dequeue that dropped it, and GC)."""
+        """The segment's (or index object's) bytes, None if it is gone (a reader racing the dequeue
+        that dropped it, and GC)."""
         obj = self.store.get(ref.key)
         return None if obj is None else obj.data
+
+    def read_index(self, ref: SegmentRef) -> list[SegmentRef]:
+        """A listed index object's refs, checked against its ref.
+
+        Raises:
+            CorruptManifestError: The index object is missing ("listed but missing") or differs from its ref.
+        """
+        refs = self.read_index_if_present(ref)
+        if refs is None:
+            raise CorruptManifestError(
+                ref.key,
+                f"index object of '{self.key}' (sequences {ref.first_sequence} to {ref.last_sequence}) "
+                "is listed but missing",
+            )
+        return refs
+
+    def read_index_if_present(self, ref: SegmentRef) -> list[SegmentRef] | None:
+        """As :meth:`read_index`, but None when the object is gone."""
+        data = self.read_segment_bytes(ref)
+        return None if data is None else decode_index(data, ref)
+
+    def write_index(self, folded: FoldedIndex, now_ms: int, rng: SupportsRandBits) -> SegmentRef:
+        """Stores a folded index object under a fresh name (before any head lists it, docs/format.md §2.2)."""
+        ref = folded.ref(new_index_key(self.key, now_ms, rng))
+        self.store.put(ref.key, folded.data)
+        return ref
 
     def write_segment(self, sealed: SealedTail, now_ms: int, rng: SupportsRandBits) -> SegmentRef:
         """Stores a sealed tail under a fresh segment name (before any head lists it, docs/format.md §2.2)."""

@@ -18,6 +18,7 @@ from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
 from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Write
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore, Snapshot
 from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import ObjectStore
 
 _log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ class QueueConsumer:
         # The last two segments read (oldest first): the one handed out from and the one before it.
         self._segments: dict[str, list[ManifestEntry]] = {}
         self._segment_lock = threading.Lock()
+        # The consumer's reader's tree: its cached index objects also serve the dequeue's expansion.
+        self.segment_tree = SegmentTree(self.manifest)
 
     @property
     def epoch(self) -> int | None:
@@ -133,7 +136,7 @@ class QueueConsumer:
             new_epoch = next_epoch(base_epoch)
             if last_acked is not None and last_acked >= current.first_sequence:
                 self._record_receipts(current, last_acked)
-            written, _ = current.with_epoch(new_epoch, last_acked)
+            written, _ = current.with_epoch(new_epoch, last_acked, self.segment_tree.children)
             return Write(written, lambda: (new_epoch, written))
 
         new_epoch, written = self._loop.run(step)
@@ -178,8 +181,7 @@ class QueueConsumer:
             return []
         removed = [
             (e.sequence, e.location)
-            for r in head.segments
-            if r.last_sequence >= start and r.first_sequence <= last
+            for r in self.segment_tree.leaves(head, start, last + 1)
             for e in self.read_segment(r)
             if start <= e.sequence <= last
         ]
@@ -289,7 +291,7 @@ class QueueConsumer:
             before = parse_head(before_raw, key)
             self._check(before.epoch)
             check_assigned(before)
-            if before.dequeued_through(sequence) is None:
+            if before.dequeued_through(sequence, self.segment_tree.children) is None:
                 return 0
             self._record_receipts(before, sequence)
             receipts_written = True
@@ -303,7 +305,7 @@ class QueueConsumer:
             head = parse_head(raw, key)
             self._check(head.epoch)
             check_assigned(head)
-            edited = head.dequeued_through(sequence)
+            edited = head.dequeued_through(sequence, self.segment_tree.children)
             if edited is None:
                 return Done(0)
             new_raw, removed = edited
