@@ -159,29 +159,38 @@ class SegmentedManifestSuite extends AnyFunSuite {
     refused(raw.take(10) ++ raw.takeRight(22), "shorter than a segmented head")
   }
 
-  // The golden head of tests/golden/heads.json (built by hand in make_vectors.py, read by Python too).
+  // The golden heads and index objects of tests/golden/heads.json (built by hand in make_vectors.py, read by Python too).
   private val heads = new ObjectMapper().readTree(RepoFiles.golden.resolve("heads.json").toFile)
   private def golden(file: String) = Files.readAllBytes(RepoFiles.golden.resolve(file))
   private def hex(bytes: Array[Byte]) = bytes.map(b => f"${b & 0xFF}%02x").mkString
+  private def nodes(n: JsonNode): IndexedSeq[JsonNode] = n.elements().asScala.toIndexedSeq
+  /** The ref a JSON ref describes, after checking the decoded one (when given) says the same. */
+  private def refOf(j: JsonNode): SegmentRef =
+    SegmentRef(j.get("first_sequence").asLong, j.get("entry_count").asLong, j.get("level").asInt, j.get("byte_length").asLong,
+      j.get("oldest_batch_ms").asLong, j.get("sha256_hex").asText.grouped(2).map(Integer.parseInt(_, 16).toByte).toArray,
+      j.get("key").asText)
 
-  for (v <- heads.get("heads").elements().asScala) {
+  for (v <- nodes(heads.get("heads"))) {
     val name = v.get("name").asText
-    test(s"golden head $name: refs, low_water, tail and segments as built by hand; v1 readers refuse it") {
+    test(s"golden head $name: refs, low_water, tail and the objects it reaches as built by hand; v1 readers refuse it") {
       val bytes = golden(v.get("file").asText)
       val h = ManifestHead.parse(bytes, name)
       val e = v.get("head")
       assert(h.version == 2 && h.nextSequence == e.get("next_sequence").asLong && h.epoch == e.get("epoch").asLong)
       assert(h.lowWater == e.get("low_water").asLong)
-      val segs = e.get("segments").elements().asScala.toIndexedSeq
-      assert(h.refs.size == segs.size)
-      val queued = h.refs.zip(segs).flatMap { case (r, s) =>
-        assert(r.firstSequence == s.get("first_sequence").asLong && r.entryCount == s.get("entry_count").asLong)
-        assert(r.byteLength == s.get("byte_length").asLong && r.oldestBatchMs == s.get("oldest_batch_ms").asLong)
-        assert(hex(r.sha256) == s.get("sha256_hex").asText && r.key == s.get("key").asText)
-        ManifestHead.decodeSegment(golden(s.get("file").asText), r).map(_.sequence).filter(_ >= h.lowWater)
-      } ++ h.tailEntries.map(_.sequence)
-      assert(queued == e.get("queued_sequences").elements().asScala.map(_.asLong).toSeq)
-      val tail: Seq[JsonNode] = e.get("tail").elements().asScala.toSeq
+      val refs = nodes(e.get("refs"))
+      assert(h.refs == refs.map(refOf))
+      refs.zip(h.refs).foreach { case (j, r) => assert(hex(r.sha256) == j.get("sha256_hex").asText) }
+      // every object it reaches, walked through the one tree walk readers use (SegmentTree)
+      val store = osqueue.store.InMemoryStore.fresh()
+      v.get("objects").fields().asScala.foreach(f => store.put(f.getKey, golden(f.getValue.asText)))
+      val manifests = new osqueue.queue.ManifestStore(store, name)
+      val leaves = new osqueue.queue.SegmentTree(manifests).leaves(h, h.lowWater, h.tailFirstSequence).toIndexedSeq
+      assert(leaves.forall(_.level == 0))
+      val queued = leaves.flatMap(r => manifests.readSegment(r).map(_.sequence).filter(_ >= h.lowWater)) ++
+        h.tailEntries.map(_.sequence)
+      assert(queued == nodes(e.get("queued_sequences")).map(_.asLong))
+      val tail = nodes(e.get("tail"))
       assert(h.tailEntries.map(x => (x.sequence, x.location)) == tail.map(t => (t.get("sequence").asLong, t.get("location").asText)))
       assert(h.tailEntries.head.metadata.head.payload.sameElements(
           Base64.getDecoder.decode(tail.head.get("metadata").get(0).get("payload_b64").asText)))
@@ -192,12 +201,34 @@ class SegmentedManifestSuite extends AnyFunSuite {
     }
   }
 
-  for (v <- heads.get("rejected").elements().asScala) {
+  for (v <- nodes(heads.get("indexes"))) {
+    val name = v.get("name").asText
+    test(s"golden index object $name decodes for its ref to the refs built by hand, and re-encodes to its bytes") {
+      val bytes = golden(v.get("file").asText)
+      val ref = refOf(v.get("ref"))
+      val refs = IndexObject.decode(bytes, ref)
+      assert(refs == nodes(v.get("refs")).map(refOf))
+      assert(IndexObject.encode(refs, ref.level).sameElements(bytes))
+      assert(SegmentRef.ofIndex(IndexObject.fold(refs), ref.key) == ref)
+    }
+  }
+
+  for (v <- nodes(heads.get("rejected"))) {
     val name = v.get("name").asText
     test(s"golden head $name is CorruptManifest") {
       assert(v.get("error").asText == "CorruptManifest")
       val e = intercept[CorruptManifestException](ManifestHead.parse(golden(v.get("file").asText), s"some/key/$name"))
       assert(e.getMessage.contains(s"some/key/$name"))
+    }
+  }
+
+  for (v <- nodes(heads.get("rejected_indexes"))) {
+    val name = v.get("name").asText
+    test(s"golden index object $name is CorruptManifest naming it") {
+      assert(v.get("error").asText == "CorruptManifest")
+      val ref = refOf(v.get("ref"))
+      val e = intercept[CorruptManifestException](IndexObject.decode(golden(v.get("file").asText), ref))
+      assert(e.getMessage.contains(ref.key))
     }
   }
 
