@@ -276,14 +276,15 @@ def bench_jvm_depth(env: Env, s: Settings) -> dict[str, Any]:
         raise RuntimeError(f"SegmentedDepth.java exited {p.returncode}: {p.stderr.strip()[-2000:]}")
     for r in rows:
         s.log(
-            f"jvm_depth {r['depth']:>9}: {r['segments']} segments, tail {r['tail']}, head {r['head_bytes']} B; append "
+            f"jvm_depth {r['depth']:>9}: {r['segments']} segments ({r['refs']} refs in the head, {r['levels']} levels), "
+            f"tail {r['tail']}, head {r['head_bytes']} B; append "
             f"{r['append_latency_ms_median']:.1f} ms median ({r['bytes_written_per_append_mean']} B written); "
             f"consumer {r['consumer_us_per_delivered']:.1f} us/descriptor, {r['consumer_heap_held_mb']:.1f} MB held"
         )
     ratio = rows[-1]["append_latency_ms_median"] / rows[0]["append_latency_ms_median"]
     return {
         "description": f"bench/jvm/SegmentedDepth.java, one JVM (-Xmx{heap_mb}m), K = {k}: a queue of each depth built "
-        "through the producers' sealing edit (tail left at K/2), then single-entry appends through ManifestAppender "
+        "through the producers' sealing and folding edit (tail left at K/2), then single-entry appends through ManifestAppender "
         "round-robin over the depths (after 10 unmeasured each), and a Consumer handing out descriptors one at a "
         "time (no batch GETs; acks every 1,000); a seal adds seal_bytes_per_append_amortized",
         "k": k,

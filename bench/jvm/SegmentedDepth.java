@@ -84,7 +84,7 @@ public class SegmentedDepth {
   /** Appends `n` entries in ONE edit through the producers' code path (sealing as a producer does). */
   static byte[] appendGroup(ManifestStore ms, byte[] raw, int n, int k, long now) {
     List<NewEntry> group = new ArrayList<>(n);
-    for (int i = 0; i < n; i++) group.add(new NewEntry(BatchNames.newKey("ingest", now), meta(), new byte[0]));
+    for (int i = 0; i < n; i++) group.add(new NewEntry(BatchNames.newKey("ingest", now, osqueue.SystemRandomSource$.MODULE$), meta(), new byte[0]));
     scala.Tuple2<byte[], Object> r = ManifestHead.parse(raw, MANIFEST).appended(
         CollectionConverters.asScala(group).toSeq(), k, t -> ms.writeSegment(t, now), f -> ms.writeIndex(f, now));
     ms.store().put(MANIFEST, r._1());
@@ -111,7 +111,8 @@ public class SegmentedDepth {
     q.store = store; q.ms = ms; q.k = k; q.depth = built; q.head = ManifestHead.parse(raw, MANIFEST);
     q.buildS = (System.nanoTime() - buildStart) / 1e9;
     q.appender = new ManifestAppender(ms, new RetryPolicy(10, 1000, 1000, 30000), SystemClock$.MODULE$,
-        new MetricsRegistry(), 600000L, "producer", () -> scala.runtime.BoxedUnit.UNIT, k);
+        new MetricsRegistry(), 600000L, "producer", () -> scala.runtime.BoxedUnit.UNIT,
+        osqueue.SystemRandomSource$.MODULE$, k);
     return q;
   }
 
@@ -123,7 +124,7 @@ public class SegmentedDepth {
 
     void append(int i, int appends) {
       if (latMs == null) { latMs = new double[appends]; written = new long[appends]; }
-      String loc = BatchNames.newKey("ingest", System.currentTimeMillis());
+      String loc = BatchNames.newKey("ingest", System.currentTimeMillis(), osqueue.SystemRandomSource$.MODULE$);
       PendingLocation p = new PendingLocation(loc, meta(), () -> { throw new IllegalStateException("no re-upload"); }, new byte[0]);
       ManifestHead before = ManifestHead.parse(store.get(MANIFEST).get().bytes(), MANIFEST);
       List<PendingLocation> g = new ArrayList<>();
