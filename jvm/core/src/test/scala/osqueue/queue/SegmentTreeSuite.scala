@@ -232,6 +232,44 @@ class SegmentTreeSuite extends AnyFunSuite {
     assert(allLocations(inner).size == 8 && allLocations(inner).take(6) == produced.drop(3))
   }
 
+  test("a seal and fold whose names went half a grace period stale during slow PUTs are made again under fresh names") {
+    val clock = new ManualClock(1767225600000L)
+    val inner = InMemoryStore.fresh()
+    var slowPuts = 0 // segment PUTs that take half a grace period
+    val store = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def put(k: String, b: Array[Byte]): Unit = {
+        super.put(k, b)
+        if (k.endsWith(".segment") && slowPuts > 0) { slowPuts -= 1; clock.advance(grace / 2) }
+      }
+    }
+    val a = appender(store, 2, clock)
+    val first = (0 until 6).map { _ =>
+      val p = pending(inner, clock); a.append(IndexedSeq(p)); p.location
+    }
+    // the 7th append seals [4, 5] and folds it with [2, 3]; its segment PUT is slow once
+    slowPuts = 1
+    val named = clock.nowMillis()
+    val seventh = pending(inner, clock)
+    a.append(IndexedSeq(seventh))
+    val h = head(inner)
+    val reachable = tree(inner).reachableKeys(h).toOption.get
+    val orphans = objects(inner) -- reachable
+    assert(orphans.size == 2 && orphans.exists(_.endsWith(".index")), "the stale segment and index are left unlisted")
+    // the first try's segment was named before its slow PUT; what the head reaches now was named after it
+    assert(orphans.filter(_.endsWith(".segment")).map(SegmentNames.ulidTimeMs(key, _).get) == Set(named))
+    assert(h.refs.last.isIndex && SegmentNames.ulidTimeMs(key, h.refs.last.key).get >= named + grace / 2)
+    assert(
+      tree(inner).children(h.refs.last).forall(r => r.firstSequence < 4 || SegmentNames.ulidTimeMs(key, r.key).get >= named + grace / 2))
+    assert(allLocations(inner) == first :+ seventh.location)
+    // always slow: the append fails with StoreException and writes no head
+    slowPuts = 100
+    a.append(IndexedSeq(pending(inner, clock))) // tail [6, 7]: no seal
+    val stuck = inner.get(key).get.bytes
+    val e = intercept[StoreException](a.append(IndexedSeq(pending(inner, clock))))
+    assert(e.getMessage.contains("half the GC grace period"))
+    assert(inner.get(key).get.bytes.sameElements(stuck), "nothing appended")
+  }
+
   test("the appender folds at F = max(2, K / 32): K = 96 folds three segments into one index object") {
     val store = InMemoryStore.fresh()
     val a = appender(store, 96)
