@@ -69,15 +69,17 @@ final class ManifestAppender(
   }
 
   /**
-   * The head with `entries` appended, sealing the tail and folding refs as needed (docs/format.md
+   * The head with `group` appended, sealing the tail and folding refs as needed (docs/format.md
    * §2.2). The segment and index objects are named right before the head CAS that lists them; if
    * one name is already half a grace period old (slow PUTs) GC could delete it before it is
    * listed, so the edit is made again under fresh names, as stale batches are (§6); the objects
-   * left behind are orphans for GC.
+   * left behind are orphans for GC. The batches are checked again too: slow PUTs age them as well.
    */
-  private def appendedFresh(head: ManifestHead, entries: Seq[NewEntry]): (Array[Byte], Long) = {
+  private def appendedFresh(head: ManifestHead, group: IndexedSeq[PendingLocation]): (Array[Byte], Long) = {
     var tries = 0
     while (true) {
+      refreshStaleUploads(group)
+      val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
       val named = ArrayBuffer.empty[String]
       val result = head.appended(entries, segmentEntries,
         { t =>
@@ -88,11 +90,12 @@ final class ManifestAppender(
           val ref = manifest.writeIndex(f, clock.nowMillis()); named += ref.key; ref
         })
       val now = clock.nowMillis()
-      if (named.forall(k => now - SegmentNames.ulidTimeMs(manifest.key, k).get < segmentMaxAgeMs)) return result
+      if (named.forall(k => now - SegmentNames.ulidTimeMs(manifest.key, k).get < segmentMaxAgeMs) &&
+        !group.exists(p => BatchNames.ulidTimeMs(p.location).exists(now - _ >= maxAgeMs(p.location)))) return result
       tries += 1
       if (tries > ManifestAppender.MaxReuploads)
         throw new StoreException(
-          s"segment of '${manifest.describe}': ${tries} writes in a row took longer than half the GC grace period " +
+          s"'${manifest.describe}': ${tries} seals or folds in a row took longer than half the GC grace period " +
             s"($segmentMaxAgeMs ms); increase the GC grace period or make writes faster")
     }
     throw new IllegalStateException("unreachable")
@@ -131,12 +134,10 @@ final class ManifestAppender(
           case Some(sequences) => CasStep.Done(sequences)
           case None =>
             beforeWrite()
-            refreshStaleUploads(group)
-            val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
             // Creating the manifest starts a new incarnation (docs/format.md §5.2).
             val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
-            val (bytes, base) = appendedFresh(ManifestHead.parse(raw, manifest.key), entries)
-            lastSent = Some((base, entries.map(_.location)))
+            val (bytes, base) = appendedFresh(ManifestHead.parse(raw, manifest.key), group)
+            lastSent = Some((base, group.map(_.location)))
             CasStep.Write(bytes, () => base until base + group.size)
         }
       }, Some(settle))

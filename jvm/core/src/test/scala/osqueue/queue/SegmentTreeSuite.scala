@@ -235,11 +235,12 @@ class SegmentTreeSuite extends AnyFunSuite {
   test("a seal and fold whose names went half a grace period stale during slow PUTs are made again under fresh names") {
     val clock = new ManualClock(1767225600000L)
     val inner = InMemoryStore.fresh()
-    var slowPuts = 0 // segment PUTs that take half a grace period
+    var slowPuts = 0 // segment PUTs that take `slowBy`
+    var slowBy = grace / 2
     val store = new FaultInjectingStore(inner, (_, _) => Fault.None) {
       override def put(k: String, b: Array[Byte]): Unit = {
         super.put(k, b)
-        if (k.endsWith(".segment") && slowPuts > 0) { slowPuts -= 1; clock.advance(grace / 2) }
+        if (k.endsWith(".segment") && slowPuts > 0) { slowPuts -= 1; clock.advance(slowBy) }
       }
     }
     val a = appender(store, 2, clock)
@@ -261,9 +262,21 @@ class SegmentTreeSuite extends AnyFunSuite {
     assert(
       tree(inner).children(h.refs.last).forall(r => r.firstSequence < 4 || SegmentNames.ulidTimeMs(key, r.key).get >= named + grace / 2))
     assert(allLocations(inner) == first :+ seventh.location)
+    // a batch that was fresh when the append began but aged past half the grace period during a
+    // seal whose own objects stayed fresh is uploaded again before the CAS (§6)
+    (0 until 1).foreach(_ => a.append(IndexedSeq(pending(inner, clock)))) // tail [6, 7]: the next append seals
+    val ninth = pending(inner, clock)
+    val uploaded = ninth.location
+    clock.advance(grace / 4 + 1000)
+    slowPuts = 1
+    slowBy = grace / 4
+    a.append(IndexedSeq(ninth))
+    assert(ninth.location != uploaded && BatchNames.ulidTimeMs(ninth.location).get >= named + grace / 2)
+    assert(allLocations(inner).last == ninth.location)
     // always slow: the append fails with StoreException and writes no head
     slowPuts = 100
-    a.append(IndexedSeq(pending(inner, clock))) // tail [6, 7]: no seal
+    slowBy = grace / 2
+    a.append(IndexedSeq(pending(inner, clock))) // tail [8, 9]: no seal
     val stuck = inner.get(key).get.bytes
     val e = intercept[StoreException](a.append(IndexedSeq(pending(inner, clock))))
     assert(e.getMessage.contains("half the GC grace period"))
