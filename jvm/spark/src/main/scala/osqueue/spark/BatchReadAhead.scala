@@ -1,7 +1,15 @@
 package osqueue.spark
 
-import java.util.concurrent.{Callable, CancellationException, ExecutionException, Future, LinkedBlockingQueue,
-  ThreadFactory, ThreadPoolExecutor, TimeUnit}
+import java.util.concurrent.{
+  Callable,
+  CancellationException,
+  ExecutionException,
+  Future,
+  LinkedBlockingQueue,
+  ThreadFactory,
+  ThreadPoolExecutor,
+  TimeUnit
+}
 import java.util.concurrent.atomic.{AtomicInteger, AtomicLong}
 
 import scala.collection.mutable
@@ -44,7 +52,8 @@ private[spark] final class BatchReadAhead[A, B](items: Iterator[A], limits: Read
   private def executor: ThreadPoolExecutor = pool.getOrElse {
     val threads = new AtomicInteger()
     val p = new ThreadPoolExecutor(limits.batches, limits.batches, 0L, TimeUnit.MILLISECONDS,
-      new LinkedBlockingQueue[Runnable](), new ThreadFactory {
+      new LinkedBlockingQueue[Runnable](),
+      new ThreadFactory {
         override def newThread(r: Runnable): Thread = {
           val t = new Thread(r, s"${BatchReadAhead.ThreadPrefix}-${threads.incrementAndGet()} ($name)")
           t.setDaemon(true)

@@ -83,7 +83,7 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
 
   test("should hand out every batch's rows in sequence order while GETs finish out of order") {
     // Each GET sleeps 0-15 ms by its key: later batches often land before earlier ones.
-    val store = new SlowStore(InMemoryStore.fresh(), k => Thread.sleep((k.hashCode & 0x7fffffff) % 16L))
+    val store = new SlowStore(InMemoryStore.fresh(), k => Thread.sleep((k.hashCode & 0x7FFFFFFF) % 16L))
     val (rows, error) = readAll(reader(batches(store, 60), store))
     assert(error.isEmpty)
     assert(rows == (0 until 60).flatMap(i => (0 until 3).map(j => (i.toLong, j))))
@@ -99,7 +99,7 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
     // 3 records of 1 MB: over the 2 MB byte limit with two ahead, so one at a time after the first.
     val big = new SlowStore(InMemoryStore.fresh(), _ => Thread.sleep(5))
     val (bigRows, _) = readAll(reader(batches(big, 6, records = 3, bytes = 1 << 20), big,
-      ReadAheadLimits(batches = 8, bytes = 2L << 20)))
+        ReadAheadLimits(batches = 8, bytes = 2L << 20)))
     assert(bigRows.size == 18)
     assert(big.mostInFlight.get() == 1)
   }
@@ -138,10 +138,11 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
     val release = new CountDownLatch(1)
     val interrupted = new AtomicInteger()
     // Batches 0 and 1 are read; the GETs of the window after them (2 to 9) block until interrupted.
-    val store = new SlowStore(InMemoryStore.fresh(), k =>
-      if (k != key(0) && k != key(1))
-        try release.await()
-        catch { case e: InterruptedException => interrupted.incrementAndGet(); throw e })
+    val store = new SlowStore(InMemoryStore.fresh(),
+      k =>
+        if (k != key(0) && k != key(1))
+          try release.await()
+          catch { case e: InterruptedException => interrupted.incrementAndGet(); throw e })
     val window = ReadAheadLimits.Default.batches
     val r = reader(batches(store, 50), store)
     assert((1 to 4).forall(_ => r.next()) && r.get().getLong(0) == 1L)
@@ -156,7 +157,7 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
 
   test("should read a segment slice's batch files ahead too, in order, one copy of each sink batch") {
     val inner = InMemoryStore.fresh()
-    val store = new SlowStore(inner, k => Thread.sleep((k.hashCode & 0x7fffffff) % 8L))
+    val store = new SlowStore(inner, k => Thread.sleep((k.hashCode & 0x7FFFFFFF) % 8L))
     batches(store, 300)
     val manifests = new ManifestStore(store, location.manifestPath)
     def entries(r: Range) = r.map(i => NewEntry(key(i), IndexedSeq.empty, Array.emptyByteArray))
