@@ -72,6 +72,18 @@ def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                 " MB",
                 higher=False,
             )
+    if "spark_depth_s3" in b and "rows_per_s_ratio_deep_to_1000" in b["spark_depth_s3"]:
+        d = b["spark_depth_s3"]
+        add("15", "Spark source on S3: rows/s from 1M queued ÷ at 1,000", d["rows_per_s_ratio_deep_to_1000"], 0.8, "x")
+        peak = d["driver_peak_heap_mb"]
+        add(
+            "15",
+            "Spark driver peak heap on S3 (1M queued: a micro-batch, planning all)",
+            {"median": peak, "min": peak, "max": peak, "n": 1},
+            512,
+            " MB",
+            higher=False,
+        )
     if "py_vs_jvm" in b:
         add("7", "Python producer MB/s ÷ JVM producer", b["py_vs_jvm"].get("ratio_python_to_jvm"), 0.5)
     return rows

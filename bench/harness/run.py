@@ -19,7 +19,7 @@ from bench.harness.jvm_benchmarks import bench_jvm_depth, bench_py_vs_jvm, bench
 from bench.harness.kafka import bench_kafka, kafka_jars
 from bench.harness.report import markdown_report, write_plots
 from bench.harness.spark_benchmarks import SparkHolder, bench_latency, bench_spark_file
-from bench.harness.spark_depth import bench_spark_depth
+from bench.harness.spark_depth import bench_spark_depth, bench_spark_depth_s3
 
 BENCHMARKS = (
     "contention",
@@ -27,6 +27,7 @@ BENCHMARKS = (
     "py_depth",
     "jvm_depth",
     "spark_depth",
+    "spark_depth_s3",
     "py_vs_jvm",
     "requests",
     "raw_put",
@@ -35,7 +36,7 @@ BENCHMARKS = (
     "latency",
 )
 SPARK_BENCHMARKS = ("spark_file", "kafka", "latency")
-QUICK_SKIPS = ("kafka", "py_depth", "jvm_depth", "spark_depth")
+QUICK_SKIPS = ("kafka", "py_depth", "jvm_depth", "spark_depth", "spark_depth_s3")
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
 
@@ -86,6 +87,7 @@ def run_benchmarks(
         "py_depth": bench_py_depth,
         "jvm_depth": bench_jvm_depth,
         "spark_depth": bench_spark_depth,
+        "spark_depth_s3": bench_spark_depth_s3,
         "py_vs_jvm": bench_py_vs_jvm,
         "requests": bench_requests,
         "raw_put": bench_raw_put,

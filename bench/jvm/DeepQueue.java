@@ -3,7 +3,9 @@
 // and the core on the class path:
 //
 //   java -cp <core classes and dependencies> bench/jvm/DeepQueue.java <store uri> <K> <depth> \
-//        <distinct batch files> <records per batch> <record bytes>
+//        <distinct batch files> <records per batch> <record bytes> [<store option>=<value> ...]
+//
+// (store options: fs.s3a.endpoint=..., fs.s3a.access.key=... for an s3a:// queue).
 //
 // Writes <distinct> real batch files (ULID names, <records> records of <bytes> each), then a
 // manifest of <depth> entries whose locations cycle over those files, built through the producers'
@@ -14,6 +16,7 @@
 // Prints one JSON line: depth, segments, tail entries, head bytes, build time.
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 
 import osqueue.format.BatchCodec;
@@ -37,8 +40,17 @@ public class DeepQueue {
     int distinct = Integer.parseInt(args[3]);
     int records = Integer.parseInt(args[4]);
     int recordBytes = Integer.parseInt(args[5]);
+    HashMap<String, String> opts = new HashMap<>();
+    for (int i = 6; i < args.length; i++) {
+      int eq = args[i].indexOf('=');
+      if (eq <= 0) throw new IllegalArgumentException("expected <store option>=<value>, got '" + args[i] + "'");
+      opts.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+    }
+    @SuppressWarnings("unchecked")
+    scala.collection.immutable.Map<String, String> options =
+        (scala.collection.immutable.Map<String, String>) scala.collection.immutable.Map$.MODULE$.from(CollectionConverters.asScala(opts));
     long t0 = System.nanoTime();
-    ObjectStore store = ObjectStores.open(uri, scala.collection.immutable.Map$.MODULE$.empty());
+    ObjectStore store = ObjectStores.open(uri, options);
     ManifestStore ms = new ManifestStore(store, MANIFEST);
     long now = System.currentTimeMillis();
     String[] locations = new String[distinct];

@@ -1,5 +1,9 @@
 package osqueue.spark
 
+import java.util.concurrent.atomic.AtomicLong
+
+import scala.util.Try
+
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.metric.{CustomSumMetric, CustomTaskMetric}
@@ -7,10 +11,11 @@ import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, Par
 import org.apache.spark.util.LongAccumulator
 
 import osqueue.{BatchNotFoundException, Clock, SystemClock}
-import osqueue.consumer.{BatchDescriptor, BatchFetcher}
+import osqueue.consumer.{BatchDescriptor, BatchFetcher, ConsumedBatch}
 import osqueue.format.{EntryTag, ManifestHead}
 import osqueue.metrics.MetricsRegistry
 import osqueue.queue.ManifestStore
+import osqueue.store.ObjectStore
 
 /**
  * Batch files to read on an executor, in sequence order: everything needed to fetch them without
@@ -39,16 +44,19 @@ private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missing
 
 /**
  * Fetches and decodes the batches of one partition on an executor: listed batch files, or a slice of
- * a segment (read first, checked against its ref). A corrupt batch or segment fails the task naming
- * the object; a missing one is data loss (fails unless `failOnDataLoss=false`, then it is skipped
- * and counted).
+ * a segment (read first, checked against its ref). The batch files are fetched a few ahead of the
+ * one being read ([[BatchReadAhead]], within `readAhead`), and handed out in order. A corrupt batch
+ * or segment fails the task naming the object, at the rows it belongs to; a missing one is data loss
+ * (fails unless `failOnDataLoss=false`, then it is skipped and counted).
  */
 private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Array[Int],
-    missingBatches: Option[LongAccumulator], clock: Clock = SystemClock) extends PartitionReader[InternalRow] with Logging {
+    missingBatches: Option[LongAccumulator], clock: Clock = SystemClock,
+    readAhead: ReadAheadLimits = ReadAheadLimits.Default,
+    openStore: QueueLocation => ObjectStore = OsqueueStores.open) extends PartitionReader[InternalRow] with Logging {
   private var bytesFetched = 0L
-  private var fetchTimeMs = 0L
+  private val fetchTimeMs = new AtomicLong() // summed over the fetches, which overlap
   private var missing = 0L
-  private lazy val store = OsqueueStores.open(location)
+  private lazy val store = openStore(location)
   private lazy val fetcher = new BatchFetcher(store, clock, new MetricsRegistry)
 
   private def location: QueueLocation = p match {
@@ -62,11 +70,19 @@ private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Arr
     case _ => true
   }
 
-  private lazy val rows: Iterator[InternalRow] = p match {
-    case b: OsqueueInputPartition =>
-      b.descriptors.iterator.zipWithIndex.flatMap { case (d, i) => batchRows(d, if (i == 0) b.skipEntries else 0) }
-    case s: OsqueueSlicePartition => sliceBatches(s).flatMap { case (d, skip) => batchRows(d, skip) }
-    case other => throw OsqueueExceptions.internalError(s"not an osqueue input partition: $other")
+  /** Created on the first row (a slice reads its segment then), closed by [[close]]. */
+  private var fetches: Option[BatchReadAhead[(BatchDescriptor, Int), ConsumedBatch]] = None
+
+  private lazy val rows: Iterator[InternalRow] = {
+    val batches = p match {
+      case b: OsqueueInputPartition => b.descriptors.iterator.zipWithIndex.map { case (d, i) => (d, if (i == 0) b.skipEntries else 0) }
+      case s: OsqueueSlicePartition => sliceBatches(s)
+      case other => throw OsqueueExceptions.internalError(s"not an osqueue input partition: $other")
+    }
+    val ahead = new BatchReadAhead[(BatchDescriptor, Int), ConsumedBatch](batches, readAhead, { case (d, _) => timedFetch(d) },
+      batch => batch.entries.foldLeft(0L)(_ + _.length), location.identity)
+    fetches = Some(ahead)
+    ahead.flatMap { case ((d, skip), fetched) => batchRows(d, skip, fetched) }
   }
 
   /** The batches of a slice one copy of each sink batch admits, from the state the driver planned it with. */
@@ -92,10 +108,16 @@ private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Arr
     }
   }
 
-  private def batchRows(d: BatchDescriptor, skip: Int): Iterator[InternalRow] = {
+  private def timedFetch(d: BatchDescriptor): ConsumedBatch = {
     val started = clock.nanoTime()
+    try fetcher.fetch(d)
+    finally fetchTimeMs.addAndGet((clock.nanoTime() - started) / 1000000)
+  }
+
+  /** The rows of one fetched batch; a fetch that failed fails here, after the rows of the batches before it. */
+  private def batchRows(d: BatchDescriptor, skip: Int, fetched: Try[ConsumedBatch]): Iterator[InternalRow] =
     try {
-      val batch = fetcher.fetch(d)
+      val batch = fetched.get
       bytesFetched += batch.entries.foldLeft(0L)(_ + _.length)
       OsqueueSchema.rows(batch, fields).drop(skip)
     } catch {
@@ -105,18 +127,18 @@ private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Arr
         missingBatches.foreach(_.add(1))
         Iterator.empty
       case e: BatchNotFoundException => throw OsqueueExceptions.dataLoss(e.getMessage)
-    } finally fetchTimeMs += (clock.nanoTime() - started) / 1000000
-  }
+    }
 
   private var current: InternalRow = _
   override def next(): Boolean = if (rows.hasNext) { current = rows.next(); true }
   else false
   override def get(): InternalRow = current
-  override def close(): Unit = ()
+  /** Cancels the fetches in flight and stops their threads (Spark calls it on success, failure and kill). */
+  override def close(): Unit = fetches.foreach(_.close())
 
   override def currentMetricsValues(): Array[CustomTaskMetric] = Array(
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.BytesFetched, bytesFetched),
-    OsqueueTaskMetrics.task(OsqueueTaskMetrics.FetchTimeMs, fetchTimeMs),
+    OsqueueTaskMetrics.task(OsqueueTaskMetrics.FetchTimeMs, fetchTimeMs.get),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.MissingBatches, missing))
 }
 
