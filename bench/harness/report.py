@@ -42,6 +42,10 @@ def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     if "latency" in b:
         add("5", "produce → visible in foreachBatch, p50", b["latency"]["p50_ms"], 400, " ms", higher=False)
         add("5", "produce → visible in foreachBatch, p99", b["latency"]["p99_ms"], 1000, " ms", higher=False)
+        mbj = (b["latency"].get("modes") or {}).get("micro-batch-jvm")
+        if mbj:
+            add("5", "micro-batch → JVM foreach: produce → seen, p50", mbj["p50_ms"], 400, " ms", higher=False)
+            add("5", "micro-batch → JVM foreach: produce → seen, p99", mbj["p99_ms"], 1000, " ms", higher=False)
         rt = (b["latency"].get("modes") or {}).get("real-time")
         if rt:
             add("5", "real-time mode: produce → seen by the sink, p50", rt["p50_ms"], 150, " ms", higher=False)
@@ -428,6 +432,13 @@ def markdown_report(result: dict[str, Any]) -> str:
                     f"{fmt(m['batches'], '', 0)} | {fmt(m['idle_manifest_gets_per_min'], '', 0) if m['idle_manifest_gets_per_min'] else 'n/a'} | "
                     f"{fmt(m['idle_manifest_puts_per_min'], '', 0) if m['idle_manifest_puts_per_min'] else 'n/a'} |"
                 )
+            lines.append("")
+            for name, m in modes.items():
+                if m.get("batch_phase_p50_ms"):
+                    lines.append(
+                        f"- {name}: a batch with rows by Spark's phases (median): "
+                        + ", ".join(f"{k} {fmt(v, ' ms', 0)}" for k, v in m["batch_phase_p50_ms"].items())
+                    )
             lines.append("")
     return "\n".join(lines)
 

@@ -312,6 +312,30 @@ def _real_time_jvm_writer(spark: Any, df: Any, out: pathlib.Path, batch_duration
     return writer
 
 
+def _micro_batch_jvm_writer(spark: Any, df: Any, out: pathlib.Path) -> Any:
+    """The micro-batch query (trigger 0) into the same JVM ForeachWriter: Spark's micro-batch and
+    osqueue's part of it, without the Python foreachBatch round trip."""
+    writer = df.select("value").writeStream.outputMode("update")
+    jvm_writer = spark._jvm.osqueue.bench.SeenWriter(str(out))
+    trigger = spark._jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(0)
+    writer._jwrite = writer._jwrite.foreach(jvm_writer).trigger(trigger)
+    return writer
+
+
+def _drained(env: Env, prefix: str) -> bool:
+    """Whether the queue's manifest lists no entry (every one dequeued)."""
+    from osqueue.queue.manifest_store import ManifestStore
+
+    store = env.store(prefix)
+    try:
+        manifest = ManifestStore(store)
+        raw, _ = manifest.read_raw()
+        head = manifest.head(raw)
+        return bool(head.first_sequence >= head.next_sequence)
+    finally:
+        store.close()
+
+
 def _latency_run(
     env: Env, s: Settings, holder: SparkHolder, duration: float, rate: float, mode: str, linger: float, idle_s: float
 ) -> dict[str, Any]:
@@ -356,6 +380,8 @@ def _latency_run(
         writer = _real_time_writer(spark, df, out, REAL_TIME_BATCH)
     elif mode == "real-time-jvm":
         writer = _real_time_jvm_writer(spark, df, out, REAL_TIME_BATCH)
+    elif mode == "micro-batch-jvm":
+        writer = _micro_batch_jvm_writer(spark, df, out)
     else:
         writer = df.writeStream.foreachBatch(on_batch).trigger(processingTime="0 seconds")
     q = writer.option("checkpointLocation", holder.checkpoint("latency")).start()
@@ -380,13 +406,22 @@ def _latency_run(
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with lock:
-                if mode.startswith("real-time"):
+                if mode != "micro-batch":
                     read_seen()
                 if len(seen) >= n:
                     break
             time.sleep(0.05)
         # Idle cost: manifest requests (through the proxy) while nothing is produced.
         time.sleep(5)  # past the last rows; real-time polls back off to maxPollInterval
+        # Real-time mode dequeues the last rows when the batch after the one that read them starts
+        # (Spark commits a batch as it plans the next): that write is not idle cost, so the idle
+        # window starts once the queue is drained (micro-batch mode commits the last batch only
+        # when a next one runs, so it stays queued while idle).
+        drain_started = time.monotonic()
+        if mode.startswith("real-time"):
+            while time.monotonic() < drain_started + 30 and not _drained(env, prefix):
+                time.sleep(0.5)
+        drain_wait_s = time.monotonic() - drain_started
         c0, t_idle = _proxy_count(env, f"/{prefix}/ingest/manifest"), time.monotonic()
         time.sleep(idle_s)
         c1 = _proxy_count(env, f"/{prefix}/ingest/manifest")
@@ -406,7 +441,7 @@ def _latency_run(
     with lock:
         visible = sorted(v[1] * 1000 for v in seen.values())
         handed = sorted(v[0] * 1000 for v in seen.values())
-        nb = len(batches) if not mode.startswith("real-time") else len(progress)
+        nb = len(batches) if mode == "micro-batch" else len(progress)
         collect_ms = sorted(b["collect_s"] * 1000 for b in batches) or [0.0]
     if len(seen) < n:
         raise RuntimeError(f"latency ({mode}): {len(seen)} of {n} records seen within 60 s after the last produce()")
@@ -425,6 +460,7 @@ def _latency_run(
         "collect_p50_ms": percentile(collect_ms, 50),
         "phase_p50_ms": {k: percentile(sorted(v), 50) for k, v in phases.items()},
         "idle_manifest_requests_per_min": idle_per_min,
+        "idle_window_waited_for_drain_s": round(drain_wait_s, 1),
         "visible_ms": [round(v, 1) for v in visible],
     }
 
@@ -468,9 +504,11 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
     import pyspark
 
     modes = ["micro-batch"]
+    holder.spark  # noqa: B018 (starts the session, which compiles the JVM writer)
+    if holder.seen_writer_jar:
+        modes.append("micro-batch-jvm")
     if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 1):
         modes.append("real-time")
-        holder.spark  # noqa: B018 (starts the session, which compiles the JVM writer)
         if holder.seen_writer_jar:
             modes.append("real-time-jvm")
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
@@ -481,7 +519,8 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
             s.log(
                 f"latency run {r + 1} ({mode}): {run['samples']} samples, produce -> visible p50 {run['p50_ms']:.0f} ms, "
                 f"p99 {run['p99_ms']:.0f} ms (produce -> durable p50 {run['durable_p50_ms']:.0f} ms; "
-                f"{run['micro_batches']} batches; idle manifest requests/min {run['idle_manifest_requests_per_min']})"
+                f"{run['micro_batches']} batches; idle manifest requests/min {run['idle_manifest_requests_per_min']}, "
+                f"counted after {run['idle_window_waited_for_drain_s']} s waiting for the queue to drain)"
             )
     result = {m: _summarize_mode(runs[m]) for m in modes}
     mb = result["micro-batch"]
@@ -498,8 +537,10 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
         f"Trigger.RealTime('{REAL_TIME_BATCH}'), default pollInterval/maxPollInterval; latency = time the Python "
         "ForeachWriter's process() saw the row - produce time (same machine clock). real-time-jvm: the same with "
         "a JVM ForeachWriter (bench/jvm/SeenWriter.java, compiled with javac at session start), rows seen in the "
-        "executor's JVM without the hand-over to a Python worker. Idle cost: requests on the "
-        f"manifest key counted at the proxy over {idle_s:g} s with nothing produced, starting 5 s after the last row.",
+        "executor's JVM without the hand-over to a Python worker. micro-batch-jvm: the micro-batch query (trigger 0) "
+        "into that JVM ForeachWriter, without the Python foreachBatch round trip. Idle cost: requests on the "
+        f"manifest key counted at the proxy over {idle_s:g} s with nothing produced, starting 5 s after the last row "
+        "(real-time modes: once the queue is drained, after the dequeue of the last rows).",
         "trigger": "micro-batch: processingTime 0; real-time: Trigger.RealTime(" + REAL_TIME_BATCH + ")",
         "modes": result,
         # The earlier single-mode keys, from the micro-batch run (report.py and older results read these).

@@ -148,3 +148,94 @@ def test_a_failed_read_after_an_undecided_write_ends_ambiguous_when_the_budget_i
     store = FailingReads(InMemoryStore("read-fails"), failures=100)
     with pytest.raises(AmbiguousCommitError, match="503 on GET"):
         _loop(store, MetricsRegistry()).run(lambda snapshot, previous: Write(b"x", lambda: 1), _OneUnknown())
+
+
+class ManifestReads(WrappedStore):
+    """Counts the manifest's reads (other keys: the data prefix's owner record, not counted)."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        super().__init__(inner)
+        self.manifest_reads = 0
+
+    def get(self, key: str) -> VersionedObject | None:
+        if key == KEY:
+            self.manifest_reads += 1
+        return super().get(key)
+
+
+def test_a_lone_producer_writes_the_manifest_once_per_flush_without_reading_it() -> None:
+    """Each append after the first is conditional on the bytes and version its previous write left."""
+    store = ManifestReads(InMemoryStore("lone"))
+    producer = QueueProducer(store, KEY, retry=FAST)
+    assert [producer.enqueue(f"ingest/{i}.batch", timeout=10).sequence for i in range(5)] == [0, 1, 2, 3, 4]
+    producer.close()
+    assert store.manifest_reads == 1  # the first append's: there was no manifest yet
+    assert store.conditional_calls == 5
+    raw, _ = ManifestStore(store.inner, KEY).read_raw()
+    assert [e.location for e in ManifestStore(store.inner, KEY).decode(raw).entries] == [
+        f"ingest/{i}.batch" for i in range(5)
+    ]
+
+
+def test_a_producer_whose_last_write_is_stale_rereads_after_the_conflict_and_lands_once() -> None:
+    mem = InMemoryStore("stale")
+    store = ManifestReads(mem)
+    metrics = MetricsRegistry()
+    producer = QueueProducer(store, KEY, retry=FAST, metrics=metrics)
+    assert producer.enqueue("ingest/a.batch", timeout=10).sequence == 0
+    other = QueueProducer(mem, KEY, retry=FAST, metrics=MetricsRegistry())  # another store object: its own committer
+    assert other.enqueue("ingest/b.batch", timeout=10).sequence == 1
+    other.close()
+    assert producer.enqueue("ingest/c.batch", timeout=10).sequence == 2
+    producer.close()
+    assert metrics.counter("buffer.manifest_conflicts", role="producer").value == 1
+    assert store.manifest_reads == 2  # the first append's, and the one after the conflict
+    assert store.conditional_calls == 3  # create, the try on the stale snapshot (412), the landed retry
+    raw, _ = ManifestStore(mem, KEY).read_raw()
+    assert [e.location for e in ManifestStore(mem, KEY).decode(raw).entries] == [
+        "ingest/a.batch",
+        "ingest/b.batch",
+        "ingest/c.batch",
+    ]
+
+
+def test_a_step_that_would_not_write_on_the_reused_snapshot_is_asked_again_on_a_fresh_read() -> None:
+    store = ManifestReads(InMemoryStore("done"))
+    loop = CasLoop(
+        ManifestStore(store, KEY),
+        FAST,
+        ManualClock(),
+        random.Random(7),
+        MetricsRegistry(),
+        "test",
+        reuse_own_write=True,
+    )  # type: ignore[arg-type]
+    assert loop.run(lambda snapshot, previous: Write(b"x", lambda: 1)) == 1
+    seen: list[bytes | None] = []
+
+    def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> Done[int]:
+        seen.append(snapshot.raw)
+        return Done(2)
+
+    assert loop.run(step) == 2
+    assert store.manifest_reads == 2 and seen == [b"x", b"x"]  # the reused snapshot, then a fresh read
+
+
+def test_a_write_of_unknown_outcome_leaves_nothing_to_reuse() -> None:
+    """The reply of the second append is lost after it landed: it is resolved on a fresh read, and
+    the third append reads again (no snapshot of a write whose outcome was unknown is reused)."""
+    store = ManifestReads(InMemoryStore("unknown"))
+    producer = QueueProducer(store, KEY, retry=FAST)
+    assert producer.enqueue("ingest/a.batch", timeout=10).sequence == 0
+    store.on_conditional = lost_reply_hook(lambda: store.conditional_calls == 2)
+    assert producer.enqueue("ingest/b.batch", timeout=10).sequence == 1
+    assert store.manifest_reads == 2  # the first append's, and the look after the lost reply
+    assert producer.enqueue("ingest/c.batch", timeout=10).sequence == 2
+    producer.close()
+    assert store.manifest_reads == 3
+    raw, _ = ManifestStore(store.inner, KEY).read_raw()
+    assert [e.location for e in ManifestStore(store.inner, KEY).decode(raw).entries] == [
+        "ingest/a.batch",
+        "ingest/b.batch",
+        "ingest/c.batch",
+    ]

@@ -11,6 +11,7 @@ again, within a bounded budget. A caller that tracks its own writes of unknown o
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
@@ -84,7 +85,13 @@ class Settle(Protocol[T_co]):
 class CasLoop:
     """Runs manifest edits: re-read after each failed or unknown write, jittered exponential
     backoff, bounded budget (``RetryPolicy``). Counts ``buffer.manifest_writes`` (landed writes),
-    ``buffer.manifest_conflicts`` and ``buffer.manifest_ambiguous_writes`` with ``role``."""
+    ``buffer.manifest_conflicts`` and ``buffer.manifest_ambiguous_writes`` with ``role``.
+
+    With ``reuse_own_write`` (the producers' appends), a run starts from the bytes this loop's last
+    landed write put there and the version the store returned for them, instead of reading: a lone
+    writer makes one request per edit. That snapshot serves only as the first write's precondition:
+    a stale one costs a conflict and a fresh read, a step that would not write on it is asked again
+    on a fresh read, and a write of unknown outcome leaves nothing to reuse (JVM: the same)."""
 
     def __init__(
         self,
@@ -94,6 +101,8 @@ class CasLoop:
         rng: random.Random,
         metrics: m.MetricsRegistry,
         role: str,
+        *,
+        reuse_own_write: bool = False,
     ) -> None:
         self.manifest = manifest
         self.policy = policy
@@ -102,6 +111,10 @@ class CasLoop:
         self._writes = metrics.counter(m.MANIFEST_WRITES, role=role)
         self._conflicts = metrics.counter(m.MANIFEST_CONFLICTS, role=role)
         self._ambiguous = metrics.counter(m.MANIFEST_AMBIGUOUS_WRITES, role=role)
+        self._reuse_own_write = reuse_own_write
+        # The manifest as this loop's last landed write left it (taken by the next run; None: read).
+        self._own_write: Snapshot | None = None
+        self._own_write_lock = threading.Lock()
 
     def run(
         self,
@@ -111,17 +124,25 @@ class CasLoop:
         started = self.clock.monotonic()
         attempts = 0
         previous: PreviousAttempt | None = None
+        reused = None
+        if self._reuse_own_write:
+            with self._own_write_lock:
+                reused, self._own_write = self._own_write, None
         while True:
-            try:
-                raw, version = self.manifest.read_raw()
-            except StoreError as e:
-                # A failed read is one more failed try: retried within the budget like a failed write.
-                attempts += 1
-                if self._spent(attempts, started):
-                    self._raise_settled(settle, previous, e)
-                self.clock.sleep(self.policy.delay(attempts, self.rng))
-                continue
-            snapshot = Snapshot(raw, version)
+            from_own_write = reused is not None
+            if reused is not None:
+                snapshot, reused = reused, None
+            else:
+                try:
+                    raw, version = self.manifest.read_raw()
+                except StoreError as e:
+                    # A failed read is one more failed try: retried within the budget like a failed write.
+                    attempts += 1
+                    if self._spent(attempts, started):
+                        self._raise_settled(settle, previous, e)
+                    self.clock.sleep(self.policy.delay(attempts, self.rng))
+                    continue
+                snapshot = Snapshot(raw, version)
             # Whatever the step raises (a failed stale re-upload) while an earlier write is
             # undecided is ambiguous too: "not written" would invite a duplicate retry.
             try:
@@ -131,10 +152,12 @@ class CasLoop:
             except Exception as e:
                 self._raise_settled(settle, previous, e)
             if isinstance(following, Done):
+                if from_own_write:
+                    continue  # decided on a fresh read only: read and ask again
                 return following.result
             attempts += 1
             try:
-                outcome = self.manifest.write(following.data, version)
+                outcome = self.manifest.write(following.data, snapshot.version)
             except StoreError as e:
                 if e.outcome_known:
                     # Rejected outright (e.g. 403): certainly not applied, and retrying cannot help.
@@ -145,6 +168,9 @@ class CasLoop:
             else:
                 if isinstance(outcome, Written):
                     self._writes.inc()  # landed writes only (bench/README: attempts = writes + conflicts)
+                    if self._reuse_own_write:
+                        with self._own_write_lock:
+                            self._own_write = Snapshot(following.data, outcome.version)
                     return following.result()
                 self._conflicts.inc()
                 previous = CONFLICT

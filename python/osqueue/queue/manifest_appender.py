@@ -78,7 +78,8 @@ class ManifestAppender:
         self.segment_entries = segment_entries
         # The first sequence known to be queued in the last snapshot whose locations were looked up.
         self._first_queued: tuple[bytes, int] | None = None
-        self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer")
+        # A lone producer appends against its own last write: one request per flush (CasLoop).
+        self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer", reuse_own_write=True)
         self.segment_tree = SegmentTree(manifest)
         self.refs = 0
         self._cond = threading.Condition()

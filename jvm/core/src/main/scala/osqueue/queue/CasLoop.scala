@@ -47,12 +47,20 @@ trait Settle[T] {
  * unknown write (or failed read), jittered exponential backoff, bounded budget. Python's
  * `osqueue.cas_loop.CasLoop` runs the same algorithm. The step function sees how its
  * previous write ended so it can resolve ambiguous outcomes against the fresh snapshot.
+ *
+ * With `reuseOwnWrite` (the producers' appends), a run starts from the bytes this loop's last
+ * landed write put there and the version the store returned for them, instead of reading: a
+ * lone writer makes one request per edit. That snapshot serves only as the first write's
+ * precondition: a stale one costs a conflict and a fresh read, a step that would not write on
+ * it is asked again on a fresh read, and a write of unknown outcome leaves nothing to reuse.
  */
 final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry, role: String,
-    random: RandomSource = SystemRandomSource) {
+    random: RandomSource = SystemRandomSource, reuseOwnWrite: Boolean = false) {
   private val writes = metrics.counter(MetricNames.ManifestWrites, "role" -> role)
   private val conflicts = metrics.counter(MetricNames.ManifestConflicts, "role" -> role)
   private val ambiguous = metrics.counter(MetricNames.AmbiguousWrites, "role" -> role)
+  /** The manifest as this loop's last landed write left it (taken by the next run; null: read). */
+  private val ownWrite = new java.util.concurrent.atomic.AtomicReference[Snapshot]()
 
   def run[T](step: (Snapshot, Option[PreviousAttempt]) => CasStep[T], settle: Option[Settle[T]] = None): T = {
     val started = clock.nanoTime()
@@ -60,8 +68,11 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
     var previous: Option[PreviousAttempt] = None
     def spent: Boolean =
       attempts >= policy.maxAttempts || (clock.nanoTime() - started) / 1000000 >= policy.maxElapsedMs
+    var reused = if (reuseOwnWrite) ownWrite.getAndSet(null) else null
     while (true) {
-      var snapshot: Snapshot = null
+      var snapshot: Snapshot = reused
+      val fromOwnWrite = reused != null
+      reused = null
       while (snapshot == null)
         try snapshot = manifest.read()
         catch {
@@ -80,6 +91,7 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
           case e: Exception => throw settled(settle, previous, e)
         }
       next match {
+        case CasStep.Done(_) if fromOwnWrite => () // decided on a fresh read only: read and ask again
         case CasStep.Done(result) => return result
         case CasStep.Write(bytes, result) =>
           attempts += 1
@@ -87,8 +99,9 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
             try Right(manifest.write(bytes, snapshot))
             catch { case e: StoreException => Left(e) }
           outcome match {
-            case Right(CasOutcome.Written(_)) =>
+            case Right(CasOutcome.Written(version)) =>
               writes.increment() // landed writes only, as in Python (bench/README: attempts = writes + conflicts)
+              if (reuseOwnWrite) ownWrite.set(Snapshot(bytes, Some(version)))
               return result()
             case Right(CasOutcome.PreconditionFailed) =>
               conflicts.increment()

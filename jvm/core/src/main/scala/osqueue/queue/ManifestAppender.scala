@@ -30,7 +30,8 @@ final class ManifestAppender(
     random: RandomSource = SystemRandomSource,
     segmentEntries: Int = ManifestHead.DefaultSegmentEntries) {
 
-  private val loop = new CasLoop(manifest, policy, clock, metrics, role, random)
+  // A lone producer appends against its own last write: one request per flush (CasLoop).
+  private val loop = new CasLoop(manifest, policy, clock, metrics, role, random, reuseOwnWrite = true)
   private val reuploaded = metrics.counter(MetricNames.BatchesReuploaded)
   private val resolvedByReceipts = metrics.counter(MetricNames.AmbiguitiesResolvedByReceipts)
   private val segmentsSealed = metrics.counter(MetricNames.SegmentsSealed)

@@ -11,7 +11,7 @@ import org.scalatest.funsuite.AnyFunSuite
 import osqueue.{AmbiguousCommitException, ConflictRetriesExhaustedException, SystemClock}
 import osqueue.format.{BatchNames, DequeueReceipts, ManifestCodec, Manifest}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.store.{CasOutcome, InMemoryStore, LocalFileSystemStore, ObjectStore, ObjectVersion}
+import osqueue.store.{CasOutcome, InMemoryStore, LocalFileSystemStore, ObjectInfo, ObjectStore, ObjectVersion, VersionedObject}
 import osqueue.testing.FaultInjectingStore
 import osqueue.testing.FaultInjectingStore.Fault
 
@@ -104,6 +104,81 @@ class QueueProducerSuite extends AnyFunSuite {
     assert(writes.get() < 10, s"${writes.get()} manifest writes for 40 locations: no group commit")
     // Readiness order is kept inside and across writes.
     assert(manifestOf(inner).entries.map(_.location) == ps.map(_.location))
+  }
+
+  /** Counts the manifest's reads and conditional writes (other keys, e.g. the prefix's owner record, are not counted). */
+  private class CountingManifest(inner: ObjectStore) extends ObjectStore {
+    val reads = new AtomicInteger()
+    val conditionalWrites = new AtomicInteger()
+    override def uri: String = inner.uri
+    override def get(k: String): Option[VersionedObject] = { if (k == key) reads.incrementAndGet(); inner.get(k) }
+    override def put(k: String, bytes: Array[Byte]): Unit = inner.put(k, bytes)
+    override def putIfAbsent(k: String, bytes: Array[Byte]): CasOutcome = {
+      conditionalWrites.incrementAndGet(); inner.putIfAbsent(k, bytes)
+    }
+    override def putIfVersionMatches(k: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome = {
+      conditionalWrites.incrementAndGet(); inner.putIfVersionMatches(k, bytes, expected)
+    }
+    override def list(prefix: String): Seq[ObjectInfo] = inner.list(prefix)
+    override def delete(k: String): Unit = inner.delete(k)
+  }
+
+  test("should write the manifest once per flush, without reading it, while no one else writes it") {
+    val inner = InMemoryStore.fresh()
+    val counting = new CountingManifest(inner)
+    val a = appender(counting)
+    val ps = (0 until 5).map(_ => pending(inner))
+    assert(ps.map(p => a.enqueue(p).get(30, TimeUnit.SECONDS)) == (0L until 5L))
+    a.close()
+    assertExactUnion(inner, ps.map(_.location).toSet)
+    // The first append reads (there was no manifest yet); each later one writes against its previous write.
+    assert(counting.reads.get() == 1)
+    assert(counting.conditionalWrites.get() == 5)
+  }
+
+  test("should re-read after a conflict on its own stale last write and land the group exactly once") {
+    val inner = InMemoryStore.fresh()
+    val counting = new CountingManifest(inner)
+    val metrics = new MetricsRegistry
+    val a = appender(counting, metrics)
+    val first = pending(inner)
+    assert(a.enqueue(first).get(30, TimeUnit.SECONDS) == 0L)
+    val other = appender(inner) // another producer writes: `a`'s own last write is no longer the manifest
+    val second = pending(inner)
+    assert(other.enqueue(second).get(30, TimeUnit.SECONDS) == 1L)
+    other.close()
+    val third = pending(inner)
+    assert(a.enqueue(third).get(30, TimeUnit.SECONDS) == 2L)
+    a.close()
+    assert(manifestOf(inner).entries.map(_.location) == Seq(first, second, third).map(_.location))
+    assert(metrics.counterValue(MetricNames.ManifestConflicts, "role" -> "producer") == 1)
+    assert(counting.reads.get() == 2) // the first append's, and the one after the conflict
+    assert(counting.conditionalWrites.get() == 3) // the creation, the try on the stale snapshot (412), the retry
+  }
+
+  test("should read again after a write of unknown outcome instead of reusing a snapshot") {
+    val inner = InMemoryStore.fresh()
+    val counting = new CountingManifest(inner)
+    val faulty = new FaultInjectingStore(counting, (_, n) => if (n == 1) Fault.ApplyThenError else Fault.None)
+    val a = appender(faulty)
+    val ps = (0 until 3).map(_ => pending(inner))
+    assert(ps.map(p => a.enqueue(p).get(30, TimeUnit.SECONDS)) == (0L until 3L))
+    a.close()
+    assertExactUnion(inner, ps.map(_.location).toSet)
+    assert(faulty.injected.get() == 1)
+    // The first append's read, the look that found the lost reply's write landed, the third append's read.
+    assert(counting.reads.get() == 3)
+  }
+
+  test("CasLoop should ask a step that would not write on its reused snapshot again on a fresh read") {
+    val counting = new CountingManifest(InMemoryStore.fresh())
+    val loop = new CasLoop(new ManifestStore(counting, key), fastRetry, SystemClock, new MetricsRegistry, "test",
+      reuseOwnWrite = true)
+    assert(loop.run[Int]((_, _) => CasStep.Write(Array[Byte](1), () => 1)) == 1)
+    val seen = scala.collection.mutable.ArrayBuffer.empty[Seq[Byte]]
+    assert(loop.run[Int] { (s, _) => seen += s.raw.toSeq; CasStep.Done(2) } == 2)
+    assert(seen == Seq(Seq[Byte](1), Seq[Byte](1))) // the reused snapshot, then a fresh read
+    assert(counting.reads.get() == 2)
   }
 
   test("should resolve a write whose reply was lost (store error after applying) to exactly one entry") {
