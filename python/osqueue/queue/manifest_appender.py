@@ -124,6 +124,13 @@ class ManifestAppender:
             return p.max_age_ms
         return grace // 2 if p.max_age_ms is None else min(p.max_age_ms, grace // 2)
 
+    def _is_stale(self, p: _Pending, now_ms: int) -> bool:
+        max_age_ms = self._max_age_ms(p)
+        created = parse_batch_ulid_ms(p.location)
+        return (
+            max_age_ms is not None and p.reupload is not None and created is not None and now_ms - created >= max_age_ms
+        )
+
     def _refresh_stale(self, group: Sequence[_Pending]) -> None:
         for p in group:
             max_age_ms = self._max_age_ms(p)
@@ -150,21 +157,23 @@ class ManifestAppender:
         index objects when it passes K. Each object is named right before the head CAS that lists it; if
         any name is already half a grace period old when the edit is done (slow PUTs), GC could delete it
         before it is listed, so the edit is made again under fresh names, as stale batches are re-uploaded
-        (docs/format.md §2.2)."""
+        (docs/format.md §2.2). The batches are checked again too: slow PUTs age them as well."""
         max_age_ms = self._segment_max_age_ms(group)
-        entries = [(p.location, p.metadata) for p in group]
         tries = 0
         while True:
+            self._refresh_stale(group)
+            entries = [(p.location, p.metadata) for p in group]
             named: list[int] = []
             new_raw, base = parse_head(raw, self.manifest.key).appended(
                 entries, self.segment_entries, partial(self._seal, named=named), partial(self._fold, named=named)
             )
-            if not named or self.clock.now_ms() - min(named) < max_age_ms:
+            now = self.clock.now_ms()
+            if (not named or now - min(named) < max_age_ms) and not any(self._is_stale(p, now) for p in group):
                 return new_raw, base
             tries += 1
             if tries > MAX_REUPLOADS:
                 raise StoreError(
-                    f"segment of '{self.manifest.key}': {tries} writes in a row took longer than half the GC grace "
+                    f"'{self.manifest.key}': {tries} seals or folds in a row took longer than half the GC grace "
                     f"period ({max_age_ms} ms); increase gc_grace_period or make writes faster"
                 )
 
@@ -358,11 +367,10 @@ class ManifestAppender:
             landed = self._resolve(snapshot.raw, attempts)
             if landed is not None:
                 return Done(landed)
-            self._refresh_stale(group)
-            locations = tuple(p.location for p in group)
             # Creating the manifest starts a new incarnation (docs/format.md §5.2).
             raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
             new_raw, base = self._appended(raw, group)
+            locations = tuple(p.location for p in group)
             last_sent = _Attempt(base, locations)
             return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
 
