@@ -643,6 +643,32 @@ def test_an_edit_whose_object_name_went_stale_is_made_again_under_fresh_names() 
     assert _all_locations(inner) == locations
 
 
+def test_a_batch_that_went_stale_during_a_slow_seal_is_uploaded_again_before_the_cas() -> None:
+    """The seal's own objects stay fresh, but the batch being appended was already a quarter of a grace
+    period old and the segment PUT took another quarter: GC could delete the batch before the head lists
+    it, so it is uploaded again and the edit made on the fresh copy (§6)."""
+    clock = ManualClock(1_767_225_600_000)
+    inner = InMemoryStore("stale-batch")
+    store = WrappedStore(inner)
+    slow = [0]
+
+    def slow_segment_put(key: str, data: bytes) -> None:
+        if key.endswith(".segment") and slow[0] > 0:
+            slow[0] -= 1
+            clock.advance(GRACE_MS / 4000)
+
+    store.on_put = slow_segment_put
+    with _producer(store, 1, clock=clock) as producer:
+        first = producer.enqueue(_upload(inner, clock), timeout=30).location
+        uploaded = _upload(inner, clock)
+        clock.advance(GRACE_MS / 4000 + 1)
+        slow[0] = 1
+        pending = producer.enqueue_async(uploaded, reupload=lambda: _upload(inner, clock), max_age_ms=GRACE_MS // 2)
+        second = pending.result(30).location
+    assert second != uploaded, "the batch aged past half the grace period during the seal: uploaded again"
+    assert _all_locations(inner) == [first, second]
+
+
 def test_a_producer_whose_object_puts_are_always_too_slow_fails_and_appends_nothing() -> None:
     clock = ManualClock(1_767_225_600_000)
     inner = InMemoryStore("always-stale")
