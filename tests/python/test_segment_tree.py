@@ -12,6 +12,12 @@ from functools import partial
 
 import pytest
 from helpers import ManualClock, WrappedStore
+from segmented_queue_helpers import FAST, GRACE_MS, KEY
+from segmented_queue_helpers import all_locations as _all_locations
+from segmented_queue_helpers import head as _head
+from segmented_queue_helpers import leaves as _leaves
+from segmented_queue_helpers import producer as _producer
+from segmented_queue_helpers import upload as _upload
 
 from osqueue.consumer import Consumer
 from osqueue.errors import AmbiguousCommitError, CorruptManifestError, StoreError
@@ -30,20 +36,16 @@ from osqueue.format import (
     encode_ulid,
     fanout,
     fold_index,
-    new_batch_key,
     parse_head,
 )
-from osqueue.format.manifest_head import NO_BATCH_TIME, RawHead
+from osqueue.format.manifest_head import NO_BATCH_TIME
 from osqueue.format.segment_names import prefix as segment_prefix
 from osqueue.gc import GarbageCollector
-from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy, SegmentTree
+from osqueue.queue import ManifestStore, RetryPolicy, SegmentTree
 from osqueue.store import InMemoryStore, ObjectStore
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
 HEADS = json.loads((GOLDEN / "heads.json").read_text(encoding="utf-8"))
-KEY = "ingest/manifest"
-FAST = RetryPolicy(base_delay=0.001, max_delay=0.005)
-GRACE_MS = 600_000
 
 
 def _ref(s: dict) -> SegmentRef:
@@ -69,20 +71,6 @@ def _golden_store(vector: dict) -> InMemoryStore:
     for key, file in vector["objects"].items():
         store.put(key, (GOLDEN / file).read_bytes())
     return store
-
-
-def _head(store: ObjectStore) -> RawHead:
-    obj = store.get(KEY)
-    assert obj is not None
-    return parse_head(obj.data, KEY)
-
-
-def _leaves(store: ObjectStore) -> list[SegmentRef]:
-    """Every segment the head reaches, its first (partly dequeued) one included."""
-    head = _head(store)
-    if not head.refs:
-        return []
-    return list(SegmentTree(ManifestStore(store, KEY)).leaves(head, head.refs[0].first_sequence))
 
 
 # -- the codec and the golden vectors --------------------------------------------------------------
@@ -356,17 +344,6 @@ def test_with_epoch_expands_too_and_without_a_dequeue_reads_no_index() -> None:
 # -- queues: producers fold, consumers read and expand, resolution and GC go through the tree ----------
 
 
-def _upload(store: ObjectStore, clock: ManualClock | None = None) -> str:
-    key = new_batch_key("ingest", clock or ManualClock(1_767_225_600_000), random.Random())
-    store.put(key, b"\x01")
-    return key
-
-
-def _producer(store: ObjectStore, k: int, **kwargs: object) -> QueueProducer:
-    kwargs.setdefault("retry", FAST)
-    return QueueProducer(store, KEY, manifest_segment_entries=k, **kwargs)  # type: ignore[arg-type]
-
-
 def _consumer(store: ObjectStore) -> Consumer:
     return Consumer(store=store, run_gc=False, retry=FAST)
 
@@ -453,11 +430,6 @@ def test_a_lost_reply_behind_an_index_that_vanished_is_ambiguous_never_appended_
     head = _head(inner)
     assert all(loc != mine for _, loc in head.tail_locations()), "appended a second time"
     assert head.next_sequence == 13
-
-
-def _all_locations(store: ObjectStore) -> list[str]:
-    ms = ManifestStore(store, KEY)
-    return [e.location for e in ms.decode(ms.read_raw()[0]).entries]
 
 
 def test_gc_keeps_every_reachable_segment_and_index_and_deletes_an_expanded_index() -> None:

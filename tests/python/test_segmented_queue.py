@@ -10,6 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from helpers import ManualClock, WrappedStore
+from segmented_queue_helpers import FAST, GRACE_MS, KEY
+from segmented_queue_helpers import all_locations as _all_locations
+from segmented_queue_helpers import head as _head
+from segmented_queue_helpers import leaves as _leaves
+from segmented_queue_helpers import producer as _producer
+from segmented_queue_helpers import upload as _upload
 
 from osqueue.consumer import Consumer
 from osqueue.errors import (
@@ -19,47 +25,11 @@ from osqueue.errors import (
     InvalidConfigError,
     StoreError,
 )
-from osqueue.format import new_batch_key
-from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
 from osqueue.format.segment_names import prefix as segment_prefix
 from osqueue.gc import GarbageCollector
 from osqueue.producer import Producer
-from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy, SegmentTree
+from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy
 from osqueue.store import InMemoryStore, ObjectStore
-
-KEY = "ingest/manifest"
-FAST = RetryPolicy(base_delay=0.001, max_delay=0.005)
-GRACE_MS = 600_000
-
-
-def _head(store: ObjectStore) -> RawHead:
-    obj = store.get(KEY)
-    assert obj is not None
-    return parse_head(obj.data, KEY)
-
-
-def _leaves(store: ObjectStore) -> list[SegmentRef]:
-    """Every segment the head reaches (through its index objects), its first, partly dequeued, one included."""
-    head = _head(store)
-    if not head.refs:
-        return []
-    return list(SegmentTree(ManifestStore(store, KEY)).leaves(head, head.refs[0].first_sequence))
-
-
-def _all_locations(store: ObjectStore) -> list[str]:
-    ms = ManifestStore(store, KEY)
-    return [e.location for e in ms.decode(ms.read_raw()[0]).entries]
-
-
-def _upload(store: ObjectStore, clock: ManualClock | None = None) -> str:
-    key = new_batch_key("ingest", clock or ManualClock(1_767_225_600_000), random.Random())
-    store.put(key, b"\x01")
-    return key
-
-
-def _producer(store: ObjectStore, k: int, **kwargs: object) -> QueueProducer:
-    kwargs.setdefault("retry", FAST)
-    return QueueProducer(store, KEY, manifest_segment_entries=k, **kwargs)  # type: ignore[arg-type]
 
 
 def _consumer(store: ObjectStore, last_acked: int | None = None, incarnation: int | None = None) -> Consumer:
