@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import random
 
-from helpers import ManualClock
+from helpers import ManualClock, WrappedStore
 
 from osqueue.format import new_batch_key
 from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
 from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy, SegmentTree
-from osqueue.store import ObjectStore
+from osqueue.store import ObjectStore, VersionedObject
 
 KEY = "ingest/manifest"
 FAST = RetryPolicy(base_delay=0.001, max_delay=0.005)
@@ -44,3 +44,16 @@ def upload(store: ObjectStore, clock: ManualClock | None = None) -> str:
 def producer(store: ObjectStore, k: int, **kwargs: object) -> QueueProducer:
     kwargs.setdefault("retry", FAST)
     return QueueProducer(store, KEY, manifest_segment_entries=k, **kwargs)  # type: ignore[arg-type]
+
+
+def recording_gets(inner: ObjectStore) -> tuple[WrappedStore, list[str]]:
+    """``inner`` wrapped so that every key it is asked to GET is recorded, in order."""
+    store = WrappedStore(inner)
+    read: list[str] = []
+
+    def recording_get(key: str) -> VersionedObject | None:
+        read.append(key)
+        return inner.get(key)
+
+    store.get = recording_get  # type: ignore[method-assign]
+    return store, read

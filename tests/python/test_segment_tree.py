@@ -12,7 +12,7 @@ from functools import partial
 
 import pytest
 from helpers import ManualClock, WrappedStore
-from segmented_queue_helpers import FAST, GRACE_MS, KEY
+from segmented_queue_helpers import FAST, GRACE_MS, KEY, recording_gets
 from segmented_queue_helpers import all_locations as _all_locations
 from segmented_queue_helpers import head as _head
 from segmented_queue_helpers import leaves as _leaves
@@ -552,15 +552,7 @@ def test_the_lazy_entry_walk_reads_one_segment_at_a_time() -> None:
     with _producer(inner, 4) as producer:
         for _ in range(60):
             producer.enqueue(_upload(inner), timeout=30)
-    store = WrappedStore(inner)
-    read: list[str] = []
-    real_get = inner.get
-
-    def recording_get(key: str):  # type: ignore[no-untyped-def]
-        read.append(key)
-        return real_get(key)
-
-    store.get = recording_get  # type: ignore[method-assign]
+    store, read = recording_gets(inner)
     ms = ManifestStore(store, KEY)
     head = ms.head(ms.read_raw()[0])
     read.clear()

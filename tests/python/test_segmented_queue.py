@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from helpers import ManualClock, WrappedStore
-from segmented_queue_helpers import FAST, GRACE_MS, KEY
+from segmented_queue_helpers import FAST, GRACE_MS, KEY, recording_gets
 from segmented_queue_helpers import all_locations as _all_locations
 from segmented_queue_helpers import head as _head
 from segmented_queue_helpers import leaves as _leaves
@@ -317,15 +317,7 @@ def test_flush_with_nothing_acked_checks_the_epoch_from_the_head_alone() -> None
     with _producer(inner, 2) as producer:
         for _ in range(9):
             producer.enqueue(_upload(inner), timeout=30)
-    store = WrappedStore(inner)
-    read: list[str] = []
-    real_get = inner.get
-
-    def recording_get(key: str):  # type: ignore[no-untyped-def]
-        read.append(key)
-        return real_get(key)
-
-    store.get = recording_get  # type: ignore[method-assign]
+    store, read = recording_gets(inner)
     c = _consumer(store)
     read.clear()
     c.flush()
