@@ -163,9 +163,10 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
     def entries(r: Range) = r.map(i => NewEntry(key(i), IndexedSeq.empty, Array.emptyByteArray))
     // 256 entries, then 44 more: the first 256 are sealed into a segment.
     val raw = Seq(0 until 256, 256 until 300).foldLeft(ManifestCodec.EmptyBytes) { (raw, r) =>
-      ManifestHead.parse(raw, manifests.key).appended(entries(r), 256, t => manifests.writeSegment(t, 0L))._1
+      ManifestHead.parse(raw, manifests.key)
+        .appended(entries(r), 256, t => manifests.writeSegment(t, 0L), f => manifests.writeIndex(f, 0L))._1
     }
-    val ref = ManifestHead.parse(raw, manifests.key).segments.head
+    val ref = ManifestHead.parse(raw, manifests.key).refs.head
     assert(ref.firstSequence == 0 && ref.lastSequence == 255)
     val slice = OsqueueSlicePartition(location, ref, 100, 228, EntryTag.Delivered.Empty, failOnDataLoss = true)
     val r = new OsqueuePartitionReader(slice, Array(Sequence, Index), None, openStore = _ => store)
