@@ -87,7 +87,7 @@ private[spark] final class BatchReadAhead[A, B](items: Iterator[A], limits: Read
   override def hasNext: Boolean = { fill(); inFlight.nonEmpty }
 
   override def next(): (A, Try[B]) = {
-    if (!hasNext) throw new NoSuchElementException(s"no more batches in $name")
+    if (!hasNext) throw OsqueueExceptions.internalError(s"next() past the last batch in $name")
     val (item, f) = inFlight.dequeue()
     val outcome =
       try Success(f.get())
