@@ -232,6 +232,17 @@ def sparkLineProject(l: SparkLine, coreDep: ClasspathDep[ProjectReference], full
       Test / javaOptions ++= Seq("-Xmx2g", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens=java.base/java.nio=ALL-UNNAMED",
         "--add-opens=java.base/java.lang=ALL-UNNAMED", "--add-opens=java.base/java.util=ALL-UNNAMED",
         "--add-opens=java.base/sun.util.calendar=ALL-UNNAMED", "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED"),
+      // Spark's local dirs and the JVM's temp files in the line's target, deleted after the tests: a
+      // forked JVM that dies cannot delete its own /tmp/spark-*. SPARK_LOCAL_DIRS, when set, still wins.
+      Test / javaOptions ++= {
+        val scratch = target.value / "spark-scratch"
+        IO.createDirectory(scratch)
+        Seq(s"-Djava.io.tmpdir=$scratch", s"-Dspark.local.dir=$scratch")
+      },
+      Test / testOptions += {
+        val scratch = target.value / "spark-scratch"
+        Tests.Cleanup(() => IO.delete(scratch))
+      },
       assembly / assemblyJarName := s"${l.artifact}-assembly_${l.scalaBinary}-${osqueueVersion}.jar"
     )
     .settings(compileSettings(l.scala) ++ fatJarSettings ++ publishAssembly)

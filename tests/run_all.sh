@@ -13,6 +13,10 @@ rm -rf "$reports" jvm/*/target/test-reports jvm/spark/target/line-*/test-reports
 mkdir -p "$reports"
 
 status=0
+# Spark's scratch goes to dirs the run removes (conftest.py, build.sbt); a Spark killed with kill -9
+# would otherwise leave its /tmp/spark-* behind. Checked at the end.
+spark_scratch_in_tmp() { ls -d /tmp/spark-* /tmp/temporary-* 2>/dev/null | sort; }
+spark_scratch_before="$(spark_scratch_in_tmp)"
 echo "== JVM tests and connector jars (sbt): the core (Scala 2.13); each Spark line's suite, the full one on the newest"
 bash .ci/sbt test || status=1
 # Apart: sbt stops at a failing suite, and the jars and the build repository must still be made for
@@ -59,6 +63,13 @@ OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxm
 
 echo "== The connector in the pyspark of every other Spark line (3.5, 4.0, 4.2, 4.3)"
 bash tests/spark_lines.sh "$wheel" "$reports" || status=1
+
+left="$(comm -13 <(echo "$spark_scratch_before") <(spark_scratch_in_tmp))"
+if [ -n "$left" ]; then
+  echo "FAILED: this run left $(wc -l <<<"$left") Spark scratch dirs in /tmp (a Spark started without the run's scratch dir, or another process on this machine):"
+  head -5 <<<"$left"
+  status=1
+fi
 
 # Closing lines over both runners (JUnit XML from sbt and pytest): each failure with the
 # start of its message (CI shows only the end of the log), then one count line.
