@@ -20,7 +20,7 @@ from osqueue.format.batch_names import (
     parse_batch_ulid_ms,
 )
 from osqueue.format.dequeue_receipts import MAX_RECEIPTS, RECEIPTS_SUFFIX, DequeueReceipts
-from osqueue.format.entry_tag import Delivered, EntryTag
+from osqueue.format.entry_tag import Admission, Delivered, EntryTag
 from osqueue.format.incarnation import INCARNATION_SUFFIX, incarnation_of, new_incarnation_epoch, next_epoch
 from osqueue.format.index_object import FoldedIndex, decode_index, encode_index, fold_index
 from osqueue.format.manifest import MAX_SEQUENCE, MAX_START_INDEX, Manifest, ManifestEntry, MetadataItem
@@ -70,6 +70,7 @@ __all__ = [
     "Manifest",
     "EntryTag",
     "Delivered",
+    "Admission",
     "append_entries",
     "iter_entry_locations",
     "dequeue_through",
