@@ -483,7 +483,7 @@ def test_decode_manifest_mutations_all_kinds(m: Manifest, data: st.DataObject) -
 
 @FUZZ
 @given(manifests_with_tags(), st.data(), st.integers(-1, 50))
-def test_raw_manifest_edits_on_mutated_bytes_are_typed(m: Manifest, data: st.DataObject, through: int) -> None:
+def test_manifest_edits_on_mutated_bytes_are_typed(m: Manifest, data: st.DataObject, through: int) -> None:
     raw = _mutate(encode_manifest(m), data)
     for op in (
         lambda: dequeue_through(raw, max(through, 0), "mut"),

@@ -34,6 +34,7 @@ from osqueue.format.manifest_codec import (
     encode_manifest,
     read_manifest_footer,
 )
+from osqueue.format.manifest_edits import append_entries, dequeue_through, iter_entry_locations, with_epoch
 from osqueue.format.manifest_head import (
     HEAD_VERSION,
     ManifestHead,
@@ -46,7 +47,6 @@ from osqueue.format.manifest_head import (
     fanout,
     parse_head,
 )
-from osqueue.format.raw_manifest import append_entries, dequeue_through, iter_entry_locations, with_epoch
 from osqueue.format.segment_names import SEGMENTS_SUFFIX
 
 __all__ = [

@@ -11,7 +11,7 @@ import osqueue.{
   StoreException,
   SystemRandomSource
 }
-import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, ManifestEntry, ManifestHead, RawManifest, SegmentRef}
+import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, ManifestEdits, ManifestEntry, ManifestHead, SegmentRef}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**

@@ -269,7 +269,7 @@ class QueueProducerSuite extends AnyFunSuite {
         catch {
           case e: osqueue.StoreException =>
             val raw = inner.get(k).get
-            val dequeued = osqueue.format.RawManifest.dequeueThrough(raw.bytes, Long.MaxValue - 1, k).get
+            val dequeued = osqueue.format.ManifestEdits.dequeueThrough(raw.bytes, Long.MaxValue - 1, k).get
             inner.putIfVersionMatches(k, dequeued, raw.version)
             throw e
         }

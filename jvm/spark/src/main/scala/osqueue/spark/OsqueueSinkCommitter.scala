@@ -158,7 +158,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     val toCopy = batches.filter(b => isStaged(b.location) || stale(b)).toIndexedSeq
     if (toCopy.isEmpty) return (batches, false)
     logInfo(s"osqueue sink '$writerId': copying ${toCopy.size} staged or stale files of batch $batchId on the executors")
-    val copies = SinkReuploads.onExecutors(options, toCopy.map(_.location))
+    val copies = SinkFileCopier.onExecutors(options, toCopy.map(_.location))
     metrics.counter(MetricNames.BatchesReuploaded).add(copies.flatten.size.toLong)
     val missing = toCopy.zip(copies).collect { case (b, None) => b.location }
     if (missing.nonEmpty) {
@@ -210,7 +210,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
    * after [[enqueueable]]'s copies: one more copy, on the driver.
    */
   private def reupload(location: String): () => String = () =>
-    SinkReuploads.copy(options, location).getOrElse(throw OsqueueExceptions.batchNotFound(location))
+    SinkFileCopier.copy(options, location).getOrElse(throw OsqueueExceptions.batchNotFound(location))
 
   /** The current state, after checking that this driver still owns the writer (if it claimed it). */
   private def checkOwner(): Option[WriterState] = {
