@@ -13,8 +13,8 @@ from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, 
 from osqueue.format import Manifest, ManifestEntry, encode_manifest
 from osqueue.metrics import MetricsRegistry
 from osqueue.queue import ManifestStore, QueueConsumer, QueueProducer, RetryPolicy
-from osqueue.queue.cas_loop import CONFLICT, CasLoop, Done, PreviousAttempt, Unknown, Write
-from osqueue.queue.manifest_store import Snapshot
+from osqueue.queue.cas_loop import CONFLICT, CasCounters, CasLoop, Done, PreviousAttempt, Unknown, Write
+from osqueue.queue.cas_object import CasObject, Snapshot
 from osqueue.store import PRECONDITION_FAILED, CasOutcome, InMemoryStore, ObjectVersion, VersionedObject
 
 KEY = "ingest/manifest"
@@ -36,7 +36,8 @@ class FailingReads(WrappedStore):
 
 
 def _loop(store: object, metrics: MetricsRegistry, policy: RetryPolicy = FAST) -> CasLoop:
-    return CasLoop(ManifestStore(store, KEY), policy, ManualClock(), random.Random(7), metrics, "test")  # type: ignore[arg-type]
+    obj = CasObject(store, KEY)  # type: ignore[arg-type]
+    return CasLoop(obj, policy, ManualClock(), random.Random(7), CasCounters.manifest(metrics, "test"))
 
 
 def test_a_failed_manifest_read_is_retried_within_the_budget_by_every_caller() -> None:
@@ -202,14 +203,13 @@ def test_a_producer_whose_last_write_is_stale_rereads_after_the_conflict_and_lan
 def test_a_step_that_would_not_write_on_the_reused_snapshot_is_asked_again_on_a_fresh_read() -> None:
     store = ManifestReads(InMemoryStore("done"))
     loop = CasLoop(
-        ManifestStore(store, KEY),
+        CasObject(store, KEY),  # type: ignore[arg-type]
         FAST,
         ManualClock(),
         random.Random(7),
-        MetricsRegistry(),
-        "test",
+        CasCounters.uncounted(),
         reuse_own_write=True,
-    )  # type: ignore[arg-type]
+    )
     assert loop.run(lambda snapshot, previous: Write(b"x", lambda: 1)) == 1
     seen: list[bytes | None] = []
 

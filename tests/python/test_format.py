@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Iterator
 
 import pytest
 import ulid
@@ -376,6 +377,33 @@ def test_delivered_admits_one_copy_per_writer_batch() -> None:
     assert d.writers == {"w1": (1, "a3"), "w2": (5, "x")}
 
 
+def _tagged(sequence: int, tag: fmt.EntryTag | None) -> fmt.ManifestEntry:
+    return fmt.ManifestEntry(sequence, f"ingest/{sequence}.batch", [], b"" if tag is None else tag.encode())
+
+
+def test_admit_all_folds_the_reader_rule_over_entries_in_order() -> None:
+    tags = [fmt.EntryTag("w1", 0, "a1"), None, fmt.EntryTag("w1", 0, "a2"), fmt.EntryTag("w1", 1, "a3")]
+    admissions = list(fmt.Delivered().admit_all(_tagged(i, t) for i, t in enumerate(tags)))
+    assert [(a.entry.sequence, a.admitted) for a in admissions] == [(0, True), (1, True), (2, False), (3, True)]
+    assert admissions[2].after.writers == {"w1": (0, "a1")}  # a skipped copy leaves the state as it was
+    assert admissions[-1].after.writers == {"w1": (1, "a3")}
+    # From a state carried over (a partition planned after the first copy): the replay is skipped.
+    resumed = fmt.Delivered({"w1": (0, "a1")}).admit_all([_tagged(2, tags[2])])
+    assert [a.admitted for a in resumed] == [False]
+
+
+def test_admit_all_reads_one_entry_per_admission() -> None:
+    pulled: list[int] = []
+
+    def entries() -> Iterator[fmt.ManifestEntry]:
+        for i in range(3):
+            pulled.append(i)
+            yield _tagged(i, None)
+
+    first = next(fmt.Delivered().admit_all(entries()))
+    assert first.entry.sequence == 0 and pulled == [0]  # lazy: a consumer stopping early reads no further
+
+
 # -- issue 6: the mutation cases the JVM property suite covers (DecoderPropertiesSuite) ---------
 
 _MUTATIONS = ["flip", "flips", "truncate_end", "truncate_start", "insert", "delete", "huge_field"]
@@ -455,7 +483,7 @@ def test_decode_manifest_mutations_all_kinds(m: Manifest, data: st.DataObject) -
 
 @FUZZ
 @given(manifests_with_tags(), st.data(), st.integers(-1, 50))
-def test_raw_manifest_edits_on_mutated_bytes_are_typed(m: Manifest, data: st.DataObject, through: int) -> None:
+def test_manifest_edits_on_mutated_bytes_are_typed(m: Manifest, data: st.DataObject, through: int) -> None:
     raw = _mutate(encode_manifest(m), data)
     for op in (
         lambda: dequeue_through(raw, max(through, 0), "mut"),

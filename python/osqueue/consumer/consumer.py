@@ -37,7 +37,7 @@ from osqueue.errors import (
     InvalidObjectKeyError,
     ResumePointError,
 )
-from osqueue.format.entry_tag import Delivered, EntryTag
+from osqueue.format.entry_tag import Delivered
 from osqueue.format.manifest import ManifestEntry
 from osqueue.gc.garbage_collector import GarbageCollector
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS
@@ -242,17 +242,15 @@ class Consumer:
         descriptors: list[BatchDescriptor] = []
         skipped: list[int] = []
         state, last = self._delivered, after
-        for i in range(self._buffer_start, len(entries)):
-            e = entries[i]
+        unread = (entries[i] for i in range(self._buffer_start, len(entries)))
+        for a in state.admit_all(e for e in unread if after is None or e.sequence > after):
             if len(descriptors) >= max_count:
                 break
-            if after is not None and e.sequence <= after:
-                continue
+            e = a.entry
             if last == after:  # the first entry read
                 self._check_contiguous(e.sequence)
-            admit, state = state.admit(EntryTag.decode(e.extension))
-            last = e.sequence
-            if admit:
+            state, last = a.after, e.sequence
+            if a.admitted:
                 descriptors.append(BatchDescriptor(e.sequence, e.location, list(e.metadata)))
             else:
                 skipped.append(e.sequence)

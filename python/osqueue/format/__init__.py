@@ -20,7 +20,7 @@ from osqueue.format.batch_names import (
     parse_batch_ulid_ms,
 )
 from osqueue.format.dequeue_receipts import MAX_RECEIPTS, RECEIPTS_SUFFIX, DequeueReceipts
-from osqueue.format.entry_tag import Delivered, EntryTag
+from osqueue.format.entry_tag import Admission, Delivered, EntryTag
 from osqueue.format.incarnation import INCARNATION_SUFFIX, incarnation_of, new_incarnation_epoch, next_epoch
 from osqueue.format.index_object import FoldedIndex, decode_index, encode_index, fold_index
 from osqueue.format.manifest import MAX_SEQUENCE, MAX_START_INDEX, Manifest, ManifestEntry, MetadataItem
@@ -34,6 +34,7 @@ from osqueue.format.manifest_codec import (
     encode_manifest,
     read_manifest_footer,
 )
+from osqueue.format.manifest_edits import append_entries, dequeue_through, iter_entry_locations, with_epoch
 from osqueue.format.manifest_head import (
     HEAD_VERSION,
     ManifestHead,
@@ -46,7 +47,6 @@ from osqueue.format.manifest_head import (
     fanout,
     parse_head,
 )
-from osqueue.format.raw_manifest import append_entries, dequeue_through, iter_entry_locations, with_epoch
 from osqueue.format.segment_names import SEGMENTS_SUFFIX
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "Manifest",
     "EntryTag",
     "Delivered",
+    "Admission",
     "append_entries",
     "iter_entry_locations",
     "dequeue_through",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from osqueue.errors import InvalidConfigError
+from osqueue.format.manifest import ManifestEntry
 from osqueue.format.manifest_codec import _I64_MAX, _I64_MIN, _U16_MAX
 
 _TAG_MAGIC = b"OSQ1"
@@ -100,3 +101,22 @@ class Delivered:
             if seen == copy:  # another entry of the copy being delivered
                 return True, self
         return True, Delivered({**self.writers, tag.writer_id: copy})
+
+    def admit_all(self, entries: Iterable[ManifestEntry]) -> Iterator[Admission]:
+        """The reader rule folded over ``entries`` in order from this state, lazily (one entry
+        read per admission): each entry, whether it is delivered, and the state after it. Every
+        reader threads the sink-copy state through what it reads with this (JVM: ``admitAll``)."""
+        state = self
+        for entry in entries:
+            admitted, state = state.admit(EntryTag.decode(entry.extension))
+            yield Admission(entry, admitted, state)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """One entry of a read in order: whether the reader rule delivers it, and the sink-copy
+    state after it (JVM: ``EntryTag.Admission``)."""
+
+    entry: ManifestEntry
+    admitted: bool
+    after: Delivered

@@ -37,7 +37,7 @@ from osqueue.format.manifest_codec import (
 if TYPE_CHECKING:
     from osqueue.format.index_object import FoldedIndex
 
-# The v1 functions of manifest_codec and raw_manifest (read_manifest_footer, ...) refuse a version 2 head.
+# The v1 functions of manifest_codec and manifest_edits (read_manifest_footer, ...) refuse a version 2 head.
 
 HEAD_VERSION = 2
 """The format version of a segmented manifest head."""

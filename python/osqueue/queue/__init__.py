@@ -1,6 +1,8 @@
 """The queue protocol on the manifest (docs/format.md §5).
 
-* :class:`ManifestStore` reads and compare-and-swaps the manifest object.
+* :class:`CasObject` is one object written only by compare-and-swap; :class:`CasLoop` runs
+  read-modify-write edits on it.
+* :class:`ManifestStore` is the manifest object (a :class:`CasObject`) and what it lists.
 * :class:`QueueProducer` appends batch locations through a *group committer*: one background
   thread per (store, manifest key) in the process, which puts every location that became ready
   while a manifest write was in flight into the next write. Writes that fail with an unknown
@@ -13,10 +15,21 @@ Time and randomness come from an injectable :class:`Clock` and ``random.Random``
 """
 
 from osqueue.clock import Clock, SystemClock
-from osqueue.queue.cas_loop import CONFLICT, CasLoop, CasStep, Done, PreviousAttempt, Settle, Unknown, Write
+from osqueue.queue.cas_loop import (
+    CONFLICT,
+    CasCounters,
+    CasLoop,
+    CasStep,
+    Done,
+    PreviousAttempt,
+    Settle,
+    Unknown,
+    Write,
+)
+from osqueue.queue.cas_object import CasObject, Snapshot
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, OWNER_NAME, DataPrefixOwner, claim_data_prefix
 from osqueue.queue.manifest_appender import MAX_REUPLOADS, EnqueueResult
-from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore, Snapshot
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.queue_consumer import BatchDescriptor, QueueConsumer
 from osqueue.queue.queue_producer import QueueProducer
 from osqueue.queue.retry_policy import RetryPolicy
@@ -47,5 +60,7 @@ __all__ = [
     "PreviousAttempt",
     "Settle",
     "CasLoop",
+    "CasCounters",
+    "CasObject",
     "SegmentTree",
 ]

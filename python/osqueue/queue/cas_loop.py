@@ -1,6 +1,7 @@
-"""The read-modify-compare-and-swap loop every manifest write goes through (JVM: ``osqueue.queue.CasLoop``).
+"""The read-modify-compare-and-swap loop every write of a CAS object, the manifest's above all,
+goes through (JVM: ``osqueue.queue.CasLoop``).
 
-The same algorithm on both sides: read the manifest (a failed read is retried within the budget),
+The same algorithm on both sides: read the object (a failed read is retried within the budget),
 let a *step* look at the snapshot and how the previous write ended, write conditionally on the
 snapshot, and after a conflict or a write of unknown outcome back off (full jitter) and start
 again, within a bounded budget. A caller that tracks its own writes of unknown outcome passes a
@@ -18,12 +19,12 @@ from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
 
 from osqueue import metrics as m
 from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, OsqueueError, StoreError
-from osqueue.queue.manifest_store import Snapshot
+from osqueue.queue.cas_object import Snapshot
 from osqueue.store.object_store import Written
 
 if TYPE_CHECKING:
     from osqueue.clock import Clock
-    from osqueue.queue.manifest_store import ManifestStore
+    from osqueue.queue.cas_object import CasObject
     from osqueue.queue.retry_policy import RetryPolicy
 
 T = TypeVar("T")
@@ -46,7 +47,7 @@ class Write(Generic[T]):
 
 
 CasStep = Done[T] | Write[T]
-"""What a manifest edit wants after looking at a snapshot."""
+"""What an edit of a CAS object wants after looking at a snapshot."""
 
 
 class _Conflict:
@@ -82,10 +83,36 @@ class Settle(Protocol[T_co]):
         ...
 
 
+@dataclass(frozen=True)
+class CasCounters:
+    """What a :class:`CasLoop` counts: its landed writes, conflicts and writes of unknown outcome.
+
+    Only the manifest's loops count (``buffer.manifest_*`` with ``role``), so that those stay
+    counts of manifest writes; other objects' loops are counted nowhere (JVM: the same).
+    """
+
+    writes: m.Counter
+    conflicts: m.Counter
+    ambiguous: m.Counter
+
+    @staticmethod
+    def manifest(metrics: m.MetricsRegistry, role: str) -> CasCounters:
+        return CasCounters(
+            metrics.counter(m.MANIFEST_WRITES, role=role),
+            metrics.counter(m.MANIFEST_CONFLICTS, role=role),
+            metrics.counter(m.MANIFEST_AMBIGUOUS_WRITES, role=role),
+        )
+
+    @staticmethod
+    def uncounted() -> CasCounters:
+        """Counters no registry holds: the loop of an object that is not the manifest."""
+        return CasCounters(m.Counter(), m.Counter(), m.Counter())
+
+
 class CasLoop:
-    """Runs manifest edits: re-read after each failed or unknown write, jittered exponential
-    backoff, bounded budget (``RetryPolicy``). Counts ``buffer.manifest_writes`` (landed writes),
-    ``buffer.manifest_conflicts`` and ``buffer.manifest_ambiguous_writes`` with ``role``.
+    """Runs edits of a :class:`~osqueue.queue.cas_object.CasObject`: re-read after each failed or
+    unknown write, jittered exponential backoff, bounded budget (``RetryPolicy``), counted on
+    ``counters`` (the manifest's: :meth:`CasCounters.manifest`).
 
     With ``reuse_own_write`` (the producers' appends), a run starts from the bytes this loop's last
     landed write put there and the version the store returned for them, instead of reading: a lone
@@ -95,24 +122,23 @@ class CasLoop:
 
     def __init__(
         self,
-        manifest: ManifestStore,
+        obj: CasObject,
         policy: RetryPolicy,
         clock: Clock,
         rng: random.Random,
-        metrics: m.MetricsRegistry,
-        role: str,
+        counters: CasCounters,
         *,
         reuse_own_write: bool = False,
     ) -> None:
-        self.manifest = manifest
+        self.obj = obj
         self.policy = policy
         self.clock = clock
         self.rng = rng
-        self._writes = metrics.counter(m.MANIFEST_WRITES, role=role)
-        self._conflicts = metrics.counter(m.MANIFEST_CONFLICTS, role=role)
-        self._ambiguous = metrics.counter(m.MANIFEST_AMBIGUOUS_WRITES, role=role)
+        self._writes = counters.writes
+        self._conflicts = counters.conflicts
+        self._ambiguous = counters.ambiguous
         self._reuse_own_write = reuse_own_write
-        # The manifest as this loop's last landed write left it (taken by the next run; None: read).
+        # The object as this loop's last landed write left it (taken by the next run; None: read).
         self._own_write: Snapshot | None = None
         self._own_write_lock = threading.Lock()
 
@@ -134,7 +160,7 @@ class CasLoop:
                 snapshot, reused = reused, None
             else:
                 try:
-                    raw, version = self.manifest.read_raw()
+                    snapshot = self.obj.read()
                 except StoreError as e:
                     # A failed read is one more failed try: retried within the budget like a failed write.
                     attempts += 1
@@ -142,7 +168,6 @@ class CasLoop:
                         self._raise_settled(settle, previous, e)
                     self.clock.sleep(self.policy.delay(attempts, self.rng))
                     continue
-                snapshot = Snapshot(raw, version)
             # Whatever the step raises (a failed stale re-upload) while an earlier write is
             # undecided is ambiguous too: "not written" would invite a duplicate retry.
             try:
@@ -157,7 +182,7 @@ class CasLoop:
                 return following.result
             attempts += 1
             try:
-                outcome = self.manifest.write(following.data, snapshot.version)
+                outcome = self.obj.write(following.data, snapshot.version)
             except StoreError as e:
                 if e.outcome_known:
                     # Rejected outright (e.g. 403): certainly not applied, and retrying cannot help.
@@ -193,27 +218,26 @@ class CasLoop:
         exhausted: OsqueueError
         if isinstance(previous, Unknown):
             exhausted = StoreError(
-                f"manifest '{self.manifest.key}': gave up after {attempts} attempts in {elapsed_ms} ms; "
+                f"manifest '{self.obj.key}': gave up after {attempts} attempts in {elapsed_ms} ms; "
                 f"the store kept failing (last: {previous.error})"
             )
         else:
-            exhausted = ConflictRetriesExhaustedError(self.manifest.key, attempts, elapsed_ms)
+            exhausted = ConflictRetriesExhaustedError(self.obj.key, attempts, elapsed_ms)
         if settle is not None:
             if settle.still_unknown(previous) is not None:
                 # A failed last look leaves the write undecided: reported as ambiguous below.
                 try:
-                    raw, version = self.manifest.read_raw()
+                    last_look = self.obj.read()
                 except StoreError:
                     pass
                 else:
-                    landed = settle.landed(Snapshot(raw, version), previous)
+                    landed = settle.landed(last_look, previous)
                     if landed is not None:
                         return landed
             self._raise_settled(settle, previous, exhausted)
         if isinstance(previous, Unknown):
             # One last look: the step either finds its edit done, or wants to write again (it did not land).
-            raw, version = self.manifest.read_raw()
-            last = step(Snapshot(raw, version), previous)
+            last = step(self.obj.read(), previous)
             if isinstance(last, Done):
                 return last.result
             raise exhausted from previous.error
@@ -225,6 +249,6 @@ class CasLoop:
         if write is None:
             raise error
         raise AmbiguousCommitError(
-            f"manifest '{self.manifest.key}': gave up ({error}) while {write} had an unknown outcome; "
+            f"manifest '{self.obj.key}': gave up ({error}) while {write} had an unknown outcome; "
             "it may still land, so it is neither reported as written nor as failed"
         ) from error

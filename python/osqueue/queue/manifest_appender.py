@@ -25,9 +25,10 @@ from osqueue.format.manifest_head import (
     parse_head,
 )
 from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
-from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
+from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
+from osqueue.queue.cas_object import Snapshot
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
-from osqueue.queue.manifest_store import ManifestStore, Snapshot
+from osqueue.queue.manifest_store import ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import ObjectStore
@@ -79,7 +80,9 @@ class ManifestAppender:
         # The first sequence known to be queued in the last snapshot whose locations were looked up.
         self._first_queued: tuple[bytes, int] | None = None
         # A lone producer appends against its own last write: one request per flush (CasLoop).
-        self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer", reuse_own_write=True)
+        self.loop = CasLoop(
+            manifest.cas_object, policy, clock, rng, CasCounters.manifest(metrics, "producer"), reuse_own_write=True
+        )
         self.segment_tree = SegmentTree(manifest)
         self.refs = 0
         self._cond = threading.Condition()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from osqueue.errors import CorruptManifestError
 from osqueue.format.batch_names import SupportsRandBits
@@ -15,7 +14,8 @@ from osqueue.format.manifest_codec import decode_manifest, empty_manifest
 from osqueue.format.manifest_head import RawHead, SealedTail, SegmentRef, decode_segment, parse_head
 from osqueue.format.segment_names import new_index_key
 from osqueue.format.segment_names import new_key as new_segment_key
-from osqueue.store.object_store import CasOutcome, ObjectStore, ObjectVersion, validate_key
+from osqueue.queue.cas_object import CasObject
+from osqueue.store.object_store import CasOutcome, ObjectStore, ObjectVersion
 
 DEFAULT_MANIFEST_PATH = "ingest/manifest"
 DEFAULT_DATA_PATH_PREFIX = "ingest"
@@ -23,16 +23,9 @@ SEGMENT_READS_IN_FLIGHT = 8
 """Segment GETs in flight at once when a whole segmented manifest is read (as on the JVM)."""
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """The manifest as read: its bytes (None when it does not exist) and its version."""
-
-    raw: bytes | None
-    version: ObjectVersion | None
-
-
 class ManifestStore:
-    """Reads and compare-and-swaps one manifest object.
+    """The one manifest object of a queue (a :class:`CasObject`) and the objects it lists: its
+    codec, segments, index objects, and the receipts and incarnation beside it.
 
     Args:
         store: The object store.
@@ -40,13 +33,15 @@ class ManifestStore:
     """
 
     def __init__(self, store: ObjectStore, key: str = DEFAULT_MANIFEST_PATH) -> None:
+        self.cas_object = CasObject(store, key)
+        """The manifest as a CAS register: what :class:`~osqueue.queue.cas_loop.CasLoop` runs its edits on."""
         self.store = store
-        self.key = validate_key(key)
+        self.key = self.cas_object.key
 
     def read_raw(self) -> tuple[bytes | None, ObjectVersion | None]:
         """The manifest's bytes and version; ``(None, None)`` when it does not exist."""
-        obj = self.store.get(self.key)
-        return (None, None) if obj is None else (obj.data, obj.version)
+        snapshot = self.cas_object.read()
+        return snapshot.raw, snapshot.version
 
     def decode(self, raw: bytes | None) -> Manifest:
         """Decodes raw bytes; None is the empty manifest. A segmented head's segments are all read
@@ -128,9 +123,7 @@ class ManifestStore:
 
     def write(self, data: bytes, expected: ObjectVersion | None) -> CasOutcome:
         """Create-if-absent when ``expected`` is None, else put-if-version-matches."""
-        if expected is None:
-            return self.store.put_if_absent(self.key, data)
-        return self.store.put_if_version_matches(self.key, data, expected)
+        return self.cas_object.write(data, expected)
 
     @property
     def receipts_key(self) -> str:

@@ -15,8 +15,9 @@ from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch, ne
 from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
-from osqueue.queue.cas_loop import CasLoop, CasStep, Done, PreviousAttempt, Write
-from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore, Snapshot
+from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Write
+from osqueue.queue.cas_object import Snapshot
+from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import ObjectStore
@@ -69,7 +70,13 @@ class QueueConsumer:
         self._rng = rng or random.Random()
         self._policy = retry or RetryPolicy()
         self._metrics = metrics or m.REGISTRY
-        self._loop = CasLoop(self.manifest, self._policy, self._clock, self._rng, self._metrics, "consumer")
+        self._loop = CasLoop(
+            self.manifest.cas_object,
+            self._policy,
+            self._clock,
+            self._rng,
+            CasCounters.manifest(self._metrics, "consumer"),
+        )
         self._epoch: int | None = None
         self._fenced: FencedError | None = None
         self._receipts: DequeueReceipts | None = None

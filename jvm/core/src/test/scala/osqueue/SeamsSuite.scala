@@ -66,8 +66,7 @@ class SeamsSuite extends AnyFunSuite {
 
   test("should draw batch names and backoff jitter from the injected RandomSource") {
     import osqueue.format.BatchNames
-    import osqueue.metrics.MetricsRegistry
-    import osqueue.queue.{CasLoop, CasStep, ManifestStore, RetryPolicy}
+    import osqueue.queue.{CasCounters, CasLoop, CasObject, CasStep, RetryPolicy}
     import osqueue.store.{CasOutcome, InMemoryStore, ObjectStore}
     import osqueue.testing.FaultInjectingStore
     def names(seed: Long) = { val r = new SeededRandomSource(seed); (1 to 3).map(_ => BatchNames.newKey("ingest", 0L, r)) }
@@ -89,8 +88,8 @@ class SeamsSuite extends AnyFunSuite {
     val conflicting: ObjectStore = new FaultInjectingStore(InMemoryStore.fresh(), (_, _) => FaultInjectingStore.Fault.None) {
       override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome = CasOutcome.PreconditionFailed
     }
-    val loop = new CasLoop(new ManifestStore(conflicting, "ingest/manifest"),
-      RetryPolicy(baseDelayMs = 100, maxDelayMs = 1000, maxAttempts = 3), clock, new MetricsRegistry, "test", half)
+    val loop = new CasLoop(new CasObject(conflicting, "ingest/manifest"),
+      RetryPolicy(baseDelayMs = 100, maxDelayMs = 1000, maxAttempts = 3), clock, CasCounters.uncounted, half)
     intercept[ConflictRetriesExhaustedException](loop.run[Unit]((_, _) => CasStep.Write(Array[Byte](1), () => ())))
     assert(draws.get == 2 && slept == Seq(50L, 100L))
   }

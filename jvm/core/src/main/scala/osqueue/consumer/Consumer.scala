@@ -203,14 +203,13 @@ final class Consumer(
     var state = delivered
     var last = after
     var n = 0
-    val it = buffered(after)
-    while (n < max && it.hasNext) {
-      val e = it.next()
-      val (admit, next) = state.admit(EntryTag.decode(e.extension))
-      state = next
-      last = Some(e.sequence)
-      if (admit) { ds += BatchDescriptor.of(e); n += 1 }
-      else skips += e.sequence
+    val admissions = delivered.admitAll(buffered(after))
+    while (n < max && admissions.hasNext) {
+      val a = admissions.next()
+      state = a.after
+      last = Some(a.entry.sequence)
+      if (a.admitted) { ds += BatchDescriptor.of(a.entry); n += 1 }
+      else skips += a.entry.sequence
     }
     val s = Scan(ds.result(), skips.result(), last, state)
     // The first entry read is always delivered (an empty map admits anything).

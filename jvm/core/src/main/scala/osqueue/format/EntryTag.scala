@@ -61,6 +61,24 @@ object EntryTag {
           case _ => (true, Delivered(writers.updated(t.writerId, (t.batchId, t.attemptId))))
         }
     }
+
+    /**
+     * The reader rule folded over `entries` in order from this state, lazily (one entry read per
+     * admission): each entry, whether it is delivered, and the state after it. Every reader (the
+     * consumer, the Spark planner, partition and real-time readers) threads the sink-copy state
+     * through what it reads with this. Python: `Delivered.admit_all`.
+     */
+    def admitAll(entries: Iterator[ManifestEntry]): Iterator[Admission] = {
+      var state = this
+      entries.map { e =>
+        val (admitted, after) = state.admit(EntryTag.decode(e.extension))
+        state = after
+        Admission(e, admitted, after)
+      }
+    }
   }
   object Delivered { val Empty: Delivered = Delivered(Map.empty) }
+
+  /** One entry of a read in order: whether the reader rule delivers it, and the sink-copy state after it. */
+  final case class Admission(entry: ManifestEntry, admitted: Boolean, after: Delivered)
 }

@@ -30,7 +30,7 @@ final case class ManifestEntry(
   override def hashCode(): Int = (sequence, location, metadata).hashCode()
 }
 
-/** A fully decoded manifest. Writers mostly work on raw bytes instead (see [[RawManifest]]). */
+/** A fully decoded manifest. Writers mostly work on raw bytes instead (see [[ManifestEdits]]). */
 final case class Manifest(entries: IndexedSeq[ManifestEntry], nextSequence: Long, epoch: Long) {
   /** Sequence of the first entry, or `nextSequence` when the queue is empty. */
   def firstSequence: Long = entries.headOption.map(_.sequence).getOrElse(nextSequence)

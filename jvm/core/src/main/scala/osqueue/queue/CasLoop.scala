@@ -9,10 +9,12 @@ import osqueue.{
   StoreException,
   SystemRandomSource
 }
+import java.util.concurrent.atomic.LongAdder
+
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.store.CasOutcome
 
-/** What a manifest edit wants after looking at a snapshot. */
+/** What an edit of a [[CasObject]] wants after looking at a snapshot. */
 sealed trait CasStep[+T]
 object CasStep {
   /** Nothing (more) to write. */
@@ -32,7 +34,7 @@ object PreviousAttempt {
 
 /**
  * How a caller that tracks its own writes of unknown outcome settles them when the loop gives up
- * (budget spent, or the manifest cannot be re-read): a write that may still land must be reported
+ * (budget spent, or the object cannot be re-read): a write that may still land must be reported
  * as [[AmbiguousCommitException]], never as a plain failure that invites a duplicate retry.
  */
 trait Settle[T] {
@@ -43,9 +45,26 @@ trait Settle[T] {
 }
 
 /**
- * The read-modify-CAS loop every manifest edit goes through: re-read after each failed or
- * unknown write (or failed read), jittered exponential backoff, bounded budget. Python's
- * `osqueue.cas_loop.CasLoop` runs the same algorithm. The step function sees how its
+ * What a [[CasLoop]] counts: its landed writes, conflicts and writes of unknown outcome. Only the
+ * manifest's loops count (`buffer.manifest_*` by role), so that those stay counts of manifest
+ * writes; the objects beside it (the Spark sink's writer states, the queue id) are counted nowhere.
+ */
+final case class CasCounters(writes: LongAdder, conflicts: LongAdder, ambiguous: LongAdder)
+
+object CasCounters {
+  def manifest(metrics: MetricsRegistry, role: String): CasCounters = CasCounters(
+    metrics.counter(MetricNames.ManifestWrites, "role" -> role),
+    metrics.counter(MetricNames.ManifestConflicts, "role" -> role),
+    metrics.counter(MetricNames.AmbiguousWrites, "role" -> role))
+
+  /** Counters no registry holds: the loop of an object that is not the manifest. */
+  def uncounted: CasCounters = CasCounters(new LongAdder, new LongAdder, new LongAdder)
+}
+
+/**
+ * The read-modify-CAS loop every edit of a [[CasObject]] (the manifest's above all) goes through:
+ * re-read after each failed or unknown write (or failed read), jittered exponential backoff,
+ * bounded budget. Python's `osqueue.queue.cas_loop.CasLoop` runs the same algorithm. The step function sees how its
  * previous write ended so it can resolve ambiguous outcomes against the fresh snapshot.
  *
  * With `reuseOwnWrite` (the producers' appends), a run starts from the bytes this loop's last
@@ -54,12 +73,12 @@ trait Settle[T] {
  * precondition: a stale one costs a conflict and a fresh read, a step that would not write on
  * it is asked again on a fresh read, and a write of unknown outcome leaves nothing to reuse.
  */
-final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry, role: String,
+final class CasLoop(obj: CasObject, policy: RetryPolicy, clock: Clock, counters: CasCounters,
     random: RandomSource = SystemRandomSource, reuseOwnWrite: Boolean = false) {
-  private val writes = metrics.counter(MetricNames.ManifestWrites, "role" -> role)
-  private val conflicts = metrics.counter(MetricNames.ManifestConflicts, "role" -> role)
-  private val ambiguous = metrics.counter(MetricNames.AmbiguousWrites, "role" -> role)
-  /** The manifest as this loop's last landed write left it (taken by the next run; null: read). */
+  private val writes = counters.writes
+  private val conflicts = counters.conflicts
+  private val ambiguous = counters.ambiguous
+  /** The object as this loop's last landed write left it (taken by the next run; null: read). */
   private val ownWrite = new java.util.concurrent.atomic.AtomicReference[Snapshot]()
 
   def run[T](step: (Snapshot, Option[PreviousAttempt]) => CasStep[T], settle: Option[Settle[T]] = None): T = {
@@ -74,7 +93,7 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
       val fromOwnWrite = reused != null
       reused = null
       while (snapshot == null)
-        try snapshot = manifest.read()
+        try snapshot = obj.read()
         catch {
           case e: StoreException =>
             // A failed read is one more failed try: retried within the budget like a failed write.
@@ -96,7 +115,7 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
         case CasStep.Write(bytes, result) =>
           attempts += 1
           val outcome =
-            try Right(manifest.write(bytes, snapshot))
+            try Right(obj.write(bytes, snapshot))
             catch { case e: StoreException => Left(e) }
           outcome match {
             case Right(CasOutcome.Written(version)) =>
@@ -114,16 +133,16 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
             val elapsedMs = (clock.nanoTime() - started) / 1000000
             def exhausted: OsqueueException = previous match {
               case Some(PreviousAttempt.Unknown(e)) => new StoreException(
-                  s"manifest '${manifest.describe}': gave up after $attempts attempts in $elapsedMs ms; " +
+                  s"manifest '${obj.describe}': gave up after $attempts attempts in $elapsedMs ms; " +
                     s"the store kept failing (last: ${e.getMessage})", e)
-              case _ => new ConflictRetriesExhaustedException(manifest.describe, attempts, elapsedMs)
+              case _ => new ConflictRetriesExhaustedException(obj.describe, attempts, elapsedMs)
             }
             settle match {
               case Some(s) =>
                 if (s.stillUnknown(previous).isDefined) {
                   // A failed last look leaves the write undecided: reported as ambiguous below.
                   val last =
-                    try Some(manifest.read())
+                    try Some(obj.read())
                     catch { case _: StoreException => None }
                   last.flatMap(s.landed(_, previous)).foreach(r => return r)
                 }
@@ -131,7 +150,7 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
               case None => previous match {
                   case Some(PreviousAttempt.Unknown(_)) =>
                     // One last look: the step either finds its edit done, or wants to write again (it did not land).
-                    step(manifest.read(), previous) match {
+                    step(obj.read(), previous) match {
                       case CasStep.Done(result) => return result
                       case CasStep.Write(_, _) => throw exhausted
                     }
@@ -149,7 +168,7 @@ final class CasLoop(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, 
   private def settled[T](settle: Option[Settle[T]], previous: Option[PreviousAttempt], error: Exception): Exception =
     settle.flatMap(_.stillUnknown(previous)) match {
       case Some(write) => new AmbiguousCommitException(
-          s"manifest '${manifest.describe}': gave up (${error.getMessage}) while $write had an unknown outcome; " +
+          s"manifest '${obj.describe}': gave up (${error.getMessage}) while $write had an unknown outcome; " +
             "it may still land, so it is neither reported as written nor as failed", error)
       case None => error
     }

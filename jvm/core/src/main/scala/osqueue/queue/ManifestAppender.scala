@@ -31,7 +31,8 @@ final class ManifestAppender(
     segmentEntries: Int = ManifestHead.DefaultSegmentEntries) {
 
   // A lone producer appends against its own last write: one request per flush (CasLoop).
-  private val loop = new CasLoop(manifest, policy, clock, metrics, role, random, reuseOwnWrite = true)
+  private val loop = new CasLoop(manifest.casObject, policy, clock, CasCounters.manifest(metrics, role), random,
+    reuseOwnWrite = true)
   private val reuploaded = metrics.counter(MetricNames.BatchesReuploaded)
   private val resolvedByReceipts = metrics.counter(MetricNames.AmbiguitiesResolvedByReceipts)
   private val segmentsSealed = metrics.counter(MetricNames.SegmentsSealed)

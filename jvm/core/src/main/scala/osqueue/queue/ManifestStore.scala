@@ -16,33 +16,27 @@ import osqueue.format.{
   SegmentNames,
   SegmentRef
 }
-import osqueue.store.{CasOutcome, ConditionalRead, ObjectStore, ObjectVersion}
-
-/** The manifest's bytes as read, with the version a conditional write must match (None = absent). */
-final case class Snapshot(raw: Array[Byte], version: Option[ObjectVersion])
+import osqueue.store.{CasOutcome, ObjectStore, ObjectVersion}
 
 /** A manifest's head with the version it was read at (None: there was no manifest). */
 final case class VersionedManifest(head: ManifestHead, version: Option[ObjectVersion])
 
-/** Reads and conditionally writes the one manifest object of a queue. */
+/**
+ * The one manifest object of a queue and the objects it lists: a [[CasObject]] (a missing
+ * manifest reads as the empty one) with the manifest's codec, segments, index objects and the
+ * receipts and incarnation beside it.
+ */
 final class ManifestStore(val store: ObjectStore, val key: String) {
-  def read(): Snapshot = store.get(key) match {
-    case Some(o) => Snapshot(o.bytes, Some(o.version))
-    case None => Snapshot(ManifestCodec.EmptyBytes, None)
-  }
+  /** The manifest as a CAS register: what [[CasLoop]]s run the manifest's edits on. */
+  val casObject: CasObject = new CasObject(store, key, ManifestCodec.EmptyBytes)
+
+  def read(): Snapshot = casObject.read()
 
   /** The manifest unless it is still at version `known` (None then: a conditional read, no bytes). */
-  def readIfChanged(known: ObjectVersion): Option[Snapshot] = store.getIfChanged(key, known) match {
-    case ConditionalRead.NotModified => None
-    case ConditionalRead.Absent => Some(Snapshot(ManifestCodec.EmptyBytes, None))
-    case ConditionalRead.Changed(o) => Some(Snapshot(o.bytes, Some(o.version)))
-  }
+  def readIfChanged(known: ObjectVersion): Option[Snapshot] = casObject.readIfChanged(known)
 
   /** A missing manifest is created only if still absent; an existing one only if unchanged. */
-  def write(bytes: Array[Byte], basedOn: Snapshot): CasOutcome = basedOn.version match {
-    case Some(v) => store.putIfVersionMatches(key, bytes, v)
-    case None => store.putIfAbsent(key, bytes)
-  }
+  def write(bytes: Array[Byte], basedOn: Snapshot): CasOutcome = casObject.write(bytes, basedOn)
 
   /**
    * Every queued entry, reading every segment the head reaches (a v1 manifest: just decoded). Memory
@@ -117,7 +111,7 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
     store.put(incarnationKey, incarnation.toString.getBytes(java.nio.charset.StandardCharsets.US_ASCII))
 
   /** Where the manifest lives, for messages. */
-  def describe: String = s"${store.uri.stripSuffix("/")}/$key"
+  def describe: String = casObject.describe
 }
 
 object ManifestStore {

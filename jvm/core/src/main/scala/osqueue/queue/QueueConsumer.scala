@@ -11,7 +11,7 @@ import osqueue.{
   StoreException,
   SystemRandomSource
 }
-import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, ManifestEntry, ManifestHead, RawManifest, SegmentRef}
+import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, ManifestEdits, ManifestEntry, ManifestHead, SegmentRef}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -22,7 +22,7 @@ import osqueue.metrics.{MetricNames, MetricsRegistry}
 final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry,
     random: RandomSource = SystemRandomSource) {
   private val log = LoggerFactory.getLogger(classOf[QueueConsumer])
-  private val loop = new CasLoop(manifest, policy, clock, metrics, "consumer", random)
+  private val loop = new CasLoop(manifest.casObject, policy, clock, CasCounters.manifest(metrics, "consumer"), random)
   @volatile private var epoch: Option[Long] = None
   /** The fence once seen: a fenced consumer stays fenced (a newer consumer owns the queue for good). */
   @volatile private var fencedBy: Option[FencedException] = None

@@ -7,7 +7,7 @@ import scala.concurrent.duration._
 import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue.{InvalidObjectKeyException, OsqueueException}
-import osqueue.format.{BatchCodec, BatchNames, Compression, ManifestCodec, NewEntry, RawManifest}
+import osqueue.format.{BatchCodec, BatchNames, Compression, ManifestCodec, ManifestEdits, NewEntry}
 import osqueue.gc.GarbageCollector
 import osqueue.store.LocalFileSystemStore
 import osqueue.testing.ManualClock
@@ -45,7 +45,7 @@ class PathSafetySuite extends AnyFunSuite {
       write(root.resolve("../../outside.batch").normalize(), validBatch)
       hostile.foreach { loc =>
         val store = new LocalFileSystemStore(root)
-        store.put("ingest/manifest", RawManifest.append(ManifestCodec.EmptyBytes, Seq(NewEntry(loc, IndexedSeq.empty)), "m")._1)
+        store.put("ingest/manifest", ManifestEdits.append(ManifestCodec.EmptyBytes, Seq(NewEntry(loc, IndexedSeq.empty)), "m")._1)
         val consumer = new Consumer(store, ConsumerConfig(runGc = false), new ManualClock(t0))
         consumer.initialize()
         val e = withClue(s"location '$loc': ")(intercept[OsqueueException](consumer.nextBatch()))
@@ -76,7 +76,7 @@ class PathSafetySuite extends AnyFunSuite {
       Files.createSymbolicLink(root.resolve("ingest/link"), outsideDir)
       val fileLink = root.resolve("ingest/" + BatchNames.newKey("", t0).stripPrefix("/"))
       Files.createSymbolicLink(fileLink, outsideFile)
-      store.put("ingest/manifest", RawManifest.append(ManifestCodec.EmptyBytes, Seq(NewEntry(referencedLater, IndexedSeq.empty)), "m")._1)
+      store.put("ingest/manifest", ManifestEdits.append(ManifestCodec.EmptyBytes, Seq(NewEntry(referencedLater, IndexedSeq.empty)), "m")._1)
 
       val gc = new GarbageCollector(store, "ingest/manifest", "ingest", 10.minutes, clock)
       val result = gc.runOnce()

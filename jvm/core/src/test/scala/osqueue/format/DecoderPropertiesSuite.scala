@@ -207,10 +207,10 @@ class DecoderPropertiesSuite extends AnyFunSuite with ScalaCheckDrivenPropertyCh
     forAll(genValidBatchBytes.flatMap(v => mutate(v)))(b => decodeBatch(b))
   }
 
-  test("RawManifest edits reject mutated manifests with typed errors only") {
+  test("ManifestEdits should reject mutated manifests with typed errors only") {
     forAll(genValidManifestBytes.flatMap(v => mutate(v)), Gen.choose(-1L, 20L)) { (b, through) =>
-      bounded("RawManifest.dequeueThrough", b)(RawManifest.dequeueThrough(b, through, key))
-      bounded("RawManifest.append", b)(RawManifest.append(b, Seq(NewEntry("ingest/x.batch", IndexedSeq.empty)), key))
+      bounded("ManifestEdits.dequeueThrough", b)(ManifestEdits.dequeueThrough(b, through, key))
+      bounded("ManifestEdits.append", b)(ManifestEdits.append(b, Seq(NewEntry("ingest/x.batch", IndexedSeq.empty)), key))
     }
   }
 
@@ -278,7 +278,7 @@ class DecoderPropertiesSuite extends AnyFunSuite with ScalaCheckDrivenPropertyCh
       val back = decodeManifest(bytes)
       assert(back == Right(m))
       // Appends carry existing entries (extensions included) byte for byte.
-      val (appended, first) = RawManifest.append(bytes, Seq(NewEntry("ingest/y.batch", IndexedSeq.empty, Array[Byte](1, 2))), key)
+      val (appended, first) = ManifestEdits.append(bytes, Seq(NewEntry("ingest/y.batch", IndexedSeq.empty, Array[Byte](1, 2))), key)
       assert(first == m.nextSequence)
       val a = ManifestCodec.decode(appended, key)
       assert(a.entries.dropRight(1) == m.entries && a.epoch == m.epoch && a.nextSequence == m.nextSequence + 1)

@@ -31,7 +31,7 @@ class ManifestCodecSuite extends AnyFunSuite {
 
   test("should append without touching existing bytes and assign sequences from next_sequence") {
     val before = ManifestCodec.encode(sample)
-    val (after, first) = RawManifest.append(before, Seq(NewEntry("ingest/x.batch", IndexedSeq(meta(0, 5, "m")))), key)
+    val (after, first) = ManifestEdits.append(before, Seq(NewEntry("ingest/x.batch", IndexedSeq(meta(0, 5, "m")))), key)
     assert(first == 7)
     assert(after.take(before.length - 22).sameElements(before.take(before.length - 22)))
     val m = ManifestCodec.decode(after, key)
@@ -40,16 +40,16 @@ class ManifestCodecSuite extends AnyFunSuite {
 
   test("should dequeue a prefix, keep next_sequence, and report a no-op as None") {
     val bytes = ManifestCodec.encode(sample)
-    val m = ManifestCodec.decode(RawManifest.dequeueThrough(bytes, 5, key).get, key)
+    val m = ManifestCodec.decode(ManifestEdits.dequeueThrough(bytes, 5, key).get, key)
     assert(m.entries.map(_.sequence) == Seq(6) && m.nextSequence == 7)
-    assert(RawManifest.dequeueThrough(bytes, 4, key).isEmpty)
-    val all = ManifestCodec.decode(RawManifest.dequeueThrough(bytes, 100, key).get, key)
+    assert(ManifestEdits.dequeueThrough(bytes, 4, key).isEmpty)
+    val all = ManifestCodec.decode(ManifestEdits.dequeueThrough(bytes, 100, key).get, key)
     assert(all.entries.isEmpty && all.nextSequence == 7 && all.firstSequence == 7)
   }
 
   test("should set the epoch and dequeue in one edit, carrying extension bytes verbatim") {
     val withExt = sample.copy(entries = sample.entries.map(_.copy(extension = Array[Byte](9, 8, 7))))
-    val bytes = RawManifest.withEpoch(ManifestCodec.encode(withExt), 4, Some(5), key)
+    val bytes = ManifestEdits.withEpoch(ManifestCodec.encode(withExt), 4, Some(5), key)
     val m = ManifestCodec.decode(bytes, key)
     assert(m.epoch == 4 && m.entries.size == 1 && m.entries.head.extension.sameElements(Array[Byte](9, 8, 7)))
   }
@@ -91,9 +91,9 @@ class ManifestCodecSuite extends AnyFunSuite {
 
   test("should refuse an append that would exhaust the sequence space") {
     val top = ManifestCodec.encode(Manifest(IndexedSeq.empty, Long.MaxValue - 1, 0))
-    RawManifest.append(top, Seq(NewEntry("a", IndexedSeq.empty)), key)
+    ManifestEdits.append(top, Seq(NewEntry("a", IndexedSeq.empty)), key)
     val e = intercept[CorruptManifestException](
-      RawManifest.append(top, Seq(NewEntry("a", IndexedSeq.empty), NewEntry("b", IndexedSeq.empty)), key))
+      ManifestEdits.append(top, Seq(NewEntry("a", IndexedSeq.empty), NewEntry("b", IndexedSeq.empty)), key))
     assert(e.getMessage.contains("sequence space exhausted"))
   }
 

@@ -62,7 +62,7 @@ class SegmentedManifestSuite extends AnyFunSuite {
     var v1 = ManifestCodec.EmptyBytes
     // the same entries through the v1 path: equal bytes (ULIDs differ per call, so rebuild from the decoded entries)
     val m = ManifestCodec.decode(segmented, key)
-    m.entries.foreach(e => v1 = RawManifest.append(v1, Seq(NewEntry(e.location, e.metadata, e.extension)), key)._1)
+    m.entries.foreach(e => v1 = ManifestEdits.append(v1, Seq(NewEntry(e.location, e.metadata, e.extension)), key)._1)
     assert(version(segmented) == 1)
     assert(segmented.sameElements(v1))
   }

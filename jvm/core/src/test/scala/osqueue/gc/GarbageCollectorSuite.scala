@@ -9,7 +9,7 @@ import org.scalatest.funsuite.AnyFunSuite
 import osqueue.{FencedException, StoreException}
 
 import osqueue.consumer.{Consumer, ConsumerConfig}
-import osqueue.format.{BatchNames, Manifest, ManifestCodec, NewEntry, RawManifest}
+import osqueue.format.{BatchNames, Manifest, ManifestCodec, ManifestEdits, NewEntry}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.producer.{Producer, ProducerConfig}
 import osqueue.store.InMemoryStore
@@ -24,7 +24,7 @@ class GarbageCollectorSuite extends AnyFunSuite {
   }
   private def enqueue(store: InMemoryStore, locations: String*): Unit = {
     val raw = store.get("ingest/manifest").map(_.bytes).getOrElse(ManifestCodec.EmptyBytes)
-    store.put("ingest/manifest", RawManifest.append(raw, locations.map(NewEntry(_, IndexedSeq.empty)), "m")._1)
+    store.put("ingest/manifest", ManifestEdits.append(raw, locations.map(NewEntry(_, IndexedSeq.empty)), "m")._1)
   }
 
   test("should delete only unreferenced, old-enough batches older than the oldest entry") {

@@ -172,8 +172,8 @@ class QueueProducerSuite extends AnyFunSuite {
 
   test("CasLoop should ask a step that would not write on its reused snapshot again on a fresh read") {
     val counting = new CountingManifest(InMemoryStore.fresh())
-    val loop = new CasLoop(new ManifestStore(counting, key), fastRetry, SystemClock, new MetricsRegistry, "test",
-      reuseOwnWrite = true)
+    val loop = new CasLoop(new ManifestStore(counting, key).casObject, fastRetry, SystemClock,
+      CasCounters.manifest(new MetricsRegistry, "test"), reuseOwnWrite = true)
     assert(loop.run[Int]((_, _) => CasStep.Write(Array[Byte](1), () => 1)) == 1)
     val seen = scala.collection.mutable.ArrayBuffer.empty[Seq[Byte]]
     assert(loop.run[Int] { (s, _) => seen += s.raw.toSeq; CasStep.Done(2) } == 2)
@@ -269,7 +269,7 @@ class QueueProducerSuite extends AnyFunSuite {
         catch {
           case e: osqueue.StoreException =>
             val raw = inner.get(k).get
-            val dequeued = osqueue.format.RawManifest.dequeueThrough(raw.bytes, Long.MaxValue - 1, k).get
+            val dequeued = osqueue.format.ManifestEdits.dequeueThrough(raw.bytes, Long.MaxValue - 1, k).get
             inner.putIfVersionMatches(k, dequeued, raw.version)
             throw e
         }

@@ -12,21 +12,41 @@ import org.apache.spark.util.LongAccumulator
 
 import osqueue.{BatchNotFoundException, Clock, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher, ConsumedBatch}
-import osqueue.format.{EntryTag, ManifestHead}
+import osqueue.format.{EntryTag, ManifestHead, SegmentRef}
 import osqueue.metrics.MetricsRegistry
 import osqueue.queue.ManifestStore
 import osqueue.store.ObjectStore
 
 /**
- * Batch files to read on an executor, in sequence order: everything needed to fetch them without
- * the manifest. `skipEntries`: entries of the first batch a real-time batch already read (the
- * offset's `entryIndex`).
+ * A partition of a micro-batch or batch read: batch files of one queue that an
+ * [[OsqueuePartitionReader]] reads on an executor, in sequence order. `skipEntries`: entries of
+ * the first batch a real-time batch already read (the offset's `entryIndex`).
  */
+private[spark] sealed trait OsqueueReadPartition extends InputPartition {
+  def location: QueueLocation
+  def failOnDataLoss: Boolean
+  def skipEntries: Int
+}
+
+/** Listed batch files: everything needed to fetch them without the manifest. */
 private[spark] final case class OsqueueInputPartition(
     location: QueueLocation,
     descriptors: IndexedSeq[BatchDescriptor],
     failOnDataLoss: Boolean,
-    skipEntries: Int = 0) extends InputPartition
+    skipEntries: Int = 0) extends OsqueueReadPartition
+
+/**
+ * Sequences [from, until) of one segment: the segment (checked against its ref), then each batch
+ * file one copy of each sink batch admits, starting from `delivered`.
+ */
+private[spark] final case class OsqueueSlicePartition(
+    location: QueueLocation,
+    segment: SegmentRef,
+    from: Long,
+    until: Long,
+    delivered: EntryTag.Delivered,
+    failOnDataLoss: Boolean,
+    skipEntries: Int = 0) extends OsqueueReadPartition
 
 /**
  * `fields`: the columns Spark needs (indexes into [[OsqueueSchema.schema]]), after pruning.
@@ -36,8 +56,7 @@ private[spark] final case class OsqueueInputPartition(
 private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missingBatches: Option[LongAccumulator] = None)
     extends PartitionReaderFactory {
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] = partition match {
-    case p: OsqueueInputPartition => new OsqueuePartitionReader(p, fields, missingBatches)
-    case p: OsqueueSlicePartition => new OsqueuePartitionReader(p, fields, missingBatches)
+    case p: OsqueueReadPartition => new OsqueuePartitionReader(p, fields, missingBatches)
     case other => RealTimeSupport.reader(other, fields, missingBatches) // a real-time partition (Spark 4.1+)
   }
 }
@@ -49,26 +68,15 @@ private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missing
  * or segment fails the task naming the object, at the rows it belongs to; a missing one is data loss
  * (fails unless `failOnDataLoss=false`, then it is skipped and counted).
  */
-private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Array[Int],
+private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, fields: Array[Int],
     missingBatches: Option[LongAccumulator], clock: Clock = SystemClock,
     readAhead: ReadAheadLimits = ReadAheadLimits.Default,
     openStore: QueueLocation => ObjectStore = OsqueueStores.open) extends PartitionReader[InternalRow] with Logging {
   private var bytesFetched = 0L
   private val fetchTimeMs = new AtomicLong() // summed over the fetches, which overlap
   private var missing = 0L
-  private lazy val store = openStore(location)
+  private lazy val store = openStore(p.location)
   private lazy val fetcher = new BatchFetcher(store, clock, new MetricsRegistry)
-
-  private def location: QueueLocation = p match {
-    case b: OsqueueInputPartition => b.location
-    case s: OsqueueSlicePartition => s.location
-    case other => throw OsqueueExceptions.internalError(s"not an osqueue input partition: $other")
-  }
-  private def failOnDataLoss: Boolean = p match {
-    case b: OsqueueInputPartition => b.failOnDataLoss
-    case s: OsqueueSlicePartition => s.failOnDataLoss
-    case _ => true
-  }
 
   /** Created on the first row (a slice reads its segment then), closed by [[close]]. */
   private var fetches: Option[BatchReadAhead[(BatchDescriptor, Int), ConsumedBatch]] = None
@@ -77,10 +85,9 @@ private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Arr
     val batches = p match {
       case b: OsqueueInputPartition => b.descriptors.iterator.zipWithIndex.map { case (d, i) => (d, if (i == 0) b.skipEntries else 0) }
       case s: OsqueueSlicePartition => sliceBatches(s)
-      case other => throw OsqueueExceptions.internalError(s"not an osqueue input partition: $other")
     }
     val ahead = new BatchReadAhead[(BatchDescriptor, Int), ConsumedBatch](batches, readAhead, { case (d, _) => timedFetch(d) },
-      batch => batch.entries.foldLeft(0L)(_ + _.length), location.identity)
+      batch => batch.entries.foldLeft(0L)(_ + _.length), p.location.identity)
     fetches = Some(ahead)
     ahead.flatMap { case ((d, skip), fetched) => batchRows(d, skip, fetched) }
   }
@@ -98,13 +105,10 @@ private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Arr
         missingBatches.foreach(_.add(s.until - s.from))
         Iterator.empty
       case Some(bytes) =>
-        var state = s.delivered
-        ManifestHead.decodeSegment(bytes, s.segment).iterator.filter(e => e.sequence >= s.from && e.sequence < s.until)
-          .filter { e =>
-            val (admit, next) = state.admit(EntryTag.decode(e.extension))
-            state = next
-            admit
-          }.map(e => (BatchDescriptor.of(e), if (e.sequence == s.from) s.skipEntries else 0))
+        val inSlice = ManifestHead.decodeSegment(bytes, s.segment).iterator.filter(e => e.sequence >= s.from && e.sequence < s.until)
+        s.delivered.admitAll(inSlice).collect {
+          case a if a.admitted => (BatchDescriptor.of(a.entry), if (a.entry.sequence == s.from) s.skipEntries else 0)
+        }
     }
   }
 
@@ -121,7 +125,7 @@ private[spark] final class OsqueuePartitionReader(p: InputPartition, fields: Arr
       bytesFetched += batch.entries.foldLeft(0L)(_ + _.length)
       OsqueueSchema.rows(batch, fields).drop(skip)
     } catch {
-      case e: BatchNotFoundException if !failOnDataLoss =>
+      case e: BatchNotFoundException if !p.failOnDataLoss =>
         logWarning(s"skipping missing batch '${d.location}' (sequence ${d.sequence}): failOnDataLoss=false")
         missing += 1
         missingBatches.foreach(_.add(1))

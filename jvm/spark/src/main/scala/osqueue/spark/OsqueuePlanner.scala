@@ -46,11 +46,9 @@ private[spark] object OsqueuePlanner {
         val inRange = entries.filter(e => e.sequence >= lo && e.sequence < hi)
         inRange.grouped(SliceEntries).foreach { slice =>
           val start = state
-          val admitted = slice.count { e =>
-            val (admit, next) = state.admit(EntryTag.decode(e.extension))
-            state = next
-            admit
-          }
+          val admissions = start.admitAll(slice.iterator).toIndexedSeq
+          state = admissions.last.after
+          val admitted = admissions.count(_.admitted)
           skipped += slice.size - admitted
           if (admitted > 0)
             parts += OsqueueSlicePartition(location, ref, slice.head.sequence, slice.last.sequence + 1, start,
@@ -58,9 +56,9 @@ private[spark] object OsqueuePlanner {
         }
       }
       if (head.tailFirstSequence < hi) {
-        val tail = head.tailEntries.filter(e => e.sequence >= lo && e.sequence < hi)
-        val (admitted, after) = SinkCopies.select(tail, lo, hi, state)
-        state = after
+        val tail = state.admitAll(head.tailEntries.iterator.filter(e => e.sequence >= lo && e.sequence < hi)).toIndexedSeq
+        state = tail.lastOption.fold(state)(_.after)
+        val admitted = tail.filter(_.admitted).map(_.entry)
         skipped += tail.size - admitted.size
         admitted.grouped(SliceEntries).foreach { group =>
           parts += OsqueueInputPartition(location, group.map(BatchDescriptor.of), failOnDataLoss, skipAt(group.head.sequence))
@@ -107,17 +105,3 @@ private[spark] object OsqueuePlanner {
       val t = new Thread(r, "osqueue-spark-segment-reader"); t.setDaemon(true); t
     })
 }
-
-/**
- * Sequences [from, until) of one segment, read on an executor: the segment (checked against its
- * ref), then each batch file one copy of each sink batch admits, starting from `delivered`.
- * `skipEntries`: entries of the batch at `from` a real-time batch already read.
- */
-private[spark] final case class OsqueueSlicePartition(
-    location: QueueLocation,
-    segment: SegmentRef,
-    from: Long,
-    until: Long,
-    delivered: EntryTag.Delivered,
-    failOnDataLoss: Boolean,
-    skipEntries: Int = 0) extends InputPartition

@@ -11,7 +11,17 @@ import scala.util.control.NonFatal
 import osqueue.{Clock, SystemClock}
 import osqueue.format.{BatchNames, EntryTag}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.queue.{CasLoop, CasStep, DataPrefixOwner, ManifestAppender, ManifestStore, PendingLocation, RetryPolicy}
+import osqueue.queue.{
+  CasCounters,
+  CasLoop,
+  CasObject,
+  CasStep,
+  DataPrefixOwner,
+  ManifestAppender,
+  ManifestStore,
+  PendingLocation,
+  RetryPolicy
+}
 import osqueue.WriterFencedException
 import osqueue.store.ObjectStore
 
@@ -126,7 +136,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
 
   /** The staging prefix if the writer state asks the tasks to stage their files, else None. */
   def stagingRequested(): Option[String] =
-    readState().map(_._1).filter(_.stageUploads).map { _ =>
+    readState().filter(_.stageUploads).map { _ =>
       logWarning(s"osqueue sink '$writerId': an earlier epoch's files expired before its commit; this epoch's tasks " +
         s"write under '$stagingPrefix' (GC never deletes there) and the commit copies them into the queue")
       stagingPrefix
@@ -148,7 +158,7 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     val toCopy = batches.filter(b => isStaged(b.location) || stale(b)).toIndexedSeq
     if (toCopy.isEmpty) return (batches, false)
     logInfo(s"osqueue sink '$writerId': copying ${toCopy.size} staged or stale files of batch $batchId on the executors")
-    val copies = SinkReuploads.onExecutors(options, toCopy.map(_.location))
+    val copies = SinkFileCopier.onExecutors(options, toCopy.map(_.location))
     metrics.counter(MetricNames.BatchesReuploaded).add(copies.flatten.size.toLong)
     val missing = toCopy.zip(copies).collect { case (b, None) => b.location }
     if (missing.nonEmpty) {
@@ -200,11 +210,11 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
    * after [[enqueueable]]'s copies: one more copy, on the driver.
    */
   private def reupload(location: String): () => String = () =>
-    SinkReuploads.copy(options, location).getOrElse(throw OsqueueExceptions.batchNotFound(location))
+    SinkFileCopier.copy(options, location).getOrElse(throw OsqueueExceptions.batchNotFound(location))
 
   /** The current state, after checking that this driver still owns the writer (if it claimed it). */
   private def checkOwner(): Option[WriterState] = {
-    val state = readState().map(_._1)
+    val state = readState()
     verifyOwner(state)
     state
   }
@@ -214,8 +224,10 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
     if (current != own) throw OsqueueExceptions.writerFenced(writerId, own, current)
   }
 
-  private def readState(): Option[(WriterState, osqueue.store.ObjectVersion)] =
-    store.get(stateKey).map(o => (OsqueueSinkCommitter.decodeState(stateKey, o.bytes), o.version))
+  private def readState(): Option[WriterState] = {
+    val snapshot = stateObject.read()
+    snapshot.version.map(_ => OsqueueSinkCommitter.decodeState(stateKey, snapshot.raw))
+  }
 
   /**
    * Compare-and-swap `f` onto the state (created if missing) through the core's [[CasLoop]]; no
@@ -231,8 +243,9 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
       else CasStep.Write(OsqueueSinkCommitter.encodeState(after), () => after)
     }
 
-  private lazy val stateLoop =
-    new CasLoop(new ManifestStore(store, stateKey), RetryPolicy(), clock, new MetricsRegistry, "sink-state")
+  /** The writer's state object: a CAS register beside the manifest, not counted as manifest writes. */
+  private lazy val stateObject = new CasObject(store, stateKey)
+  private lazy val stateLoop = new CasLoop(stateObject, RetryPolicy(), clock, CasCounters.uncounted)
 }
 
 private[spark] object OsqueueSinkCommitter {

@@ -10,8 +10,7 @@ import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 
 import osqueue.{Clock, SystemClock}
-import osqueue.metrics.MetricsRegistry
-import osqueue.queue.{CasLoop, CasStep, ManifestStore, RetryPolicy}
+import osqueue.queue.{CasCounters, CasLoop, CasObject, CasStep, RetryPolicy, Snapshot}
 import osqueue.store.{ObjectStore, ObjectStores}
 
 /** Opens stores once per JVM (driver or executor) and per location, since S3 clients are costly. */
@@ -37,14 +36,14 @@ private[spark] object OsqueueStores extends Logging {
    * is refused instead of being applied to the wrong entries.
    */
   def queueId(store: ObjectStore, location: QueueLocation, create: Boolean, clock: Clock = SystemClock): Option[String] = {
-    val key = location.manifestPath + ".queue-id"
-    if (!create) return store.get(key).map(o => new String(o.bytes, UTF_8).trim)
+    val idObject = new CasObject(store, location.manifestPath + ".queue-id")
+    def text(s: Snapshot) = new String(s.raw, UTF_8).trim
+    if (!create) return Some(idObject.read()).filter(_.version.isDefined).map(text)
     // The core's CasLoop: a create that lost the race or whose reply was lost (unknown outcome) is
-    // settled by the re-read; whichever id landed wins.
-    val loop = new CasLoop(new ManifestStore(store, key), RetryPolicy(maxAttempts = QueueIdAttempts), clock,
-      new MetricsRegistry, "queue-id")
+    // settled by the re-read; whichever id landed wins. Not counted as a manifest write.
+    val loop = new CasLoop(idObject, RetryPolicy(maxAttempts = QueueIdAttempts), clock, CasCounters.uncounted)
     Some(loop.run[String] { (snapshot, _) =>
-      if (snapshot.version.isDefined) CasStep.Done(new String(snapshot.raw, UTF_8).trim)
+      if (snapshot.version.isDefined) CasStep.Done(text(snapshot))
       else {
         val id = UUID.randomUUID().toString
         CasStep.Write(id.getBytes(UTF_8), () => id)

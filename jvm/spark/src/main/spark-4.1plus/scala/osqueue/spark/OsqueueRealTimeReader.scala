@@ -10,7 +10,8 @@ import org.apache.spark.util.LongAccumulator
 
 import osqueue.{BatchNotFoundException, Clock, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher, ConsumedBatch}
-import osqueue.format.{EntryTag, Incarnation, ManifestEntry, ManifestHead}
+import osqueue.format.{EntryTag, Incarnation, ManifestHead}
+import osqueue.format.EntryTag.Admission
 import osqueue.metrics.MetricsRegistry
 import osqueue.queue.{ManifestStore, SegmentTree}
 
@@ -60,22 +61,30 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   /** The batch file being read: its rows, and the sink-copy state once it is read whole. */
   private var rows: Iterator[InternalRow] = Iterator.empty
   private var deliveredAfter = delivered
-  /** Entries of the last manifest seen, from `nextSeq` on, not yet looked at (a segment is read when reached). */
-  private var pending: LazyList[ManifestEntry] = LazyList.empty
+  /**
+   * The entries of the last manifest followed, from `nextSeq` on, with the reader rule applied, not
+   * yet taken by the read-ahead (a segment is read when reached).
+   */
+  private var pending: Iterator[Admission] = Iterator.empty
   private var stalled = false
   private var waitMs = p.initialWaitMs // the idle rate when the last batch read nothing
   private var current: InternalRow = _
 
   /**
-   * Batch files fetched ahead of the one being read (by sequence): with one object-store round trip
-   * per file, fetching them one after another could not keep up with a producer that writes a file
-   * every few tens of milliseconds.
+   * Batch files fetched ahead of the one being read, from whatever [[follow]] queued last: with one
+   * object-store round trip per file, fetching them one after another could not keep up with a
+   * producer that writes a file every few tens of milliseconds. A second sink copy is passed
+   * through unfetched, so that the position moves over it in order.
    */
-  private val prefetched = scala.collection.mutable.Map.empty[Long, java.util.concurrent.Future[ConsumedBatch]]
-  private val prefetcher = java.util.concurrent.Executors.newFixedThreadPool(OsqueueRealTimeReader.Prefetch,
-    { (r: Runnable) =>
-      val t = new Thread(r, s"osqueue-realtime-prefetch"); t.setDaemon(true); t
-    })
+  private val fetches = new BatchReadAhead[Admission, Option[ConsumedBatch]](
+    new Iterator[Admission] {
+      override def hasNext: Boolean = pending.hasNext
+      override def next(): Admission = pending.next()
+    },
+    ReadAheadLimits.Default,
+    a => if (a.admitted) Some(fetcher.fetch(BatchDescriptor.of(a.entry))) else None,
+    _.fold(0L)(_.entries.foldLeft(0L)(_ + _.length)),
+    p.location.identity)
 
   private var bytesFetched = 0L
   private var fetchTimeMs = 0L
@@ -89,7 +98,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
         if (!rows.hasNext) finishBatch()
         return RecordStatus.newStatusWithoutArrivalTime(true)
       }
-      if (pending.nonEmpty) openNext()
+      if (fetches.hasNext) openNext()
       else {
         val now = clock.nowMillis()
         if (now >= deadline) return RecordStatus.newStatusWithoutArrivalTime(false)
@@ -97,7 +106,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
           case Some(m) => waitMs = p.pollIntervalMs; follow(m)
           case None =>
         }
-        if (pending.isEmpty) {
+        if (!fetches.hasNext) {
           clock.sleepMillis(math.max(1L, math.min(waitMs, deadline - clock.nowMillis())))
           waitMs = math.min(waitMs * 2, p.maxPollIntervalMs)
         }
@@ -106,29 +115,31 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
     throw OsqueueExceptions.internalError("the real-time reader's endless loop ended")
   }
 
-  /** A new manifest: checks the fence and the queue's identity, then queues the entries from `nextSeq`. */
+  /**
+   * A new manifest, once everything queued before is read: checks the fence and the queue's
+   * identity, then queues the entries from `nextSeq`.
+   */
   private def follow(m: ManifestHead): Unit = {
     if (Incarnation.of(m.epoch) != p.incarnation || m.nextSequence < nextSeq || m.firstSequence > nextSeq) {
       logWarning(s"'${p.location.identity}' was reset or entries from sequence $nextSeq were removed while this " +
         "real-time batch read it; reading nothing more until the next batch is planned")
       stalled = true
     } else if (m.epoch != p.ownEpoch) throw OsqueueExceptions.fenced(p.ownEpoch, m.epoch)
-    else pending = OsqueuePlanner.entriesFrom(m, nextSeq, tree, manifests.readSegment).to(LazyList)
+    else pending = delivered.admitAll(OsqueuePlanner.entriesFrom(m, nextSeq, tree, manifests.readSegment))
   }
 
-  /** Looks at the next entry: skips a second sink copy, else fetches the batch file. */
+  /** Takes the next entry from the read-ahead: moves over a second sink copy, else reads its batch file. */
   private def openNext(): Unit = {
-    val e = pending.head
-    pending = pending.tail
-    val (admit, after) = delivered.admit(EntryTag.decode(e.extension))
-    if (!admit) { nextSeq = e.sequence + 1; index = 0; delivered = after }
+    val started = clock.nanoTime()
+    val (a, fetched) = fetches.next()
+    fetchTimeMs += (clock.nanoTime() - started) / 1000000
+    val e = a.entry
+    if (!a.admitted) { nextSeq = e.sequence + 1; index = 0; delivered = a.after }
     else {
-      deliveredAfter = after
-      val started = clock.nanoTime()
-      prefetchAhead()
+      deliveredAfter = a.after
       val batchRows =
         try {
-          val batch = prefetched.remove(e.sequence).map(awaitFetch).getOrElse(fetcher.fetch(BatchDescriptor.of(e)))
+          val batch = fetched.get.getOrElse(throw OsqueueExceptions.internalError(s"no fetch of '${e.location}'"))
           bytesFetched += batch.entries.foldLeft(0L)(_ + _.length)
           OsqueueSchema.rows(batch, fields).drop(if (e.sequence == nextSeq) index else 0)
         } catch {
@@ -138,23 +149,13 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
             missingBatches.foreach(_.add(1))
             Iterator.empty
           case ex: BatchNotFoundException => throw OsqueueExceptions.dataLoss(ex.getMessage)
-        } finally fetchTimeMs += (clock.nanoTime() - started) / 1000000
+        }
       if (e.sequence != nextSeq) index = 0
       nextSeq = e.sequence
       rows = batchRows
       if (!rows.hasNext) finishBatch()
     }
   }
-
-  /** Starts fetching the next `Prefetch` pending entries not yet asked for. */
-  private def prefetchAhead(): Unit =
-    pending.iterator.take(OsqueueRealTimeReader.Prefetch).filterNot(e => prefetched.contains(e.sequence)).foreach { e =>
-      prefetched(e.sequence) = prefetcher.submit(() => fetcher.fetch(BatchDescriptor.of(e)))
-    }
-
-  private def awaitFetch(f: java.util.concurrent.Future[ConsumedBatch]): ConsumedBatch =
-    try f.get()
-    catch { case ex: java.util.concurrent.ExecutionException => throw ex.getCause }
 
   private def finishBatch(): Unit = {
     nextSeq += 1
@@ -168,7 +169,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   override def next(): Boolean = nextBefore(Long.MaxValue / 4).hasRecord
   override def get(): InternalRow = current
   override def close(): Unit = {
-    prefetcher.shutdownNow()
+    fetches.close()
     logInfo(s"osqueue real-time reader on '${p.location.identity}' stopped at sequence $nextSeq " +
       s"(entry $index) after ${poller.requests} manifest polls")
   }
@@ -177,9 +178,4 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.BytesFetched, bytesFetched),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.FetchTimeMs, fetchTimeMs),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.MissingBatches, missing))
-}
-
-private[spark] object OsqueueRealTimeReader {
-  /** Batch files fetched ahead, at most: 8 concurrent GETs keep up with ~8 files per round trip. */
-  val Prefetch = 8
 }

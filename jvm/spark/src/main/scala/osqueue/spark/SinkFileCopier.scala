@@ -10,7 +10,7 @@ import osqueue.format.BatchNames
  * driver's commit: a stale task file (older than half the grace period, docs/format.md §6) or a
  * staged one (see [[OsqueueSinkCommitter]]). The driver never moves file bytes itself.
  */
-private[spark] object SinkReuploads {
+private[spark] object SinkFileCopier {
   /** For each source, in order, the key of its fresh copy under the data prefix; None if the source is gone. */
   def onExecutors(options: SinkOptions, sources: IndexedSeq[String]): IndexedSeq[Option[String]] = {
     if (sources.isEmpty) return IndexedSeq.empty

@@ -8,7 +8,7 @@ package osqueue.format
  * these never seal nor fold (see [[ManifestHead.appended]]) and read no index object (a dequeue
  * that reaches one needs a store: `osqueue.queue.QueueConsumer`).
  */
-object RawManifest {
+object ManifestEdits {
   /** Appends `entries` with sequences from `next_sequence` on. Returns the bytes and the first sequence. */
   def append(raw: Array[Byte], entries: Seq[NewEntry], key: String): (Array[Byte], Long) =
     ManifestHead.parse(raw, key).appended(entries, Int.MaxValue, _ => throw new IllegalStateException("no sealing here"),

@@ -1,4 +1,4 @@
-"""Edits on an encoded manifest without decoding every entry: append, dequeue, epoch, locations (JVM: ``RawManifest``)."""
+"""Edits on an encoded manifest without decoding every entry: append, dequeue, epoch, locations (JVM: ``ManifestEdits``)."""
 
 from __future__ import annotations
 
