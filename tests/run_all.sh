@@ -57,7 +57,7 @@ echo "== Python S3 tests again, against Ceph RGW (skipped with the reason when C
 OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
   tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || status=1
 
-echo "== The connector in the pyspark of every other Spark line (3.5, 4.0, 4.2, 4.3)"
+echo "== The connector in the pyspark of every other Spark line (.ci/pyspark-lines.env)"
 bash tests/spark_lines.sh "$wheel" "$reports" || status=1
 
 # Closing lines over both runners (JUnit XML from sbt and pytest): each failure with the

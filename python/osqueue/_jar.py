@@ -16,16 +16,8 @@ import tempfile
 import warnings
 import zipfile
 
+from osqueue._spark_lines import SPARK_LINES
 from osqueue._version import __version__
-
-SPARK_LINES: tuple[tuple[str, str], ...] = (
-    ("3.5", "2.12"),
-    ("3.5", "2.13"),
-    ("4.0", "2.13"),
-    ("4.1", "2.13"),
-    ("4.2", "2.13"),
-)
-"""Every (Spark line, Scala binary version) a connector is built for; build.sbt's ``sparkLines``."""
 
 NEWEST_LINE = SPARK_LINES[-1][0]
 

@@ -22,7 +22,8 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from osqueue._jar import SPARK_LINES, connector_for, jar_path
+from osqueue._jar import connector_for, jar_path
+from osqueue._spark_lines import SPARK_LINES
 from osqueue._version import __version__
 
 if TYPE_CHECKING:
