@@ -15,14 +15,17 @@ ingestionTime timestamp, metadata binary``.
 from __future__ import annotations
 
 import datetime
-import os
-import pathlib
-import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from osqueue._jar import connector_for, jar_path
+from osqueue._jar import (
+    connector_for,
+    installed_hadoop_version,
+    installed_scala_version,
+    installed_spark_version,
+    jar_path,
+)
 from osqueue._spark_lines import SPARK_LINES
 from osqueue._version import __version__
 
@@ -66,50 +69,6 @@ Duration = int | float | str | datetime.timedelta
 # What is installed
 
 
-def _pyspark_jars_dir() -> pathlib.Path | None:
-    """The directory of the jars of the installed PySpark (pip's ``pyspark/jars`` or
-    ``$SPARK_HOME/jars``), or None if there is none."""
-    import pyspark
-
-    candidates = [pathlib.Path(pyspark.__file__).resolve().parent / "jars"]
-    spark_home = os.environ.get("SPARK_HOME")
-    if spark_home:
-        candidates.append(pathlib.Path(spark_home) / "jars")
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
-def _jar_version(prefix: str) -> str | None:
-    """The version in the name of ``<prefix><version>.jar`` among PySpark's jars."""
-    jars = _pyspark_jars_dir()
-    if jars is None:
-        return None
-    pattern = re.compile(re.escape(prefix) + r"(\d+(?:\.\d+)*)\.jar")
-    for jar in sorted(jars.iterdir()):
-        m = pattern.fullmatch(jar.name)
-        if m:
-            return m.group(1)
-    return None
-
-
-def _installed_spark_version() -> str:
-    import pyspark
-
-    return str(pyspark.__version__)
-
-
-def _installed_scala_version() -> str | None:
-    """The Scala version of PySpark's ``scala-library-*.jar`` (e.g. ``2.13.17``), or None."""
-    return _jar_version("scala-library-")
-
-
-def _installed_hadoop_version() -> str | None:
-    """The Hadoop version of PySpark's ``hadoop-client-api-*.jar`` (e.g. ``3.4.2``), or None."""
-    return _jar_version("hadoop-client-api-")
-
-
 STORE_ARTIFACTS: Mapping[str, str] = {"azure": "osqueue-azure", "gcs": "osqueue-gcs"}
 """Stores whose JVM side lives in an artifact of its own (its cloud SDK relocated inside, no
 dependencies), added by ``configure_spark_with_osqueue(stores=[...])``: store -> artifact (the Scala
@@ -125,14 +84,14 @@ def _store_packages(stores: Sequence[str]) -> list[str]:
     unknown = [s for s in stores if s not in STORE_ARTIFACTS]
     if unknown:
         raise ValueError(f"unknown store {unknown[0]!r} in stores; known: {', '.join(sorted(STORE_ARTIFACTS))}")
-    _, scala, _ = connector_for(_installed_spark_version(), _installed_scala_version())
+    _, scala, _ = connector_for(installed_spark_version(), installed_scala_version())
     return [f"{MAVEN_GROUP}:{STORE_ARTIFACTS[s]}_{scala}:{__version__}" for s in stores]
 
 
 def _connector_jar() -> str:
     """The bundled connector jar for the installed PySpark (raises RuntimeError when none fits)."""
-    spark = _installed_spark_version()
-    scala = _installed_scala_version()
+    spark = installed_spark_version()
+    scala = installed_scala_version()
     connector_for(spark, scala)  # no build: fails before any jar is touched
     return jar_path(spark, scala)
 
@@ -212,7 +171,7 @@ def configure_spark_with_osqueue(
     builder.config("spark.jars", _append_csv(options.get("spark.jars"), [jar]))
     packages = list(extra_packages or []) + store_packages
     if s3:
-        hadoop = _installed_hadoop_version()
+        hadoop = installed_hadoop_version()
         if hadoop is None:
             raise RuntimeError(
                 "cannot tell the Hadoop version of the installed pyspark (no hadoop-client-api-*.jar in its "

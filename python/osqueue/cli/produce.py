@@ -12,6 +12,7 @@ from osqueue.cli.app import cli
 from osqueue.cli.formatting import _plural
 from osqueue.cli.options import QueueTarget, queue_options
 from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES, MAX_SEGMENT_ENTRIES
+from osqueue.producer import Producer, WriteHandle
 
 
 def _input_lines(stream: IO[bytes]) -> Iterator[bytes]:
@@ -68,8 +69,6 @@ def produce(
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from osqueue.producer import Producer, WriteHandle
 
     err_console = Console(stderr=True)
     show_progress = not quiet and sys.stderr.isatty()

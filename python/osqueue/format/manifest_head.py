@@ -19,7 +19,6 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from osqueue.errors import CorruptManifestError, InvalidObjectKeyError
 from osqueue.format.batch_names import parse_batch_ulid_ms
@@ -33,9 +32,7 @@ from osqueue.format.manifest_codec import (
     encode_entry,
     read_manifest_footer,
 )
-
-if TYPE_CHECKING:
-    from osqueue.format.index_object import FoldedIndex
+from osqueue.store.object_store import validate_key
 
 # The v1 functions of manifest_codec and raw_manifest (read_manifest_footer, ...) refuse a version 2 head.
 
@@ -181,9 +178,6 @@ def parse_head_refs(data: bytes, key: str) -> HeadRefs:
 def decode_refs(data: bytes, start: int, end: int, count: int, key: str) -> list[SegmentRef]:
     """``count`` refs filling ``data[start:end]`` exactly (a head's or an index object's), each checked
     and contiguous with the one before."""
-    # Imported here: the store package imports the format package (no import cycle at load time).
-    from osqueue.store.object_store import validate_key
-
     if count > (end - start) // _REF_FIXED:
         raise CorruptManifestError(key, f"{count} refs cannot fit in {end - start} bytes of refs")
     refs: list[SegmentRef] = []
@@ -418,13 +412,14 @@ class RawHead:
         entries: Sequence[tuple[str, Sequence[MetadataItem]]],
         max_tail: int,
         seal: Callable[[SealedTail], SegmentRef],
-        fold: Callable[[FoldedIndex], SegmentRef],
+        fold: Callable[[Sequence[SegmentRef]], SegmentRef],
     ) -> tuple[bytes, int]:
         """Appends ``(location, metadata)`` entries at ``next_sequence``. When the tail would exceed
         ``max_tail`` (K) entries, the current tail is sealed first: ``seal`` stores the segment and returns
         its ref, and the new entries become the whole tail. Then the refs are folded (F = ``fanout(K)``):
         while the last F refs have one level and none of them is the first ref, ``fold`` stores them as an
-        index object one level up and returns its ref, which replaces them. Returns the bytes and the
+        index object one level up (``osqueue.format.index_object.fold_index``) and returns its ref, which
+        replaces them. Returns the bytes and the
         first new sequence.
         """
         k = len(entries)
@@ -479,17 +474,15 @@ class RawHead:
         return out, new_first - self.first_sequence
 
 
-def _folded(refs: list[SegmentRef], f: int, fold: Callable[[FoldedIndex], SegmentRef]) -> list[SegmentRef]:
+def _folded(refs: list[SegmentRef], f: int, fold: Callable[[Sequence[SegmentRef]], SegmentRef]) -> list[SegmentRef]:
     """Folds the last ``f`` refs into an index while they share a level and the first ref is not among
     them, then looks again one level up (at most one index per level)."""
-    from osqueue.format.index_object import fold_index  # index_object imports this module
-
     while len(refs) > f:
         last = refs[-f:]
         level = last[0].level
         if level >= MAX_LEVEL or any(r.level != level for r in last):
             break
-        refs = [*refs[:-f], fold(fold_index(last))]
+        refs = [*refs[:-f], fold(last)]
     return refs
 
 
