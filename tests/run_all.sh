@@ -57,6 +57,9 @@ echo "== Python S3 tests again, against Ceph RGW (skipped with the reason when C
 OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
   tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || status=1
 
+echo "== The native client, the CLI and the wrapper on the oldest and newest Python claimed (3.10, 3.13)"
+bash tests/python_versions.sh "$reports" || status=1
+
 echo "== The connector in the pyspark of every other Spark line (.ci/pyspark-lines.env)"
 bash tests/spark_lines.sh "$wheel" "$reports" || status=1
 
