@@ -185,3 +185,30 @@ def test_the_scan_sees_a_nested_import_a_cycle_and_a_private_name() -> None:
     assert edges["osqueue.b"] == {"osqueue.a.x", "osqueue.a"}  # importing osqueue.a.x runs osqueue/a/__init__.py
     assert cycles(edges) == [["osqueue.a.x", "osqueue.a.y"]]
 
+
+def test_the_top_level_is_the_user_api_and_each_name_is_in_its_layer() -> None:
+    import osqueue
+    from osqueue import consumer, errors, producer
+
+    assert set(osqueue.__all__) == {
+        "__version__",
+        "jar_path",
+        "Producer",
+        "WriteHandle",
+        "DurableWrite",
+        "Consumer",
+        "ConsumedBatch",
+        "FetchHandle",
+        "ErrorKind",
+        "OsqueueError",
+        "InvalidConfigError",
+        "FencedError",
+        "ResumePointError",
+        "StoreError",
+        "ConflictRetriesExhaustedError",
+        "AmbiguousCommitError",
+    }, "the user API grows only with a reason: the layers are osqueue.format, .store, .queue, .gc, .metrics"
+    layers = [vars(m) for m in (consumer, errors, producer)]
+    for name in osqueue.__all__:
+        if name not in ("__version__", "jar_path"):
+            assert any(layer.get(name) is getattr(osqueue, name) for layer in layers), name
