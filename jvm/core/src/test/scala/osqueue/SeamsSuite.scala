@@ -40,8 +40,8 @@ class SeamsSuite extends AnyFunSuite {
 
   private def sources: Seq[Path] = Seq("jvm/core/src/main", "jvm/spark/src/main", "jvm/gcs/src/main", "jvm/azure/src/main")
     .map(RepoFiles.root.resolve).flatMap { dir =>
-    Files.walk(dir).iterator().asScala.filter(_.toString.endsWith(".scala")).toSeq
-  }
+      Files.walk(dir).iterator().asScala.filter(_.toString.endsWith(".scala")).toSeq
+    }
 
   private def found: Map[(String, String), Int] = {
     val counts = for {
