@@ -13,13 +13,18 @@ val gcsSdkVersion = "2.50.0" // com.google.cloud:google-cloud-storage, in the os
 val scala212 = "2.12.18" // Spark 3.5's
 val scala213 = "2.13.17"
 
-// One connector build per Spark line: see project/SparkLine.scala.
-val sparkLines = Seq(
-  SparkLine("3.5", "3.5.0", scala212),
-  SparkLine("3.5", "3.5.0", scala213),
-  SparkLine("4.0", "4.0.0", scala213),
-  SparkLine("4.1", "4.1.0", scala213),
-  SparkLine("4.2", "4.2.0", scala213))
+// One connector build per Spark line (see project/SparkLine.scala), compiled against the line's x.y.0.
+// The lines are written once, in python/osqueue/_spark_lines.py (the wheel reads it too); each has its
+// project below (tests/python/test_spark_lines.py checks both).
+val sparkLines = {
+  val src = IO.read(file("python/osqueue/_spark_lines.py"))
+  val fullScala = Map("2.12" -> scala212, "2.13" -> scala213)
+  val lines = """\("(\d+\.\d+)", "(\d+\.\d+)"\)""".r.findAllMatchIn(src).map { m =>
+    SparkLine(m.group(1), m.group(1) + ".0", fullScala(m.group(2)))
+  }.toVector
+  if (lines.isEmpty) sys.error("cannot read SPARK_LINES from python/osqueue/_spark_lines.py")
+  lines
+}
 val newestLine = sparkLines.last
 
 val scalatest = "org.scalatest" %% "scalatest" % "3.2.19" % Test

@@ -2,9 +2,43 @@
 # README's test command: sets up what is missing (idempotent), then runs every suite —
 # the JVM tests (sbt, against real files and a real S3 server), the connector jar build,
 # and the Python tests (pytest, incl. Spark and S3 servers) — and prints one closing line.
+#
+#   bash tests/run_all.sh [pytest args]   everything (CI, .ci/run; about 45 minutes cold)
+#   bash tests/run_all.sh --quick         the inner loop (under 3 minutes warm, CONTRIBUTING.md)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+
+if [ "${1:-}" = "--quick" ]; then
+  # The quick tier: what needs no server, no Spark session and no jar. One sbt runs the JVM core's
+  # suites (but the S3 ones) and the newest line's connector suites that start no SparkSession,
+  # in the background, while the Python unit tests run (from the checkout; no S3 or GCS server, no
+  # Spark, no benchmark). pytest stays in the foreground: a background job of a script ignores
+  # SIGINT, and so would the CLI processes the Ctrl-C tests start.
+  shift
+  bash .ci/setup.sh --no-s3 >/dev/null || exit 1
+  start=$SECONDS
+  spark_sessions="$(grep -l "LocalSparkSuite\|SparkSession" jvm/spark/src/test/scala/osqueue/spark/*Suite.scala \
+    jvm/spark/src/test-lines/scala/osqueue/spark/*Suite.scala | xargs -n1 basename | sed 's/\.scala$//; s/^/-osqueue.spark./')"
+  sbt_log="$(mktemp)"
+  # shellcheck disable=SC2086
+  OSQUEUE_PYTHON="$root/.venv/bin/python" bash .ci/sbt \
+    "core/testOnly -osqueue.store.S3StoreSuite -osqueue.queue.SegmentedS3Suite" \
+    "spark42_213/testOnly $(echo $spark_sessions)" </dev/null >"$sbt_log" 2>&1 &
+  sbt_pid=$!
+  echo "== Python unit tests (pytest; sbt runs the JVM suites meanwhile)"
+  .venv/bin/python -m pytest -q -p no:cacheprovider tests/python --ignore=tests/python/test_bench.py \
+    --ignore=tests/python/test_s3.py --ignore=tests/python/test_gcs.py -k "not s3 and not real_spark" "$@"
+  py=$?
+  echo "== JVM core and newest-line connector suites (sbt)"
+  wait $sbt_pid
+  jvm=$?
+  grep -E "^\[(error|info)\] (\*\*\*|Tests:|Failed|Passed|Run completed|All tests passed|  [^ ].*FAILED)|^\[error\]" "$sbt_log" | tail -n 40
+  rm -f "$sbt_log"
+  echo "quick tier: Python $([ $py = 0 ] && echo passed || echo FAILED), JVM $([ $jvm = 0 ] && echo passed || echo FAILED) in $((SECONDS - start)) s"
+  [ $jvm = 0 ] && [ $py = 0 ]
+  exit
+fi
 
 bash .ci/setup.sh || exit 1
 export OSQUEUE_PYTHON="$root/.venv/bin/python"
@@ -61,7 +95,10 @@ echo "== Python S3 tests again, against Ceph RGW (skipped with the reason when C
 OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
   tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || status=1
 
-echo "== The connector in the pyspark of every other Spark line (3.5, 4.0, 4.2, 4.3)"
+echo "== The native client, the CLI and the wrapper on the oldest and newest Python claimed (3.10, 3.13)"
+bash tests/python_versions.sh "$reports" || status=1
+
+echo "== The connector in the pyspark of every other Spark line (.ci/pyspark-lines.env)"
 bash tests/spark_lines.sh "$wheel" "$reports" || status=1
 
 left="$(comm -13 <(echo "$spark_scratch_before") <(spark_scratch_in_tmp))"

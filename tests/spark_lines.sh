@@ -28,7 +28,7 @@ for version in $PYSPARK_LINE_VERSIONS; do
   venv=".venv-pyspark/$version"
   k="$select"
   case "$version" in
-    3.5.*) k="$k or test_checkpoint_on_s3a or test_packages" ;;  # also the Scala 2.12 artifact from Maven
+    "${PYSPARK_LINE_VERSIONS%% *}") k="$k or test_checkpoint_on_s3a or test_packages" ;;  # the oldest: also the Scala 2.12 artifact from Maven
     "${PYSPARK_LINE_VERSIONS##* }") k="$k or test_checkpoint_on_s3a" ;;
   esac
   echo "== pyspark $version"

@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--segment-entries", type=int, default=(1 << 31) - 1, help="manifest_segment_entries (K)")
     args = ap.parse_args(argv)
 
-    from osqueue import OsqueueError, Producer, S3Store
+    from osqueue import OsqueueError, Producer
+    from osqueue.store import S3Store
 
     tag = f"{args.name}-{args.incarnation}"
     log = open(args.log, "a", buffering=1, encoding="utf-8")  # line-buffered: one write per line

@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", required=True)
     args = ap.parse_args(argv)
 
-    from osqueue import Consumer, FencedError, S3Store
+    from osqueue import Consumer, FencedError
     from osqueue.format import parse_head
+    from osqueue.store import S3Store
 
     log = open(args.log, "a", buffering=1, encoding="utf-8")
     client = s3_client(args.endpoint, args.region, args.access_key, args.secret_key, 10.0)

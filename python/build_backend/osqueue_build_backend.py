@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import runpy
 import shutil
 import subprocess
 
@@ -31,14 +32,15 @@ def _version() -> str:
 
 def _newest_source_mtime() -> float:
     paths = [ROOT / "build.sbt", ROOT / "project" / "plugins.sbt", ROOT / "project" / "build.properties"]
+    paths.append(ROOT / "python" / "osqueue" / "_spark_lines.py")
     paths.extend((ROOT / "project").glob("*.scala"))
     for base in (ROOT / "jvm" / "core" / "src" / "main", ROOT / "jvm" / "spark" / "src" / "main"):
         paths.extend(p for p in base.rglob("*") if p.is_file())
     return max(p.stat().st_mtime for p in paths if p.exists())
 
 
-# build.sbt's sparkLines: (Spark line, Scala binary version); python/osqueue/_jar.py lists the same.
-SPARK_LINES = (("3.5", "2.12"), ("3.5", "2.13"), ("4.0", "2.13"), ("4.1", "2.13"), ("4.2", "2.13"))
+# (Spark line, Scala binary version), written once in python/osqueue/_spark_lines.py (build.sbt reads it too).
+SPARK_LINES = runpy.run_path(str(ROOT / "python" / "osqueue" / "_spark_lines.py"))["SPARK_LINES"]
 SBT_TASKS = ["core/assembly", "core_2_12/assembly", "spark/package"]
 
 

@@ -12,20 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import re
 import tempfile
 import warnings
 import zipfile
 
+from osqueue._spark_lines import SPARK_LINES
 from osqueue._version import __version__
-
-SPARK_LINES: tuple[tuple[str, str], ...] = (
-    ("3.5", "2.12"),
-    ("3.5", "2.13"),
-    ("4.0", "2.13"),
-    ("4.1", "2.13"),
-    ("4.2", "2.13"),
-)
-"""Every (Spark line, Scala binary version) a connector is built for; build.sbt's ``sparkLines``."""
 
 NEWEST_LINE = SPARK_LINES[-1][0]
 
@@ -65,15 +58,58 @@ def connector_for(spark_version: str, scala_version: str | None = None) -> tuple
     )
 
 
+def _pyspark_jars_dir() -> pathlib.Path | None:
+    """The directory of the jars of the installed PySpark (pip's ``pyspark/jars`` or
+    ``$SPARK_HOME/jars``), or None if there is none."""
+    import pyspark
+
+    candidates = [pathlib.Path(pyspark.__file__).resolve().parent / "jars"]
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home:
+        candidates.append(pathlib.Path(spark_home) / "jars")
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _jar_version(prefix: str) -> str | None:
+    """The version in the name of ``<prefix><version>.jar`` among PySpark's jars."""
+    jars = _pyspark_jars_dir()
+    if jars is None:
+        return None
+    pattern = re.compile(re.escape(prefix) + r"(\d+(?:\.\d+)*)\.jar")
+    for jar in sorted(jars.iterdir()):
+        m = pattern.fullmatch(jar.name)
+        if m:
+            return m.group(1)
+    return None
+
+
+def installed_spark_version() -> str:
+    """The installed pyspark's version."""
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
+def installed_scala_version() -> str | None:
+    """The Scala version of PySpark's ``scala-library-*.jar`` (e.g. ``2.13.17``), or None."""
+    return _jar_version("scala-library-")
+
+
+def installed_hadoop_version() -> str | None:
+    """The Hadoop version of PySpark's ``hadoop-client-api-*.jar`` (e.g. ``3.4.2``), or None."""
+    return _jar_version("hadoop-client-api-")
+
+
 def _installed_pyspark() -> tuple[str, str | None] | None:
     """The installed pyspark's Spark and Scala versions, or None without pyspark."""
     try:
         import pyspark
     except ImportError:
         return None
-    from osqueue import spark as osqueue_spark
-
-    return str(pyspark.__version__), osqueue_spark._installed_scala_version()
+    return str(pyspark.__version__), installed_scala_version()
 
 
 def bundled_jars(line: str, scala: str) -> tuple[pathlib.Path, pathlib.Path]:

@@ -15,18 +15,24 @@ ingestionTime timestamp, metadata binary``.
 from __future__ import annotations
 
 import datetime
-import os
-import pathlib
-import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from osqueue._jar import SPARK_LINES, connector_for, jar_path
+from osqueue._jar import (
+    connector_for,
+    installed_hadoop_version,
+    installed_scala_version,
+    installed_spark_version,
+    jar_path,
+)
+from osqueue._spark_lines import SPARK_LINES
 from osqueue._version import __version__
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.readwriter import DataStreamWriter
+    from typing_extensions import Unpack
 
 __all__ = [
     "jar_path",
@@ -34,6 +40,13 @@ __all__ = [
     "read_stream",
     "read",
     "write_stream",
+    "source_options",
+    "batch_read_options",
+    "sink_options",
+    "SourceOptions",
+    "BatchReadOptions",
+    "StreamSinkOptions",
+    "SinkOptions",
     "SUPPORTED_SPARK_LINES",
     "SOURCE_SCHEMA",
 ]
@@ -56,50 +69,6 @@ Duration = int | float | str | datetime.timedelta
 # What is installed
 
 
-def _pyspark_jars_dir() -> pathlib.Path | None:
-    """The directory of the jars of the installed PySpark (pip's ``pyspark/jars`` or
-    ``$SPARK_HOME/jars``), or None if there is none."""
-    import pyspark
-
-    candidates = [pathlib.Path(pyspark.__file__).resolve().parent / "jars"]
-    spark_home = os.environ.get("SPARK_HOME")
-    if spark_home:
-        candidates.append(pathlib.Path(spark_home) / "jars")
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
-def _jar_version(prefix: str) -> str | None:
-    """The version in the name of ``<prefix><version>.jar`` among PySpark's jars."""
-    jars = _pyspark_jars_dir()
-    if jars is None:
-        return None
-    pattern = re.compile(re.escape(prefix) + r"(\d+(?:\.\d+)*)\.jar")
-    for jar in sorted(jars.iterdir()):
-        m = pattern.fullmatch(jar.name)
-        if m:
-            return m.group(1)
-    return None
-
-
-def _installed_spark_version() -> str:
-    import pyspark
-
-    return str(pyspark.__version__)
-
-
-def _installed_scala_version() -> str | None:
-    """The Scala version of PySpark's ``scala-library-*.jar`` (e.g. ``2.13.17``), or None."""
-    return _jar_version("scala-library-")
-
-
-def _installed_hadoop_version() -> str | None:
-    """The Hadoop version of PySpark's ``hadoop-client-api-*.jar`` (e.g. ``3.4.2``), or None."""
-    return _jar_version("hadoop-client-api-")
-
-
 STORE_ARTIFACTS: Mapping[str, str] = {"azure": "osqueue-azure", "gcs": "osqueue-gcs"}
 """Stores whose JVM side lives in an artifact of its own (its cloud SDK relocated inside, no
 dependencies), added by ``configure_spark_with_osqueue(stores=[...])``: store -> artifact (the Scala
@@ -115,14 +84,14 @@ def _store_packages(stores: Sequence[str]) -> list[str]:
     unknown = [s for s in stores if s not in STORE_ARTIFACTS]
     if unknown:
         raise ValueError(f"unknown store {unknown[0]!r} in stores; known: {', '.join(sorted(STORE_ARTIFACTS))}")
-    _, scala, _ = connector_for(_installed_spark_version(), _installed_scala_version())
+    _, scala, _ = connector_for(installed_spark_version(), installed_scala_version())
     return [f"{MAVEN_GROUP}:{STORE_ARTIFACTS[s]}_{scala}:{__version__}" for s in stores]
 
 
 def _connector_jar() -> str:
     """The bundled connector jar for the installed PySpark (raises RuntimeError when none fits)."""
-    spark = _installed_spark_version()
-    scala = _installed_scala_version()
+    spark = installed_spark_version()
+    scala = installed_scala_version()
     connector_for(spark, scala)  # no build: fails before any jar is touched
     return jar_path(spark, scala)
 
@@ -202,7 +171,7 @@ def configure_spark_with_osqueue(
     builder.config("spark.jars", _append_csv(options.get("spark.jars"), [jar]))
     packages = list(extra_packages or []) + store_packages
     if s3:
-        hadoop = _installed_hadoop_version()
+        hadoop = installed_hadoop_version()
         if hadoop is None:
             raise RuntimeError(
                 "cannot tell the Hadoop version of the installed pyspark (no hadoop-client-api-*.jar in its "
@@ -244,21 +213,111 @@ def _integer(name: str, value: int) -> str:
     return str(value)
 
 
+def _string(name: str, value: str) -> str:
+    return str(value)
+
+
 def _boolean(name: str, value: bool) -> str:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
     return "true" if value else "false"
 
 
-def _common(
-    manifest_path: str | None, data_path_prefix: str | None, store_options: Mapping[str, Any] | None
-) -> dict[str, str]:
+class _Location(TypedDict, total=False):
+    manifest_path: str
+    data_path_prefix: str
+    store_options: Mapping[str, Any]
+
+
+class SourceOptions(_Location, total=False):
+    """The streaming source's options (:func:`read_stream`, :func:`source_options`).
+
+    ``max_batches_per_trigger``: at most this many queue batches per micro-batch.
+    ``min_batches_per_trigger``: wait for this many batches, but ``max_trigger_delay`` at most.
+    ``fail_on_data_loss``: fail (default) or warn when entries the checkpoint expects are gone.
+    ``gc``: run the garbage collector in the driver (default true); ``gc_interval`` between cycles;
+    ``gc_grace_period``: the minimum age of a file GC deletes.
+    ``poll_interval`` / ``max_poll_interval``: how often the source looks at the manifest while the
+    queue is idle (the real-time reader; in micro-batch mode the driver's ``latestOffset``), and the
+    longest wait it backs off to while nothing changes.
+    ``manifest_path`` (default ``ingest/manifest``), ``data_path_prefix`` (default ``ingest``),
+    ``store_options``: ``fs.s3a.*`` (``fs.azure.*``, ``fs.gs.*``) store settings for this query.
+    """
+
+    max_batches_per_trigger: int
+    min_batches_per_trigger: int
+    max_trigger_delay: Duration
+    fail_on_data_loss: bool
+    gc: bool
+    gc_interval: Duration
+    gc_grace_period: Duration
+    poll_interval: Duration
+    max_poll_interval: Duration
+
+
+class BatchReadOptions(_Location, total=False):
+    """A batch read's options (:func:`read`, :func:`batch_read_options`).
+
+    ``starting_sequence``: the first sequence to read; ``ending_sequence``: the sequence to stop before.
+    ``fail_on_data_loss``: fail when entries of the window are gone.
+    ``manifest_path``, ``data_path_prefix``, ``store_options``: as :class:`SourceOptions`.
+    """
+
+    starting_sequence: int
+    ending_sequence: int
+    fail_on_data_loss: bool
+
+
+class StreamSinkOptions(_Location, total=False):
+    """The streaming sink's options (:func:`write_stream`).
+
+    ``compression``: ``"none"`` or ``"zstd"``. ``flush_size_bytes``: a task flushes a batch at this size.
+    ``writer_id``: the identity under which the sink records its committed micro-batches for
+    exactly-once appends (default: the query's id). It belongs to the first query that commits with it:
+    a query on another checkpoint using it fails with ``OSQUEUE_WRITER_OWNED_BY_ANOTHER_QUERY`` rather
+    than skip its batches as replays.
+    ``gc_grace_period``: the consumer's GC grace period (batches older than half of it are re-uploaded
+    before being enqueued).
+    ``manifest_path``, ``data_path_prefix``, ``store_options``: as :class:`SourceOptions`.
+    """
+
+    compression: str
+    flush_size_bytes: int
+    writer_id: str
+    gc_grace_period: Duration
+
+
+class SinkOptions(StreamSinkOptions, total=False):
+    """The sink's options (:func:`sink_options`): :class:`StreamSinkOptions` and, for ``df.write`` with a
+    ``writer_id`` only, ``writer_batch_id``: the id of this write within the writer; a write at or below
+    the last committed id is skipped.
+    """
+
+    writer_batch_id: int
+
+
+OPTION_TABLES: Mapping[str, type[Any]] = {
+    "source": SourceOptions,
+    "batch read": BatchReadOptions,
+    "sink": SinkOptions,
+}
+"""The options of each mode of the connector (the modes of vocabulary.json's ``spark_options``), one
+table each: a field ``snake_name: T`` is the connector's key ``snakeName``, and ``T`` says how its value
+is written (``bool``: ``true``/``false``; ``int``: decimal; :data:`Duration`: milliseconds, a string
+as is; ``str``: as is). ``store_options`` is not a key: its items are passed as they are."""
+
+_WRITERS: Mapping[Any, Callable[[str, Any], str]] = {bool: _boolean, int: _integer, Duration: _duration, str: _string}
+
+
+def connector_key(name: str) -> str:
+    """The connector's key of a Python option name (``max_batches_per_trigger`` -> ``maxBatchesPerTrigger``)."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _store_settings(store_options: Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
-    if manifest_path is not None:
-        out["manifestPath"] = str(manifest_path)
-    if data_path_prefix is not None:
-        out["dataPathPrefix"] = str(data_path_prefix)
-    for key, value in (store_options or {}).items():
+    for key, value in store_options.items():
         if not str(key).lower().startswith(STORE_OPTION_PREFIXES):
             raise ValueError(
                 f"store option '{key}' is not a store setting ({', '.join(p + '*' for p in STORE_OPTION_PREFIXES)})"
@@ -267,118 +326,43 @@ def _common(
     return out
 
 
-def source_options(
-    *,
-    max_batches_per_trigger: int | None = None,
-    min_batches_per_trigger: int | None = None,
-    max_trigger_delay: Duration | None = None,
-    fail_on_data_loss: bool | None = None,
-    gc: bool | None = None,
-    gc_interval: Duration | None = None,
-    gc_grace_period: Duration | None = None,
-    poll_interval: Duration | None = None,
-    max_poll_interval: Duration | None = None,
-    manifest_path: str | None = None,
-    data_path_prefix: str | None = None,
-    store_options: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """The streaming source's options for the given arguments (those left None are omitted).
-
-    ``poll_interval`` / ``max_poll_interval``: how often the source looks at the manifest while the
-    queue is idle (the real-time reader; in micro-batch mode the driver's ``latestOffset``), and the
-    longest wait it backs off to while nothing changes.
-    """
-    out = _common(manifest_path, data_path_prefix, store_options)
-    if max_batches_per_trigger is not None:
-        out["maxBatchesPerTrigger"] = _integer("max_batches_per_trigger", max_batches_per_trigger)
-    if min_batches_per_trigger is not None:
-        out["minBatchesPerTrigger"] = _integer("min_batches_per_trigger", min_batches_per_trigger)
-    if max_trigger_delay is not None:
-        out["maxTriggerDelay"] = _duration("max_trigger_delay", max_trigger_delay)
-    if fail_on_data_loss is not None:
-        out["failOnDataLoss"] = _boolean("fail_on_data_loss", fail_on_data_loss)
-    if gc is not None:
-        out["gc"] = _boolean("gc", gc)
-    if gc_interval is not None:
-        out["gcInterval"] = _duration("gc_interval", gc_interval)
-    if gc_grace_period is not None:
-        out["gcGracePeriod"] = _duration("gc_grace_period", gc_grace_period)
-    if poll_interval is not None:
-        out["pollInterval"] = _duration("poll_interval", poll_interval)
-    if max_poll_interval is not None:
-        out["maxPollInterval"] = _duration("max_poll_interval", max_poll_interval)
+def _connector_options(table: type[Any], caller: str, options: Mapping[str, Any]) -> dict[str, str]:
+    """The connector's options for ``options`` (names of ``table``; None values are omitted)."""
+    hints = typing.get_type_hints(table)
+    unknown = sorted(set(options) - set(hints))
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected option {unknown[0]!r}; it takes {', '.join(sorted(hints))}")
+    out: dict[str, str] = {}
+    for name, value in options.items():
+        if value is None:
+            continue
+        if name == "store_options":
+            out.update(_store_settings(value))
+        else:
+            out[connector_key(name)] = _WRITERS[hints[name]](name, value)
     return out
 
 
-def batch_read_options(
-    *,
-    starting_sequence: int | None = None,
-    ending_sequence: int | None = None,
-    fail_on_data_loss: bool | None = None,
-    manifest_path: str | None = None,
-    data_path_prefix: str | None = None,
-    store_options: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """The batch read's options for the given arguments (those left None are omitted)."""
-    out = _common(manifest_path, data_path_prefix, store_options)
-    if starting_sequence is not None:
-        out["startingSequence"] = _integer("starting_sequence", starting_sequence)
-    if ending_sequence is not None:
-        out["endingSequence"] = _integer("ending_sequence", ending_sequence)
-    if fail_on_data_loss is not None:
-        out["failOnDataLoss"] = _boolean("fail_on_data_loss", fail_on_data_loss)
-    return out
+def source_options(**options: Unpack[SourceOptions]) -> dict[str, str]:
+    """The streaming source's options for the given arguments (:class:`SourceOptions`; None values are omitted)."""
+    return _connector_options(SourceOptions, "source_options", options)
 
 
-def sink_options(
-    *,
-    compression: str | None = None,
-    flush_size_bytes: int | None = None,
-    writer_id: str | None = None,
-    writer_batch_id: int | None = None,
-    gc_grace_period: Duration | None = None,
-    manifest_path: str | None = None,
-    data_path_prefix: str | None = None,
-    store_options: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """The sink's options for the given arguments (those left None are omitted).
+def batch_read_options(**options: Unpack[BatchReadOptions]) -> dict[str, str]:
+    """The batch read's options for the given arguments (:class:`BatchReadOptions`; None values are omitted)."""
+    return _connector_options(BatchReadOptions, "batch_read_options", options)
 
-    ``writer_batch_id`` (``writerBatchId``) is for ``df.write`` with a ``writer_id`` only: the
-    id of this write within the writer; a write at or below the last committed id is skipped.
-    """
-    out = _common(manifest_path, data_path_prefix, store_options)
-    if compression is not None:
-        out["compression"] = str(compression)
-    if flush_size_bytes is not None:
-        out["flushSizeBytes"] = _integer("flush_size_bytes", flush_size_bytes)
-    if writer_id is not None:
-        out["writerId"] = str(writer_id)
-    if writer_batch_id is not None:
-        out["writerBatchId"] = _integer("writer_batch_id", writer_batch_id)
-    if gc_grace_period is not None:
-        out["gcGracePeriod"] = _duration("gc_grace_period", gc_grace_period)
-    return out
+
+def sink_options(**options: Unpack[SinkOptions]) -> dict[str, str]:
+    """The sink's options for the given arguments (:class:`SinkOptions`; None values are omitted)."""
+    return _connector_options(SinkOptions, "sink_options", options)
 
 
 # ---------------------------------------------------------------------------------------------
 # DataFrame helpers
 
 
-def read_stream(
-    spark: SparkSession,
-    path: str,
-    *,
-    max_batches_per_trigger: int | None = None,
-    min_batches_per_trigger: int | None = None,
-    max_trigger_delay: Duration | None = None,
-    fail_on_data_loss: bool | None = None,
-    gc: bool | None = None,
-    gc_interval: Duration | None = None,
-    gc_grace_period: Duration | None = None,
-    manifest_path: str | None = None,
-    data_path_prefix: str | None = None,
-    store_options: Mapping[str, Any] | None = None,
-) -> DataFrame:
+def read_stream(spark: SparkSession, path: str, **options: Unpack[SourceOptions]) -> DataFrame:
     """A streaming DataFrame of a queue: ``spark.readStream.format("osqueue")...load(path)``.
 
     The query becomes the queue's single consumer: starting it fences any other consumer.
@@ -386,68 +370,23 @@ def read_stream(
     :param spark: The session (its ``spark.jars`` must hold the connector, see
         :func:`configure_spark_with_osqueue`).
     :param path: The queue's store root (``/dir``, ``file:/dir``, ``s3a://bucket/prefix``).
-    :param max_batches_per_trigger: ``maxBatchesPerTrigger``: at most this many queue batches
-        per micro-batch.
-    :param min_batches_per_trigger: ``minBatchesPerTrigger``: wait for this many batches...
-    :param max_trigger_delay: ``maxTriggerDelay``: ...but no longer than this.
-    :param fail_on_data_loss: ``failOnDataLoss``: fail (default) or warn when entries the
-        checkpoint expects are gone.
-    :param gc: ``gc``: run the garbage collector in the driver (default true).
-    :param gc_interval: ``gcInterval``: time between GC cycles.
-    :param gc_grace_period: ``gcGracePeriod``: minimum age of a file GC deletes.
-    :param manifest_path: ``manifestPath`` (default ``ingest/manifest``).
-    :param data_path_prefix: ``dataPathPrefix`` (default ``ingest``).
-    :param store_options: ``fs.s3a.*`` store settings for this query.
+    :param options: :class:`SourceOptions`, e.g. ``max_batches_per_trigger=100``, ``gc=False``,
+        ``poll_interval="20ms"``.
     """
-    options = source_options(
-        max_batches_per_trigger=max_batches_per_trigger,
-        min_batches_per_trigger=min_batches_per_trigger,
-        max_trigger_delay=max_trigger_delay,
-        fail_on_data_loss=fail_on_data_loss,
-        gc=gc,
-        gc_interval=gc_interval,
-        gc_grace_period=gc_grace_period,
-        manifest_path=manifest_path,
-        data_path_prefix=data_path_prefix,
-        store_options=store_options,
-    )
     reader = spark.readStream.format(FORMAT)
-    for key, value in options.items():
+    for key, value in _connector_options(SourceOptions, "read_stream", options).items():
         reader = reader.option(key, value)
     return reader.load(path)
 
 
-def read(
-    spark: SparkSession,
-    path: str,
-    *,
-    starting_sequence: int | None = None,
-    ending_sequence: int | None = None,
-    fail_on_data_loss: bool | None = None,
-    manifest_path: str | None = None,
-    data_path_prefix: str | None = None,
-    store_options: Mapping[str, Any] | None = None,
-) -> DataFrame:
+def read(spark: SparkSession, path: str, **options: Unpack[BatchReadOptions]) -> DataFrame:
     """A batch DataFrame of a queue's entries in ``[starting_sequence, ending_sequence)``
     (default: all of them); reads only, acknowledges nothing.
 
-    :param starting_sequence: ``startingSequence``: the first sequence to read.
-    :param ending_sequence: ``endingSequence``: the sequence to stop before.
-    :param fail_on_data_loss: ``failOnDataLoss``: fail when entries of the window are gone.
-    :param manifest_path: ``manifestPath`` (default ``ingest/manifest``).
-    :param data_path_prefix: ``dataPathPrefix`` (default ``ingest``).
-    :param store_options: ``fs.s3a.*`` store settings for this read.
+    :param options: :class:`BatchReadOptions`, e.g. ``starting_sequence=10``.
     """
-    options = batch_read_options(
-        starting_sequence=starting_sequence,
-        ending_sequence=ending_sequence,
-        fail_on_data_loss=fail_on_data_loss,
-        manifest_path=manifest_path,
-        data_path_prefix=data_path_prefix,
-        store_options=store_options,
-    )
     reader = spark.read.format(FORMAT)
-    for key, value in options.items():
+    for key, value in _connector_options(BatchReadOptions, "read", options).items():
         reader = reader.option(key, value)
     return reader.load(path)
 
@@ -457,14 +396,8 @@ def write_stream(
     path: str,
     *,
     checkpoint_location: str,
-    compression: str | None = None,
-    flush_size_bytes: int | None = None,
-    writer_id: str | None = None,
-    gc_grace_period: Duration | None = None,
-    manifest_path: str | None = None,
-    data_path_prefix: str | None = None,
-    store_options: Mapping[str, Any] | None = None,
     trigger: Mapping[str, Any] | None = None,
+    **options: Unpack[StreamSinkOptions],
 ) -> DataStreamWriter:
     """A ``DataStreamWriter`` that appends ``df`` to a queue; call ``.start()`` on it.
 
@@ -472,33 +405,15 @@ def write_stream(
     connector's documentation).
 
     :param checkpoint_location: The query's checkpoint directory (required).
-    :param compression: ``compression``: ``"none"`` or ``"zstd"``.
-    :param flush_size_bytes: ``flushSizeBytes``: a task flushes a batch at this size.
-    :param writer_id: ``writerId``: the identity under which the sink records its committed
-        micro-batches for exactly-once appends (default: the query's id). It belongs to the
-        first query that commits with it: a query on another checkpoint using it fails with
-        ``OSQUEUE_WRITER_OWNED_BY_ANOTHER_QUERY`` rather than skip its batches as replays.
-    :param gc_grace_period: ``gcGracePeriod``: the consumer's GC grace period (batches older
-        than half of it are re-uploaded before being enqueued).
-    :param manifest_path: ``manifestPath`` (default ``ingest/manifest``).
-    :param data_path_prefix: ``dataPathPrefix`` (default ``ingest``).
-    :param store_options: ``fs.s3a.*`` store settings for this query.
     :param trigger: Keyword arguments of ``DataStreamWriter.trigger``, e.g.
         ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``.
+    :param options: :class:`StreamSinkOptions`, e.g. ``compression="zstd"``, ``writer_id="ingest"``.
     """
     if not checkpoint_location:
         raise ValueError("checkpoint_location is required: the query's progress lives there")
-    options = sink_options(
-        compression=compression,
-        flush_size_bytes=flush_size_bytes,
-        writer_id=writer_id,
-        gc_grace_period=gc_grace_period,
-        manifest_path=manifest_path,
-        data_path_prefix=data_path_prefix,
-        store_options=store_options,
-    )
+    connector_options = _connector_options(StreamSinkOptions, "write_stream", options)
     writer = df.writeStream.format(FORMAT).option("path", path).option("checkpointLocation", checkpoint_location)
-    for key, value in options.items():
+    for key, value in connector_options.items():
         writer = writer.option(key, value)
     if trigger:
         writer = writer.trigger(**trigger)

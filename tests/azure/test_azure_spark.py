@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 import osqueue  # noqa: E402
-from osqueue.spark import _installed_scala_version  # noqa: E402
+from osqueue._jar import installed_scala_version  # noqa: E402
 
 from .support import Azurite  # noqa: E402
 
@@ -29,7 +29,7 @@ REPO = HERE.parents[1] / "target" / "maven-repo"
 @pytest.fixture(scope="module")
 def published() -> pathlib.Path:
     artifact = (
-        REPO / "io" / "github" / "osqueue" / f"osqueue-azure_{_installed_scala_version()[:4]}" / osqueue.__version__
+        REPO / "io" / "github" / "osqueue" / f"osqueue-azure_{installed_scala_version()[:4]}" / osqueue.__version__
     )
     if not artifact.is_dir():
         message = f"{artifact} is not published: run `bash .ci/sbt publishBuildRepo`"
@@ -127,7 +127,7 @@ def test_configure_with_stores_adds_the_azure_artifact_and_nothing_to_the_wheel_
     osp.configure_spark_with_osqueue(builder, stores=["azure"])
     options = dict(builder._options)
     assert options["spark.jars"] == "/opt/osqueue.jar"
-    scala = _installed_scala_version()[:4]
+    scala = installed_scala_version()[:4]
     assert (
         options["spark.jars.packages"]
         == f"org.example:lib:1.0,io.github.osqueue:osqueue-azure_{scala}:{osqueue.__version__}"

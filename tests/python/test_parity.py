@@ -35,7 +35,7 @@ JVM_SOURCES = {
 }
 # What Python mirrors: the core packages and the top-level files beside them. The Spark wrapper,
 # the jar finder and the CLI are Python's own (the JVM's are jvm/spark and tools/).
-PYTHON_OWN = {"__init__.py", "__main__.py", "_jar.py", "_version.py", "spark.py"}
+PYTHON_OWN = {"__init__.py", "__main__.py", "_jar.py", "_spark_lines.py", "_version.py", "spark.py"}
 PYTHON_OWN_DIRS = {"cli", "jars"}
 PARITY = ROOT / "tests" / "golden" / "parity.json"
 

@@ -38,18 +38,6 @@ def test_readme_names_what_pip_install_needs_and_the_build_reads_it() -> None:
     assert 'os.environ.get("OSQUEUE_JAR")' in backend and '.ci" / "sbt"' in backend
 
 
-def test_readme_lists_the_artifact_of_every_spark_line_the_build_and_the_wheel_have() -> None:
-    from osqueue.spark import SUPPORTED_SPARK_LINES
-
-    build = (ROOT / "build.sbt").read_text()
-    built = re.findall(r'SparkLine\("([\d.]+)", "[\d.]+", scala(\d)(\d+)\)', build)
-    assert [(line, f"{major}.{minor}") for line, major, minor in built] == list(SUPPORTED_SPARK_LINES)
-    backend = (ROOT / "python" / "build_backend" / "osqueue_build_backend.py").read_text()
-    assert f"SPARK_LINES = {tuple(SUPPORTED_SPARK_LINES)!r}".replace("'", '"') in backend
-    for line, scala in SUPPORTED_SPARK_LINES:
-        assert f"io.github.osqueue:osqueue-spark-{line}_{scala}:" in README, (line, scala)
-
-
 def test_readme_names_only_commands_the_cli_has() -> None:
     from osqueue.cli import cli
 

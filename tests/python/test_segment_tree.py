@@ -8,6 +8,7 @@ import base64
 import json
 import pathlib
 import random
+from collections.abc import Sequence
 from functools import partial
 
 import pytest
@@ -22,7 +23,6 @@ from segmented_queue_helpers import upload as _upload
 from osqueue.consumer import Consumer
 from osqueue.errors import AmbiguousCommitError, CorruptManifestError, StoreError
 from osqueue.format import (
-    FoldedIndex,
     ManifestEntry,
     MetadataItem,
     SealedTail,
@@ -186,7 +186,8 @@ class _Objects:
         self.data[key] = t.data
         return t.ref(key)
 
-    def fold(self, f: FoldedIndex) -> SegmentRef:
+    def fold(self, refs: Sequence[SegmentRef]) -> SegmentRef:
+        f = fold_index(refs)
         key = f"m.segments/{len(self.data):026d}.index"
         self.data[key] = f.data
         return f.ref(key)

@@ -74,7 +74,7 @@ def test_configure_with_s3_adds_hadoop_aws_of_the_installed_hadoop(fake_jar: str
     assert options["spark.jars.packages"] == (
         f"org.example:lib:1.0,io.delta:delta-spark_2.13:4.0.0,org.apache.hadoop:hadoop-aws:{hadoop}"
     )
-    assert osp._installed_hadoop_version() == hadoop
+    assert osp.installed_hadoop_version() == hadoop
 
 
 def test_configure_with_extra_packages_only(fake_jar: str) -> None:
@@ -88,7 +88,7 @@ def test_configure_with_extra_packages_only(fake_jar: str) -> None:
 def test_configure_with_stores_adds_each_store_artifact_for_the_installed_scala(fake_jar: str) -> None:
     builder = SparkSession.builder.config("spark.jars.packages", "org.example:lib:1.0")
     osp.configure_spark_with_osqueue(builder, stores=["gcs", "azure"])
-    scala = ".".join(osp._installed_scala_version().split(".")[:2])
+    scala = ".".join(osp.installed_scala_version().split(".")[:2])
     assert _builder_options(builder)["spark.jars.packages"] == (
         f"org.example:lib:1.0,io.github.osqueue:osqueue-gcs_{scala}:{osqueue.__version__},"
         f"io.github.osqueue:osqueue-azure_{scala}:{osqueue.__version__}"
@@ -133,8 +133,8 @@ def test_the_jar_is_chosen_by_the_installed_pyspark(
     fake_jar: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(osp, "_installed_spark_version", lambda: spark)
-    monkeypatch.setattr(osp, "_installed_scala_version", lambda: scala)
+    monkeypatch.setattr(osp, "installed_spark_version", lambda: spark)
+    monkeypatch.setattr(osp, "installed_scala_version", lambda: scala)
     builder = SparkSession.builder
     if error is None:
         osp.configure_spark_with_osqueue(builder)
@@ -181,13 +181,13 @@ def test_jar_path_joins_the_bundled_core_and_the_line_connector_once(
 
 
 def test_installed_versions_are_read_from_pyspark() -> None:
-    assert osp._installed_spark_version() == pyspark.__version__
+    assert osp.installed_spark_version() == pyspark.__version__
     (scala_jar,) = PYSPARK_JARS.glob("scala-library-*.jar")
-    assert osp._installed_scala_version() == scala_jar.name[len("scala-library-") : -len(".jar")]
+    assert osp.installed_scala_version() == scala_jar.name[len("scala-library-") : -len(".jar")]
 
 
 def test_s3_needs_a_known_hadoop_version(fake_jar: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(osp, "_installed_hadoop_version", lambda: None)
+    monkeypatch.setattr(osp, "installed_hadoop_version", lambda: None)
     with pytest.raises(RuntimeError, match="hadoop-aws"):
         osp.configure_spark_with_osqueue(SparkSession.builder, s3=True)
 

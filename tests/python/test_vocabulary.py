@@ -8,6 +8,8 @@ import inspect
 import json
 import pathlib
 import re
+import typing
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -105,24 +107,71 @@ def test_option_defaults_are_the_shared_ones(option: dict[str, Any]) -> None:
         assert _python_default(option, owners[of]) == _expected(option), (option["name"], of)
 
 
+SPARK_MODES = [mode for mode in VOCABULARY["spark_options"] if mode != "about"]
+_SAMPLES: dict[Any, Any] = {bool: True, int: 1, spark.Duration: "1s", str: "x", Mapping[str, Any]: {}}
+
+
+def _every_option(table: Any) -> dict[str, Any]:
+    """A value for every option of a wrapper table (its type's sample)."""
+    return {name: _SAMPLES[hint] for name, hint in typing.get_type_hints(table).items()}
+
+
+def _connector_keys(mode: str) -> set[str]:
+    return set(VOCABULARY["spark_options"][mode]) - {"path"}
+
+
+def test_every_mode_of_the_connector_has_a_wrapper_table() -> None:
+    assert set(spark.OPTION_TABLES) == set(SPARK_MODES)
+
+
+@pytest.mark.parametrize("mode", SPARK_MODES)
+def test_the_wrapper_table_of_a_mode_has_exactly_the_connector_keys(mode: str) -> None:
+    table = spark.OPTION_TABLES[mode]
+    names = set(typing.get_type_hints(table)) - {"store_options"}
+    assert {spark.connector_key(n) for n in names} == _connector_keys(mode)
+    tables = [t for t in vars(spark).values() if isinstance(t, type) and typing.is_typeddict(t)]
+    docs = "".join(inspect.getdoc(t) or "" for t in tables)
+    for name in names:  # each option is documented with the tables
+        assert f"``{name}``" in docs, name
+
+
+class _Recorder:
+    """Stands for a SparkSession / DataFrame: records the options set on it."""
+
+    def __init__(self) -> None:
+        self.options: dict[str, str] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("readStream", "read", "writeStream"):
+            return self
+        if name == "option":
+            return lambda key, value: self.options.__setitem__(key, value) or self
+        return lambda *args, **kwargs: self
+
+
 @pytest.mark.parametrize(
     "mode,builder",
     [("source", spark.source_options), ("batch read", spark.batch_read_options), ("sink", spark.sink_options)],
 )
-def test_the_spark_wrapper_sets_exactly_the_connector_keys(mode: str, builder: Any) -> None:
-    values: dict[str, Any] = {}
-    for name, p in inspect.signature(builder).parameters.items():
-        if name == "store_options":
-            continue
-        hint = str(p.annotation)
-        values[name] = (
-            True
-            if "bool" in hint
-            else 1
-            if "int" in hint and "str" not in hint
-            else "1s"
-            if "Duration" in hint
-            else "x"
-        )
-    keys = set(builder(**values))
-    assert keys == set(VOCABULARY["spark_options"][mode]) - {"path"}
+def test_the_option_builders_set_every_connector_key_of_their_mode(mode: str, builder: Any) -> None:
+    assert set(builder(**_every_option(spark.OPTION_TABLES[mode]))) == _connector_keys(mode)
+
+
+def test_the_dataframe_helpers_take_every_connector_key_of_their_mode() -> None:
+    session = _Recorder()
+    spark.read_stream(session, "/q", **_every_option(spark.SourceOptions))  # type: ignore[arg-type]
+    assert set(session.options) == _connector_keys("source")
+    session = _Recorder()
+    spark.read(session, "/q", **_every_option(spark.BatchReadOptions))  # type: ignore[arg-type]
+    assert set(session.options) == _connector_keys("batch read")
+    df = _Recorder()
+    spark.write_stream(df, "/q", checkpoint_location="/c", **_every_option(spark.StreamSinkOptions))  # type: ignore[arg-type]
+    # writerBatchId belongs to df.write with a writer id; on a stream the connector refuses it.
+    assert set(df.options) == _connector_keys("sink") - {"writerBatchId"} | {"path", "checkpointLocation"}
+
+
+def test_a_helper_refuses_an_option_of_another_mode_naming_it() -> None:
+    with pytest.raises(TypeError, match="'starting_sequence'"):
+        spark.read_stream(_Recorder(), "/q", starting_sequence=1)  # type: ignore[arg-type, call-arg]
+    with pytest.raises(TypeError, match="'writer_batch_id'"):
+        spark.write_stream(_Recorder(), "/q", checkpoint_location="/c", writer_batch_id=1)  # type: ignore[arg-type, call-arg]

@@ -16,13 +16,13 @@ import pytest
 
 import osqueue
 from osqueue import _jar
-from osqueue.spark import _installed_scala_version
+from osqueue._jar import installed_scala_version
 
 from .support import produce_entries
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 REPO = ROOT / "target" / "maven-repo"
-LINE, SCALA, _ = _jar.connector_for(pyspark.__version__, _installed_scala_version())
+LINE, SCALA, _ = _jar.connector_for(pyspark.__version__, installed_scala_version())
 COORDINATES = f"io.github.osqueue:osqueue-spark-{LINE}_{SCALA}:{osqueue.__version__}"
 LOOPBACK = ["spark.driver.bindAddress=127.0.0.1", "spark.driver.host=127.0.0.1", "spark.ui.enabled=false"]
 
@@ -118,7 +118,7 @@ def test_the_cluster_library_jar_works_next_to_hadoop_aws_and_its_sdk_bundle(pub
     SDK, Spark writes and reads Parquet through s3a, in one JVM, on the moto S3 server."""
     from fixtures import new_bucket, run_s3_server
 
-    from osqueue.spark import _installed_hadoop_version
+    from osqueue._jar import installed_hadoop_version
 
     assembly = (
         published
@@ -142,7 +142,7 @@ def test_the_cluster_library_jar_works_next_to_hadoop_aws_and_its_sdk_bundle(pub
         produce_entries(queue, batches=3, per_batch=5, store_options=options)
         confs = [
             f"spark.jars={assembly}",
-            f"spark.jars.packages=org.apache.hadoop:hadoop-aws:{_installed_hadoop_version()}",
+            f"spark.jars.packages=org.apache.hadoop:hadoop-aws:{installed_hadoop_version()}",
             *LOOPBACK,
             *[f"spark.hadoop.{k}={v}" for k, v in options.items()],
         ]

@@ -15,13 +15,13 @@ import pytest
 
 import osqueue
 from osqueue import _jar
-from osqueue.spark import _installed_scala_version
+from osqueue._jar import installed_scala_version
 
 from .support import produce_entries
 
 SPARK = pyspark.__version__
 LINE = ".".join(SPARK.split(".")[:2])
-SCALA = ".".join((_installed_scala_version() or _jar._default_scala(LINE)).split(".")[:2])
+SCALA = ".".join((installed_scala_version() or _jar._default_scala(LINE)).split(".")[:2])
 NEWER = _jar._line_key(LINE) > _jar._line_key(_jar.NEWEST_LINE)
 
 READ = textwrap.dedent("""

@@ -6,7 +6,7 @@ import base64
 import datetime
 
 
-def _human_bytes(n: int) -> str:
+def human_bytes(n: int) -> str:
     if n < 1024:
         return f"{n} B"
     value = float(n)
@@ -17,9 +17,9 @@ def _human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _human_age(ms: int) -> str:
+def human_age(ms: int) -> str:
     if ms < 0:
-        return f"{_human_age(-ms)} in the future"
+        return f"{human_age(-ms)} in the future"
     seconds = ms / 1000
     if seconds < 60:
         return f"{seconds:.1f} s"
@@ -33,14 +33,14 @@ def _human_age(ms: int) -> str:
     return f"{days} d {hours} h"
 
 
-def _iso(ms: int) -> str:
+def iso(ms: int) -> str:
     dt = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _plural(n: int, one: str, many: str) -> str:
+def plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _b64(data: bytes) -> str:
+def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")

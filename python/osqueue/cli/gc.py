@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from osqueue.cli.app import CliError, cli
-from osqueue.cli.formatting import _human_age, _plural
+from osqueue.cli.formatting import human_age, plural
 from osqueue.cli.options import QueueTarget, queue_options
 from osqueue.format import parse_batch_ulid_ms
 from osqueue.gc import GarbageCollector
@@ -38,7 +38,7 @@ def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:
         store.close()
     verb = "would delete" if result.dry_run else "deleted"
     click.echo(
-        f"{verb} {_plural(len(result.deleted), 'unreferenced batch file', 'unreferenced batch files')} "
+        f"{verb} {plural(len(result.deleted), 'unreferenced batch file', 'unreferenced batch files')} "
         f"older than the oldest referenced batch and the {result.grace_period_ms / 1000:g} s grace period"
         + (
             f" (the queue's; --grace-period {grace_period:g} is shorter)"
@@ -49,7 +49,7 @@ def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:
     )
     for key in result.deleted:
         created = parse_batch_ulid_ms(key)
-        age = "" if created is None else f"  (age {_human_age(result.snapshot_time_ms - created)})"
+        age = "" if created is None else f"  (age {human_age(result.snapshot_time_ms - created)})"
         click.echo(f"  {key}{age}")
     # The manifest usually sits under the data prefix too (ingest/manifest): name it apart.
     others = result.kept_not_batch

@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from osqueue.cli.app import cli
-from osqueue.cli.formatting import _b64, _human_age, _human_bytes, _iso
-from osqueue.cli.options import _CLOCK, QueueTarget, queue_options
+from osqueue.cli.formatting import b64, human_age, human_bytes, iso
+from osqueue.cli.options import CLOCK, QueueTarget, queue_options
 from osqueue.format import HEAD_VERSION, Manifest, ManifestHead, decode_head, parse_batch_ulid_ms
 from osqueue.queue import (
     ManifestStore,
@@ -33,12 +33,12 @@ def manifest_to_json(manifest: Manifest, version: int | None) -> dict[str, Any]:
                     {
                         "start_index": m.start_index,
                         "ingestion_time_ms": m.ingestion_time_ms,
-                        "payload_base64": _b64(m.payload),
+                        "payload_base64": b64(m.payload),
                     }
                     for m in e.metadata
                 ],
                 # The entry's extension bytes (e.g. the Spark sink's write tag, docs/format.md §2.1).
-                "extension_base64": _b64(e.extension),
+                "extension_base64": b64(e.extension),
             }
             for e in manifest.entries
         ],
@@ -112,7 +112,7 @@ def _print_head_summary(target: QueueTarget, store: ObjectStore, head: ManifestH
     table.add_column("value")
     table.add_row(
         "manifest",
-        f"{target.manifest_path} ({_human_bytes(head_bytes)}, format version {head.version}: a segmented head)",
+        f"{target.manifest_path} ({human_bytes(head_bytes)}, format version {head.version}: a segmented head)",
     )
     table.add_row("entries (depth)", f"{head.depth} (from the head: no segment read)")
     table.add_row("sequences", f"{head.first_sequence}..{head.next_sequence - 1}" if head.depth else "-")
@@ -127,7 +127,7 @@ def _print_head_summary(target: QueueTarget, store: ObjectStore, head: ManifestH
     table.add_row("tail", f"{len(head.tail)} entries in the head")
     oldest = [r.oldest_batch_ms for r in head.refs if r.oldest_batch_ms != (1 << 63) - 1]
     if oldest:
-        table.add_row("oldest batch", f"{_iso(min(oldest))} (age {_human_age(_CLOCK.now_ms() - min(oldest))})")
+        table.add_row("oldest batch", f"{iso(min(oldest))} (age {human_age(CLOCK.now_ms() - min(oldest))})")
     Console(soft_wrap=False, width=max(100, _terminal_width())).print(table)
 
 
@@ -144,7 +144,7 @@ def _print_summary(
     from rich.console import Console
     from rich.table import Table
 
-    now = _CLOCK.now_ms()
+    now = CLOCK.now_ms()
     referenced = {e.location for e in manifest.entries}
     listed = {info.key: info.size for info in store.list(target.data_prefix + "/")} if target.data_prefix else {}
     queued_bytes = sum(size for key, size in listed.items() if key in referenced)
@@ -162,7 +162,7 @@ def _print_summary(
     if raw is None:
         table.add_row("manifest", f"{target.manifest_path} (missing: an empty queue)")
     else:
-        table.add_row("manifest", f"{target.manifest_path} ({_human_bytes(len(raw))}, format version {version})")
+        table.add_row("manifest", f"{target.manifest_path} ({human_bytes(len(raw))}, format version {version})")
     table.add_row("entries", str(len(manifest.entries)))
     if manifest.entries:
         table.add_row("sequences", f"{manifest.entries[0].sequence}..{manifest.entries[-1].sequence}")
@@ -170,17 +170,17 @@ def _print_summary(
         table.add_row("sequences", "-")
     table.add_row("next sequence", str(manifest.next_sequence))
     table.add_row("epoch", str(manifest.epoch))
-    table.add_row("queued bytes", f"{queued_bytes} ({_human_bytes(queued_bytes)})")
+    table.add_row("queued bytes", f"{queued_bytes} ({human_bytes(queued_bytes)})")
     first_meta = manifest.entries[0].metadata if manifest.entries else []
     if first_meta:
         oldest = first_meta[0].ingestion_time_ms
-        table.add_row("oldest entry", f"{_iso(oldest)} (age {_human_age(now - oldest)})")
+        table.add_row("oldest entry", f"{iso(oldest)} (age {human_age(now - oldest)})")
     else:
         table.add_row("oldest entry", "-")
     last_meta = manifest.entries[-1].metadata if manifest.entries else []
     if last_meta:
         newest = last_meta[-1].ingestion_time_ms
-        table.add_row("newest entry", f"{_iso(newest)} (age {_human_age(now - newest)})")
+        table.add_row("newest entry", f"{iso(newest)} (age {human_age(now - newest)})")
     table.add_row("unreferenced batches", f"{len(unreferenced)} under {prefix} (being enqueued, or orphans for GC)")
     if missing:
         table.add_row("missing batches", f"{len(missing)} referenced but not found, first: {missing[0]}")

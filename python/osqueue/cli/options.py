@@ -22,7 +22,7 @@ from osqueue.store import ObjectStore, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_CLOCK = SystemClock()
+CLOCK = SystemClock()
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ from typing import IO, Any
 import click
 
 from osqueue.cli.app import cli
-from osqueue.cli.formatting import _plural
+from osqueue.cli.formatting import plural
 from osqueue.cli.options import QueueTarget, queue_options
 from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES, MAX_SEGMENT_ENTRIES
+from osqueue.producer import Producer, WriteHandle
 
 
 def _input_lines(stream: IO[bytes]) -> Iterator[bytes]:
@@ -68,8 +69,6 @@ def produce(
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from osqueue.producer import Producer, WriteHandle
 
     err_console = Console(stderr=True)
     show_progress = not quiet and sys.stderr.isatty()
@@ -147,6 +146,6 @@ def produce(
         click.echo("nothing to produce: the input was empty")
         return
     click.echo(
-        f"{_plural(produced, 'entry', 'entries')} durable in {_plural(len(locations), 'batch', 'batches')} "
+        f"{plural(produced, 'entry', 'entries')} durable in {plural(len(locations), 'batch', 'batches')} "
         f"(sequences {min(sequences)}..{max(sequences)})"
     )

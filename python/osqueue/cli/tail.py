@@ -11,8 +11,8 @@ from typing import IO
 import click
 
 from osqueue.cli.app import cli
-from osqueue.cli.formatting import _b64
-from osqueue.cli.options import _CLOCK, QueueTarget, queue_options
+from osqueue.cli.formatting import b64
+from osqueue.cli.options import CLOCK, QueueTarget, queue_options
 from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
 from osqueue.errors import BatchNotFoundError
 from osqueue.format import RawHead
@@ -40,8 +40,8 @@ def _write_batch(out: IO[str], batch: ConsumedBatch, fmt: str) -> None:
             record = {
                 "sequence": batch.sequence,
                 "index": index,
-                "value_base64": _b64(value),
-                "metadata_base64": None if meta is None else _b64(meta.payload),
+                "value_base64": b64(value),
+                "metadata_base64": None if meta is None else b64(meta.payload),
                 "ingestion_time_ms": None if meta is None else meta.ingestion_time_ms,
                 "location": batch.location,
             }
@@ -137,7 +137,7 @@ def _tail_read_only(
                 state.last_printed = entry.sequence
             if not follow:
                 break
-            _CLOCK.sleep(interval)
+            CLOCK.sleep(interval)
     except KeyboardInterrupt:
         if not follow:
             raise
@@ -189,7 +189,7 @@ def _tail_acking(
                 consumer.flush()
                 if not follow or _done(state, max_batches):
                     break
-                _CLOCK.sleep(interval)
+                CLOCK.sleep(interval)
         except KeyboardInterrupt:
             pass  # close() below dequeues everything printed so far
         # Consumer.close() (the with block) dequeues what was acked since the last flush.

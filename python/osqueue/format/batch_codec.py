@@ -7,7 +7,7 @@ import struct
 from collections.abc import Sequence
 
 from osqueue.errors import CorruptBatchError, InvalidConfigError, UnsupportedFormatVersionError
-from osqueue.format.manifest_codec import _U32, _U32_MAX, FORMAT_VERSION
+from osqueue.format.manifest_codec import FORMAT_VERSION, U32, U32_MAX
 
 BATCH_FOOTER_LEN = 7
 MAX_DECOMPRESSED_BLOCK = (1 << 31) - 1
@@ -33,13 +33,13 @@ def encode_batch(records: Sequence[bytes], compression: Compression = Compressio
         compression: ``Compression.ZSTD`` compresses the record block at level 3.
     """
     compression = Compression(compression)
-    if len(records) > _U32_MAX:
+    if len(records) > U32_MAX:
         raise InvalidConfigError("records", len(records), "at most 2^32 - 1 records per batch")
     parts: list[bytes] = []
     for r in records:
-        if len(r) > _U32_MAX:
+        if len(r) > U32_MAX:
             raise InvalidConfigError("record", len(r), "a record is at most 2^32 - 1 bytes")
-        parts.append(_U32.pack(len(r)))
+        parts.append(U32.pack(len(r)))
         parts.append(bytes(r))
     block = b"".join(parts)
     if compression is Compression.ZSTD:
@@ -109,7 +109,7 @@ def decode_batch(data: bytes, key: str) -> list[bytes]:
     for i in range(count):
         if pos + 4 > size:
             raise CorruptBatchError(key, f"fewer records than record_count {count} (record {i} missing)")
-        (length,) = _U32.unpack_from(block, pos)
+        (length,) = U32.unpack_from(block, pos)
         pos += 4
         if pos + length > size:
             raise CorruptBatchError(key, f"record {i} ({length} bytes) runs past the block")

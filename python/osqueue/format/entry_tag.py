@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from osqueue.errors import InvalidConfigError
 from osqueue.format.manifest import ManifestEntry
-from osqueue.format.manifest_codec import _I64_MAX, _I64_MIN, _U16_MAX
+from osqueue.format.manifest_codec import I64_MAX, I64_MIN, U16_MAX
 
 _TAG_MAGIC = b"OSQ1"
 _TAG_SINK = 1
@@ -42,11 +42,11 @@ class EntryTag:
         """
         w = self.writer_id.encode("utf-8")
         a = self.attempt_id.encode("utf-8")
-        if len(w) > _U16_MAX:
+        if len(w) > U16_MAX:
             raise InvalidConfigError("writer_id", self.writer_id[:80], "a writer id is at most 65535 UTF-8 bytes")
         if len(a) > 0xFF:
             raise InvalidConfigError("attempt_id", self.attempt_id[:80], "an attempt id is at most 255 UTF-8 bytes")
-        if not _I64_MIN <= self.batch_id <= _I64_MAX:
+        if not I64_MIN <= self.batch_id <= I64_MAX:
             raise InvalidConfigError("batch_id", self.batch_id, "a batch id is an i64")
         return _TAG_HEAD.pack(_TAG_MAGIC, _TAG_SINK, len(w)) + w + _TAG_MID.pack(self.batch_id, len(a)) + a
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 
-from osqueue.format.manifest_codec import _U64_MAX
+from osqueue.format.manifest_codec import U64_MAX
 
 INCARNATION_SUFFIX = ".incarnation"
 """``<manifest>.incarnation``: the incarnation the last consumer initialized (docs/format.md §5.2)."""
@@ -28,4 +28,4 @@ def new_incarnation_epoch() -> int:
 def next_epoch(epoch: int) -> int:
     """The epoch a consumer takes at ``initialize``: ``epoch + 1``, wrapping past 2^64 − 2 to 0."""
     nxt = epoch + 1
-    return 0 if nxt >= _U64_MAX else nxt
+    return 0 if nxt >= U64_MAX else nxt

@@ -14,15 +14,15 @@ FORMAT_VERSION = 1
 
 MANIFEST_FOOTER_LEN = 22
 
-_U16_MAX = 0xFFFF
-_U32_MAX = 0xFFFFFFFF
-_U64_MAX = 0xFFFFFFFFFFFFFFFF
-_I64_MIN = -(1 << 63)
-_I64_MAX = (1 << 63) - 1
+U16_MAX = 0xFFFF
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+I64_MIN = -(1 << 63)
+I64_MAX = (1 << 63) - 1
 
-_FOOTER = struct.Struct("<IQQH")  # entry_count, next_sequence, epoch, version
+MANIFEST_FOOTER = struct.Struct("<IQQH")  # entry_count, next_sequence, epoch, version
 _ENTRY_HEAD = struct.Struct("<IQH")  # entry_len, sequence, location_len
-_U32 = struct.Struct("<I")
+U32 = struct.Struct("<I")
 _META_HEAD = struct.Struct("<IqI")  # start_index, ingestion_time_ms, payload_len
 _ENTRY_FIXED = 8 + 2 + 4  # sequence + location_len + metadata_count
 _META_FIXED = 4 + 8 + 4
@@ -40,13 +40,13 @@ class ManifestFooter:
 # Manifest
 
 
-def _footer_bytes(entry_count: int, next_sequence: int, epoch: int) -> bytes:
-    return _FOOTER.pack(entry_count, next_sequence, epoch, FORMAT_VERSION)
+def footer_bytes(entry_count: int, next_sequence: int, epoch: int) -> bytes:
+    return MANIFEST_FOOTER.pack(entry_count, next_sequence, epoch, FORMAT_VERSION)
 
 
 def empty_manifest(epoch: int = 0) -> bytes:
     """The empty manifest: the footer alone (22 bytes)."""
-    return _footer_bytes(0, 0, epoch)
+    return footer_bytes(0, 0, epoch)
 
 
 def read_manifest_footer(data: bytes, key: str) -> ManifestFooter:
@@ -66,7 +66,7 @@ def read_manifest_footer(data: bytes, key: str) -> ManifestFooter:
         raise CorruptManifestError(key, "empty object")
     if n < MANIFEST_FOOTER_LEN:
         raise CorruptManifestError(key, f"shorter than the 22-byte footer ({n} bytes)")
-    entry_count, next_sequence, epoch, version = _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)
+    entry_count, next_sequence, epoch, version = MANIFEST_FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)
     if version != FORMAT_VERSION:
         raise UnsupportedFormatVersionError(key, "manifest", version)
     if next_sequence > MAX_SEQUENCE:
@@ -106,7 +106,7 @@ def decode_manifest(data: bytes, key: str) -> Manifest:
     for i in range(count):
         if pos + 4 > end:
             raise CorruptManifestError(key, f"entry {i} of {count}: entry_len field runs past the entries region")
-        (entry_len,) = _U32.unpack_from(data, pos)
+        (entry_len,) = U32.unpack_from(data, pos)
         body = pos + 4
         entry_end = body + entry_len
         if entry_end > end:
@@ -124,7 +124,7 @@ def decode_manifest(data: bytes, key: str) -> Manifest:
         except UnicodeDecodeError:
             raise CorruptManifestError(key, f"entry {i}: location is not valid UTF-8") from None
         p = loc_start + location_len
-        (meta_count,) = _U32.unpack_from(data, p)
+        (meta_count,) = U32.unpack_from(data, p)
         p += 4
         if meta_count * _META_FIXED > entry_end - p:
             raise CorruptManifestError(key, f"entry {i}: {meta_count} metadata items run past the entry's end")
@@ -173,29 +173,29 @@ def encode_entry(sequence: int, location: str, metadata: Sequence[MetadataItem],
         InvalidConfigError: A field does not fit its wire type.
     """
     loc = location.encode("utf-8")
-    if len(loc) > _U16_MAX:
+    if len(loc) > U16_MAX:
         raise InvalidConfigError("location", location[:80], "a location is at most 65535 UTF-8 bytes")
     if not 0 <= sequence <= MAX_SEQUENCE:
         raise InvalidConfigError("sequence", sequence, "sequences are in [0, 2^63)")
-    if len(metadata) > _U32_MAX:
+    if len(metadata) > U32_MAX:
         raise InvalidConfigError("metadata", len(metadata), "at most 2^32 - 1 metadata items per entry")
-    parts = [b"", struct.pack("<QH", sequence, len(loc)), loc, _U32.pack(len(metadata))]
+    parts = [b"", struct.pack("<QH", sequence, len(loc)), loc, U32.pack(len(metadata))]
     for m in metadata:
         if not 0 <= m.start_index <= MAX_START_INDEX:
             raise InvalidConfigError(
                 "start_index", m.start_index, "must be below 2^31: no batch holds that many records (docs/format.md §2)"
             )
-        if not _I64_MIN <= m.ingestion_time_ms <= _I64_MAX:
+        if not I64_MIN <= m.ingestion_time_ms <= I64_MAX:
             raise InvalidConfigError("ingestion_time_ms", m.ingestion_time_ms, "ingestion_time_ms is an i64")
-        if len(m.payload) > _U32_MAX:
+        if len(m.payload) > U32_MAX:
             raise InvalidConfigError("payload", len(m.payload), "a metadata payload is at most 2^32 - 1 bytes")
         parts.append(_META_HEAD.pack(m.start_index, m.ingestion_time_ms, len(m.payload)))
         parts.append(bytes(m.payload))
     parts.append(bytes(extension))
     body_len = sum(len(p) for p in parts)
-    if body_len > _U32_MAX:
+    if body_len > U32_MAX:
         raise InvalidConfigError("entry", body_len, "an entry is at most 2^32 - 1 bytes")
-    parts[0] = _U32.pack(body_len)
+    parts[0] = U32.pack(body_len)
     return b"".join(parts)
 
 
@@ -214,15 +214,15 @@ def encode_manifest(manifest: Manifest) -> bytes:
         raise InvalidConfigError("next_sequence", manifest.next_sequence, "must be the last entry's sequence + 1")
     if not 0 <= manifest.next_sequence <= MAX_SEQUENCE:
         raise InvalidConfigError("next_sequence", manifest.next_sequence, "must be in [0, 2^63)")
-    if not 0 <= manifest.epoch <= _U64_MAX:
+    if not 0 <= manifest.epoch <= U64_MAX:
         raise InvalidConfigError("epoch", manifest.epoch, "the epoch is a u64")
-    if len(entries) > _U32_MAX:
+    if len(entries) > U32_MAX:
         raise InvalidConfigError("entries", len(entries), "at most 2^32 - 1 entries")
     body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension) for e in entries)
-    return body + _footer_bytes(len(entries), manifest.next_sequence, manifest.epoch)
+    return body + footer_bytes(len(entries), manifest.next_sequence, manifest.epoch)
 
 
-def _walk_headers(raw: bytes, key: str) -> Iterator[tuple[int, int, int, int]]:
+def walk_headers(raw: bytes, key: str) -> Iterator[tuple[int, int, int, int]]:
     """Yields ``(sequence, entry_start, entry_end, location_len)`` hopping over entries."""
     footer = read_manifest_footer(raw, key)
     end = len(raw) - MANIFEST_FOOTER_LEN

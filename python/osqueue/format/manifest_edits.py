@@ -7,15 +7,15 @@ from collections.abc import Iterator, Sequence
 from osqueue.errors import CorruptManifestError, InvalidConfigError
 from osqueue.format.manifest import MAX_SEQUENCE, MetadataItem
 from osqueue.format.manifest_codec import (
-    _U32_MAX,
-    _U64_MAX,
     MANIFEST_FOOTER_LEN,
+    U32_MAX,
+    U64_MAX,
     ManifestFooter,
-    _footer_bytes,
-    _walk_headers,
     empty_manifest,
     encode_entry,
+    footer_bytes,
     read_manifest_footer,
+    walk_headers,
 )
 
 
@@ -43,13 +43,13 @@ def append_entries(
     footer = ManifestFooter(0, 0, new_epoch) if raw is None else read_manifest_footer(raw, key)
     first = footer.next_sequence
     k = len(new_entries)
-    if footer.entry_count + k > _U32_MAX:
+    if footer.entry_count + k > U32_MAX:
         raise CorruptManifestError(key, "appending would exceed 2^32 - 1 entries")
     if first + k > MAX_SEQUENCE:
         raise CorruptManifestError(key, "appending would take sequences past 2^63")
     body = b"".join(encode_entry(first + i, loc, meta) for i, (loc, meta) in enumerate(new_entries))
     prefix = b"" if raw is None else raw[: len(raw) - MANIFEST_FOOTER_LEN]
-    return prefix + body + _footer_bytes(footer.entry_count + k, first + k, footer.epoch), first
+    return prefix + body + footer_bytes(footer.entry_count + k, first + k, footer.epoch), first
 
 
 def iter_entry_locations(raw: bytes, key: str, min_sequence: int = 0) -> Iterator[tuple[int, str]]:
@@ -57,7 +57,7 @@ def iter_entry_locations(raw: bytes, key: str, min_sequence: int = 0) -> Iterato
 
     Metadata is not decoded: each entry costs one header read.
     """
-    for sequence, start, _end, location_len in _walk_headers(raw, key):
+    for sequence, start, _end, location_len in walk_headers(raw, key):
         if sequence < min_sequence:
             continue
         loc_start = start + 14
@@ -80,14 +80,14 @@ def dequeue_through(raw: bytes, through_sequence: int, key: str = "manifest") ->
     footer = read_manifest_footer(raw, key)
     cut = 0
     removed = 0
-    for sequence, _start, entry_end, _ in _walk_headers(raw, key):
+    for sequence, _start, entry_end, _ in walk_headers(raw, key):
         if sequence > through_sequence:
             break
         cut = entry_end
         removed += 1
     if removed == 0:
         return raw, 0
-    new = raw[cut : len(raw) - MANIFEST_FOOTER_LEN] + _footer_bytes(
+    new = raw[cut : len(raw) - MANIFEST_FOOTER_LEN] + footer_bytes(
         footer.entry_count - removed, footer.next_sequence, footer.epoch
     )
     return new, removed
@@ -95,9 +95,9 @@ def dequeue_through(raw: bytes, through_sequence: int, key: str = "manifest") ->
 
 def with_epoch(raw: bytes | None, epoch: int, key: str = "manifest") -> bytes:
     """Returns the manifest with its footer's epoch replaced (a missing one becomes empty)."""
-    if not 0 <= epoch <= _U64_MAX:
+    if not 0 <= epoch <= U64_MAX:
         raise InvalidConfigError("epoch", epoch, "the epoch is a u64")
     if raw is None:
         return empty_manifest(epoch)
     footer = read_manifest_footer(raw, key)
-    return raw[: len(raw) - MANIFEST_FOOTER_LEN] + _footer_bytes(footer.entry_count, footer.next_sequence, epoch)
+    return raw[: len(raw) - MANIFEST_FOOTER_LEN] + footer_bytes(footer.entry_count, footer.next_sequence, epoch)

@@ -19,23 +19,22 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from osqueue.errors import CorruptManifestError, InvalidObjectKeyError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.manifest import MAX_SEQUENCE, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import (
-    _FOOTER,
     FORMAT_VERSION,
+    MANIFEST_FOOTER,
     MANIFEST_FOOTER_LEN,
-    _footer_bytes,
+    U32_MAX,
+    U64_MAX,
     decode_manifest,
     encode_entry,
+    footer_bytes,
     read_manifest_footer,
 )
-
-if TYPE_CHECKING:
-    from osqueue.format.index_object import FoldedIndex
+from osqueue.store.object_store import validate_key
 
 # The v1 functions of manifest_codec and manifest_edits (read_manifest_footer, ...) refuse a version 2 head.
 
@@ -119,14 +118,14 @@ def decode_head(data: bytes, key: str) -> ManifestHead:
         UnsupportedFormatVersionError: A version other than 1 or 2.
     """
     n = len(data)
-    if n < MANIFEST_FOOTER_LEN or _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)[3] != HEAD_VERSION:
+    if n < MANIFEST_FOOTER_LEN or MANIFEST_FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)[3] != HEAD_VERSION:
         m = decode_manifest(data, key)
         return ManifestHead([], m.first_sequence, m.entries, m.next_sequence, m.epoch, FORMAT_VERSION)
     parsed = parse_head_refs(data, key)
     refs, low_water, segments_len, trailer_at = parsed.refs, parsed.low_water, parsed.segments_len, parsed.trailer_at
     entry_count, next_sequence, epoch = parsed.entry_count, parsed.next_sequence, parsed.epoch
     # The tail is a v1 entries region: decode it with its own footer (same checks, same messages).
-    tail = decode_manifest(bytes(data[segments_len:trailer_at]) + _footer_bytes(entry_count, next_sequence, epoch), key)
+    tail = decode_manifest(bytes(data[segments_len:trailer_at]) + footer_bytes(entry_count, next_sequence, epoch), key)
     refs_end = refs[-1].last_sequence + 1
     if tail.entries and tail.entries[0].sequence != refs_end:
         raise CorruptManifestError(
@@ -156,7 +155,7 @@ def parse_head_refs(data: bytes, key: str) -> HeadRefs:
     n = len(data)
     if n < MANIFEST_FOOTER_LEN + _HEAD_TRAILER.size:
         raise CorruptManifestError(key, f"{n} bytes is shorter than a segmented head's trailer and footer")
-    entry_count, next_sequence, epoch, _ = _FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)
+    entry_count, next_sequence, epoch, _ = MANIFEST_FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)
     if next_sequence > MAX_SEQUENCE:
         raise CorruptManifestError(key, f"next_sequence {next_sequence} is at or above 2^63")
     trailer_at = n - MANIFEST_FOOTER_LEN - _HEAD_TRAILER.size
@@ -181,9 +180,6 @@ def parse_head_refs(data: bytes, key: str) -> HeadRefs:
 def decode_refs(data: bytes, start: int, end: int, count: int, key: str) -> list[SegmentRef]:
     """``count`` refs filling ``data[start:end]`` exactly (a head's or an index object's), each checked
     and contiguous with the one before."""
-    # Imported here: the store package imports the format package (no import cycle at load time).
-    from osqueue.store.object_store import validate_key
-
     if count > (end - start) // _REF_FIXED:
         raise CorruptManifestError(key, f"{count} refs cannot fit in {end - start} bytes of refs")
     refs: list[SegmentRef] = []
@@ -257,8 +253,6 @@ NO_BATCH_TIME = (1 << 63) - 1
 
 _ENTRY_HEAD = struct.Struct("<IQH")  # entry_len, sequence, location_len
 _ENTRY_FIXED = 8 + 2 + 4
-_U32_MAX = 0xFFFFFFFF
-_U64_MAX = 0xFFFFFFFFFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -401,7 +395,7 @@ class RawHead:
     def tail_entries(self) -> list[ManifestEntry]:
         """The tail's entries, fully decoded (and checked as a v1 manifest is)."""
         region = self.raw[self._tail_from : self._tail_until]
-        footer = _FOOTER.pack(self.tail_size, self.next_sequence, self.epoch, FORMAT_VERSION)
+        footer = MANIFEST_FOOTER.pack(self.tail_size, self.next_sequence, self.epoch, FORMAT_VERSION)
         return decode_manifest(region + footer, self.key).entries
 
     def oldest_referenced_batch_ms(self) -> int | None:
@@ -418,17 +412,18 @@ class RawHead:
         entries: Sequence[tuple[str, Sequence[MetadataItem]]],
         max_tail: int,
         seal: Callable[[SealedTail], SegmentRef],
-        fold: Callable[[FoldedIndex], SegmentRef],
+        fold: Callable[[Sequence[SegmentRef]], SegmentRef],
     ) -> tuple[bytes, int]:
         """Appends ``(location, metadata)`` entries at ``next_sequence``. When the tail would exceed
         ``max_tail`` (K) entries, the current tail is sealed first: ``seal`` stores the segment and returns
         its ref, and the new entries become the whole tail. Then the refs are folded (F = ``fanout(K)``):
         while the last F refs have one level and none of them is the first ref, ``fold`` stores them as an
-        index object one level up and returns its ref, which replaces them. Returns the bytes and the
+        index object one level up (``osqueue.format.index_object.fold_index``) and returns its ref, which
+        replaces them. Returns the bytes and the
         first new sequence.
         """
         k = len(entries)
-        if self.tail_size + k > _U32_MAX:
+        if self.tail_size + k > U32_MAX:
             raise CorruptManifestError(self.key, "appending would exceed 2^32 - 1 entries")
         base = self.next_sequence
         if base + k > MAX_SEQUENCE:
@@ -438,7 +433,9 @@ class RawHead:
             end = _tail_end(self.refs, self.low_water, self.tail_size + k, base + k, self.epoch)
             return self.raw[: self._tail_until] + added + end, base
         spans = self._spans
-        sealed = self.raw[self._tail_from : self._tail_until] + _FOOTER.pack(self.tail_size, base, 0, FORMAT_VERSION)
+        sealed = self.raw[self._tail_from : self._tail_until] + MANIFEST_FOOTER.pack(
+            self.tail_size, base, 0, FORMAT_VERSION
+        )
         times = [t for s in spans if (t := parse_batch_ulid_ms(s.location)) is not None]
         ref = seal(SealedTail(sealed, self.tail_first_sequence, self.tail_size, min(times, default=NO_BATCH_TIME)))
         refs = _folded([*self.refs, ref], fanout(max_tail), fold)
@@ -459,7 +456,7 @@ class RawHead:
         self, epoch: int, through: int | None, children: Callable[[SegmentRef], Sequence[SegmentRef]]
     ) -> tuple[bytes, int]:
         """Sets the epoch and, optionally, dequeues through a sequence, in one edit (as :meth:`dequeued_through`)."""
-        if not 0 <= epoch <= _U64_MAX:
+        if not 0 <= epoch <= U64_MAX:
             raise CorruptManifestError(self.key, f"epoch {epoch} is not a u64")
         return self._rebuild(epoch, self.first_sequence - 1 if through is None else through, children)
 
@@ -479,17 +476,15 @@ class RawHead:
         return out, new_first - self.first_sequence
 
 
-def _folded(refs: list[SegmentRef], f: int, fold: Callable[[FoldedIndex], SegmentRef]) -> list[SegmentRef]:
+def _folded(refs: list[SegmentRef], f: int, fold: Callable[[Sequence[SegmentRef]], SegmentRef]) -> list[SegmentRef]:
     """Folds the last ``f`` refs into an index while they share a level and the first ref is not among
     them, then looks again one level up (at most one index per level)."""
-    from osqueue.format.index_object import fold_index  # index_object imports this module
-
     while len(refs) > f:
         last = refs[-f:]
         level = last[0].level
         if level >= MAX_LEVEL or any(r.level != level for r in last):
             break
-        refs = [*refs[:-f], fold(fold_index(last))]
+        refs = [*refs[:-f], fold(last)]
     return refs
 
 
@@ -508,7 +503,7 @@ def parse_head(raw: bytes, key: str) -> RawHead:
         UnsupportedFormatVersionError: A version other than 1 or 2.
     """
     n = len(raw)
-    if n >= MANIFEST_FOOTER_LEN and _FOOTER.unpack_from(raw, n - MANIFEST_FOOTER_LEN)[3] == HEAD_VERSION:
+    if n >= MANIFEST_FOOTER_LEN and MANIFEST_FOOTER.unpack_from(raw, n - MANIFEST_FOOTER_LEN)[3] == HEAD_VERSION:
         refs = parse_head_refs(raw, key)
         tail_from, tail_until = refs.segments_len, refs.trailer_at
         count, next_sequence, epoch = refs.entry_count, refs.next_sequence, refs.epoch
@@ -541,8 +536,8 @@ def encode_refs(refs: Sequence[SegmentRef]) -> bytes:
         if (
             len(r.sha256) != 32
             or len(k) > 0xFFFF
-            or r.byte_length > _U32_MAX
-            or not 1 <= r.entry_count <= _U64_MAX
+            or r.byte_length > U32_MAX
+            or not 1 <= r.entry_count <= U64_MAX
             or not 0 <= r.level <= MAX_LEVEL
         ):
             raise CorruptManifestError(r.key, "ref does not fit its wire format")
@@ -554,9 +549,11 @@ def encode_refs(refs: Sequence[SegmentRef]) -> bytes:
 def _tail_end(refs: Sequence[SegmentRef], low_water: int, count: int, next_sequence: int, epoch: int) -> bytes:
     """What follows the tail: the v1 footer, or (with refs) the trailer and the version 2 footer."""
     if not refs:
-        return _FOOTER.pack(count, next_sequence, epoch, FORMAT_VERSION)
+        return MANIFEST_FOOTER.pack(count, next_sequence, epoch, FORMAT_VERSION)
     refs_len = sum(REF_FIXED_SIZE + len(r.key.encode("utf-8")) for r in refs)
-    return _HEAD_TRAILER.pack(refs_len, len(refs), low_water) + _FOOTER.pack(count, next_sequence, epoch, HEAD_VERSION)
+    return _HEAD_TRAILER.pack(refs_len, len(refs), low_water) + MANIFEST_FOOTER.pack(
+        count, next_sequence, epoch, HEAD_VERSION
+    )
 
 
 def encode_head(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -44,7 +45,10 @@ class WriteHandle(Future):  # type: ignore[type-arg]
         Raises:
             TimeoutError: Not durable within ``timeout`` seconds.
         """
-        result: DurableWrite = self.result(timeout)
+        try:
+            result: DurableWrite = self.result(timeout)
+        except concurrent.futures.TimeoutError:  # before Python 3.11, not the built-in TimeoutError
+            raise TimeoutError(f"not durable within {timeout} s") from None
         return result
 
     def try_result(self) -> DurableWrite | None:

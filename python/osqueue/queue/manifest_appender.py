@@ -14,7 +14,7 @@ from osqueue.clock import Clock
 from osqueue.errors import AmbiguousCommitError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.incarnation import new_incarnation_epoch
-from osqueue.format.index_object import FoldedIndex
+from osqueue.format.index_object import fold_index
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import (
@@ -187,9 +187,9 @@ class ManifestAppender:
         named.append(self._named_ms(ref))
         return ref
 
-    def _fold(self, folded: FoldedIndex, named: list[int]) -> SegmentRef:
+    def _fold(self, refs: Sequence[SegmentRef], named: list[int]) -> SegmentRef:
         """Stores refs folded into a new index object (an unconditional PUT under a fresh name)."""
-        ref = self.manifest.write_index(folded, self.clock.now_ms(), self.rng)
+        ref = self.manifest.write_index(fold_index(refs), self.clock.now_ms(), self.rng)
         named.append(self._named_ms(ref))
         return ref
 

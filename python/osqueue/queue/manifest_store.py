@@ -15,6 +15,7 @@ from osqueue.format.manifest_head import RawHead, SealedTail, SegmentRef, decode
 from osqueue.format.segment_names import new_index_key
 from osqueue.format.segment_names import new_key as new_segment_key
 from osqueue.queue.cas_object import CasObject
+from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import CasOutcome, ObjectStore, ObjectVersion
 
 DEFAULT_MANIFEST_PATH = "ingest/manifest"
@@ -47,8 +48,6 @@ class ManifestStore:
         """Decodes raw bytes; None is the empty manifest. A segmented head's segments are all read
         (memory grows with the queue: lazy readers use :meth:`head` and a
         :class:`~osqueue.queue.segment_tree.SegmentTree`), ``SEGMENT_READS_IN_FLIGHT`` at a time."""
-        from osqueue.queue.segment_tree import SegmentTree  # segment_tree imports this module
-
         if raw is None:
             return Manifest([], 0, 0)
         head = self.head(raw)

@@ -12,10 +12,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from osqueue.format.manifest import ManifestEntry
 from osqueue.format.manifest_head import RawHead, SegmentRef
-from osqueue.queue.manifest_store import ManifestStore
+
+if TYPE_CHECKING:
+    from osqueue.queue.manifest_store import ManifestStore
 
 CACHED_INDEXES = 64
 """Decoded index objects a tree keeps (an index of the default F = 64 refs is about 7 KB)."""

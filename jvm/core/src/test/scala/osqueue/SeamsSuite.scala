@@ -10,7 +10,7 @@ import osqueue.testing.RepoFiles
 
 /**
  * Determinism seams: time comes from an injected [[Clock]], randomness from an injected
- * [[RandomSource]], logs go through slf4j. A scan of the core and Spark sources fails when a raw
+ * [[RandomSource]], logs go through slf4j. A scan of the core, Spark and cloud store sources fails when a raw
  * time, random or stderr call appears outside the allow-list below, and when an allow-listed one
  * disappears (then shrink the list). Python's twin: tests/python/test_seams.py.
  */
@@ -34,11 +34,14 @@ class SeamsSuite extends AnyFunSuite {
     ("EndpointConditions.scala", "Thread.sleep") -> ((1, true, "the conditional-write probe's backoff on a real endpoint")),
     ("S3Store.scala", "UUID.randomUUID") -> ((2, true, "the probe's scratch object names: unique, never compared")),
     ("QueueTool.scala", "System.err.print") -> ((3, true, "a command-line tool's error output")),
-    ("OsqueueStores.scala", "UUID.randomUUID") -> ((1, true, "the queue id: an identity, never seeded (like an incarnation)")))
+    ("OsqueueStores.scala", "UUID.randomUUID") -> ((1, true, "the queue id: an identity, never seeded (like an incarnation)")),
+    ("GcsStore.scala", "UUID.randomUUID") -> ((1, true, "the probe's scratch object name: unique, never compared")),
+    ("AzureBlobStore.scala", "UUID.randomUUID") -> ((2, true, "the probe's scratch object name and wrong ETag: never compared")))
 
-  private def sources: Seq[Path] = Seq("jvm/core/src/main", "jvm/spark/src/main").map(RepoFiles.root.resolve).flatMap { dir =>
-    Files.walk(dir).iterator().asScala.filter(_.toString.endsWith(".scala")).toSeq
-  }
+  private def sources: Seq[Path] = Seq("jvm/core/src/main", "jvm/spark/src/main", "jvm/gcs/src/main", "jvm/azure/src/main")
+    .map(RepoFiles.root.resolve).flatMap { dir =>
+      Files.walk(dir).iterator().asScala.filter(_.toString.endsWith(".scala")).toSeq
+    }
 
   private def found: Map[(String, String), Int] = {
     val counts = for {

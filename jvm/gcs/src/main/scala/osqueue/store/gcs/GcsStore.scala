@@ -8,7 +8,8 @@ import com.google.cloud.http.HttpTransportOptions
 import com.google.cloud.storage.{BlobId, BlobInfo, Storage, StorageException, StorageOptions}
 import com.google.cloud.storage.Storage.{BlobListOption, BlobTargetOption}
 
-import osqueue.{ConditionalWritesNotHonouredException, InvalidConfigException, StoreException}
+import osqueue.{Clock, ConditionalWritesNotHonouredException, InvalidConfigException, RandomSource, StoreException}
+import osqueue.{SystemClock, SystemRandomSource}
 import osqueue.store._
 
 /**
@@ -28,7 +29,13 @@ import osqueue.store._
  * fail (an emulator that ignores preconditions) is refused with
  * [[osqueue.ConditionalWritesNotHonouredException]]. The verdict is kept per server for the JVM.
  */
-final class GcsStore(val bucket: String, prefix: String, val config: GcsStoreConfig) extends ObjectStore {
+final class GcsStore(
+    val bucket: String,
+    prefix: String,
+    val config: GcsStoreConfig,
+    clock: Clock = SystemClock,
+    random: RandomSource = SystemRandomSource)
+    extends ObjectStore {
   if (!GcsStore.isBucketName(bucket))
     throw new InvalidConfigException("path", s"gs://$bucket", "expected gs://bucket/prefix with a valid GCS bucket name")
   private val keyPrefix: String = {
@@ -61,7 +68,7 @@ final class GcsStore(val bucket: String, prefix: String, val config: GcsStoreCon
       try return Some(VersionedObject(client.readAllBytes(BlobId.of(bucket, full, generation)), ObjectVersion(generation.toString)))
       catch {
         case e: StorageException if e.getCode == 404 => // replaced or deleted meanwhile
-          Thread.sleep(java.util.concurrent.ThreadLocalRandom.current().nextLong(1L, 2L + math.min(200L, 5L << math.min(attempt, 6))))
+          clock.sleepMillis(1L + (random.nextDouble() * (1L + math.min(200L, 5L << math.min(attempt, 6)))).toLong)
         case e: RuntimeException => throw failure("GET", full, e)
       }
     }
