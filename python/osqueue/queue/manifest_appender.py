@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from osqueue import metrics as m
-from osqueue.clock import Clock
+from osqueue.clock import Clock, SystemClock
 from osqueue.errors import AmbiguousCommitError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.incarnation import new_incarnation_epoch
@@ -82,6 +82,7 @@ class ManifestAppender:
         self.loop = CasLoop(manifest, policy, clock, rng, metrics, "producer", reuse_own_write=True)
         self.segment_tree = SegmentTree(manifest)
         self.refs = 0
+        self.shared_as: _CommitterKey | None = None  # its key in the process's committers, once shared
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._thread: threading.Thread | None = None
@@ -412,36 +413,70 @@ class _AppendSettle:
         return None
 
 
-_committers: dict[tuple[int, str], tuple[ObjectStore, ManifestAppender]] = {}
+_CommitterKey = tuple[int, str, tuple[object, ...]]
+_committers: dict[_CommitterKey, tuple[ObjectStore, ManifestAppender]] = {}
 _committers_lock = threading.Lock()
+
+
+def _settings_key(
+    clock: Clock | None,
+    rng: random.Random | None,
+    policy: RetryPolicy,
+    metrics: m.MetricsRegistry,
+    segment_entries: int,
+) -> tuple[object, ...]:
+    """What a group committer uses, as a key: producers share a committer only when all of it is the same
+    (the clock, random source and registry by identity; any system clock and "no random source given" are
+    alike). The shared committer holds these objects, so their ids stay theirs while it is in the map."""
+    return (
+        None if clock is None or type(clock) is SystemClock else id(clock),
+        None if rng is None else id(rng),
+        policy,
+        id(metrics),
+        segment_entries,
+    )
 
 
 def _acquire_committer(
     store: ObjectStore,
     key: str,
-    clock: Clock,
-    rng: random.Random,
+    clock: Clock | None,
+    rng: random.Random | None,
     policy: RetryPolicy,
     metrics: m.MetricsRegistry,
     segment_entries: int,
 ) -> ManifestAppender:
+    """The committer of (store, key) with these settings: shared with the producers that have the same
+    settings, so their appends group into one write; a producer whose settings differ gets its own (its
+    writes then meet the others' through the CAS loop), so every producer's K, retry policy, clock and
+    metrics apply to its own appends."""
+    committer_key = (id(store), key, _settings_key(clock, rng, policy, metrics, segment_entries))
     with _committers_lock:
-        found = _committers.get((id(store), key))
+        found = _committers.get(committer_key)
         if found is None or found[0] is not store:
-            committer = ManifestAppender(ManifestStore(store, key), clock, rng, policy, metrics, segment_entries)
-            _committers[(id(store), key)] = (store, committer)
+            committer = ManifestAppender(
+                ManifestStore(store, key),
+                clock or SystemClock(),
+                rng or random.Random(),
+                policy,
+                metrics,
+                segment_entries,
+            )
+            committer.shared_as = committer_key
+            _committers[committer_key] = (store, committer)
         else:
             committer = found[1]
         committer.refs += 1
         return committer
 
 
-def _release_committer(store: ObjectStore, key: str, committer: ManifestAppender) -> None:
+def _release_committer(committer: ManifestAppender) -> None:
     with _committers_lock:
         committer.refs -= 1
-        found = _committers.get((id(store), key))
-        if committer.refs <= 0 and found is not None and found[1] is committer:
-            del _committers[(id(store), key)]
+        key = committer.shared_as
+        found = None if key is None else _committers.get(key)
+        if key is not None and committer.refs <= 0 and found is not None and found[1] is committer:
+            del _committers[key]
 
 
 # Re-uploads of one stale batch before giving up (each copy took longer than half the grace period).
