@@ -13,7 +13,7 @@ from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import AmbiguousCommitError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
-from osqueue.format.incarnation import new_incarnation_epoch
+from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch
 from osqueue.format.index_object import FoldedIndex
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
@@ -202,18 +202,19 @@ class ManifestAppender:
         known += [g // 2 for g in self._claimed.values() if g is not None]
         return min(known, default=DEFAULT_GC_GRACE_PERIOD_MS // 2)
 
-    def _receipts_from(self, min_sequence: int) -> dict[int, str]:
-        """Dequeued ``sequence -> location`` from ``min_sequence`` on, per the receipts ({} if none)."""
+    def _receipts_from(self, min_sequence: int) -> tuple[dict[int, str], int | None]:
+        """Dequeued ``sequence -> location`` from ``min_sequence`` on, per the receipts ({} if none), and
+        the incarnation they are of (None: receipts v1, which do not say)."""
         try:
             receipts = self.manifest.read_receipts()
         except StoreError:
-            return {}
+            return {}, None
         if receipts is None:
-            return {}
+            return {}, None
         start = max(min_sequence, receipts.first)
         return {
             q: receipts.locations[q - receipts.first] for q in range(start, receipts.first + len(receipts.locations))
-        }
+        }, receipts.incarnation
 
     def _find_landed(
         self, raw: bytes | None, tried: list[tuple[str, ...]], min_base: int, history: Mapping[int, str] | None = None
@@ -284,13 +285,17 @@ class ManifestAppender:
         self._first_queued = (raw, first_queued)
         return at
 
-    def _judge_unknown(self, raw: bytes | None, base: int) -> str:
-        """For a write at sequence ``base`` whose outcome is unknown and whose locations are
-        absent: ``"pending"`` (not landed, may still), ``"lost"`` (can never land) or
-        ``"undecidable"`` (landed-and-dequeued cannot be told from not landed)."""
+    def _judge_unknown(self, raw: bytes | None, base: int, incarnation: int | None) -> str:
+        """For a write at sequence ``base`` of manifest incarnation ``incarnation`` whose outcome is
+        unknown and whose locations are absent: ``"pending"`` (not landed, may still), ``"lost"`` (can
+        never land) or ``"undecidable"`` (landed-and-dequeued cannot be told from not landed). A manifest
+        of another incarnation (the queue was reset since the write was sent) says nothing about where
+        the write's sequences went: undecidable then."""
         if raw is None:
             return "pending" if base == 0 else "undecidable"
         head = self.manifest.head(raw)
+        if incarnation is not None and incarnation_of(head.epoch) != incarnation:
+            return "undecidable"
         if head.next_sequence == base:
             return "pending"
         if head.next_sequence < base:
@@ -314,19 +319,25 @@ class ManifestAppender:
         if landed is not None:
             return landed
         history: dict[int, str] | None = None
+        history_incarnation: int | None = None
         for a in attempts:
             if not a.unknown_outcome or a.resolved_not_landed:
                 continue
-            verdict = self._judge_unknown(raw, a.base)
+            verdict = self._judge_unknown(raw, a.base, a.incarnation)
             if verdict == "undecidable":
                 # Read after the manifest: a consumer writes receipts before it dequeues (§5.1).
                 if history is None:
-                    history = self._receipts_from(min_base)
+                    history, history_incarnation = self._receipts_from(min_base)
                 landed = self._find_landed(raw, tried, min_base, history) if history else None
                 if landed is not None:
                     self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
                     return landed
-                if a.base in history:  # that sequence went to another write
+                # That sequence went to another write, in the incarnation ours was sent to: receipts of
+                # another incarnation (or v1, which do not say) name another queue's sequence (§5.1).
+                sent_to = a.incarnation
+                if sent_to is None and raw is not None:  # a create: the incarnation it would have made
+                    sent_to = incarnation_of(self.manifest.head(raw).epoch)
+                if a.base in history and history_incarnation is not None and history_incarnation == sent_to:
                     self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
                     verdict = "lost"
             if verdict == "undecidable":
@@ -372,7 +383,9 @@ class ManifestAppender:
             raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
             new_raw, base = self._appended(raw, group)
             locations = tuple(p.location for p in group)
-            last_sent = _Attempt(base, locations)
+            # A create is judged against whichever incarnation it finds: it made that one if it landed.
+            incarnation = None if snapshot.raw is None else incarnation_of(self.manifest.head(raw).epoch)
+            last_sent = _Attempt(base, locations, incarnation)
             return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
 
         return self.loop.run(step, _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts))
@@ -380,10 +393,13 @@ class ManifestAppender:
 
 @dataclass(eq=False)
 class _Attempt:
-    """One sent write: the sequence it would have started at and its locations."""
+    """One sent write: the sequence it would have started at, its locations, and the incarnation of the
+    manifest it was sent to (the only one it can land in, docs/format.md §5.2; None for a create, which
+    would have made the incarnation it finds)."""
 
     base: int
     locations: tuple[str, ...]
+    incarnation: int | None
     unknown_outcome: bool = False
     resolved_not_landed: bool = False
 
