@@ -14,6 +14,7 @@ what it can do about it:
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 __all__ = [
     "ErrorKind",
@@ -123,16 +124,26 @@ class UnsupportedFormatVersionError(OsqueueError):
         key: The object's key.
         object_type: ``"manifest"`` or ``"batch"``.
         version: The version found in the footer.
+        reads: The versions the reader that refused it reads.
     """
 
-    def __init__(self, key: str, object_type: str, version: int) -> None:
+    def __init__(self, key: str, object_type: str, version: int, reads: Sequence[int] = (1,)) -> None:
         self.key = key
         self.object_type = object_type
         self.version = version
+        self.reads = tuple(reads)
         super().__init__(
-            f"{object_type} '{key}' has format version {version}; this osqueue reads version 1 only (upgrade osqueue)",
+            f"{object_type} '{key}' has format version {version}; this osqueue reads {_versions(self.reads)} only "
+            "(upgrade osqueue)",
             ErrorKind.PERSISTENT_STATE,
         )
+
+
+def _versions(reads: Sequence[int]) -> str:
+    """``version 1`` or ``versions 1 and 2``: what a reader reads, for messages."""
+    if len(reads) == 1:
+        return f"version {reads[0]}"
+    return "versions " + ", ".join(str(v) for v in reads[:-1]) + f" and {reads[-1]}"
 
 
 class BatchNotFoundError(OsqueueError):

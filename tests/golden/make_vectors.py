@@ -291,6 +291,11 @@ def build() -> tuple[list[dict], dict[str, bytes], dict]:
         + struct.pack("<BQI", 1, RECEIPTS["first"], len(RECEIPTS["locations"]))
         + b"".join(struct.pack("<H", len(loc.encode())) + loc.encode() for loc in RECEIPTS["locations"])
     )
+    files["receipts_v2.bin"] = (
+        b"OSQR"
+        + struct.pack("<BQQI", 2, RECEIPTS_INCARNATION, RECEIPTS["first"], len(RECEIPTS["locations"]))
+        + b"".join(struct.pack("<H", len(loc.encode())) + loc.encode() for loc in RECEIPTS["locations"])
+    )
     heads = build_heads(valid_manifest, files)
     return vectors, files, heads
 
@@ -552,8 +557,9 @@ def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
     }
 
 
-# The content of receipts_v1.bin.
+# The content of receipts_v1.bin; receipts_v2.bin is the same of incarnation RECEIPTS_INCARNATION.
 RECEIPTS = {"first": 7, "locations": ["ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch", "ingest/ü.batch"]}
+RECEIPTS_INCARNATION = 42
 
 
 def main(argv: list[str]) -> None:

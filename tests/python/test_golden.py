@@ -169,3 +169,7 @@ def test_dequeue_receipts_golden_file() -> None:
     expected = DequeueReceipts(7, ("ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch", "ingest/ü.batch"))
     assert DequeueReceipts.decode(data) == expected
     assert expected.encode() == data
+    v2 = (GOLDEN / "receipts_v2.bin").read_bytes()
+    of_incarnation = DequeueReceipts(expected.first, expected.locations, incarnation=42)
+    assert DequeueReceipts.decode(v2) == of_incarnation and of_incarnation.encode() == v2
+    assert DequeueReceipts.decode(v2[:-1]) is None and DequeueReceipts.decode(v2 + b"\x01") is None

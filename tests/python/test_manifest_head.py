@@ -21,7 +21,7 @@ from osqueue.format import (
     decode_segment,
     encode_manifest,
 )
-from osqueue.format.manifest_head import NO_BATCH_TIME, SealedTail, encode_head, parse_head
+from osqueue.format.manifest_head import NO_BATCH_TIME, SealedTail, decode_head, encode_head, parse_head
 from osqueue.format.segment_names import new_key, prefix, ulid_time_ms
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
@@ -67,8 +67,12 @@ def test_a_v1_manifest_parses_without_segments_and_a_v3_is_refused() -> None:
     assert raw.version == 1 and not raw.refs and raw.tail_entries() == decode_manifest(data, "m").entries
     bad = bytearray(data)
     bad[-2] = 3
-    with pytest.raises(UnsupportedFormatVersionError):
+    with pytest.raises(UnsupportedFormatVersionError, match=r"reads versions 1 and 2 only \(upgrade osqueue\)"):
         parse_head(bytes(bad), "m")
+    with pytest.raises(UnsupportedFormatVersionError, match=r"reads versions 1 and 2 only \(upgrade osqueue\)"):
+        decode_head(bytes(bad), "m")
+    with pytest.raises(UnsupportedFormatVersionError, match=r"reads version 1 only \(upgrade osqueue\)"):
+        decode_manifest(bytes(bad), "m")  # an RFC v1 reader
 
 
 def _loc(i: int) -> str:

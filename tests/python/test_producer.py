@@ -14,7 +14,7 @@ from helpers import ManualClock, WrappedStore, assert_well_formed
 from osqueue.consumer import Consumer
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, StoreError
 from osqueue.format import Compression, MetadataItem, decode_batch, decode_manifest
-from osqueue.metrics import MetricsRegistry
+from osqueue.metrics import MANIFEST_WRITES, MetricsRegistry
 from osqueue.producer import Producer, WriteHandle
 from osqueue.queue import RetryPolicy
 from osqueue.store import CasOutcome, InMemoryStore, ObjectVersion
@@ -304,3 +304,35 @@ def test_path_based_producers_share_one_store_and_committer(tmp_path: Any) -> No
     a.close()
     b.close()
     assert len(_entries(a.store)) == 2
+
+
+def test_producers_sharing_a_path_keep_their_own_committer_settings(tmp_path: Any) -> None:
+    """A with K=2 and B with K=2147483647 on one path: B's appends keep the queue RFC v1 and are counted
+    in B's registry, not A's (each producer's committer settings apply; issue 24, item 2)."""
+    metrics_a, metrics_b = MetricsRegistry(), MetricsRegistry()
+    a = Producer(str(tmp_path), flush_interval=HOUR, manifest_segment_entries=2, metrics=metrics_a)
+    b = Producer(str(tmp_path), flush_interval=HOUR, manifest_segment_entries=2147483647, metrics=metrics_b)
+    try:
+        assert a.store is b.store
+        for i in range(8):
+            b.produce([b"b%d" % i])
+            b.flush()
+        assert len(_entries(b.store)) == 8  # decode_manifest reads RFC v1 only: the queue stayed v1
+        assert metrics_b.counter(MANIFEST_WRITES, role="producer").value == 8
+        assert metrics_a.counter(MANIFEST_WRITES, role="producer").value == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_producers_with_the_same_committer_settings_share_one_committer(tmp_path: Any) -> None:
+    registry = MetricsRegistry()
+    a = Producer(str(tmp_path), flush_interval=HOUR, manifest_segment_entries=4, metrics=registry)
+    b = Producer(str(tmp_path), flush_interval=HOUR, manifest_segment_entries=4, metrics=registry)
+    c = Producer(str(tmp_path), flush_interval=HOUR, manifest_segment_entries=5, metrics=registry)
+    try:
+        assert a._queue._committer is b._queue._committer
+        assert c._queue._committer is not a._queue._committer
+    finally:
+        for p in (a, b, c):
+            p.close()

@@ -312,7 +312,7 @@ def test_dequeue_receipts_decide_a_landed_write_the_consumer_already_dequeued(me
     assert manifest.entries == [] and manifest.next_sequence == 2  # appended exactly once
     assert store.conditional_calls == 1
     receipts = DequeueReceipts.decode(mem_store.get(KEY + RECEIPTS_SUFFIX).data)
-    assert receipts == DequeueReceipts(0, ("ingest/old.batch", "ingest/mine.batch"))
+    assert receipts == DequeueReceipts(0, ("ingest/old.batch", "ingest/mine.batch"), incarnation=0)
     qp.close()
 
 
@@ -337,6 +337,80 @@ def test_dequeue_receipts_show_another_write_took_the_sequence_so_ours_is_append
     other.close()
 
 
+def test_receipts_of_the_queue_before_a_reset_never_judge_a_write_lost(mem_store: InMemoryStore) -> None:
+    """Issue 24, item 7. Before a reset, a consumer dequeued sequences 0..2 and recorded receipts naming
+    other batches at them. After the reset, our write creates the new incarnation at sequence 0 (reply
+    lost), and a consumer dequeues it but fails to write its receipts. Those old receipts say sequence 0
+    held another batch: read as "lost", the write was appended again (a duplicate). Receipts of another
+    incarnation than the write's say nothing about it: undecidable, so AmbiguousCommit, never twice."""
+    old = _producer(mem_store)
+    for i in range(3):
+        old.enqueue(f"ingest/old-{i}.batch", timeout=10)
+    old.close()
+    before = _consumer(mem_store)
+    before.initialize()
+    before.dequeue_through(2)
+    stale = DequeueReceipts.decode(mem_store.get(KEY + RECEIPTS_SUFFIX).data)
+    assert stale is not None and stale.location_at(0) == "ingest/old-0.batch"
+    mem_store.delete(KEY)  # the reset
+
+    failing_receipts = WrappedStore(mem_store)
+
+    def no_receipts(key: str, data: bytes) -> None:
+        if key.endswith(RECEIPTS_SUFFIX):
+            raise StoreError("receipts write failed (test)")
+
+    failing_receipts.on_put = no_receipts
+    store = WrappedStore(mem_store)
+
+    def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        if store.conditional_calls > 1:
+            return apply()
+        apply()  # creates the new incarnation with our entry at 0; the reply is lost
+        after = _consumer(failing_receipts)
+        after.initialize()
+        after.dequeue_through(0)
+        raise StoreError("reply lost (test)")
+
+    store.on_conditional = hook
+    qp = _producer(store, retry=TINY_BUDGET)
+    with pytest.raises(AmbiguousCommitError):
+        qp.enqueue("ingest/mine.batch", timeout=10)
+    head = decode_manifest(mem_store.get(KEY).data, KEY)
+    assert head.next_sequence == 1 and head.entries == [], "appended once (and dequeued), never twice"
+    qp.close()
+
+
+def test_a_write_sent_before_a_reset_is_decided_by_its_own_incarnations_receipts(mem_store: InMemoryStore) -> None:
+    """Issue 24, item 7. Our write lands at sequence 1 (reply lost) and is dequeued with receipts; then the
+    queue is reset and the new incarnation holds one entry, so its next sequence is our write's. That read
+    as "pending" and the write was appended into the new queue (a second delivery). A manifest of another
+    incarnation decides nothing; the receipts of the write's own incarnation show it landed at 1."""
+    old = _producer(mem_store)
+    old.enqueue("ingest/old.batch", timeout=10)
+    old.close()
+    consumer = _consumer(mem_store)
+    consumer.initialize()
+    newcomer = _producer(WrappedStore(mem_store))  # writes the queue after the reset
+    store = WrappedStore(mem_store)
+
+    def hook(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        if store.conditional_calls > 1:
+            return apply()
+        apply()  # lands at sequence 1; the reply is lost
+        consumer.dequeue_through(1)  # receipts: 0 old, 1 ours
+        mem_store.delete(KEY)  # the reset
+        newcomer.enqueue("ingest/new-0.batch", timeout=10)  # the new incarnation's next sequence is 1
+        raise StoreError("reply lost (test)")
+
+    store.on_conditional = hook
+    qp = _producer(store)
+    assert qp.enqueue("ingest/mine.batch", timeout=10) == EnqueueResult(1, "ingest/mine.batch")
+    assert manifest_locations(mem_store) == ["ingest/new-0.batch"], "not appended into the new queue"
+    qp.close()
+    newcomer.close()
+
+
 def test_dequeue_receipts_keep_the_last_entries_and_restart_after_a_gap() -> None:
     r = DequeueReceipts().extended([(0, "a"), (1, "b")])
     assert r == DequeueReceipts(0, ("a", "b"))
@@ -346,6 +420,9 @@ def test_dequeue_receipts_keep_the_last_entries_and_restart_after_a_gap() -> Non
         1, ("b", "c", "d", "e")
     )  # a retried dequeue
     assert r.extended([(9, "x")]) == DequeueReceipts(9, ("x",))  # a gap: only what is known for sure
+    # Another incarnation (a reset): its sequences start again, so the old receipts are dropped.
+    assert r.extended([(2, "y")], incarnation=5) == DequeueReceipts(2, ("y",), 5)
+    assert DequeueReceipts.decode(r.extended([(2, "y")], incarnation=5).encode()) == DequeueReceipts(2, ("y",), 5)
     assert DequeueReceipts.decode(r.encode()) == r
     good = r.encode()
     assert good[:4] == b"OSQR" and len(good) == 17 + 3 * (2 + 1)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any
 
 import pytest
+from helpers import WrappedStore
 
 from osqueue.consumer import Consumer
 from osqueue.errors import CorruptManifestError, UnsupportedFormatVersionError
@@ -20,8 +22,8 @@ from osqueue.format import (
     decode_segment,
 )
 from osqueue.gc import GarbageCollector
-from osqueue.queue import QueueProducer
-from osqueue.store import InMemoryStore
+from osqueue.queue import ManifestStore, QueueProducer, SegmentTree
+from osqueue.store import InMemoryStore, ObjectStore, VersionedObject, open_store
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
 HEADS = json.loads((GOLDEN / "heads.json").read_text(encoding="utf-8"))
@@ -239,3 +241,88 @@ def test_cli_produce_seals_past_its_k_and_tail_and_inspect_read_the_segmented_qu
     assert some.stdout.split("\n")[:-1] == [f"v{i}" for i in range(5)]
     bad = runner.invoke(cli, ["produce", root, "--manifest-segment-entries", "0"], input="x\n")
     assert bad.exit_code == 2 and "--manifest-segment-entries" in bad.output
+
+
+def _nine_batch_queue(root: str) -> list[SegmentRef]:
+    """v0..v8 at K = 2, one manifest entry each: refs [segment 0-1, index (2-3, 4-5), segment 6-7], tail [8]."""
+    from osqueue.producer import Producer
+
+    with Producer(root, manifest_segment_entries=2, flush_interval=3600.0) as producer:
+        for i in range(9):
+            producer.produce([f"v{i}".encode()])
+            producer.flush()
+    store = open_store(root)
+    try:
+        refs = decode_head(store.get(KEY).data, KEY).refs
+    finally:
+        store.close()
+    assert [r.level for r in refs] == [0, 1, 0]
+    return list(refs)
+
+
+def _dequeue_and_collect(store: ObjectStore, through: int) -> None:
+    """A consumer drains and acks through ``through`` (dequeued), then the segments and index objects that
+    dropped are deleted, as GC deletes them once they are a grace period old (GC's timing is not the point)."""
+    tree = SegmentTree(ManifestStore(store, KEY))
+    before = tree.reachable_keys(decode_head(store.get(KEY).data, KEY))
+    consumer = Consumer(store=store, run_gc=False)
+    acked = -1
+    while acked < through:
+        for d in consumer.next_descriptors(through - acked):
+            consumer.ack(d.sequence)
+            acked = d.sequence
+    consumer.close()
+    after = tree.reachable_keys(decode_head(store.get(KEY).data, KEY))
+    assert isinstance(before, set) and isinstance(after, set) and before - after
+    for key in before - after:
+        store.delete(key)
+
+
+def _tail_with_store(monkeypatch: pytest.MonkeyPatch, root: str, store: ObjectStore) -> Any:
+    from click.testing import CliRunner
+
+    from osqueue.cli import cli
+    from osqueue.cli.options import QueueTarget
+
+    monkeypatch.setattr(QueueTarget, "open", lambda self, must_exist: store)
+    return CliRunner().invoke(cli, ["tail", root])
+
+
+@pytest.mark.parametrize("missing", ["segment", "index object"])
+def test_tail_goes_on_past_a_segment_or_index_object_dequeued_and_collected_while_it_read(
+    missing: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24, item 4: between tail's head read and its GET of the first segment (or of the index object),
+    a consumer dequeues through sequence 3 and GC collects the dropped objects. Tail re-reads the head, which
+    no longer reaches the object, and goes on from it: v4..v8 (v0, v1 too when only the index object is
+    gone), exit 0, instead of "corrupt queue manifest … listed but missing"."""
+    root = str(tmp_path / "q")
+    refs = _nine_batch_queue(root)
+    target = refs[0].key if missing == "segment" else refs[1].key
+    inner = open_store(root)
+    store = WrappedStore(inner)
+    raced: list[str] = []
+
+    def get(key: str) -> VersionedObject | None:
+        if key == target and not raced:
+            raced.append(key)
+            _dequeue_and_collect(inner, through=3)
+        return inner.get(key)
+
+    store.get = get  # type: ignore[method-assign]
+    result = _tail_with_store(monkeypatch, root, store)
+    assert raced and inner.get(target) is None, "the race happened: the object was collected before the GET"
+    assert result.exit_code == 0, result.output
+    printed = result.stdout.split("\n")[:-1]
+    assert printed == ([] if missing == "segment" else ["v0", "v1"]) + [f"v{i}" for i in range(4, 9)]
+
+
+def test_tail_still_calls_a_segment_the_head_lists_but_that_is_missing_corrupt(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = str(tmp_path / "q")
+    refs = _nine_batch_queue(root)
+    store = open_store(root)
+    store.delete(refs[2].key)
+    result = _tail_with_store(monkeypatch, root, store)
+    assert result.exit_code == 2 and "listed but missing" in result.output and refs[2].key in result.output

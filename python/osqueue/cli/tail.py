@@ -16,6 +16,7 @@ from osqueue.cli.options import CLOCK, QueueTarget, queue_options
 from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
 from osqueue.errors import BatchNotFoundError
 from osqueue.format import RawHead
+from osqueue.format.manifest_head import decode_segment
 from osqueue.queue import (
     BatchDescriptor,
     ManifestStore,
@@ -116,11 +117,17 @@ def _tail_read_only(
         manifest_store = ManifestStore(store, target.manifest_path)
         tree = SegmentTree(manifest_store)
         fetcher = FetchHandle(store, target.manifest_path)
+
+        def reread(_position: int) -> RawHead | None:
+            raw = manifest_store.read_raw()[0]
+            return None if raw is None else manifest_store.head(raw)
+
         while not _done(state, max_batches):
             head = manifest_store.head(manifest_store.read_raw()[0])
-            start = None if state.last_printed is None else state.last_printed + 1
+            start = 0 if state.last_printed is None else state.last_printed + 1
             # Segment by segment, then the tail: memory stays bounded at any depth (docs/format.md §2.2).
-            for entry in tree.entries(head, start):
+            # A segment or index object dequeued and collected meanwhile is skipped as its batches are.
+            for entry in tree.entries_following(head, start, reread):
                 if _done(state, max_batches):
                     break
                 descriptor = BatchDescriptor(entry.sequence, entry.location, list(entry.metadata))
@@ -153,9 +160,13 @@ def _still_queued(manifest_store: ManifestStore, tree: SegmentTree, sequence: in
         return False
     if sequence >= head.tail_first_sequence:
         return head.tail_location_at(sequence) == location
-    leaf = tree.leaf_for(head, sequence)
-    return leaf is not None and any(
-        e.sequence == sequence and e.location == location for e in manifest_store.read_segment(leaf)
+    leaf = tree.leaf_if_present(head, sequence)
+    data = None if leaf is None else manifest_store.read_segment_bytes(leaf)
+    # Gone since this read too: dequeued again meanwhile (a head that lists it is judged by the next pass).
+    return (
+        leaf is not None
+        and data is not None
+        and any(e.sequence == sequence and e.location == location for e in decode_segment(data, leaf))
     )
 
 

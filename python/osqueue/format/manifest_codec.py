@@ -49,12 +49,14 @@ def empty_manifest(epoch: int = 0) -> bytes:
     return footer_bytes(0, 0, epoch)
 
 
-def read_manifest_footer(data: bytes, key: str) -> ManifestFooter:
+def read_manifest_footer(data: bytes, key: str, reads: tuple[int, ...] = (FORMAT_VERSION,)) -> ManifestFooter:
     """Validates and returns a manifest's footer without looking at its entries.
 
     Args:
         data: The whole manifest object.
         key: The object's key, for error messages.
+        reads: The versions the caller reads, named if the version is not 1 (a head reader
+            handles version 2 before calling this).
 
     Raises:
         CorruptManifestError: The object is empty or shorter than the footer, or the footer
@@ -68,7 +70,7 @@ def read_manifest_footer(data: bytes, key: str) -> ManifestFooter:
         raise CorruptManifestError(key, f"shorter than the 22-byte footer ({n} bytes)")
     entry_count, next_sequence, epoch, version = MANIFEST_FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)
     if version != FORMAT_VERSION:
-        raise UnsupportedFormatVersionError(key, "manifest", version)
+        raise UnsupportedFormatVersionError(key, "manifest", version, reads)
     if next_sequence > MAX_SEQUENCE:
         raise CorruptManifestError(key, f"next_sequence {next_sequence} is at or above 2^63")
     return ManifestFooter(entry_count, next_sequence, epoch)
@@ -82,12 +84,13 @@ def _check_entries_fit(footer: ManifestFooter, region_len: int, key: str) -> Non
         )
 
 
-def decode_manifest(data: bytes, key: str) -> Manifest:
+def decode_manifest(data: bytes, key: str, reads: tuple[int, ...] = (FORMAT_VERSION,)) -> Manifest:
     """Decodes a whole manifest object.
 
     Args:
         data: The object's bytes.
         key: The object's key, named in errors.
+        reads: As for :func:`read_manifest_footer`.
 
     Returns:
         The manifest.
@@ -96,7 +99,7 @@ def decode_manifest(data: bytes, key: str) -> Manifest:
         CorruptManifestError: See the table in docs/format.md §2.
         UnsupportedFormatVersionError: The version is not 1.
     """
-    footer = read_manifest_footer(data, key)
+    footer = read_manifest_footer(data, key, reads)
     end = len(data) - MANIFEST_FOOTER_LEN
     _check_entries_fit(footer, end, key)
     mv = memoryview(data)

@@ -40,6 +40,8 @@ from osqueue.store.object_store import validate_key
 
 HEAD_VERSION = 2
 """The format version of a segmented manifest head."""
+READ_VERSIONS = (FORMAT_VERSION, HEAD_VERSION)
+"""The manifest versions a head reader reads (named when it refuses another)."""
 
 _HEAD_TRAILER = struct.Struct("<IIQ")  # segments_len, segment_count, low_water
 _REF_HEAD = struct.Struct("<QQBIq")  # first_sequence, entry_count, level, byte_length, oldest_batch_ms
@@ -119,7 +121,7 @@ def decode_head(data: bytes, key: str) -> ManifestHead:
     """
     n = len(data)
     if n < MANIFEST_FOOTER_LEN or MANIFEST_FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)[3] != HEAD_VERSION:
-        m = decode_manifest(data, key)
+        m = decode_manifest(data, key, READ_VERSIONS)
         return ManifestHead([], m.first_sequence, m.entries, m.next_sequence, m.epoch, FORMAT_VERSION)
     parsed = parse_head_refs(data, key)
     refs, low_water, segments_len, trailer_at = parsed.refs, parsed.low_water, parsed.segments_len, parsed.trailer_at
@@ -509,7 +511,7 @@ def parse_head(raw: bytes, key: str) -> RawHead:
         count, next_sequence, epoch = refs.entry_count, refs.next_sequence, refs.epoch
         ref_list, low_water, version = refs.refs, refs.low_water, HEAD_VERSION
     else:
-        footer = read_manifest_footer(raw, key)
+        footer = read_manifest_footer(raw, key, READ_VERSIONS)
         tail_from, tail_until = 0, n - MANIFEST_FOOTER_LEN
         count, next_sequence, epoch = footer.entry_count, footer.next_sequence, footer.epoch
         ref_list, low_water, version = [], 0, FORMAT_VERSION

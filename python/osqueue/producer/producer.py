@@ -7,7 +7,8 @@ a full buffer blocks the caller) and returns a :class:`WriteHandle`. One daemon 
 real monotonic clock; the injected clock gives ingestion times and batch names), on
 :meth:`Producer.flush` and on :meth:`Producer.close`. A flush uploads the batch under a fresh
 ``<data_path_prefix>/<ULID>.batch`` key and hands the location to the process's group
-committer (:class:`osqueue.queue.QueueProducer`); the handles of the batch complete when the
+committer (:class:`osqueue.queue.QueueProducer`: shared by the producers whose committer settings
+are the same, so each producer's K, retry policy, clock and metrics apply); the handles of the batch complete when the
 manifest write lands, or all fail with the same error.
 """
 
@@ -73,8 +74,8 @@ class _Batch:
 
 
 class _SharedStores:
-    """Stores opened from a path, shared by the producers of a process (so they also share
-    one group committer) and closed with the last of them."""
+    """Stores opened from a path, shared by the producers of a process (so those with the same
+    committer settings also share one group committer) and closed with the last of them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -151,8 +152,9 @@ class Producer:
             fresh name.
         manifest_segment_entries: K (the JVM's ``manifestSegmentEntries``): a manifest write
             that would grow the manifest's tail past K entries first seals the tail into an
-            immutable segment object, so appends cost the same at any depth (docs/format.md §2.2;
-            2048 suggested). Off by default: a segmented manifest is refused by RFC v1 readers.
+            immutable segment object, so appends cost the same at any depth (docs/format.md §2.2).
+            2048 by default; 2147483647 never seals, keeping the queue RFC v1 (a segmented
+            manifest is refused by RFC v1 readers).
         store_options: Store settings, e.g. the ``fs.s3a.*`` keys.
         store: A ready store (not closed by the producer).
         clock: Time seam for ingestion times and ULIDs.

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from functools import partial
 
 from osqueue import metrics as m
-from osqueue.clock import Clock
+from osqueue.clock import Clock, SystemClock
 from osqueue.errors import AmbiguousCommitError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
-from osqueue.format.incarnation import new_incarnation_epoch
+from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch
 from osqueue.format.index_object import fold_index
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
@@ -85,6 +85,7 @@ class ManifestAppender:
         )
         self.segment_tree = SegmentTree(manifest)
         self.refs = 0
+        self.shared_as: _CommitterKey | None = None  # its key in the process's committers, once shared
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._thread: threading.Thread | None = None
@@ -204,18 +205,19 @@ class ManifestAppender:
         known += [g // 2 for g in self._claimed.values() if g is not None]
         return min(known, default=DEFAULT_GC_GRACE_PERIOD_MS // 2)
 
-    def _receipts_from(self, min_sequence: int) -> dict[int, str]:
-        """Dequeued ``sequence -> location`` from ``min_sequence`` on, per the receipts ({} if none)."""
+    def _receipts_from(self, min_sequence: int) -> tuple[dict[int, str], int | None]:
+        """Dequeued ``sequence -> location`` from ``min_sequence`` on, per the receipts ({} if none), and
+        the incarnation they are of (None: receipts v1, which do not say)."""
         try:
             receipts = self.manifest.read_receipts()
         except StoreError:
-            return {}
+            return {}, None
         if receipts is None:
-            return {}
+            return {}, None
         start = max(min_sequence, receipts.first)
         return {
             q: receipts.locations[q - receipts.first] for q in range(start, receipts.first + len(receipts.locations))
-        }
+        }, receipts.incarnation
 
     def _find_landed(
         self, raw: bytes | None, tried: list[tuple[str, ...]], min_base: int, history: Mapping[int, str] | None = None
@@ -286,13 +288,17 @@ class ManifestAppender:
         self._first_queued = (raw, first_queued)
         return at
 
-    def _judge_unknown(self, raw: bytes | None, base: int) -> str:
-        """For a write at sequence ``base`` whose outcome is unknown and whose locations are
-        absent: ``"pending"`` (not landed, may still), ``"lost"`` (can never land) or
-        ``"undecidable"`` (landed-and-dequeued cannot be told from not landed)."""
+    def _judge_unknown(self, raw: bytes | None, base: int, incarnation: int | None) -> str:
+        """For a write at sequence ``base`` of manifest incarnation ``incarnation`` whose outcome is
+        unknown and whose locations are absent: ``"pending"`` (not landed, may still), ``"lost"`` (can
+        never land) or ``"undecidable"`` (landed-and-dequeued cannot be told from not landed). A manifest
+        of another incarnation (the queue was reset since the write was sent) says nothing about where
+        the write's sequences went: undecidable then."""
         if raw is None:
             return "pending" if base == 0 else "undecidable"
         head = self.manifest.head(raw)
+        if incarnation is not None and incarnation_of(head.epoch) != incarnation:
+            return "undecidable"
         if head.next_sequence == base:
             return "pending"
         if head.next_sequence < base:
@@ -316,19 +322,25 @@ class ManifestAppender:
         if landed is not None:
             return landed
         history: dict[int, str] | None = None
+        history_incarnation: int | None = None
         for a in attempts:
             if not a.unknown_outcome or a.resolved_not_landed:
                 continue
-            verdict = self._judge_unknown(raw, a.base)
+            verdict = self._judge_unknown(raw, a.base, a.incarnation)
             if verdict == "undecidable":
                 # Read after the manifest: a consumer writes receipts before it dequeues (§5.1).
                 if history is None:
-                    history = self._receipts_from(min_base)
+                    history, history_incarnation = self._receipts_from(min_base)
                 landed = self._find_landed(raw, tried, min_base, history) if history else None
                 if landed is not None:
                     self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
                     return landed
-                if a.base in history:  # that sequence went to another write
+                # That sequence went to another write, in the incarnation ours was sent to: receipts of
+                # another incarnation (or v1, which do not say) name another queue's sequence (§5.1).
+                sent_to = a.incarnation
+                if sent_to is None and raw is not None:  # a create: the incarnation it would have made
+                    sent_to = incarnation_of(self.manifest.head(raw).epoch)
+                if a.base in history and history_incarnation is not None and history_incarnation == sent_to:
                     self.metrics.counter(m.AMBIGUITIES_RESOLVED_BY_RECEIPTS).inc()
                     verdict = "lost"
             if verdict == "undecidable":
@@ -374,7 +386,9 @@ class ManifestAppender:
             raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
             new_raw, base = self._appended(raw, group)
             locations = tuple(p.location for p in group)
-            last_sent = _Attempt(base, locations)
+            # A create is judged against whichever incarnation it finds: it made that one if it landed.
+            incarnation = None if snapshot.raw is None else incarnation_of(self.manifest.head(raw).epoch)
+            last_sent = _Attempt(base, locations, incarnation)
             return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
 
         return self.loop.run(step, _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts))
@@ -382,10 +396,13 @@ class ManifestAppender:
 
 @dataclass(eq=False)
 class _Attempt:
-    """One sent write: the sequence it would have started at and its locations."""
+    """One sent write: the sequence it would have started at, its locations, and the incarnation of the
+    manifest it was sent to (the only one it can land in, docs/format.md §5.2; None for a create, which
+    would have made the incarnation it finds)."""
 
     base: int
     locations: tuple[str, ...]
+    incarnation: int | None
     unknown_outcome: bool = False
     resolved_not_landed: bool = False
 
@@ -415,36 +432,70 @@ class _AppendSettle:
         return None
 
 
-_committers: dict[tuple[int, str], tuple[ObjectStore, ManifestAppender]] = {}
+_CommitterKey = tuple[int, str, tuple[object, ...]]
+_committers: dict[_CommitterKey, tuple[ObjectStore, ManifestAppender]] = {}
 _committers_lock = threading.Lock()
+
+
+def _settings_key(
+    clock: Clock | None,
+    rng: random.Random | None,
+    policy: RetryPolicy,
+    metrics: m.MetricsRegistry,
+    segment_entries: int,
+) -> tuple[object, ...]:
+    """What a group committer uses, as a key: producers share a committer only when all of it is the same
+    (the clock, random source and registry by identity; any system clock and "no random source given" are
+    alike). The shared committer holds these objects, so their ids stay theirs while it is in the map."""
+    return (
+        None if clock is None or type(clock) is SystemClock else id(clock),
+        None if rng is None else id(rng),
+        policy,
+        id(metrics),
+        segment_entries,
+    )
 
 
 def _acquire_committer(
     store: ObjectStore,
     key: str,
-    clock: Clock,
-    rng: random.Random,
+    clock: Clock | None,
+    rng: random.Random | None,
     policy: RetryPolicy,
     metrics: m.MetricsRegistry,
     segment_entries: int,
 ) -> ManifestAppender:
+    """The committer of (store, key) with these settings: shared with the producers that have the same
+    settings, so their appends group into one write; a producer whose settings differ gets its own (its
+    writes then meet the others' through the CAS loop), so every producer's K, retry policy, clock and
+    metrics apply to its own appends."""
+    committer_key = (id(store), key, _settings_key(clock, rng, policy, metrics, segment_entries))
     with _committers_lock:
-        found = _committers.get((id(store), key))
+        found = _committers.get(committer_key)
         if found is None or found[0] is not store:
-            committer = ManifestAppender(ManifestStore(store, key), clock, rng, policy, metrics, segment_entries)
-            _committers[(id(store), key)] = (store, committer)
+            committer = ManifestAppender(
+                ManifestStore(store, key),
+                clock or SystemClock(),
+                rng or random.Random(),
+                policy,
+                metrics,
+                segment_entries,
+            )
+            committer.shared_as = committer_key
+            _committers[committer_key] = (store, committer)
         else:
             committer = found[1]
         committer.refs += 1
         return committer
 
 
-def _release_committer(store: ObjectStore, key: str, committer: ManifestAppender) -> None:
+def _release_committer(committer: ManifestAppender) -> None:
     with _committers_lock:
         committer.refs -= 1
-        found = _committers.get((id(store), key))
-        if committer.refs <= 0 and found is not None and found[1] is committer:
-            del _committers[(id(store), key)]
+        key = committer.shared_as
+        found = None if key is None else _committers.get(key)
+        if key is not None and committer.refs <= 0 and found is not None and found[1] is committer:
+            del _committers[key]
 
 
 # Re-uploads of one stale batch before giving up (each copy took longer than half the grace period).

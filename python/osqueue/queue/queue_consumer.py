@@ -204,7 +204,7 @@ class QueueConsumer:
         try:
             if self._receipts is None:
                 self._receipts = self.manifest.read_receipts() or DequeueReceipts()
-            updated = self._receipts.extended(removed)
+            updated = self._receipts.extended(removed, incarnation_of(head.epoch))
             self.manifest.write_receipts(updated)
             self._receipts = updated
         except StoreError as e:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from osqueue import metrics as m
-from osqueue.clock import Clock, SystemClock
+from osqueue.clock import Clock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import encode_entry
@@ -29,10 +29,11 @@ def check_segment_entries(value: object) -> int:
 class QueueProducer:
     """Appends batch locations to a queue manifest.
 
-    All ``QueueProducer`` instances of a process that share a store object and a manifest key
-    share one group committer (the settings of the first one apply): locations submitted while
-    a manifest write is in flight go into the next write, in submission order, as consecutive
-    entries.
+    The ``QueueProducer`` instances of a process that share a store object, a manifest key and
+    the committer's settings (clock, random source, retry policy, metrics registry and K) share
+    one group committer: locations submitted while a manifest write is in flight go into the
+    next write, in submission order, as consecutive entries. One whose settings differ gets its
+    own committer, so its settings apply to its writes.
 
     Args:
         store: The object store.
@@ -43,7 +44,9 @@ class QueueProducer:
         metrics: Where ``buffer.manifest_writes``/``_conflicts{role=producer}`` are counted.
         manifest_segment_entries: K: a write that would grow the manifest's tail past this many
             entries first seals the tail into a segment object (docs/format.md §2.2), so a write
-            costs the same at any depth. Off by default, as on the JVM.
+            costs the same at any depth. 2048 by default, as on the JVM; ``MAX_SEGMENT_ENTRIES``
+            (2147483647) never seals, keeping the queue RFC v1 (a segmented manifest is refused by
+            RFC v1 readers).
     """
 
     def __init__(
@@ -59,13 +62,12 @@ class QueueProducer:
     ) -> None:
         validate_key(manifest_key)
         check_segment_entries(manifest_segment_entries)
-        self._store = store
         self._key = manifest_key
         self._committer = _acquire_committer(
             store,
             manifest_key,
-            clock or SystemClock(),
-            rng or random.Random(),
+            clock,
+            rng,
             retry or RetryPolicy(),
             metrics or m.REGISTRY,
             manifest_segment_entries,
@@ -119,7 +121,7 @@ class QueueProducer:
             if self._closed:
                 return
             self._closed = True
-        _release_committer(self._store, self._key, self._committer)
+        _release_committer(self._committer)
 
     def __enter__(self) -> QueueProducer:
         return self

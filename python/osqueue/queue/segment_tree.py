@@ -14,8 +14,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from osqueue.errors import CorruptManifestError
+from osqueue.format.incarnation import incarnation_of
 from osqueue.format.manifest import ManifestEntry
-from osqueue.format.manifest_head import RawHead, SegmentRef
+from osqueue.format.manifest_head import RawHead, SegmentRef, decode_segment
 
 if TYPE_CHECKING:
     from osqueue.queue.manifest_store import ManifestStore
@@ -24,7 +26,7 @@ CACHED_INDEXES = 64
 """Decoded index objects a tree keeps (an index of the default F = 64 refs is about 7 KB)."""
 
 
-class _IndexGone(Exception):
+class _Gone(Exception):
     """An index object on the way down is missing (a walk that tolerates it stops there)."""
 
     def __init__(self, ref: SegmentRef) -> None:
@@ -64,7 +66,7 @@ class SegmentTree:
             return cached
         refs = self.manifest.read_index_if_present(ref)
         if refs is None:
-            raise _IndexGone(ref)
+            raise _Gone(ref)
         return self._remember(ref, refs)
 
     def _cached(self, ref: SegmentRef) -> list[SegmentRef] | None:
@@ -104,7 +106,7 @@ class SegmentTree:
         since ``head`` was read, and GC collected it: the producer's resolution counts it as dequeued)."""
         try:
             return next(_walk(head.refs, sequence, sequence + 1, self._children_if_present), None)
-        except _IndexGone:
+        except _Gone:
             return None
 
     def reachable_keys(self, head: RawHead) -> set[str] | str:
@@ -122,7 +124,7 @@ class SegmentTree:
             if ref.level > 0:
                 try:
                     stack.extend(reversed(self._children_if_present(ref)))
-                except _IndexGone:
+                except _Gone:
                     return ref.key
         return keys
 
@@ -147,6 +149,80 @@ class SegmentTree:
         for e in head.tail_entries():
             if e.sequence >= lo:
                 yield e
+
+    def entries_following(
+        self, head: RawHead, from_sequence: int, reread: Callable[[int], RawHead | None]
+    ) -> Iterator[ManifestEntry]:
+        """As :meth:`entries`, for a reader that does not own the queue while a consumer dequeues: a segment
+        or index object ``head`` listed that is gone is judged by :meth:`after_missing`, and the walk goes on
+        from the head it returns, at the next sequence not yet yielded (it ends where that returns None).
+
+        Raises:
+            CorruptManifestError: A segment or index object is missing and the head read again still
+                lists it, or an object differs from its ref.
+        """
+        position = max(from_sequence, head.first_sequence)
+        while True:
+            try:
+                for leaf in _walk(head.refs, position, head.tail_first_sequence, self._children_if_present):
+                    data = self.manifest.read_segment_bytes(leaf)
+                    if data is None:
+                        raise _Gone(leaf)
+                    for e in decode_segment(data, leaf):
+                        if e.sequence >= position:
+                            position = e.sequence + 1
+                            yield e
+                break
+            except _Gone as gone:
+                found = self.after_missing(head, gone.ref, position, reread)
+                if found is None:
+                    return
+                head, position = found, max(position, found.first_sequence)
+        for e in head.tail_entries():
+            if e.sequence >= position:
+                yield e
+
+    def after_missing(
+        self, head: RawHead, gone: SegmentRef, position: int, reread: Callable[[int], RawHead | None]
+    ) -> RawHead | None:
+        """The one rule for a segment or index object that ``head`` listed and a reader found missing.
+
+        The head is read again (``reread(position)``; it raises the fence error for a reader that took the
+        queue over and sees another epoch, or returns None to stop). If that head still reaches the object
+        for the sequences from ``position`` on, the queue is corrupt. Otherwise a consumer's dequeue dropped
+        it (or expanded the index object) since ``head`` was read and GC collected it: the benign race, and
+        the reader goes on from the returned head. None also when the queue was reset (another incarnation):
+        nothing more of the queue ``head`` belonged to can be read.
+
+        Raises:
+            CorruptManifestError: The head read again still lists the missing object.
+        """
+        again = reread(position)
+        if again is None or incarnation_of(again.epoch) != incarnation_of(head.epoch):
+            return None
+        if self._reaches(again, gone.key, max(position, again.first_sequence), gone.last_sequence + 1):
+            what = "segment" if gone.level == 0 else "index object"
+            raise CorruptManifestError(
+                gone.key,
+                f"{what} of '{self.manifest.key}' (sequences {gone.first_sequence} to {gone.last_sequence}) "
+                "is listed but missing",
+            )
+        return again
+
+    def _reaches(self, head: RawHead, key: str, lo: int, hi: int) -> bool:
+        """Whether ``head``'s walk over ``[lo, hi)`` passes through ``key`` (index objects gone too are skipped)."""
+        stack = [r for r in head.refs if r.last_sequence >= lo and r.first_sequence < hi]
+        while stack:
+            ref = stack.pop()
+            if ref.key == key:
+                return True
+            if ref.level > 0:
+                try:
+                    below = self._children_if_present(ref)
+                except _Gone:
+                    continue
+                stack.extend(r for r in below if r.last_sequence >= lo and r.first_sequence < hi)
+        return False
 
 
 def _walk(

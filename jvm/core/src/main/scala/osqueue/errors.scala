@@ -38,10 +38,13 @@ final class CorruptManifestException(val key: String, detail: String)
 final class CorruptBatchException(val key: String, detail: String, cause: Throwable = null)
     extends OsqueueException(s"corrupt data batch '$key': $detail", ErrorKind.PersistentState, cause)
 
-/** A manifest or batch was written by a newer (or unknown) format version. */
-final class UnsupportedFormatVersionException(val key: String, val objectType: String, val version: Int)
+/** A manifest or batch was written by a newer (or unknown) format version; `reads`: the versions the refusing reader reads. */
+final class UnsupportedFormatVersionException(val key: String, val objectType: String, val version: Int,
+    val reads: Seq[Int] = Seq(1))
     extends OsqueueException(
-      s"$objectType '$key' has format version $version; this osqueue reads version 1 only (upgrade osqueue)",
+      s"$objectType '$key' has format version $version; this osqueue reads " +
+        (if (reads.size == 1) s"version ${reads.head}" else s"versions ${reads.init.mkString(", ")} and ${reads.last}") +
+        " only (upgrade osqueue)",
       ErrorKind.PersistentState)
 
 /** A manifest entry points at a batch object that does not exist. */

@@ -27,7 +27,7 @@ object ManifestCodec {
   }
 
   /** Reads and checks only the footer: O(1), used by appends that never decode entries. */
-  def decodeFooter(bytes: Array[Byte], key: String): ManifestFooter = {
+  def decodeFooter(bytes: Array[Byte], key: String, reads: Seq[Int] = Seq(Version)): ManifestFooter = {
     if (bytes.isEmpty) throw new CorruptManifestException(key, "empty object (0 bytes)")
     if (bytes.length < FooterSize)
       throw new CorruptManifestException(key, s"${bytes.length} bytes is shorter than the 22-byte footer")
@@ -36,7 +36,7 @@ object ManifestCodec {
     val next = b.getLong()
     val epoch = b.getLong()
     val version = java.lang.Short.toUnsignedInt(b.getShort())
-    if (version != Version) throw new UnsupportedFormatVersionException(key, "queue manifest", version)
+    if (version != Version) throw new UnsupportedFormatVersionException(key, "queue manifest", version, reads)
     if (next < 0) throw new CorruptManifestException(key, s"next_sequence ${java.lang.Long.toUnsignedString(next)} is out of range")
     ManifestFooter(count, next, epoch)
   }
@@ -94,7 +94,7 @@ object ManifestCodec {
         return (ManifestFooter(count, next, epoch), version)
       }
     }
-    (decodeFooter(bytes, key), Version)
+    (decodeFooter(bytes, key, Seq(Version, ManifestHead.Version)), Version)
   }
 
   def encodeFooter(f: ManifestFooter, version: Int): Array[Byte] = {

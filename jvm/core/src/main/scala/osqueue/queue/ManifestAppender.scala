@@ -106,11 +106,11 @@ final class ManifestAppender(
   def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = {
     checkPrefixes(group)
     val attempts = ArrayBuffer.empty[Attempt]
-    var lastSent: Option[(Long, IndexedSeq[String])] = None
+    var lastSent: Option[(Long, IndexedSeq[String], Option[Long])] = None
     /** Records how the last sent write ended, once (the loop may report it to more than one callback). */
     def register(previous: Option[PreviousAttempt]): Unit = (previous, lastSent) match {
-      case (Some(p), Some((base, locs))) =>
-        attempts += new Attempt(base, locs, p.isInstanceOf[PreviousAttempt.Unknown])
+      case (Some(p), Some((base, locs, incarnation))) =>
+        attempts += new Attempt(base, locs, p.isInstanceOf[PreviousAttempt.Unknown], incarnation)
         lastSent = None
       case _ =>
     }
@@ -139,7 +139,9 @@ final class ManifestAppender(
             // Creating the manifest starts a new incarnation (docs/format.md §5.2).
             val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
             val (bytes, base) = appendedFresh(ManifestHead.parse(raw, manifest.key), group)
-            lastSent = Some((base, group.map(_.location)))
+            // A create is judged against whichever incarnation it finds: it made that one if it landed.
+            val incarnation = if (snapshot.version.isEmpty) None else Some(Incarnation.of(ManifestHead.parse(raw, manifest.key).epoch))
+            lastSent = Some((base, group.map(_.location), incarnation))
             CasStep.Write(bytes, () => base until base + group.size)
         }
       }, Some(settle))
@@ -178,24 +180,28 @@ final class ManifestAppender(
       lazy val receipts =
         try manifest.readReceipts()
         catch { case _: osqueue.StoreException => None }
+      val current = if (snapshot.version.isEmpty) None else Some(Incarnation.of(head.epoch))
       attempts.filter(a => a.unknownOutcome && !a.resolvedNotLanded).iterator.flatMap { a =>
+        // Positions count only in the incarnation the write was sent to (a reset restarts sequences, §5.1).
+        val sentTo = a.incarnation.orElse(current)
+        val sameIncarnation = current.isEmpty || current == sentTo
         // Nothing appended since its base: not landed, but it still may (pending; writing again is safe).
-        if (head.nextSequence == a.base) None
+        if (sameIncarnation && head.nextSequence == a.base) None
         // Someone else's entry sits where ours would: it can never land.
-        else if (probe(a).isDefined) { a.resolvedNotLanded = true; None }
+        else if (sameIncarnation && probe(a).isDefined) { a.resolvedNotLanded = true; None }
         else receipts.flatMap(_.locationAt(a.base)) match {
           case Some(location) if location == a.locations.head =>
             resolvedByReceipts.increment()
             Some(landed(a))
-          case Some(_) =>
+          case Some(_) if receipts.exists(r => r.incarnation.isDefined && r.incarnation == sentTo) =>
             resolvedByReceipts.increment()
             a.resolvedNotLanded = true
             None
-          case None =>
+          case _ =>
             throw new AmbiguousCommitException(
               s"manifest '${manifest.describe}': a write of ${a.locations.size} entries at sequence ${a.base} " +
-                s"had an unknown outcome and the entries from ${a.base} on were already dequeued (with no receipt " +
-                "for that sequence); not appending again to avoid duplicates")
+                s"had an unknown outcome and the entries from ${a.base} on were already dequeued or the queue was " +
+                "reset (with no receipt of its incarnation for that sequence); not appending again to avoid duplicates")
         }
       }.nextOption()
     }
@@ -227,8 +233,13 @@ private object ManifestAppender {
   /** Re-uploads of one stale batch before giving up. */
   val MaxReuploads = 3
 
-  /** One sent write: its locations and the sequence it would have started at. */
-  final class Attempt(val base: Long, val locations: IndexedSeq[String], val unknownOutcome: Boolean) {
+  /**
+   * One sent write: its locations, the sequence it would have started at, and the incarnation of the
+   * manifest it was sent to (the only one it can land in, docs/format.md §5.2; None for a create,
+   * which would have made the incarnation it finds).
+   */
+  final class Attempt(val base: Long, val locations: IndexedSeq[String], val unknownOutcome: Boolean,
+      val incarnation: Option[Long]) {
     var resolvedNotLanded = false
   }
 }

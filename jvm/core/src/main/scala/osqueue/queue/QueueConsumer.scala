@@ -194,7 +194,8 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
     lazy val removed = removedLocations(head, through)
     if (through >= head.firstSequence && removed.nonEmpty)
       try {
-        val updated = receipts.orElse(manifest.readReceipts()).getOrElse(DequeueReceipts()).extended(removed)
+        val updated = receipts.orElse(manifest.readReceipts()).getOrElse(DequeueReceipts())
+          .extended(removed, Some(Incarnation.of(head.epoch)))
         manifest.writeReceipts(updated)
         receipts = Some(updated)
       } catch {

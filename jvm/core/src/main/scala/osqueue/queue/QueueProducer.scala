@@ -21,7 +21,8 @@ final class PendingLocation(
 /**
  * The producer side of the queue protocol with **group commit**: one committer thread, and every
  * location that becomes ready while a manifest write is in flight goes into the next write
- * (through a [[ManifestAppender]]).
+ * (through a [[ManifestAppender]]). `segmentEntries` is K (docs/format.md §2.2): 2048 by default;
+ * `Int.MaxValue` never seals, keeping the queue RFC v1.
  */
 final class QueueProducer(
     manifest: ManifestStore,

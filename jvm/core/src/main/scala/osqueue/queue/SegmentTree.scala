@@ -3,7 +3,7 @@ package osqueue.queue
 import scala.annotation.tailrec
 
 import osqueue.CorruptManifestException
-import osqueue.format.{IndexObject, ManifestHead, SegmentRef}
+import osqueue.format.{Incarnation, IndexObject, ManifestEntry, ManifestHead, SegmentRef}
 
 /**
  * The one walk of a segmented head's tree (docs/format.md §2.2): the segments covering a range,
@@ -83,9 +83,112 @@ final class SegmentTree(manifest: ManifestStore, cachedIndexes: Int = SegmentTre
     }
     Right(keys.result())
   }
+
+  /**
+   * [[leaves]] for a reader that does not own the queue while a consumer dequeues: an index object on
+   * the way that is gone throws [[SegmentTree.Gone]] (judged by [[afterMissing]]) instead of
+   * CorruptManifestException.
+   */
+  def leavesOrGone(head: ManifestHead, from: Long, until: Long): Iterator[SegmentRef] = {
+    def under(refs: Iterator[SegmentRef]): Iterator[SegmentRef] =
+      refs.dropWhile(_.lastSequence < from).takeWhile(_.firstSequence < until).flatMap { r =>
+        if (r.isIndex) under(childrenIfPresent(r).getOrElse(throw new SegmentTree.Gone(r)).iterator)
+        else Iterator.single(r)
+      }
+    if (from >= until) Iterator.empty else under(head.refs.iterator)
+  }
+
+  /** A segment's entries, checked against its ref; [[SegmentTree.Gone]] if it is missing (see [[leavesOrGone]]). */
+  def readSegmentOrGone(ref: SegmentRef): IndexedSeq[ManifestEntry] =
+    ManifestHead.decodeSegment(manifest.readSegmentBytes(ref).getOrElse(throw new SegmentTree.Gone(ref)), ref)
+
+  /**
+   * The queued entries from `from` on, segment by segment and then the tail, for a reader that does not
+   * own the queue: a segment or index object `head` listed that is gone is judged by [[afterMissing]],
+   * and the walk goes on from the head it returns at the next sequence not yet returned (it ends where
+   * that returns None). CorruptManifestException if the head read again still lists it.
+   */
+  def entriesFollowing(head: ManifestHead, from: Long, reread: Long => Option[ManifestHead]): Iterator[ManifestEntry] =
+    new Iterator[ManifestEntry] {
+      private var current = head
+      private var position = math.max(from, head.firstSequence)
+      private var sealedPart: Iterator[ManifestEntry] = walk(head)
+      private var inTail = false
+      private var ended = false
+
+      private def walk(h: ManifestHead): Iterator[ManifestEntry] = leavesOrGone(h, position, h.tailFirstSequence)
+        .flatMap(r => readSegmentOrGone(r).iterator.filter(_.sequence >= position))
+
+      override def hasNext: Boolean = {
+        while (!ended && !ready()) {}
+        !ended && sealedPart.hasNext
+      }
+
+      /** True once `sealedPart` is settled (an entry, or the tail); on a gone object, moves to the head read again. */
+      private def ready(): Boolean =
+        try {
+          if (!inTail && !sealedPart.hasNext) {
+            inTail = true
+            sealedPart = current.tailEntries.iterator.filter(_.sequence >= position)
+          }
+          true
+        } catch {
+          case gone: SegmentTree.Gone =>
+            afterMissing(current, gone.ref, position, reread) match {
+              case Some(again) =>
+                current = again
+                position = math.max(position, again.firstSequence)
+                sealedPart = walk(again)
+              case None => ended = true
+            }
+            false
+        }
+
+      override def next(): ManifestEntry = {
+        if (!hasNext) throw new NoSuchElementException("no more entries")
+        val e = sealedPart.next()
+        position = e.sequence + 1
+        e
+      }
+    }
+
+  /**
+   * The one rule for a segment or index object that `head` listed and a reader found missing. The head
+   * is read again (`reread(position)`: it throws the fence error for a reader that took the queue over
+   * and sees another epoch, or returns None to stop). If that head still reaches the object for the
+   * sequences from `position` on, the queue is corrupt (CorruptManifestException). Otherwise a
+   * consumer's dequeue dropped it (or expanded the index object) since `head` was read and GC collected
+   * it: the benign race, and the reader goes on from the returned head. None also when the queue was
+   * reset (another incarnation): nothing more of the queue `head` belonged to can be read.
+   */
+  def afterMissing(head: ManifestHead, gone: SegmentRef, position: Long,
+      reread: Long => Option[ManifestHead]): Option[ManifestHead] =
+    reread(position).filter(again => Incarnation.of(again.epoch) == Incarnation.of(head.epoch)).map { again =>
+      if (reaches(again, gone.key, math.max(position, again.firstSequence), gone.lastSequence + 1)) {
+        val what = if (gone.isIndex) "index object" else "segment"
+        throw new CorruptManifestException(gone.key,
+          s"$what of '${manifest.describe}' (sequences ${gone.firstSequence} to ${gone.lastSequence}) is listed but missing")
+      }
+      again
+    }
+
+  /** Whether `head`'s walk over [from, until) passes through `key` (index objects gone too are skipped). */
+  private def reaches(head: ManifestHead, key: String, from: Long, until: Long): Boolean = {
+    def inRange(r: SegmentRef) = r.lastSequence >= from && r.firstSequence < until
+    var pending = head.refs.filter(inRange).toList
+    while (pending.nonEmpty) {
+      val r = pending.head
+      pending = pending.tail
+      if (r.key == key) return true
+      if (r.isIndex) pending = childrenIfPresent(r).fold(pending)(_.filter(inRange).toList ++ pending)
+    }
+    false
+  }
 }
 
 object SegmentTree {
+  /** A segment or index object a head listed is gone: internal to the walks that judge it ([[SegmentTree.afterMissing]]). */
+  final class Gone(val ref: SegmentRef) extends RuntimeException(ref.key, null, false, false)
   /** Decoded index objects kept: more than the deepest path (33 levels), each < 64 refs at the default K. */
   val CachedIndexes = 64
 }

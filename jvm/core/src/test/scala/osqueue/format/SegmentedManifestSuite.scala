@@ -89,6 +89,15 @@ class SegmentedManifestSuite extends AnyFunSuite {
     assert(allEntries(raw, stored).map(_.location) == added.map(_.location))
   }
 
+  test("an unknown version is refused naming the versions the reader reads: 1 and 2 by a head reader, 1 by v1") {
+    val v3 = build(3, 4).clone()
+    v3(v3.length - 2) = 3
+    val byHead = intercept[UnsupportedFormatVersionException](ManifestHead.parse(v3, key))
+    assert(byHead.getMessage.endsWith("has format version 3; this osqueue reads versions 1 and 2 only (upgrade osqueue)"))
+    val byV1 = intercept[UnsupportedFormatVersionException](ManifestCodec.decode(v3, key))
+    assert(byV1.getMessage.endsWith("has format version 3; this osqueue reads version 1 only (upgrade osqueue)"))
+  }
+
   test("dequeues: inside a segment move low_water, past every segment give v1 again; the epoch edit keeps all") {
     val stored = mutable.Map.empty[String, Array[Byte]]
     val raw = build(11, k = 3, stored) // segments [0..2] [3..5] [6..8], tail 9, 10; the last two folded (F = 2)

@@ -469,8 +469,54 @@ class QueueProducerSuite extends AnyFunSuite {
     assert(DequeueReceipts.decode(bytes.dropRight(1)).isEmpty && DequeueReceipts.decode(bytes :+ 1.toByte).isEmpty)
     val r = DequeueReceipts().extended(Seq(0L -> "a", 1L -> "b")).extended(Seq(2L -> "c", 3L -> "d"), maxCount = 3)
     assert(r == DequeueReceipts(1, Vector("b", "c", "d")))
-    assert(r.extended(Seq(3L -> "d", 4L -> "e"), 10) == DequeueReceipts(1, Vector("b", "c", "d", "e")))
+    assert(r.extended(Seq(3L -> "d", 4L -> "e"), maxCount = 10) == DequeueReceipts(1, Vector("b", "c", "d", "e")))
     assert(r.extended(Seq(9L -> "x")) == DequeueReceipts(9, Vector("x")))
+    // Another incarnation (a reset): its sequences start again, so the old receipts are dropped.
+    assert(r.extended(Seq(2L -> "y"), Some(5L)) == DequeueReceipts(2, Vector("y"), Some(5L)))
+    val v2 = Files.readAllBytes(osqueue.testing.RepoFiles.golden.resolve("receipts_v2.bin"))
+    val ofIncarnation = expected.copy(incarnation = Some(42L))
+    assert(DequeueReceipts.decode(v2).contains(ofIncarnation) && ofIncarnation.encode.sameElements(v2))
+    assert(DequeueReceipts.decode(v2.dropRight(1)).isEmpty && DequeueReceipts.decode(v2 :+ 1.toByte).isEmpty)
+  }
+
+  test("receipts of the queue before a reset never judge a write lost: AmbiguousCommit, not a duplicate") {
+    val inner = InMemoryStore.fresh()
+    val a0 = appender(inner); (0 until 3).foreach(_ => a0.enqueue(pending(inner)).get()); a0.close()
+    val before = new QueueConsumer(new ManifestStore(inner, key), fastRetry, SystemClock, new MetricsRegistry)
+    before.initialize(None); before.dequeueThrough(2) // receipts name other batches at 0..2
+    inner.delete(key) // the reset
+    val newcomer = appender(inner); newcomer.enqueue(pending(inner)).get(); newcomer.close() // the new queue's 0
+    val noReceipts = new FaultInjectingStore(inner, (_, _) => Fault.None) {
+      override def put(k: String, b: Array[Byte]): Unit =
+        if (k.endsWith(DequeueReceipts.Suffix)) throw new osqueue.StoreException("injected: receipts write failed")
+        else super.put(k, b)
+    }
+    val after = new QueueConsumer(new ManifestStore(noReceipts, key), fastRetry, SystemClock, new MetricsRegistry)
+    after.initialize(None)
+    // Ours lands at 1 of the new queue, its reply is lost, and it is dequeued without receipts.
+    val a = appender(racingStore(inner, applyFirst = true)(after.dequeueThrough(1)))
+    val e = intercept[java.util.concurrent.ExecutionException](a.enqueue(pending(inner)).get(30, TimeUnit.SECONDS))
+    a.close()
+    assert(e.getCause.isInstanceOf[AmbiguousCommitException], e.getCause)
+    val m = manifestOf(inner)
+    assert(m.entries.isEmpty && m.nextSequence == 2, "appended twice")
+  }
+
+  test("a write sent before a reset is decided by its own incarnation's receipts, not appended into the new queue") {
+    val inner = InMemoryStore.fresh()
+    val a0 = appender(inner); a0.enqueue(pending(inner)).get(); a0.close()
+    val consumer = new QueueConsumer(new ManifestStore(inner, key), fastRetry, SystemClock, new MetricsRegistry)
+    consumer.initialize(None)
+    val newcomer = appender(inner)
+    val first = pending(inner)
+    val a = appender(racingStore(inner, applyFirst = true) {
+      consumer.dequeueThrough(1) // ours landed at 1: receipts of its incarnation
+      inner.delete(key) // the reset
+      newcomer.enqueue(first).get() // the new queue's next sequence is 1, our write's
+    })
+    assert(a.enqueue(pending(inner)).get(30, TimeUnit.SECONDS) == 1L)
+    a.close(); newcomer.close()
+    assert(manifestOf(inner).entries.map(_.location) == Seq(first.location), "appended into the new queue too")
   }
 
   test("should check a slow re-upload again and give up, enqueueing nothing, when every copy is stale") {

@@ -44,6 +44,62 @@ class SegmentTreeSuite extends AnyFunSuite {
     new Consumer(store, ConsumerConfig(runGc = false, ackBatchSize = ackBatchSize, retry = fastRetry))
   private def objects(store: ObjectStore) = store.list(SegmentNames.prefix(key)).map(_.key).toSet
 
+  /** `inner`, running `race` once just before the first GET of `trigger` (between a reader's head read and that GET). */
+  private def racing(inner: ObjectStore, trigger: String)(race: => Unit): ObjectStore = new ObjectStore {
+    private var raced = false
+    override def uri: String = inner.uri
+    override def get(k: String): Option[VersionedObject] = {
+      if (k == trigger && !raced) { raced = true; race }
+      inner.get(k)
+    }
+    override def put(k: String, bytes: Array[Byte]): Unit = inner.put(k, bytes)
+    override def putIfAbsent(k: String, bytes: Array[Byte]): CasOutcome = inner.putIfAbsent(k, bytes)
+    override def putIfVersionMatches(k: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome =
+      inner.putIfVersionMatches(k, bytes, expected)
+    override def list(prefix: String): Seq[ObjectInfo] = inner.list(prefix)
+    override def delete(k: String): Unit = inner.delete(k)
+  }
+
+  /** A consumer dequeues through `through`; the segments and index objects that dropped are deleted, as GC does. */
+  private def dequeueAndCollect(store: ObjectStore, through: Long): Unit = {
+    val before = tree(store).reachableKeys(head(store)).toOption.get
+    val c = consumer(store)
+    c.initialize()
+    var acked = -1L
+    while (acked < through) c.nextDescriptors((through - acked).toInt).foreach { d => c.ack(d.sequence); acked = d.sequence }
+    c.close()
+    val dropped = before -- tree(store).reachableKeys(head(store)).toOption.get
+    assert(dropped.nonEmpty)
+    dropped.foreach(store.delete)
+  }
+
+  test("entriesFollowing goes on from the head read again past a segment or index object dequeued and collected meanwhile") {
+    for (gone <- Seq(0, 1)) { // the first segment (0-1), or the index object (2-5) of two segments
+      val inner = InMemoryStore.fresh()
+      val locations = produce(inner, 2, 9)
+      val h = head(inner)
+      assert(h.refs.map(_.level) == Seq(0, 1, 0))
+      val store = racing(inner, h.refs(gone).key)(dequeueAndCollect(inner, 3))
+      val manifests = new ManifestStore(store, key)
+      val got = new SegmentTree(manifests).entriesFollowing(h, 0, _ => Some(manifests.head(manifests.read())))
+        .map(_.location).toIndexedSeq
+      assert(inner.get(h.refs(gone).key).isEmpty, "the race happened")
+      assert(got == (if (gone == 0) Nil else locations.take(2)) ++ locations.drop(4), s"gone: ref $gone")
+    }
+  }
+
+  test("entriesFollowing: an object the head read again still lists is corrupt; a reset ends the walk; a fence propagates") {
+    val store = InMemoryStore.fresh()
+    produce(store, 2, 9)
+    val h = head(store)
+    store.delete(h.refs(2).key)
+    val e = intercept[CorruptManifestException](tree(store).entriesFollowing(h, 0, _ => Some(head(store))).toList)
+    assert(e.key == h.refs(2).key && e.getMessage.contains("segment of") && e.getMessage.contains("listed but missing"))
+    assert(tree(store).entriesFollowing(h, 0, _ => None).map(_.sequence).toList == (0L to 5L).toList)
+    val fenced = new osqueue.FencedException(h.epoch, h.epoch + 1)
+    assert(intercept[osqueue.FencedException](tree(store).entriesFollowing(h, 0, _ => throw fenced).toList) eq fenced)
+  }
+
   test("leaves and leafFor walk index objects: every segment once, in order, and the one holding each sequence") {
     val store = InMemoryStore.fresh()
     produce(store, 2, 41) // 20 segments, tail 40

@@ -23,8 +23,10 @@ private[spark] final class OsqueueBatch(options: BatchReadOptions, readers: Part
     if (options.startingSequence.exists(_ < head.firstSequence) && options.failOnDataLoss)
       throw OsqueueExceptions.dataLoss(s"startingSequence $from is before the first entry ${head.firstSequence} " +
         s"of '${location.identity}': those entries were already dequeued")
+    // Read-only: a segment a consumer's dequeue and GC removed while this plan read is skipped as dequeued.
+    val reread = (_: Long) => Some(manifests.read()).filter(_.version.isDefined).map(manifests.head)
     OsqueuePlanner.plan(head, new SegmentTree(manifests), manifests.readSegment, location, from, to, EntryTag.Delivered.Empty,
-      options.failOnDataLoss)
+      options.failOnDataLoss, reread = Some(reread))
       .partitions
   }
 

@@ -4,7 +4,7 @@ import java.util.Locale
 
 import scala.concurrent.duration._
 
-import osqueue.format.Compression
+import osqueue.format.{Compression, ManifestHead}
 import osqueue.store.{ObjectKeys, ObjectStoreProvider}
 
 /** Where a queue lives and how to reach its store; serializable so executors can open the store. */
@@ -44,12 +44,13 @@ private[spark] object OsqueueOptions {
   val WriterBatchId = "writerbatchid"
   val PollInterval = "pollinterval"
   val MaxPollInterval = "maxpollinterval"
+  val ManifestSegmentEntries = "manifestsegmententries"
 
   private val sourceKeys = Set(Path, ManifestPath, DataPathPrefix, MaxBatchesPerTrigger, MinBatchesPerTrigger,
     MaxTriggerDelay, FailOnDataLoss, Gc, GcInterval, GcGracePeriod, PollInterval, MaxPollInterval)
   private val batchReadKeys = Set(Path, ManifestPath, DataPathPrefix, StartingSequence, EndingSequence, FailOnDataLoss)
   private val sinkKeys = Set(Path, ManifestPath, DataPathPrefix, CompressionKey, FlushSizeBytes, WriterId, WriterBatchId,
-    GcGracePeriod)
+    GcGracePeriod, ManifestSegmentEntries)
   /** Keys Spark itself may pass along with user options. */
   private val sparkKeys = Set("paths", "checkpointlocation", "queryname")
 
@@ -227,6 +228,7 @@ private[spark] object BatchReadOptions {
 /**
  * Sink options after validation. `writerBatchId` is the batch id a `df.write` with a `writerId`
  * commits as (Delta's txnVersion); streaming queries use Spark's micro-batch ids instead.
+ * `manifestSegmentEntries` is the producer's K (docs/format.md §2.2): `Int.MaxValue` keeps the queue RFC v1.
  */
 private[spark] final case class SinkOptions(
     location: QueueLocation,
@@ -234,7 +236,8 @@ private[spark] final case class SinkOptions(
     flushSizeBytes: Long,
     writerId: Option[String],
     gcGracePeriod: FiniteDuration,
-    writerBatchId: Option[Long] = None)
+    writerBatchId: Option[Long] = None,
+    manifestSegmentEntries: Int = ManifestHead.DefaultSegmentEntries)
 
 private[spark] object SinkOptions {
   import OsqueueOptions._
@@ -248,6 +251,7 @@ private[spark] object SinkOptions {
     if (writerBatchId.isDefined && writerId.isEmpty) throw OsqueueExceptions.writerBatchIdWithoutWriterId()
     SinkOptions(location(options, session), compression(options),
       positiveLong(options, FlushSizeBytes).getOrElse(64L << 20), writerId,
-      duration(options, GcGracePeriod, 10.minutes), writerBatchId)
+      duration(options, GcGracePeriod, 10.minutes), writerBatchId,
+      positiveInt(options, ManifestSegmentEntries).getOrElse(ManifestHead.DefaultSegmentEntries))
   }
 }

@@ -30,39 +30,61 @@ private[spark] object OsqueuePlanner {
   /**
    * `skip` entries of the batch at sequence `from` were read already (a real-time batch ended
    * inside it). `tree` finds the segments covering the range (reading index objects as it reaches
-   * them); `readSegment` reads and checks one segment.
+   * them); `readSegment` reads and checks one segment. With `reread` (a reader that does not own the
+   * queue: `spark.read`), a segment or index object found missing is judged by
+   * [[SegmentTree.afterMissing]] (a dequeue and GC raced the plan: it goes on from the head read
+   * again) instead of failing as corrupt.
    */
   def plan(head: ManifestHead, tree: SegmentTree, readSegment: SegmentRef => IndexedSeq[ManifestEntry],
       location: QueueLocation,
-      from: Long, to: Long, delivered: EntryTag.Delivered, failOnDataLoss: Boolean, skip: Int = 0): Plan = {
-    val lo = math.max(from, head.firstSequence)
+      from: Long, to: Long, delivered: EntryTag.Delivered, failOnDataLoss: Boolean, skip: Int = 0,
+      reread: Option[Long => Option[ManifestHead]] = None): Plan = {
     val hi = math.min(to, head.nextSequence)
     val parts = Array.newBuilder[InputPartition]
     var state = delivered
     var skipped = 0L
     def skipAt(seq: Long) = if (seq == from) skip else 0
-    if (lo < hi) {
-      readInOrder(tree.leaves(head, lo, hi), readSegment).foreach { case (ref, entries) =>
-        val inRange = entries.filter(e => e.sequence >= lo && e.sequence < hi)
-        inRange.grouped(SliceEntries).foreach { slice =>
-          val start = state
-          val admissions = start.admitAll(slice.iterator).toIndexedSeq
-          state = admissions.last.after
-          val admitted = admissions.count(_.admitted)
-          skipped += slice.size - admitted
-          if (admitted > 0)
-            parts += OsqueueSlicePartition(location, ref, slice.head.sequence, slice.last.sequence + 1, start,
-              failOnDataLoss, skipAt(slice.head.sequence))
+    var current = head
+    var position = math.max(from, head.firstSequence) // the next sequence not yet planned
+    var walking = position < hi
+    while (walking) {
+      val leaves = if (reread.isDefined) tree.leavesOrGone(current, position, hi) else tree.leaves(current, position, hi)
+      val read: SegmentRef => IndexedSeq[ManifestEntry] = if (reread.isDefined) tree.readSegmentOrGone else readSegment
+      try {
+        readInOrder(leaves, read).foreach { case (ref, entries) =>
+          val inRange = entries.filter(e => e.sequence >= position && e.sequence < hi)
+          inRange.grouped(SliceEntries).foreach { slice =>
+            val start = state
+            val admissions = start.admitAll(slice.iterator).toIndexedSeq
+            state = admissions.last.after
+            val admitted = admissions.count(_.admitted)
+            skipped += slice.size - admitted
+            if (admitted > 0)
+              parts += OsqueueSlicePartition(location, ref, slice.head.sequence, slice.last.sequence + 1, start,
+                failOnDataLoss, skipAt(slice.head.sequence))
+          }
+          position = math.max(position, ref.lastSequence + 1)
         }
-      }
-      if (head.tailFirstSequence < hi) {
-        val tail = state.admitAll(head.tailEntries.iterator.filter(e => e.sequence >= lo && e.sequence < hi)).toIndexedSeq
-        state = tail.lastOption.fold(state)(_.after)
-        val admitted = tail.filter(_.admitted).map(_.entry)
-        skipped += tail.size - admitted.size
-        admitted.grouped(SliceEntries).foreach { group =>
-          parts += OsqueueInputPartition(location, group.map(BatchDescriptor.of), failOnDataLoss, skipAt(group.head.sequence))
+        if (current.tailFirstSequence < hi) {
+          val tail = state.admitAll(current.tailEntries.iterator.filter(e => e.sequence >= position && e.sequence < hi))
+            .toIndexedSeq
+          state = tail.lastOption.fold(state)(_.after)
+          val admitted = tail.filter(_.admitted).map(_.entry)
+          skipped += tail.size - admitted.size
+          admitted.grouped(SliceEntries).foreach { group =>
+            parts += OsqueueInputPartition(location, group.map(BatchDescriptor.of), failOnDataLoss, skipAt(group.head.sequence))
+          }
         }
+        walking = false
+      } catch {
+        case gone: SegmentTree.Gone =>
+          tree.afterMissing(current, gone.ref, position, reread.get) match {
+            case Some(again) =>
+              current = again
+              position = math.max(position, again.firstSequence)
+              walking = position < hi
+            case None => walking = false
+          }
       }
     }
     Plan(parts.result(), state, skipped)
@@ -70,14 +92,11 @@ private[spark] object OsqueuePlanner {
 
   /**
    * The entries of the queue from `from` on, in order: the segments read one by one as the
-   * iterator reaches them (none is held once passed), then the tail.
+   * iterator reaches them (none is held once passed), then the tail; a segment or index object found
+   * missing is judged by [[SegmentTree.afterMissing]] with `reread` (see [[SegmentTree.entriesFollowing]]).
    */
-  def entriesFrom(head: ManifestHead, from: Long, tree: SegmentTree, readSegment: SegmentRef => IndexedSeq[ManifestEntry])
-      : Iterator[ManifestEntry] = {
-    val lo = math.max(from, head.firstSequence)
-    tree.leaves(head, lo, head.tailFirstSequence).flatMap(r => readSegment(r).iterator.filter(_.sequence >= lo)) ++
-      head.tailEntries.iterator.filter(_.sequence >= lo)
-  }
+  def entriesFrom(head: ManifestHead, from: Long, tree: SegmentTree, reread: Long => Option[ManifestHead])
+      : Iterator[ManifestEntry] = tree.entriesFollowing(head, from, reread)
 
   /** The segments with their entries, in order, with up to [[SegmentReadAhead]] GETs in flight. */
   private def readInOrder(refs: Iterator[SegmentRef], readSegment: SegmentRef => IndexedSeq[ManifestEntry])

@@ -196,7 +196,8 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
   private def append(batchId: Long, batches: Seq[WrittenBatch], tag: Array[Byte]): Unit = if (batches.nonEmpty) {
     val pending = batches.map(b => new PendingLocation(b.location, b.metadata, reupload(b.location), tag)).toIndexedSeq
     new ManifestAppender(new ManifestStore(store, options.location.manifestPath), RetryPolicy(), clock, metrics,
-      options.gcGracePeriod.toMillis, role = "sink", beforeWrite = () => { checkOwner(); writeAttempted.add(batchId); () })
+      options.gcGracePeriod.toMillis, role = "sink", beforeWrite = () => { checkOwner(); writeAttempted.add(batchId); () },
+      segmentEntries = options.manifestSegmentEntries)
       .append(pending)
   }
 

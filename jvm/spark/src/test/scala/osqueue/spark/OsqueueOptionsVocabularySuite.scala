@@ -53,6 +53,7 @@ class OsqueueOptionsVocabularySuite extends AnyFunSuite {
     assert(sink.flushSizeBytes == default("sink", "flushSizeBytes").asLong)
     assert(sink.writerId.isEmpty && sink.writerBatchId.isEmpty)
     assert(sink.gcGracePeriod == duration("sink", "gcGracePeriod"))
+    assert(sink.manifestSegmentEntries == default("sink", "manifestSegmentEntries").asInt)
   }
 
   test("should parse option durations with the one grammar") {

@@ -125,7 +125,28 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
         "real-time batch read it; reading nothing more until the next batch is planned")
       stalled = true
     } else if (m.epoch != p.ownEpoch) throw OsqueueExceptions.fenced(p.ownEpoch, m.epoch)
-    else pending = delivered.admitAll(OsqueuePlanner.entriesFrom(m, nextSeq, tree, manifests.readSegment))
+    else pending = delivered.admitAll(OsqueuePlanner.entriesFrom(m, nextSeq, tree, reread))
+  }
+
+  /**
+   * The head read again when a segment or index object the last one listed is gone
+   * ([[SegmentTree.afterMissing]]): the fence error if another consumer took the queue over; None
+   * (reading nothing more this batch, as in [[follow]]) if the queue was reset or entries from
+   * `position` on were removed; else the head to go on from (this query's dequeue dropped the object).
+   */
+  private def reread(position: Long): Option[ManifestHead] = {
+    val s = manifests.read()
+    val m = if (s.version.isEmpty) None else Some(manifests.head(s))
+    m.filter(h => Incarnation.of(h.epoch) == p.incarnation).foreach { h =>
+      if (h.epoch != p.ownEpoch) throw OsqueueExceptions.fenced(p.ownEpoch, h.epoch)
+    }
+    val usable = m.filter(h => Incarnation.of(h.epoch) == p.incarnation && h.firstSequence <= position)
+    if (usable.isEmpty) {
+      logWarning(s"'${p.location.identity}' was reset or entries from sequence $position were removed while this " +
+        "real-time batch read it; reading nothing more until the next batch is planned")
+      stalled = true
+    }
+    usable
   }
 
   /** Takes the next entry from the read-ahead: moves over a second sink copy, else reads its batch file. */
