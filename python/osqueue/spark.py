@@ -278,6 +278,8 @@ class StreamSinkOptions(_Location, total=False):
     than skip its batches as replays.
     ``gc_grace_period``: the consumer's GC grace period (batches older than half of it are re-uploaded
     before being enqueued).
+    ``manifest_segment_entries``: K, the entries a queue holds before its oldest move into segments
+    (default 2048); 2147483647 keeps the queue RFC v1.
     ``manifest_path``, ``data_path_prefix``, ``store_options``: as :class:`SourceOptions`.
     """
 
@@ -285,6 +287,7 @@ class StreamSinkOptions(_Location, total=False):
     flush_size_bytes: int
     writer_id: str
     gc_grace_period: Duration
+    manifest_segment_entries: int
 
 
 class SinkOptions(StreamSinkOptions, total=False):
