@@ -530,46 +530,6 @@ def test_option_keys_are_case_insensitive(spark, queue_dir, tmp_path):
     assert all(len({r[0] for r in rows}) <= 1 for rows in batches.values())
 
 
-def test_batch_read_returns_current_entries_without_fencing_or_acking(spark, queue_dir):
-    expected = produce_entries(str(queue_dir), batches=4, per_batch=2)
-    before = (queue_dir / "ingest" / "manifest").read_bytes()
-    rows = spark.read.format("osqueue").load(str(queue_dir)).orderBy("sequence", "index").collect()
-    assert [bytes(r.value).decode() for r in rows] == expected
-    window = (
-        spark.read.format("osqueue").option("startingSequence", "1").option("endingSequence", "3").load(str(queue_dir))
-    )
-    assert sorted({r.sequence for r in window.collect()}) == [1, 2]
-    assert (queue_dir / "ingest" / "manifest").read_bytes() == before, "a batch read changed the manifest"
-
-
-def test_only_the_selected_columns_are_read(spark, queue_dir):
-    """Column pruning: the scan's output is what the query selects, in any order, with right values."""
-    expected = produce_entries(str(queue_dir), batches=3, per_batch=2)
-    df = spark.read.format("osqueue").load(str(queue_dir)).select("index", "value")
-    scan = df._jdf.queryExecution().executedPlan().collectLeaves().head()  # the osqueue scan
-    output = scan.output().mkString(",")
-    assert "value" in output and "index" in output and "metadata" not in output and "location" not in output, output
-    rows = df.collect()
-    assert sorted(bytes(r["value"]).decode() for r in rows) == sorted(expected)
-    assert sorted(r["index"] for r in rows) == sorted([0, 1] * 3)
-    only_time = spark.read.format("osqueue").load(str(queue_dir)).select("ingestionTime", "sequence").collect()
-    assert all(r["ingestionTime"] is not None for r in only_time) and sorted({r["sequence"] for r in only_time}) == [
-        0,
-        1,
-        2,
-    ]
-
-
-def test_task_metrics_count_the_bytes_fetched(spark, queue_dir):
-    expected = produce_entries(str(queue_dir), batches=3, per_batch=2)
-    df = spark.read.format("osqueue").load(str(queue_dir))
-    assert len(df.collect()) == len(expected)
-    scan = df._jdf.queryExecution().executedPlan().collectLeaves().head()  # the osqueue scan
-    metric = lambda name: scan.metrics().apply(name).value()  # noqa: E731
-    assert metric("bytesFetched") == sum(len(v.encode()) for v in expected)
-    assert metric("missingBatches") == 0
-
-
 def _run_job(queue, ckpt, out, *extra):
     return subprocess.Popen(
         [sys.executable, str(HERE / "stream_job.py"), str(queue), str(ckpt), str(out), *extra],

@@ -95,23 +95,6 @@ def test_continuous_micro_batch_query_follows_a_queue_that_segments_while_it_rea
     assert_exactly_once(flatten(batches), first + second)
 
 
-def test_batch_read_of_a_segmented_queue_and_a_window_across_segments(spark, queue_dir):
-    expected = produce_jvm(queue_dir, batches=20, per_batch=3, k=4)
-    assert_segmented(queue_dir, 4)
-    rows = spark.read.format("osqueue").load(str(queue_dir)).orderBy("sequence", "index").collect()
-    assert [bytes(r.value).decode() for r in rows] == expected
-    rows = (
-        spark.read.format("osqueue")
-        .option("startingSequence", "3")
-        .option("endingSequence", "14")
-        .load(str(queue_dir))
-        .orderBy("sequence", "index")
-        .collect()
-    )
-    assert [bytes(r.value).decode() for r in rows] == expected[3 * 3 : 14 * 3]
-    assert head_of(queue_dir).depth == 20, "a batch read acks nothing"
-
-
 def test_kill_dash_nine_mid_stream_on_a_segmented_queue_and_restart_delivers_each_entry_exactly_once(
     queue_dir, tmp_path
 ):
