@@ -5,6 +5,7 @@ producer's ambiguous-write resolution through an index, GC reachability and the 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import pathlib
 import random
@@ -154,6 +155,19 @@ def test_a_missing_index_is_listed_but_missing_for_readers() -> None:
         c.next_descriptors(10)
     assert top in str(info.value)
     c.close()
+
+
+def test_a_cached_index_serves_only_a_ref_with_its_sha256() -> None:
+    vector = _tree_vector()
+    store = _golden_store(vector)
+    tree = SegmentTree(ManifestStore(store, KEY))
+    index = next(r for r in _head(store).refs if r.is_index)
+    assert tree.children(index)  # decoded and cached
+    other = dataclasses.replace(index, sha256=bytes([7]) * 32)
+    with pytest.raises(CorruptManifestError, match="SHA-256") as info:
+        tree.children(other)
+    assert index.key in str(info.value)
+    assert tree.children(index), "the right ref still reads"
 
 
 def test_a_ref_above_level_32_or_an_index_first_is_refused() -> None:

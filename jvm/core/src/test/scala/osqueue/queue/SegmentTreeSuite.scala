@@ -77,6 +77,18 @@ class SegmentTreeSuite extends AnyFunSuite {
     assert(t.leaves(h, 38, 40).map(_.firstSequence).toList == List(38L) && reads.isEmpty)
   }
 
+  test("a cached index object serves only a ref with its SHA-256: another ref of the same key is checked") {
+    val store = InMemoryStore.fresh()
+    produce(store, 2, 41)
+    val t = tree(store)
+    val index = head(store).refs.find(_.isIndex).get
+    assert(t.children(index).nonEmpty) // decoded and cached
+    val other = index.copy(sha256 = Array.fill[Byte](32)(7))
+    val e = intercept[CorruptManifestException](t.children(other))
+    assert(e.getMessage.contains(index.key) && e.getMessage.contains("SHA-256"), e.getMessage)
+    assert(t.children(index).nonEmpty, "the right ref still reads")
+  }
+
   test("a native consumer delivers every entry exactly once, in order, across index objects, with restarts (F = 2)") {
     val store = InMemoryStore.fresh()
     val produced = produce(store, 4, 4 * 2 * 2 * 5 + 3) // > F^2 K entries
