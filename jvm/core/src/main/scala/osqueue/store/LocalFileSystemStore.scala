@@ -177,7 +177,7 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
           catch { case _: NoSuchFileException => None }
         attrs.foreach { a =>
           if (a.isDirectory) walk(entry, key, "", out)
-          else if (a.isRegularFile) out += ObjectInfo(key, a.size())
+          else if (a.isRegularFile) out += ObjectInfo(key, a.size(), a.lastModifiedTime().toMillis)
         }
       }
     }
