@@ -58,12 +58,18 @@ def fault_at(spark, point: str, kind: str = "failAt"):
 
 @contextlib.contextmanager
 def gc_running(queue: pathlib.Path):
-    """GC cycles every 50 ms on the queue (its recorded grace period applies), in this process."""
-    gc = GarbageCollector(LocalFileSystemStore(str(queue)), grace_period=0.001)
+    """GC cycles every 50 ms on the queue (its recorded grace period applies), in this process. Each
+    cycle first rewrites the manifest unchanged, as a busy queue's writers would: GC ages files by the
+    store's clock against the head's last write (docs/format.md §6)."""
+    store = LocalFileSystemStore(str(queue))
+    gc = GarbageCollector(store, grace_period=0.001)
     stop = threading.Event()
 
     def loop():
         while not stop.wait(0.05):
+            head = store.get("ingest/manifest")
+            if head is not None:
+                store.put_if_version_matches("ingest/manifest", head.data, head.version)
             gc.run_once()
 
     t = threading.Thread(target=loop, daemon=True)
