@@ -50,6 +50,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     exit 1
   fi
 fi
+# LocalCoarseTimestampSuite loop-mounts an ext4 image (as root only; skipped otherwise).
+if can_apt && ! command -v mkfs.ext4 >/dev/null 2>&1; then
+  apt_install e2fsprogs
+fi
 # An older JDK can stay first on PATH after apt installed 17 (alternatives set by hand).
 major="$(jdk_major)"
 if [ "$major" -lt 17 ]; then

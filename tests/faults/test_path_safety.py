@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+import time
 
 import pytest
 
@@ -101,6 +102,11 @@ def test_gc_deletes_only_batches_directly_under_the_prefix(dirs) -> None:
     file_link.symlink_to(outside_file)
     raw, _ = append_entries(empty_manifest(), [(later, [])], "m")
     store.put("ingest/manifest", raw)
+    # GC ages files by their mtime against the manifest's: every file but the manifest is a day old.
+    day_ago = time.time() - 86_400
+    for k in (orphan, later, outside_prefix, in_sub, sibling):
+        os.utime(root / k, (day_ago, day_ago))
+    os.utime(outside_file, (day_ago, day_ago))
 
     result = GarbageCollector(store, grace_period=600, clock=_Clock(T0 + 10 * 86_400_000)).run_once()
     assert result.deleted == (orphan,), result

@@ -53,8 +53,9 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def mem_store() -> InMemoryStore:
-    return InMemoryStore(f"t-{uuid.uuid4().hex[:8]}")
+def mem_store(clock: ManualClock) -> InMemoryStore:
+    """A store whose clock (its objects' last-modified times) is the test's ``clock``."""
+    return InMemoryStore(f"t-{uuid.uuid4().hex[:8]}", clock)
 
 
 @pytest.fixture

@@ -46,6 +46,11 @@ class ManualClock:
             self._ms += int(round(seconds * 1000))
             self._mono += seconds
 
+    def advance_monotonic(self, seconds: float) -> None:
+        """Time passes but the wall clock shows none of it (as when NTP steps it back meanwhile)."""
+        with self._lock:
+            self._mono += seconds
+
 
 ConditionalHook = Callable[[str, bytes, "ObjectVersion | None", Callable[[], CasOutcome]], CasOutcome]
 

@@ -410,6 +410,8 @@ def test_gc_dry_run_then_apply(queue: tuple[pathlib.Path, list[DurableWrite]]) -
     newer = f"{encode_ulid(T0_MS + 3_600_000, 8)}.batch"  # unreferenced, but newer than the oldest one
     for name in (old, newer, "notes.txt"):
         (data / name).write_bytes(b"orphan")
+    written_s = (T0_MS - 86_400_000) / 1000  # GC ages files by their mtime, the store's clock
+    os.utime(data / old, (written_s, written_s))
     before = manifest_bytes(root)
 
     dry = run("gc", str(root))

@@ -4,26 +4,36 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from helpers import ManualClock, WrappedStore
+from segmented_queue_helpers import KEY, all_locations, head, producer, upload
 
 from osqueue.consumer import Consumer
 from osqueue.errors import StoreError
-from osqueue.format import Manifest, ManifestEntry, encode_batch, encode_manifest, encode_ulid
-from osqueue.gc import GarbageCollector
+from osqueue.format import Manifest, ManifestEntry, encode_batch, encode_manifest, encode_ulid, parse_batch_ulid_ms
+from osqueue.gc import GarbageCollector, GcResult
 from osqueue.metrics import MetricsRegistry
 from osqueue.producer import Producer
-from osqueue.queue import RetryPolicy
-from osqueue.store import InMemoryStore
+from osqueue.queue import QueueProducer, RetryPolicy
+from osqueue.store import InMemoryStore, VersionedObject
 
-KEY = "ingest/manifest"
 MIN = 60_000
 
 
 def _name(clock: ManualClock, age_ms: int, rnd: int = 0) -> str:
     return f"ingest/{encode_ulid(clock.now_ms() - age_ms, rnd)}.batch"
+
+
+def _put_at_name_time(store: Any, clock: ManualClock, key: str) -> None:
+    """Writes ``key`` when the store's clock (``clock``) read its ULID time, so that it is that old."""
+    named = parse_batch_ulid_ms(key.rpartition("/")[2])
+    back_ms = 0 if named is None else clock.now_ms() - named
+    clock.advance(-back_ms / 1000)
+    store.put(key, b"x")
+    clock.advance(back_ms / 1000)
 
 
 def _manifest(store: Any, locations: list[str]) -> None:
@@ -48,9 +58,9 @@ def test_gc_rules(mem_store: InMemoryStore, clock: ManualClock) -> None:
         f"ingest/{encode_ulid(clock.now_ms() - 90 * MIN, 10)}.batchx",
     ]
     for k in [was_referenced, oldest_ref, referenced_new, orphan, orphan2, young_orphan, newer_than_oldest, *others]:
-        mem_store.put(k, b"x")
+        _put_at_name_time(mem_store, clock, k)
     outside = "elsewhere/" + orphan.split("/")[1]
-    mem_store.put(outside, b"x")  # outside the prefix: never listed
+    _put_at_name_time(mem_store, clock, outside)  # outside the prefix: never listed
     metrics = MetricsRegistry()
     gc = GarbageCollector(mem_store, KEY, "ingest", grace_period=600, clock=clock, metrics=metrics)
 
@@ -81,7 +91,7 @@ def test_grace_period_applies_when_older_than_oldest(mem_store: InMemoryStore, c
     old_orphan = _name(clock, 10 * MIN, 3)  # exactly the grace period: deleted
     _manifest(mem_store, [ref])
     for k in (ref, young_orphan, old_orphan):
-        mem_store.put(k, b"x")
+        _put_at_name_time(mem_store, clock, k)
     result = GarbageCollector(mem_store, grace_period=600, clock=clock).run_once()
     assert result.deleted == (old_orphan,)
     assert result.kept_in_grace == 1
@@ -90,7 +100,7 @@ def test_grace_period_applies_when_older_than_oldest(mem_store: InMemoryStore, c
 def test_empty_manifest_skips_the_oldest_rule(mem_store: InMemoryStore, clock: ManualClock) -> None:
     old, young, future = _name(clock, 11 * MIN, 1), _name(clock, 2 * MIN, 2), _name(clock, -5 * MIN, 3)
     for k in (old, young, future):
-        mem_store.put(k, b"x")
+        _put_at_name_time(mem_store, clock, k)
     _manifest(mem_store, [])
     result = GarbageCollector(mem_store, grace_period=600, clock=clock).run_once()
     assert result.deleted == (old,)
@@ -101,7 +111,7 @@ def test_empty_manifest_skips_the_oldest_rule(mem_store: InMemoryStore, clock: M
 
 def test_grace_is_measured_from_the_snapshot_not_the_delete(mem_store: InMemoryStore, clock: ManualClock) -> None:
     almost = _name(clock, 10 * MIN - 1000, 1)  # 1 s short of the grace period at snapshot time
-    mem_store.put(almost, b"x")
+    _put_at_name_time(mem_store, clock, almost)
     _manifest(mem_store, [])
     store = WrappedStore(mem_store)
     store.on_list = lambda prefix: clock.advance(3600)  # a very slow listing
@@ -113,7 +123,7 @@ def test_grace_is_measured_from_the_snapshot_not_the_delete(mem_store: InMemoryS
 def test_failed_deletes_are_counted_and_retried_next_cycle(mem_store: InMemoryStore, clock: ManualClock) -> None:
     a, b = _name(clock, 20 * MIN, 1), _name(clock, 20 * MIN, 2)
     for k in (a, b):
-        mem_store.put(k, b"x")
+        _put_at_name_time(mem_store, clock, k)
     _manifest(mem_store, [])
     store = WrappedStore(mem_store)
     fail = {a}
@@ -134,7 +144,7 @@ def test_failed_deletes_are_counted_and_retried_next_cycle(mem_store: InMemorySt
 
 def test_consumer_runs_gc_in_the_background(mem_store: InMemoryStore, clock: ManualClock) -> None:
     orphan = _name(clock, 20 * MIN, 1)
-    mem_store.put(orphan, b"x")
+    _put_at_name_time(mem_store, clock, orphan)
     # Consumers other tests left open keep their own GC threads (GC runs by default): count ours.
     before = sum(t.name == "osqueue-gc" for t in threading.enumerate())
     c = Consumer(store=mem_store, gc_interval=0.02, clock=clock)
@@ -179,12 +189,15 @@ def test_stalled_producer_reuploads_gc_deletes_the_stale_file_and_consumer_reads
     producer.close()
 
     clock.advance(600)
+    # GC ages files against the head's store time: a later head write lets the stale file go.
+    with Producer(store=mem_store, clock=clock) as later:
+        h3 = later.produce([b"r4"])
     result = GarbageCollector(mem_store, grace_period=600, clock=clock).run_once()
     assert result.deleted == (stale,)
     with Consumer(store=mem_store) as consumer:
         batches = list(consumer)
-        assert [b.location for b in batches] == [fresh, h2.wait_durable(0).location]
-        assert [r for b in batches for r in b.entries] == [b"r1", b"r2", b"r3"]
+        assert [b.location for b in batches] == [fresh, h2.wait_durable(0).location, h3.wait_durable(0).location]
+        assert [r for b in batches for r in b.entries] == [b"r1", b"r2", b"r3", b"r4"]
         consumer.ack_through(batches[-1].sequence)
     assert encode_batch([b"r1", b"r2"]) == mem_store.get(fresh).data
 
@@ -282,6 +295,8 @@ def test_gc_races_producers_with_stalls_and_a_dequeuing_consumer_on_real_threads
     assert not set(stalls) & set(batches_delivered), "a stalled (stale) upload was enqueued instead of a fresh copy"
     assert store.put_calls >= len(batches_delivered) + len(stalls), "stalled uploads were not uploaded again"
     threading.Event().wait(grace)  # the queue's grace period applies even to a GC given 0 (§6)
+    with Producer(store=inner, gc_grace_period=grace) as last:  # ages count against a head written since
+        last.produce([b"last"]).result(30)
     final = GarbageCollector(inner, grace_period=0).run_once()
     assert deleted or final.deleted, "GC never deleted anything"
 
@@ -294,7 +309,7 @@ def test_gc_deletes_nothing_when_its_manifest_is_missing(mem_store: InMemoryStor
 
     referenced = [_name(clock, 30 * MIN, i) for i in range(3)]
     for k in referenced:
-        mem_store.put(k, b"x")
+        _put_at_name_time(mem_store, clock, k)
     _manifest(mem_store, referenced)
     gc = GarbageCollector(mem_store, "wrong/manifest", "ingest", grace_period=0, clock=clock)
     with pytest.raises(IllegalQueueStateError, match="no manifest at 'wrong/manifest'"):
@@ -333,7 +348,7 @@ def test_gc_uses_the_queues_grace_period_when_its_own_is_shorter(mem_store: InMe
     Producer(store=mem_store, clock=clock).close()  # claims the queue with the default 10 min
     _manifest(mem_store, [])
     in_flight = _name(clock, 2 * MIN, 1)  # uploaded, its manifest write still running
-    mem_store.put(in_flight, b"x")
+    _put_at_name_time(mem_store, clock, in_flight)
     result = GarbageCollector(mem_store, grace_period=1, clock=clock).run_once()
     assert result.deleted == () and result.kept_in_grace == 1 and result.grace_period_ms == 10 * MIN
     assert GarbageCollector(mem_store, grace_period=3600, clock=clock).run_once().grace_period_ms == 60 * MIN
@@ -355,11 +370,11 @@ def test_a_producer_told_a_longer_grace_period_reuploads_by_the_queues(
 
     Producer(store=mem_store, clock=clock).close()  # the queue's: 10 min
     six_minutes_old = _name(clock, 6 * MIN, 1)
-    mem_store.put(six_minutes_old, b"x")
+    _put_at_name_time(mem_store, clock, six_minutes_old)
     fresh = _name(clock, 0, 2)
 
     def reupload() -> str:
-        mem_store.put(fresh, b"x")
+        _put_at_name_time(mem_store, clock, fresh)
         return fresh
 
     with QueueProducer(mem_store, KEY, clock=clock) as qp:
@@ -372,3 +387,118 @@ def test_a_consumer_without_gc_starts_no_collector(mem_store: InMemoryStore, clo
     with Consumer(store=mem_store, run_gc=False, clock=clock) as c:
         assert c.garbage_collector is None
         assert sum(t.name == "osqueue-gc" for t in threading.enumerate()) == before
+
+
+# -- clock skew: ages come from the store's clock only (docs/format.md §6) -------------------------
+
+
+def _skewed_queue(behind_ms: int, entries: int) -> tuple[InMemoryStore, ManualClock, ManualClock, QueueProducer]:
+    """A store whose clock GC shares, and a producer (K = 2) whose clock is ``behind_ms`` behind it,
+    which has enqueued ``entries`` batches (named by its clock)."""
+    store_clock = ManualClock()
+    store = InMemoryStore(f"skew-{random.random()}", store_clock)
+    behind = ManualClock(store_clock.now_ms() - behind_ms)
+    qp = producer(store, 2, clock=behind)
+    _manifest(store, [])
+    for _ in range(entries):
+        qp.enqueue(upload(store, behind), timeout=30)
+    return store, store_clock, behind, qp
+
+
+def _after_head_read(store: InMemoryStore, action: Callable[[], None]) -> WrappedStore:
+    """``store`` for GC: ``action`` runs once, right after GC's first GET of the manifest."""
+    wrapped = WrappedStore(store)
+    fired: list[bool] = []
+
+    def get(key: str) -> VersionedObject | None:
+        obj = store.get(key)
+        if key == KEY and not fired:
+            fired.append(True)
+            action()
+        return obj
+
+    wrapped.get = get  # type: ignore[method-assign]
+    return wrapped
+
+
+def test_a_segment_sealed_by_a_producer_11_minutes_behind_after_gc_read_the_head_is_kept() -> None:
+    # Issue 24: GC reads H0; the producer seals the tail into S and CASes H1; GC lists S, which H0
+    # does not reach and whose name looks 11 minutes old.
+    store, store_clock, behind, qp = _skewed_queue(11 * MIN, 2)
+    gc_store = _after_head_read(store, lambda: qp.enqueue(upload(store, behind), timeout=30))
+    GarbageCollector(gc_store, grace_period=600, clock=store_clock).run_once()
+    qp.close()
+    assert len(head(store).refs) == 1, "the third append sealed the tail"
+    assert all(store.get(r.key) is not None for r in head(store).refs), "GC deleted a segment the head lists"
+    assert len(all_locations(store)) == 3
+
+
+def test_a_segment_whose_slow_put_ran_across_a_gc_cycle_is_kept_with_a_producer_6_minutes_behind() -> None:
+    # The seal's PUT takes 4.5 min (under grace / 2, so the producer keeps its name), GC runs meanwhile.
+    store, store_clock, behind, qp = _skewed_queue(6 * MIN, 2)
+    slow = WrappedStore(store)
+    cycles: list[GcResult] = []
+
+    def slow_put(key: str, data: bytes) -> None:
+        store.put(key, data)
+        if key.endswith(".segment") and not cycles:
+            store_clock.advance(270)
+            behind.advance(270)
+            cycles.append(GarbageCollector(store, grace_period=600, clock=store_clock).run_once())
+
+    slow.put = slow_put  # type: ignore[method-assign]
+    qp.close()
+    qp = producer(slow, 2, clock=behind)
+    qp.enqueue(upload(store, behind), timeout=30)
+    qp.close()
+    assert cycles and cycles[0].deleted == ()
+    assert all(store.get(r.key) is not None for r in head(store).refs), "GC deleted a segment the head lists"
+    assert len(all_locations(store)) == 3
+
+
+def test_a_batch_enqueued_on_an_empty_queue_after_gc_read_the_head_is_kept() -> None:
+    store, store_clock, behind, qp = _skewed_queue(11 * MIN, 0)
+    enqueued: list[str] = []
+
+    def enqueue() -> None:
+        enqueued.append(qp.enqueue(upload(store, behind), timeout=30).location)
+
+    result = GarbageCollector(_after_head_read(store, enqueue), grace_period=600, clock=store_clock).run_once()
+    qp.close()
+    assert enqueued and result.deleted == ()
+    assert all_locations(store) == enqueued and store.get(enqueued[0]) is not None, "GC deleted an enqueued batch"
+
+
+def test_an_old_orphan_is_kept_until_a_head_is_written_a_grace_period_after_it() -> None:
+    # Idle queue: the store's time advances only through writes GC sees (the head's).
+    store, store_clock, behind, qp = _skewed_queue(0, 1)
+    orphan = upload(store, ManualClock(store_clock.now_ms() - MIN))  # older than the oldest entry by name
+    store_clock.advance(3600)
+    behind.advance(3600)
+    gc = GarbageCollector(store, grace_period=600, clock=store_clock)
+    assert gc.run_once().deleted == ()
+    qp.enqueue(upload(store, behind), timeout=30)
+    qp.close()
+    assert gc.run_once().deleted == (orphan,)
+
+
+def test_a_batch_whose_put_started_half_a_grace_period_ago_is_uploaded_again_whatever_its_name_says(
+    mem_store: InMemoryStore, clock: ManualClock
+) -> None:
+    # The PUT takes 6 min by the producer's monotonic clock while its wall clock is stepped back: the
+    # name looks fresh, but GC ages the file by the store's clock, so it must not be enqueued.
+    store = WrappedStore(mem_store)
+    uploads: list[str] = []
+
+    def on_put(key: str, data: bytes) -> None:
+        if key.endswith(".batch"):
+            uploads.append(key)
+            if len(uploads) == 1:
+                clock.advance_monotonic(360)
+
+    store.on_put = on_put
+    with Producer(store=store, flush_interval=3600, gc_grace_period=600, clock=clock, rng=random.Random(5)) as p:
+        handle = p.produce([b"r"])
+        p.flush()
+        durable = handle.wait_durable(0)
+    assert len(uploads) == 2 and durable.location == uploads[1], "a batch older than grace / 2 was enqueued"

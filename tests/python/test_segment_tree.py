@@ -5,6 +5,7 @@ producer's ambiguous-write resolution through an index, GC reachability and the 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import pathlib
 import random
@@ -154,6 +155,19 @@ def test_a_missing_index_is_listed_but_missing_for_readers() -> None:
         c.next_descriptors(10)
     assert top in str(info.value)
     c.close()
+
+
+def test_a_cached_index_serves_only_a_ref_with_its_sha256() -> None:
+    vector = _tree_vector()
+    store = _golden_store(vector)
+    tree = SegmentTree(ManifestStore(store, KEY))
+    index = next(r for r in _head(store).refs if r.is_index)
+    assert tree.children(index)  # decoded and cached
+    other = dataclasses.replace(index, sha256=bytes([7]) * 32)
+    with pytest.raises(CorruptManifestError, match="SHA-256") as info:
+        tree.children(other)
+    assert index.key in str(info.value)
+    assert tree.children(index), "the right ref still reads"
 
 
 def test_a_ref_above_level_32_or_an_index_first_is_refused() -> None:
@@ -435,7 +449,7 @@ def test_a_lost_reply_behind_an_index_that_vanished_is_ambiguous_never_appended_
 
 def test_gc_keeps_every_reachable_segment_and_index_and_deletes_an_expanded_index() -> None:
     clock = ManualClock(1_767_225_600_000)
-    store = InMemoryStore("gc-tree")
+    store = InMemoryStore("gc-tree", clock)
     with _producer(store, 2, clock=clock) as producer:
         for _ in range(20):
             producer.enqueue(_upload(store, clock), timeout=30)
@@ -483,7 +497,7 @@ def test_gc_deletes_no_segment_or_index_when_an_index_it_must_read_is_missing() 
 
 def test_a_crash_between_an_index_put_and_the_head_cas_leaves_an_orphan_and_loses_nothing() -> None:
     clock = ManualClock(1_767_225_600_000)
-    inner = InMemoryStore("crash-fold")
+    inner = InMemoryStore("crash-fold", clock)
     store = WrappedStore(inner)
     fail = [False]
 
@@ -511,9 +525,12 @@ def test_a_crash_between_an_index_put_and_the_head_cas_leaves_an_orphan_and_lose
         again.enqueue(third, timeout=30)
     assert _all_locations(inner) == [*first, third]
     clock.advance(GRACE_MS / 1000 + 1)
+    fourth = _upload(inner, clock)
+    with _producer(inner, 1, clock=clock) as later:  # GC ages files against a head written since
+        later.enqueue(fourth, timeout=30)
     result = GarbageCollector(inner, KEY, "ingest", grace_period=GRACE_MS / 1000, clock=clock).run_once()
     assert orphans <= set(result.deleted)
-    assert _all_locations(inner) == [*first, third]
+    assert _all_locations(inner) == [*first, third, fourth]
 
 
 def test_an_expansion_whose_cas_conflicts_is_made_again_on_the_new_head() -> None:

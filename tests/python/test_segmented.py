@@ -8,7 +8,7 @@ import pathlib
 from typing import Any
 
 import pytest
-from helpers import WrappedStore
+from helpers import ManualClock, WrappedStore
 
 from osqueue.consumer import Consumer
 from osqueue.errors import CorruptManifestError, UnsupportedFormatVersionError
@@ -106,8 +106,12 @@ def _golden_queue(store: InMemoryStore) -> None:
         store.put(key, (GOLDEN / file).read_bytes())
 
 
-def test_python_consumer_producer_and_gc_read_the_golden_segmented_queue(mem_store: InMemoryStore) -> None:
+def test_python_consumer_producer_and_gc_read_the_golden_segmented_queue(
+    mem_store: InMemoryStore, clock: ManualClock
+) -> None:
+    clock.advance(-3600)  # the golden objects were written an hour ago by the store's clock
     _golden_queue(mem_store)
+    clock.advance(3600)
     expected = HEADS["heads"][0]["head"]
     with QueueProducer(mem_store, KEY) as producer:
         appended = producer.enqueue("ingest/01J5T4RTZ9Y8X7W6V5T4S3R2Q2.batch", timeout=30)
@@ -121,7 +125,7 @@ def test_python_consumer_producer_and_gc_read_the_golden_segmented_queue(mem_sto
     head = decode_head(mem_store.get(KEY).data, KEY)
     assert [r.key for r in head.refs] == [expected["refs"][1]["key"]] and head.low_water == 14
     result = GarbageCollector(mem_store, KEY, "ingest", grace_period=600).run_once(dry_run=True)
-    # The dropped segment is an orphan named long ago (2024): collected; the listed one is kept.
+    # The dropped segment is an orphan written an hour before the head: collected; the listed one is kept.
     assert expected["refs"][0]["key"] in result.deleted
     assert expected["refs"][1]["key"] not in result.deleted
     consumer.ack_through(appended.sequence)

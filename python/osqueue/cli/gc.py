@@ -20,7 +20,7 @@ from osqueue.queue import DEFAULT_GC_GRACE_PERIOD_MS
     type=click.FloatRange(min=0),
     default=DEFAULT_GC_GRACE_PERIOD_MS / 1000,
     show_default=True,
-    help="Seconds a file must have existed (by its ULID time) before it may be deleted; "
+    help="Seconds a file must have existed (by the store's last-modified time) before it may be deleted; "
     "the queue's own grace period applies when it is longer.",
 )
 def gc(target: QueueTarget, apply_: bool, grace_period: float) -> None:

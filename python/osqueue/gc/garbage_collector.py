@@ -1,13 +1,15 @@
 """Garbage collection of batch files (docs/format.md §6).
 
-A cycle takes a manifest snapshot at time ``t0`` (no epoch check: GC never writes the
-manifest), lists ``<data_path_prefix>/`` and deletes a key only if all of these hold:
+A cycle lists ``<data_path_prefix>/`` (and the manifest's key, if it lies elsewhere), takes ``t0``,
+the manifest's last-modified time in that listing (the STORE's clock), then reads the manifest (no
+epoch check: GC never writes it). The head it reads is the listed version or a later one. It
+deletes a listed key only if all of these hold:
 
 1. its last segment is ``<ULID>.batch`` and it sits directly under ``data_path_prefix``;
-2. the snapshot does not reference it;
+2. the head does not reference it;
 3. its ULID time is older than the oldest referenced batch's (skipped when the manifest is
-   empty);
-4. ``t0 - ulid_time >= grace_period``, measured from the snapshot, not the delete.
+   empty): names compared with names, so no clock plays a part;
+4. ``last_modified + grace_period <= t0``, both by the store's clock.
 
 Before any of that, a cycle proves the files it may delete belong to its queue: it deletes
 nothing when the manifest is missing (a wrong path reads as an empty queue), and nothing unless
@@ -16,15 +18,18 @@ record (create-if-absent), as does every producer; a queue whose data prefix is 
 manifest is refused with :class:`~osqueue.errors.InvalidConfigError` naming both
 (docs/format.md §6).
 
-Producers complete the rule by never starting a manifest write with a location older than
-``grace_period / 2`` (they re-upload it under a fresh name), so a file GC may delete can never
-be enqueued. Failed deletes are counted and retried next cycle.
+Producers complete the rule by never starting a manifest write with a location whose PUT started
+``grace_period / 2`` ago or more, by their own monotonic clock (they re-upload it under a fresh
+name). So every head that references a file is written within about ``grace_period / 2`` of the
+file's store time, before ``t0`` for any file rule 4 lets go: such a file is referenced by no head
+from the one GC read on. Neither the GC host's clock nor a producer's wall clock plays a part.
+Failed deletes are counted and retried next cycle.
 
 With a segmented head (docs/format.md §2.2) a cycle reads the head and its index objects, never a
 segment: rule 3 uses the head's refs' oldest batch times, which bound every batch below them. Segment
-and index objects under ``<manifest>.segments/`` that are not reachable from the snapshot (listed by
-the head or by an index object reachable from it) are deleted once their ULID name is a grace period
-old; if an index object the walk needs is missing, none is deleted that cycle.
+and index objects under ``<manifest>.segments/`` that are not reachable from the head (listed by it
+or by an index object reachable from it) are deleted by rule 4 too; if an index object the walk needs
+is missing, none is deleted that cycle.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.segment_tree import SegmentTree
-from osqueue.store.object_store import ObjectStore, validate_key
+from osqueue.store.object_store import ObjectInfo, ObjectStore, validate_key
 
 _log = logging.getLogger(__name__)
 
@@ -56,9 +61,9 @@ class GcResult:
         failed: Keys whose delete failed (retried next cycle).
         kept_referenced: Batch files the manifest references.
         kept_newer_than_oldest: Unreferenced batch files not older than the oldest referenced one.
-        kept_in_grace: Unreferenced batch files younger than the grace period at snapshot time.
+        kept_in_grace: Unreferenced files written less than the grace period before ``t0``.
         kept_not_batch: Listed keys that are not ``<ULID>.batch`` directly under the prefix.
-        snapshot_time_ms: ``t0``, when the manifest snapshot was taken.
+        snapshot_time_ms: ``t0``: the manifest's last-modified time when listed, by the store's clock.
         dry_run: Nothing was deleted.
         grace_period_ms: The grace period the cycle used: the queue's, or the collector's if longer.
         missing_index: The key of an index object the snapshot reaches but that was missing: the cycle
@@ -84,8 +89,8 @@ class GarbageCollector:
         store: The object store.
         manifest_path: The manifest's key.
         data_path_prefix: Where batches live.
-        grace_period: Minimum age in seconds (at snapshot time) before a file may be deleted; the
-            queue's recorded grace period applies when it is longer (docs/format.md §6).
+        grace_period: Minimum age in seconds (by the store's clock, at ``t0``) before a file may be
+            deleted; the queue's recorded grace period applies when it is longer (docs/format.md §6).
         clock: Time seam.
         metrics: Metrics registry.
     """
@@ -120,9 +125,16 @@ class GarbageCollector:
             CorruptManifestError: The manifest does not decode (nothing was deleted).
         """
         started = self._clock.monotonic()
-        t0 = self._clock.now_ms()
-        raw, _ = self._manifest.read_raw()
-        if raw is None:  # a wrong path reads as an empty queue: everything would look unreferenced
+        segment_dir = segment_prefix(self._manifest.key)
+        # List BEFORE reading the head: the head then read is the listed manifest or a successor, so
+        # its store time is at least the listed one, t0 (docs/format.md §6). Files written after the
+        # listing are not candidates at all.
+        listed = self._store.list(self._prefix)
+        if not self._manifest.key.startswith(self._prefix):  # the manifest and its segments, apart
+            listed += self._store.list(self._manifest.key)
+        t0 = next((i.last_modified_ms for i in listed if i.key == self._manifest.key), None)
+        raw, _ = self._manifest.read_raw() if t0 is not None else (None, None)
+        if t0 is None or raw is None:  # a wrong path reads as an empty queue: everything would look unreferenced
             raise IllegalQueueStateError(
                 f"GC found no manifest at '{self._manifest.key}': it deletes nothing without its queue's manifest "
                 "(is the manifest path right?)"
@@ -133,31 +145,35 @@ class GarbageCollector:
         referenced = {loc for _, loc in head.tail_locations()}
         oldest = head.oldest_referenced_batch_ms()
         has_entries = head.tail_size > 0 or bool(head.refs)
-        segment_dir = segment_prefix(self._manifest.key)
         candidates: list[str] = []
-        segment_keys: list[str] = []
+        segment_infos: list[ObjectInfo] = []
         kept_referenced = kept_newer = kept_grace = kept_other = 0
-        for info in self._store.list(self._prefix):
-            rest = info.key[len(self._prefix) :]
+        seen: set[str] = set()
+        for info in listed:
+            if info.key in seen:  # listed twice (the data prefix and the manifest's)
+                continue
+            seen.add(info.key)
+            rest = info.key[len(self._prefix) :] if info.key.startswith(self._prefix) else "/"
             created = None if "/" in rest else parse_batch_ulid_ms(rest)
             if created is None:
                 if info.key.startswith(segment_dir):  # looked at below
-                    segment_keys.append(info.key)
-                else:
+                    segment_infos.append(info)
+                elif info.key.startswith(self._prefix):
                     kept_other += 1
             elif info.key in referenced:
                 kept_referenced += 1
-
             elif has_entries and (oldest is None or created >= oldest):
-                # With entries but no ULID-named one there is no "oldest": keep everything.
+                # Names compared with names, never with a clock: a batch in a segment is not older than
+                # its ref's oldest. With entries but no ULID-named one there is no "oldest": keep everything.
                 kept_newer += 1
-            elif t0 - created < grace_ms:
+            elif t0 - info.last_modified_ms < grace_ms:
                 kept_grace += 1
             else:
                 candidates.append(info.key)
-        # Segment and index objects the snapshot does not reach, named a grace period ago: producers never
-        # list one named grace / 2 ago or earlier, and nothing is listed again once dropped, so none of
-        # these can become reachable (docs/format.md §2.2). The walk reads index objects, never segments.
+        # Segment and index objects the snapshot does not reach, written a grace period before t0 by the
+        # store's clock: every head that lists one is written within grace / 2 of its PUT (producers make
+        # the edit again otherwise), so before t0, and nothing dropped is listed again (docs/format.md §2.2, §6).
+        # The walk reads index objects, never segments.
         reachable = self._segment_tree.reachable_keys(head) if head.refs else set()
         missing_index = reachable if isinstance(reachable, str) else None
         if missing_index is not None:
@@ -167,18 +183,15 @@ class GarbageCollector:
                 missing_index,
                 self._manifest.key,
             )
-        if not segment_dir.startswith(self._prefix):  # not in the data prefix's listing
-            segment_keys = [info.key for info in self._store.list(segment_dir)]
-        for key in segment_keys:
-            named = segment_ulid_time_ms(self._manifest.key, key)
-            if named is None:
+        for info in segment_infos:
+            if segment_ulid_time_ms(self._manifest.key, info.key) is None:
                 kept_other += 1
-            elif missing_index is not None or key in reachable:
+            elif missing_index is not None or info.key in reachable:
                 kept_referenced += 1
-            elif t0 - named < grace_ms:
+            elif t0 - info.last_modified_ms < grace_ms:
                 kept_grace += 1
             else:
-                candidates.append(key)
+                candidates.append(info.key)
         deleted: list[str] = []
         failed: list[str] = []
         for key in candidates:

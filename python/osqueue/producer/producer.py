@@ -389,12 +389,14 @@ class Producer:
         started = self._clock.monotonic()
         try:
             data = encode_batch(batch.records, self._compression)
+            put_started = self._clock.monotonic()  # its age is the PUT's, by this clock's rate (§6)
             key = self._upload(data)
             future = self._queue.enqueue_async(
                 key,
                 batch.metadata,
                 reupload=lambda: self._upload(data),
                 max_age_ms=self._grace_ms // 2,
+                put_started=put_started,
             )
         except BaseException as e:
             self._finish(batch, None, e, started, 0)

@@ -24,7 +24,6 @@ from osqueue.format.manifest_head import (
     decode_segment,
     parse_head,
 )
-from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
 from osqueue.queue.cas_object import Snapshot
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
@@ -57,6 +56,9 @@ class _Pending:
     future: Future[EnqueueResult]
     reupload: Callable[[], str] | None = None
     max_age_ms: int | None = None
+    # When its PUT started, by ``clock.monotonic()`` (None: uploaded elsewhere; its ULID time is used).
+    put_started: float | None = None
+    clock: Clock | None = None
 
 
 class ManifestAppender:
@@ -128,23 +130,28 @@ class ManifestAppender:
             return p.max_age_ms
         return grace // 2 if p.max_age_ms is None else min(p.max_age_ms, grace // 2)
 
-    def _is_stale(self, p: _Pending, now_ms: int) -> bool:
-        max_age_ms = self._max_age_ms(p)
+    def _age_ms(self, p: _Pending) -> int | None:
+        """Since its PUT started: by the producer's monotonic clock (its rate counts, never its offset)
+        when known, else by its ULID time, which trusts the uploader's wall clock (docs/format.md §6)."""
+        if p.put_started is not None:
+            return int(((p.clock or self.clock).monotonic() - p.put_started) * 1000)
         created = parse_batch_ulid_ms(p.location)
-        return (
-            max_age_ms is not None and p.reupload is not None and created is not None and now_ms - created >= max_age_ms
-        )
+        return None if created is None else self.clock.now_ms() - created
+
+    def _is_stale(self, p: _Pending) -> bool:
+        max_age_ms = self._max_age_ms(p)
+        age_ms = self._age_ms(p)
+        return max_age_ms is not None and p.reupload is not None and age_ms is not None and age_ms >= max_age_ms
 
     def _refresh_stale(self, group: Sequence[_Pending]) -> None:
         for p in group:
             max_age_ms = self._max_age_ms(p)
             if max_age_ms is None or p.reupload is None:
                 continue
-            # The fresh copy is named before its upload, so a slow re-upload is stale too: check again.
+            # A slow re-upload is stale too: check again.
             reuploads = 0
             while True:
-                created = parse_batch_ulid_ms(p.location)
-                if created is None or self.clock.now_ms() - created < max_age_ms:
+                if not self._is_stale(p):
                     break
                 if reuploads == MAX_REUPLOADS:
                     raise StoreError(
@@ -152,27 +159,33 @@ class ManifestAppender:
                         f"grace period ({max_age_ms} ms), so GC could delete it before it is enqueued; "
                         "increase gc_grace_period or make uploads faster"
                     )
+                started = (p.clock or self.clock).monotonic()
                 p.location = p.reupload()
+                p.put_started = started
                 self.metrics.counter(m.BATCHES_REUPLOADED).inc()
                 reuploads += 1
 
     def _appended(self, raw: bytes, group: Sequence[_Pending]) -> tuple[bytes, int]:
         """The head with the group appended: sealing the tail into a segment and folding refs into
-        index objects when it passes K. Each object is named right before the head CAS that lists it; if
-        any name is already half a grace period old when the edit is done (slow PUTs), GC could delete it
-        before it is listed, so the edit is made again under fresh names, as stale batches are re-uploaded
-        (docs/format.md §2.2). The batches are checked again too: slow PUTs age them as well."""
+        index objects when it passes K. Each object is written right before the head CAS that lists it; if
+        the first of their PUTs started half a grace period ago when the edit is done (slow PUTs, by this
+        clock's monotonic time), GC could delete it before it is listed, so the edit is made again under
+        fresh names, as stale batches are re-uploaded (docs/format.md §2.2). The batches are checked again
+        too: slow PUTs age them as well."""
         max_age_ms = self._segment_max_age_ms(group)
         tries = 0
         while True:
             self._refresh_stale(group)
             entries = [(p.location, p.metadata) for p in group]
-            named: list[int] = []
+            put_started: list[float] = []
             new_raw, base = parse_head(raw, self.manifest.key).appended(
-                entries, self.segment_entries, partial(self._seal, named=named), partial(self._fold, named=named)
+                entries,
+                self.segment_entries,
+                partial(self._seal, put_started=put_started),
+                partial(self._fold, put_started=put_started),
             )
-            now = self.clock.now_ms()
-            if (not named or now - min(named) < max_age_ms) and not any(self._is_stale(p, now) for p in group):
+            fresh = not put_started or (self.clock.monotonic() - put_started[0]) * 1000 < max_age_ms
+            if fresh and not any(self._is_stale(p) for p in group):
                 return new_raw, base
             tries += 1
             if tries > MAX_REUPLOADS:
@@ -181,23 +194,17 @@ class ManifestAppender:
                     f"period ({max_age_ms} ms); increase gc_grace_period or make writes faster"
                 )
 
-    def _seal(self, sealed: SealedTail, named: list[int]) -> SegmentRef:
+    def _seal(self, sealed: SealedTail, put_started: list[float]) -> SegmentRef:
         """Stores a sealed tail as a new segment (an unconditional PUT under a fresh name)."""
+        put_started.append(self.clock.monotonic())
         ref = self.manifest.write_segment(sealed, self.clock.now_ms(), self.rng)
         self.metrics.counter(m.SEGMENTS_SEALED).inc()
-        named.append(self._named_ms(ref))
         return ref
 
-    def _fold(self, refs: Sequence[SegmentRef], named: list[int]) -> SegmentRef:
+    def _fold(self, refs: Sequence[SegmentRef], put_started: list[float]) -> SegmentRef:
         """Stores refs folded into a new index object (an unconditional PUT under a fresh name)."""
-        ref = self.manifest.write_index(fold_index(refs), self.clock.now_ms(), self.rng)
-        named.append(self._named_ms(ref))
-        return ref
-
-    def _named_ms(self, ref: SegmentRef) -> int:
-        named = segment_ulid_time_ms(self.manifest.key, ref.key)
-        assert named is not None
-        return named
+        put_started.append(self.clock.monotonic())
+        return self.manifest.write_index(fold_index(refs), self.clock.now_ms(), self.rng)
 
     def _segment_max_age_ms(self, group: Sequence[_Pending]) -> int:
         """Half the shortest grace period known: the callers' and the queue's (GC of segments uses the queue's)."""

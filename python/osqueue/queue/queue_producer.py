@@ -72,6 +72,8 @@ class QueueProducer:
             metrics or m.REGISTRY,
             manifest_segment_entries,
         )
+        # PUT start times are compared with the committer's clock: take its (the same one when given).
+        self._clock = self._committer.clock
         self._closed = False
         self._lock = threading.Lock()
 
@@ -86,6 +88,7 @@ class QueueProducer:
         *,
         reupload: Callable[[], str] | None = None,
         max_age_ms: int | None = None,
+        put_started: float | None = None,
     ) -> Future[EnqueueResult]:
         """Submits a location for the next manifest write.
 
@@ -93,8 +96,11 @@ class QueueProducer:
             location: The batch key.
             metadata: The entry's metadata items.
             reupload: Uploads the batch again under a fresh ULID and returns the new key; called
-                when the location's ULID is ``max_age_ms`` old before a write starts.
+                when the location's PUT started ``max_age_ms`` ago or more before a write starts.
             max_age_ms: See ``reupload`` (``gc_grace_period / 2``).
+            put_started: When the location's PUT started, by this producer's clock's ``monotonic()``;
+                without it the location's ULID time is its start, which trusts the uploader's wall
+                clock to agree with this one (docs/format.md §6).
 
         Returns:
             A future of the entry's sequence and final location.
@@ -106,7 +112,7 @@ class QueueProducer:
             if self._closed:
                 raise IllegalQueueStateError("this QueueProducer is closed")
             future: Future[EnqueueResult] = Future()
-            self._committer.submit(_Pending(location, metadata, future, reupload, max_age_ms))
+            self._committer.submit(_Pending(location, metadata, future, reupload, max_age_ms, put_started, self._clock))
             return future
 
     def enqueue(

@@ -29,6 +29,7 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
+    _epoch_ms,
     _validate_prefix,
     validate_key,
 )
@@ -228,7 +229,7 @@ class AzureBlobStore:
                     validate_key(key)
                 except InvalidObjectKeyError:
                     continue  # not addressable through this store
-                out.append(ObjectInfo(key, int(blob.size or 0)))
+                out.append(ObjectInfo(key, int(blob.size or 0), _epoch_ms(blob.last_modified)))
         except AzureError as e:
             raise self._fail("LIST", full, e) from e
         return out

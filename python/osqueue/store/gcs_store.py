@@ -55,6 +55,7 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
+    _epoch_ms,
     _validate_prefix,
     validate_key,
 )
@@ -313,7 +314,7 @@ class GcsStore:
                     validate_key(key)
                 except InvalidObjectKeyError:
                     continue  # not addressable through this store (directory placeholders)
-                out.append(ObjectInfo(key, int(blob.size or 0)))
+                out.append(ObjectInfo(key, int(blob.size or 0), _epoch_ms(blob.updated)))
         except _FAILURES as e:
             raise self._fail("LIST", prefix, e) from e
         return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from osqueue.clock import Clock, SystemClock
 from osqueue.store.object_store import (
     PRECONDITION_FAILED,
     CasOutcome,
@@ -20,7 +21,9 @@ from osqueue.store.object_store import (
 
 
 class InMemoryStore:
-    """A thread-safe in-process store (unit tests). Versions come from a store-wide counter.
+    """A thread-safe in-process store (unit tests). Versions come from a store-wide counter, and
+    listed last-modified times from ``clock`` (the store's clock, which tests may set apart from a
+    producer's or GC's).
 
     ``InMemoryStore.named(name)`` returns the process-wide store behind ``memory://name``.
     """
@@ -28,10 +31,11 @@ class InMemoryStore:
     _registry: dict[str, InMemoryStore] = {}
     _registry_lock = threading.Lock()
 
-    def __init__(self, name: str = "test") -> None:
+    def __init__(self, name: str = "test", clock: Clock | None = None) -> None:
         self._name = name
+        self._clock = clock or SystemClock()
         self._lock = threading.Lock()
-        self._objects: dict[str, tuple[bytes, ObjectVersion]] = {}
+        self._objects: dict[str, tuple[bytes, ObjectVersion, int]] = {}
         self._counter = itertools.count(1)
 
     @classmethod
@@ -62,19 +66,22 @@ class InMemoryStore:
             found = self._objects.get(key)
         return None if found is None else VersionedObject(found[0], found[1])
 
+    def _store(self, key: str, data: bytes) -> ObjectVersion:
+        version = self._new_version()
+        self._objects[key] = (bytes(data), version, self._clock.now_ms())
+        return version
+
     def put(self, key: str, data: bytes) -> None:
         validate_key(key)
         with self._lock:
-            self._objects[key] = (bytes(data), self._new_version())
+            self._store(key, data)
 
     def put_if_absent(self, key: str, data: bytes) -> CasOutcome:
         validate_key(key)
         with self._lock:
             if key in self._objects:
                 return PRECONDITION_FAILED
-            version = self._new_version()
-            self._objects[key] = (bytes(data), version)
-            return Written(version)
+            return Written(self._store(key, data))
 
     def put_if_version_matches(self, key: str, data: bytes, expected_version: ObjectVersion) -> CasOutcome:
         validate_key(key)
@@ -82,14 +89,12 @@ class InMemoryStore:
             found = self._objects.get(key)
             if found is None or found[1] != expected_version:
                 return PRECONDITION_FAILED
-            version = self._new_version()
-            self._objects[key] = (bytes(data), version)
-            return Written(version)
+            return Written(self._store(key, data))
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         _validate_prefix(prefix)
         with self._lock:
-            return [ObjectInfo(k, len(v[0])) for k, v in self._objects.items() if k.startswith(prefix)]
+            return [ObjectInfo(k, len(v[0]), v[2]) for k, v in self._objects.items() if k.startswith(prefix)]
 
     def delete(self, key: str) -> None:
         validate_key(key)

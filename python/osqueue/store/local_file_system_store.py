@@ -210,7 +210,8 @@ class LocalFileSystemStore:
                 if entry.is_dir(follow_symlinks=False):
                     self._walk(entry.path, key, "", out)
                 elif entry.is_file(follow_symlinks=False):
-                    out.append(ObjectInfo(key, entry.stat(follow_symlinks=False).st_size))
+                    st = entry.stat(follow_symlinks=False)
+                    out.append(ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000))
             except FileNotFoundError:
                 continue
 

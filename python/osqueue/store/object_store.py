@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Protocol, runtime_checkable
 
 from osqueue.errors import InvalidObjectKeyError
@@ -25,10 +26,19 @@ class VersionedObject:
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """A listed object."""
+    """A listed object.
+
+    Attributes:
+        key: The object's key.
+        size: Its length in bytes.
+        last_modified_ms: When the store last wrote it, in ms since the Unix epoch by the STORE's
+            clock (S3 ``LastModified``, GCS ``updated``, Azure ``Last-Modified``, a file's mtime). GC
+            ages objects by it, never by a writer's clock (docs/format.md §6).
+    """
 
     key: str
     size: int
+    last_modified_ms: int
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,19 @@ def _validate_prefix(prefix: str) -> str:
         return prefix
     validate_key(prefix[:-1] if prefix.endswith("/") else prefix)
     return prefix
+
+
+UNKNOWN_LAST_MODIFIED_MS = 2**63 - 1
+"""A listed object's time when the store gave none: "just now" forever, so GC never ages it."""
+
+
+def _epoch_ms(when: datetime | None) -> int:
+    """A store's listed timestamp in ms since the Unix epoch (:data:`UNKNOWN_LAST_MODIFIED_MS` if absent)."""
+    if when is None:
+        return UNKNOWN_LAST_MODIFIED_MS
+    if when.tzinfo is None:  # stores report UTC
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp() * 1000)
 
 
 def join_key(prefix: str, name: str) -> str:

@@ -193,7 +193,8 @@ final class Producer(
         store.put(key, bytes)
         key
       }
-      val pendingLocation = new PendingLocation(upload(), metadata, upload)
+      val putStarted = clock.nanoTime() // the age that counts is the PUT's, by this clock's own rate (§6)
+      val pendingLocation = new PendingLocation(upload(), metadata, upload, uploadStartedNanos = Some(putStarted))
       val enqueued = queueProducer.enqueue(pendingLocation).whenComplete { (sequence, error) =>
         if (error != null) inputs.foreach(_._1.handle.future.completeExceptionally(unwrap(error)))
         else {

@@ -4,7 +4,7 @@ import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 
 import osqueue.{AmbiguousCommitException, Clock, RandomSource, StoreException, SystemRandomSource}
-import osqueue.format.{BatchNames, Incarnation, ManifestEntry, ManifestHead, NewEntry, SegmentNames, SegmentRef}
+import osqueue.format.{BatchNames, Incarnation, ManifestEntry, ManifestHead, NewEntry}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -72,28 +72,28 @@ final class ManifestAppender(
 
   /**
    * The head with `group` appended, sealing the tail and folding refs as needed (docs/format.md
-   * §2.2). The segment and index objects are named right before the head CAS that lists them; if
-   * one name is already half a grace period old (slow PUTs) GC could delete it before it is
-   * listed, so the edit is made again under fresh names, as stale batches are (§6); the objects
-   * left behind are orphans for GC. The batches are checked again too: slow PUTs age them as well.
+   * §2.2). The segment and index objects are written right before the head CAS that lists them; if
+   * the first of their PUTs started half a grace period ago (slow PUTs, by this clock's monotonic
+   * time) GC could delete it before it is listed, so the edit is made again under fresh names, as
+   * stale batches are (§6); the objects left behind are orphans for GC. The batches are checked
+   * again too: slow PUTs age them as well.
    */
   private def appendedFresh(head: ManifestHead, group: IndexedSeq[PendingLocation]): (Array[Byte], Long) = {
     var tries = 0
     while (true) {
       refreshStaleUploads(group)
       val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
-      val named = ArrayBuffer.empty[String]
+      var firstPutStarted = Option.empty[Long]
+      def putStarted(): Unit = if (firstPutStarted.isEmpty) firstPutStarted = Some(clock.nanoTime())
       val result = head.appended(entries, segmentEntries,
         { t =>
           segmentsSealed.increment()
-          val ref = manifest.writeSegment(t, clock.nowMillis()); named += ref.key; ref
+          putStarted(); manifest.writeSegment(t, clock.nowMillis())
         },
         { f =>
-          val ref = manifest.writeIndex(f, clock.nowMillis()); named += ref.key; ref
+          putStarted(); manifest.writeIndex(f, clock.nowMillis())
         })
-      val now = clock.nowMillis()
-      if (named.forall(k => now - SegmentNames.ulidTimeMs(manifest.key, k).get < segmentMaxAgeMs) &&
-        !group.exists(p => BatchNames.ulidTimeMs(p.location).exists(now - _ >= maxAgeMs(p.location)))) return result
+      if (firstPutStarted.forall(elapsedMs(_) < segmentMaxAgeMs) && !group.exists(isStale)) return result
       tries += 1
       if (tries > ManifestAppender.MaxReuploads)
         throw new StoreException(
@@ -207,22 +207,36 @@ final class ManifestAppender(
     }
   }
 
+  /** Milliseconds since `startedNanos` by this clock's monotonic time: its rate counts, never its offset. */
+  private def elapsedMs(startedNanos: Long): Long = (clock.nanoTime() - startedNanos) / 1000000L
+
   /**
-   * A location older than half the GC grace period is uploaded again under a fresh name (§6).
+   * Its PUT started half the GC grace period ago or more (docs/format.md §6). Measured on this
+   * clock when the PUT's start is known; else (uploaded elsewhere) by its ULID name time, which
+   * trusts the uploader's clock to agree with ours.
+   */
+  private def isStale(p: PendingLocation): Boolean = p.uploadStartedNanos match {
+    case Some(started) => elapsedMs(started) >= maxAgeMs(p.location)
+    case None => BatchNames.ulidTimeMs(p.location).exists(clock.nowMillis() - _ >= maxAgeMs(p.location))
+  }
+
+  /**
+   * A location whose PUT started half the GC grace period ago is uploaded again under a fresh name (§6).
    * The fresh copy is named before its upload, so a slow re-upload is stale too: check again,
    * up to [[ManifestAppender.MaxReuploads]] times.
    */
   private def refreshStaleUploads(group: IndexedSeq[PendingLocation]): Unit = group.foreach { p =>
     val maxAge = maxAgeMs(p.location)
-    def stale = BatchNames.ulidTimeMs(p.location).exists(clock.nowMillis() - _ >= maxAge)
     var reuploads = 0
-    while (stale) {
+    while (isStale(p)) {
       if (reuploads == ManifestAppender.MaxReuploads)
         throw new StoreException(
           s"batch '${p.location}': ${reuploads + 1} uploads in a row took longer than half the GC grace period " +
             s"($maxAge ms), so GC could delete it before it is enqueued; " +
             "increase the GC grace period or make uploads faster")
+      val started = clock.nanoTime()
       p.location = p.reupload()
+      p.uploadStartedNanos = Some(started)
       reuploaded.increment()
       reuploads += 1
     }

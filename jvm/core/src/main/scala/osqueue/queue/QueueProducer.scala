@@ -9,12 +9,17 @@ import osqueue.{Clock, IllegalQueueStateException, RandomSource, SystemRandomSou
 import osqueue.format.MetadataItem
 import osqueue.metrics.MetricsRegistry
 
-/** An uploaded batch waiting for its manifest entry. `reupload` copies it under a fresh ULID name. */
+/**
+ * An uploaded batch waiting for its manifest entry. `reupload` copies it under a fresh ULID name.
+ * `uploadStartedNanos`: when its PUT started, by the appender's clock's `nanoTime` (None if the
+ * upload ran elsewhere, as the Spark sink's on executors: its ULID time is used then).
+ */
 final class PendingLocation(
     @volatile var location: String,
     val metadata: IndexedSeq[MetadataItem],
     val reupload: () => String,
-    val extension: Array[Byte] = Array.emptyByteArray) {
+    val extension: Array[Byte] = Array.emptyByteArray,
+    @volatile var uploadStartedNanos: Option[Long] = None) {
   private[queue] val promise = new CompletableFuture[Long]()
 }
 

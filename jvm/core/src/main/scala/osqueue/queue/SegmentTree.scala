@@ -10,11 +10,13 @@ import osqueue.format.{Incarnation, IndexObject, ManifestEntry, ManifestHead, Se
  * the segment holding a sequence, and (for GC) every object reachable from a head. It reads index
  * objects, lazily and at most one per level at a time, and never a segment. Index objects are
  * immutable, so decoded ones are kept by key (the [[SegmentTree.CachedIndexes]] used last): a
- * consumer's dequeue expands from the copy its reads walked.
+ * consumer's dequeue expands from the copy its reads walked. A cached copy is used only for a ref
+ * with the same SHA-256, so a ref is always checked against the bytes it names, cached or not.
  */
 final class SegmentTree(manifest: ManifestStore, cachedIndexes: Int = SegmentTree.CachedIndexes) {
-  private val cache = new java.util.LinkedHashMap[String, IndexedSeq[SegmentRef]](16, 0.75f, true) {
-    override def removeEldestEntry(e: java.util.Map.Entry[String, IndexedSeq[SegmentRef]]): Boolean =
+  /** key -> (the SHA-256 its refs were decoded from and checked against, the refs). */
+  private val cache = new java.util.LinkedHashMap[String, (Array[Byte], IndexedSeq[SegmentRef])](16, 0.75f, true) {
+    override def removeEldestEntry(e: java.util.Map.Entry[String, (Array[Byte], IndexedSeq[SegmentRef])]): Boolean =
       size() > cachedIndexes
   }
 
@@ -25,10 +27,11 @@ final class SegmentTree(manifest: ManifestStore, cachedIndexes: Int = SegmentTre
 
   private def childrenIfPresent(ref: SegmentRef): Option[IndexedSeq[SegmentRef]] = {
     val cached = cache.synchronized(Option(cache.get(ref.key)))
+      .collect { case (sha, refs) if java.util.Arrays.equals(sha, ref.sha256) => refs }
     cached.orElse {
       manifest.readIndexBytes(ref).map { bytes =>
         val refs = IndexObject.decode(bytes, ref)
-        cache.synchronized(cache.put(ref.key, refs))
+        cache.synchronized(cache.put(ref.key, (ref.sha256.clone(), refs)))
         refs
       }
     }

@@ -12,7 +12,7 @@ import scala.concurrent.duration._
 import scala.jdk.CollectionConverters._
 import scala.util.Using
 
-import osqueue.{InvalidObjectKeyException, StoreException, SystemRandomSource}
+import osqueue.{Clock, InvalidObjectKeyException, StoreException, SystemClock, SystemRandomSource}
 
 /**
  * An object store on a local filesystem directory (docs/format.md §7): key `K` is `<root>/K`.
@@ -27,7 +27,8 @@ import osqueue.{InvalidObjectKeyException, StoreException, SystemRandomSource}
  * and never listed. Keys are resolved under the root and checked (through `toRealPath`) not to
  * leave it via symlinks.
  */
-final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.seconds) extends ObjectStore {
+final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.seconds, clock: Clock = SystemClock)
+    extends ObjectStore {
   private val rootPath: Path = root.toAbsolutePath.normalize()
 
   override val uri: String = s"file:$rootPath"
@@ -47,30 +48,43 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
   /**
    * The file's attributes (file key, size, modification time) against those it had when it was last
    * read at `known`: a write replaces the file by rename, so they change; unchanged, no bytes are read.
+   *
+   * Exact on coarse timestamps too (the racy-git rule): a rename may reuse the freed inode with the
+   * same size within one mtime tick (ext4 with 1 s timestamps, FAT's 2 s, NFS, SMB), so attributes
+   * are remembered only when the file's mtime is older than the read by more than
+   * [[LocalFileSystemStore.TimestampGranularityMs]]; any later rewrite then gets a later mtime. A
+   * file written just before is read and hashed instead, until it is that old: an idle queue costs a
+   * `stat` per poll after the first seconds.
    */
   override def getIfChanged(key: String, known: ObjectVersion): ConditionalRead = {
     val path = resolve(key)
     io("read", key) {
+      val checkedAtMs = clock.nowMillis() // before the stat: the file's own clock is this host's
       val before = attributesOf(path)
       if (before.isEmpty) ConditionalRead.Absent
       else if (Option(lastRead.get(key)).contains((before.get, known))) ConditionalRead.NotModified
       else get(key) match {
         case None => ConditionalRead.Absent
         case Some(o) =>
-          // Remembered only if the file did not change while it was read.
-          if (attributesOf(path) == before) lastRead.put(key, (before.get, o.version))
+          // Remembered only if the file did not change while it was read, and no rewrite can share its mtime.
+          val settled = before.get.modifiedMs < checkedAtMs - LocalFileSystemStore.TimestampGranularityMs
+          if (settled && attributesOf(path) == before) lastRead.put(key, (before.get, o.version))
+          else lastRead.remove(key)
           if (o.version == known) ConditionalRead.NotModified else ConditionalRead.Changed(o)
       }
     }
   }
 
   /** Per key: the file's attributes and the version read at them, for [[getIfChanged]]. */
-  private val lastRead = new java.util.concurrent.ConcurrentHashMap[String, (List[Any], ObjectVersion)]()
+  private val lastRead =
+    new java.util.concurrent.ConcurrentHashMap[String, (LocalFileSystemStore.FileAttributes, ObjectVersion)]()
 
-  private def attributesOf(path: Path): Option[List[Any]] =
+  private def attributesOf(path: Path): Option[LocalFileSystemStore.FileAttributes] =
     try {
       val a = Files.readAttributes(path, classOf[BasicFileAttributes])
-      if (a.isDirectory) None else Some(List(a.fileKey(), a.size(), a.lastModifiedTime().toString))
+      if (a.isDirectory) None
+      else Some(LocalFileSystemStore.FileAttributes(a.fileKey(), a.size(), a.lastModifiedTime().toString,
+          a.lastModifiedTime().toMillis))
     } catch { case _: NoSuchFileException => None }
 
   /** No content hash: batch reads never need the version. */
@@ -177,7 +191,7 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
           catch { case _: NoSuchFileException => None }
         attrs.foreach { a =>
           if (a.isDirectory) walk(entry, key, "", out)
-          else if (a.isRegularFile) out += ObjectInfo(key, a.size())
+          else if (a.isRegularFile) out += ObjectInfo(key, a.size(), a.lastModifiedTime().toMillis)
         }
       }
     }
@@ -209,6 +223,16 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
 }
 
 object LocalFileSystemStore {
+  /**
+   * More than the coarsest file timestamp (FAT's 2 s; ext4 with 128-byte inodes, HFS+: 1 s) plus the
+   * kernel's coarse clock lag: a file whose mtime is older than this when read cannot share its mtime
+   * with a later rewrite.
+   */
+  val TimestampGranularityMs = 3000L
+
+  /** What [[LocalFileSystemStore.getIfChanged]] compares; `modified` at full precision, `modifiedMs` to age it. */
+  private final case class FileAttributes(fileKey: Any, size: Long, modified: String, modifiedMs: Long)
+
   /** `sha256:<lower-case hex>` of the bytes (docs/format.md §7). */
   def versionOf(bytes: Array[Byte]): ObjectVersion =
     ObjectVersion("sha256:" + HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(bytes)))

@@ -5,7 +5,17 @@ final case class ObjectVersion(token: String)
 
 final case class VersionedObject(bytes: Array[Byte], version: ObjectVersion)
 
-final case class ObjectInfo(key: String, size: Long)
+/**
+ * A listed object. `lastModifiedMs`: when the store last wrote it, in ms since the Unix epoch by the
+ * STORE's clock (S3 LastModified, GCS `updated`, Azure Last-Modified, a file's mtime); GC ages
+ * objects by it, never by a writer's clock (docs/format.md §6).
+ */
+final case class ObjectInfo(key: String, size: Long, lastModifiedMs: Long)
+
+object ObjectInfo {
+  /** A listed object's time when the store gave none: "just now" forever, so GC never ages it. */
+  val UnknownLastModifiedMs: Long = Long.MaxValue
+}
 
 /** What a conditional read ([[ObjectStore.getIfChanged]]) found. */
 sealed trait ConditionalRead

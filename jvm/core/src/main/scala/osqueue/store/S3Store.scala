@@ -221,7 +221,9 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
     try {
       val request = ListObjectsV2Request.builder().bucket(bucket).prefix(full).build()
       client.listObjectsV2Paginator(request).contents().asScala.iterator
-        .map(o => ObjectInfo(o.key().substring(rootPrefix.length), o.size().longValue()))
+        .map(o =>
+          ObjectInfo(o.key().substring(rootPrefix.length), o.size().longValue(),
+            Option(o.lastModified()).fold(ObjectInfo.UnknownLastModifiedMs)(_.toEpochMilli)))
         // Skip what no key can name (directory markers "dir/", "a//b" written by other tools).
         .filter(o => S3Store.isValidKey(o.key))
         .toVector

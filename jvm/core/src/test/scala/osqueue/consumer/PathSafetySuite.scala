@@ -77,6 +77,10 @@ class PathSafetySuite extends AnyFunSuite {
       val fileLink = root.resolve("ingest/" + BatchNames.newKey("", t0).stripPrefix("/"))
       Files.createSymbolicLink(fileLink, outsideFile)
       store.put("ingest/manifest", ManifestEdits.append(ManifestCodec.EmptyBytes, Seq(NewEntry(referencedLater, IndexedSeq.empty)), "m")._1)
+      // GC ages files by their mtime against the manifest's: every file but the manifest is a day old.
+      val dayAgo = java.nio.file.attribute.FileTime.fromMillis(System.currentTimeMillis() - 1.day.toMillis)
+      Seq(orphan, referencedLater, outsidePrefix, inSubDir, sibling).foreach(k => Files.setLastModifiedTime(root.resolve(k), dayAgo))
+      Files.setLastModifiedTime(outsideFile, dayAgo)
 
       val gc = new GarbageCollector(store, "ingest/manifest", "ingest", 10.minutes, clock)
       val result = gc.runOnce()

@@ -521,23 +521,30 @@ class QueueProducerSuite extends AnyFunSuite {
 
   test("should check a slow re-upload again and give up, enqueueing nothing, when every copy is stale") {
     val inner = InMemoryStore.fresh()
-    def uploadNamedAt(ageMs: Long) = () => {
-      val k = BatchNames.newKey("ingest", System.currentTimeMillis() - ageMs); inner.put(k, Array[Byte](7)); k
+    val clock = new osqueue.testing.ManualClock(System.currentTimeMillis())
+    val qp = new QueueProducer(new ManifestStore(inner, key), fastRetry, clock, new MetricsRegistry, 10.minutes.toMillis)
+    /** An upload whose PUT takes `slowMs` by the producer's monotonic clock. */
+    def uploadTaking(slowMs: Long) = () => {
+      val k = BatchNames.newKey("ingest", clock.nowMillis()); inner.put(k, Array[Byte](7)); clock.advanceMonotonic(slowMs); k
     }
-    // The first re-upload took 6 minutes (its name is that old when it finishes): it is uploaded again.
-    val ages = Iterator(6.minutes.toMillis, 0L)
-    val slowOnce = new PendingLocation(uploadNamedAt(6.minutes.toMillis)(), IndexedSeq.empty, () => uploadNamedAt(ages.next())())
-    val a = appender(inner)
-    a.enqueue(slowOnce).get(30, TimeUnit.SECONDS)
-    assert(BatchNames.ulidTimeMs(slowOnce.location).exists(System.currentTimeMillis() - _ < 1.minute.toMillis))
+    def stalePending(reupload: () => String) = {
+      val p = new PendingLocation(uploadTaking(0)(), IndexedSeq.empty, reupload, uploadStartedNanos = Some(clock.nanoTime()))
+      clock.advanceMonotonic(6.minutes.toMillis) // its manifest write starts 6 minutes after its PUT did
+      p
+    }
+    // The first re-upload takes 6 minutes: it is uploaded again; the second is quick.
+    val durations = Iterator(6.minutes.toMillis, 0L)
+    val reuploads = scala.collection.mutable.ArrayBuffer.empty[String]
+    val slowOnce = stalePending(() => { val k = uploadTaking(durations.next())(); reuploads += k; k })
+    qp.enqueue(slowOnce).get(30, TimeUnit.SECONDS)
+    assert(reuploads.size == 2 && slowOnce.location == reuploads(1))
     // Every copy stale: a StoreException after MaxReuploads re-uploads, and the manifest unchanged.
     var uploads = 0
-    val alwaysSlow = new PendingLocation(uploadNamedAt(6.minutes.toMillis)(), IndexedSeq.empty,
-      () => { uploads += 1; uploadNamedAt(6.minutes.toMillis)() })
-    val e = intercept[java.util.concurrent.ExecutionException](a.enqueue(alwaysSlow).get(30, TimeUnit.SECONDS))
+    val alwaysSlow = stalePending(() => { uploads += 1; uploadTaking(6.minutes.toMillis)() })
+    val e = intercept[java.util.concurrent.ExecutionException](qp.enqueue(alwaysSlow).get(30, TimeUnit.SECONDS))
     assert(e.getCause.isInstanceOf[osqueue.StoreException] && e.getCause.getMessage.contains("half the GC grace period"))
     assert(uploads == 3)
-    a.close()
+    qp.close()
     assert(manifestOf(inner).entries.map(_.location) == Seq(slowOnce.location))
   }
 

@@ -133,6 +133,18 @@ class SegmentTreeSuite extends AnyFunSuite {
     assert(t.leaves(h, 38, 40).map(_.firstSequence).toList == List(38L) && reads.isEmpty)
   }
 
+  test("a cached index object serves only a ref with its SHA-256: another ref of the same key is checked") {
+    val store = InMemoryStore.fresh()
+    produce(store, 2, 41)
+    val t = tree(store)
+    val index = head(store).refs.find(_.isIndex).get
+    assert(t.children(index).nonEmpty) // decoded and cached
+    val other = index.copy(sha256 = Array.fill[Byte](32)(7))
+    val e = intercept[CorruptManifestException](t.children(other))
+    assert(e.getMessage.contains(index.key) && e.getMessage.contains("SHA-256"), e.getMessage)
+    assert(t.children(index).nonEmpty, "the right ref still reads")
+  }
+
   test("a native consumer delivers every entry exactly once, in order, across index objects, with restarts (F = 2)") {
     val store = InMemoryStore.fresh()
     val produced = produce(store, 4, 4 * 2 * 2 * 5 + 3) // > F^2 K entries
@@ -195,7 +207,7 @@ class SegmentTreeSuite extends AnyFunSuite {
   test("GC keeps every reachable segment and index object, collects an index a dequeue expanded, and reads no segment") {
     val t0 = 1767225600000L
     val clock = new ManualClock(t0)
-    val inner = InMemoryStore.fresh()
+    val inner = InMemoryStore.fresh(clock)
     produce(inner, 2, 9, clock) // segments [0,1] [2,3] [4,5] [6,7], tail 8: s0, an index of level 1, s3
     val before = head(inner)
     assert(before.refs.map(_.level) == Seq(0, 1, 0))
@@ -225,13 +237,14 @@ class SegmentTreeSuite extends AnyFunSuite {
   test("GC deletes no segment or index object in a cycle that finds an index object of its head missing") {
     val t0 = 1767225600000L
     val clock = new ManualClock(t0)
-    val store = InMemoryStore.fresh()
+    val store = InMemoryStore.fresh(clock)
     produce(store, 2, 9, clock)
     val orphan = SegmentNames.newKey(key, t0 - 1)
     store.put(orphan, Array[Byte](1))
     val index = head(store).refs(1)
     store.delete(index.key) // as if a newer head expanded it and another GC collected it
     clock.advance(grace + 1)
+    appender(store, 2, clock).append(IndexedSeq(pending(store, clock))) // the orphan is old by the head's time
     val r = new GarbageCollector(store, key, "ingest", grace.millis, clock).runOnce()
     assert(r.missingIndex.contains(index.key))
     assert(r.deleted.isEmpty && store.get(orphan).isDefined)
@@ -242,7 +255,7 @@ class SegmentTreeSuite extends AnyFunSuite {
 
   test("a crash between the index object's write and the head CAS leaves orphans only; nothing lost or doubled") {
     val clock = new ManualClock(System.currentTimeMillis())
-    val inner = InMemoryStore.fresh()
+    val inner = InMemoryStore.fresh(clock)
     // K = 2: the 7th append seals the third segment and folds it with the second; its CAS fails
     val store = new FaultInjectingStore(inner, (k, n) => if (k == key && n == 6) Fault.FailBefore else Fault.None)
     val dying = appender(store, 2, clock, RetryPolicy(baseDelayMs = 1, maxDelayMs = 1, maxAttempts = 1))
@@ -256,9 +269,11 @@ class SegmentTreeSuite extends AnyFunSuite {
     assert(head(inner).refs.exists(_.isIndex))
     assert(allLocations(inner) == (first :+ seventh).map(_.location))
     clock.advance(grace + 1)
+    val eighth = pending(inner, clock)
+    appender(inner, 2, clock).append(IndexedSeq(eighth)) // GC ages files against a head written since
     val r = new GarbageCollector(inner, key, "ingest", grace.millis, clock).runOnce()
     assert(r.deleted.toSet == orphans)
-    assert(allLocations(inner) == (first :+ seventh).map(_.location))
+    assert(allLocations(inner) == (first :+ seventh :+ eighth).map(_.location))
   }
 
   test("a dequeue whose expansion CAS conflicts with a producer's append is made again on the new head") {
@@ -296,7 +311,7 @@ class SegmentTreeSuite extends AnyFunSuite {
     val store = new FaultInjectingStore(inner, (_, _) => Fault.None) {
       override def put(k: String, b: Array[Byte]): Unit = {
         super.put(k, b)
-        if (k.endsWith(".segment") && slowPuts > 0) { slowPuts -= 1; clock.advance(slowBy) }
+        if (k.endsWith(".segment") && slowPuts > 0) { slowPuts -= 1; clock.advance(slowBy); clock.advanceMonotonic(slowBy) }
       }
     }
     val a = appender(store, 2, clock)

@@ -117,7 +117,7 @@ class SegmentedQueueSuite extends AnyFunSuite {
 
   test("a crash between the segment write and the head CAS leaves an orphan segment, nothing lost or doubled; GC removes it") {
     val clock = new ManualClock(System.currentTimeMillis())
-    val inner = InMemoryStore.fresh()
+    val inner = InMemoryStore.fresh(clock)
     // the third manifest write is the one that seals (K = 2): it fails before reaching the store
     val store = new FaultInjectingStore(inner, (k, n) => if (k == key && n == 2) Fault.FailBefore else Fault.None)
     val dying = appender(store, 2, clock, RetryPolicy(baseDelayMs = 1, maxDelayMs = 1, maxAttempts = 1))
@@ -132,12 +132,14 @@ class SegmentedQueueSuite extends AnyFunSuite {
     val listed = head(inner).refs.map(_.key)
     assert(listed.size == 1 && listed != orphans)
     assert(allLocations(inner) == (first :+ third).map(_.location))
-    // GC: the orphan goes once a grace period old, the listed segment stays
+    // GC: the orphan goes once a head is written a grace period after it; the listed segment stays
     clock.advance(grace + 1)
+    val fourth = pending(inner, clock)
+    appender(inner, 2, clock).append(IndexedSeq(fourth))
     val r = new GarbageCollector(inner, key, "ingest", grace.millis, clock).runOnce()
     assert(r.deleted.toSet == orphans.toSet)
     assert(inner.list(SegmentNames.prefix(key)).map(_.key) == listed)
-    assert(allLocations(inner) == (first :+ third).map(_.location))
+    assert(allLocations(inner) == (first :+ third :+ fourth).map(_.location))
   }
 
   test("a write whose reply was lost and that was sealed into a segment before the re-read is found there (no duplicate)") {
@@ -175,9 +177,9 @@ class SegmentedQueueSuite extends AnyFunSuite {
 
   test("GC keeps batches referenced only from segments and reads no segment to do so") {
     val t0 = 1767225600000L
-    val clock = new ManualClock(t0)
-    val inner = InMemoryStore.fresh()
-    val orphanBatch = { val k = BatchNames.newKey("ingest", t0 - 1000); inner.put(k, Array[Byte](1)); k }
+    val clock = new ManualClock(t0 - 1.hour.toMillis)
+    val inner = InMemoryStore.fresh(clock)
+    val orphanBatch = { val k = BatchNames.newKey("ingest", t0 - 1000); inner.put(k, Array[Byte](1)); k } // written an hour ago
     val producer = appender(inner, 2, clock)
     val queued = (0 until 7).map { i =>
       clock.set(t0 + i * 1000); val p = pending(inner, clock); producer.append(IndexedSeq(p)); p.location

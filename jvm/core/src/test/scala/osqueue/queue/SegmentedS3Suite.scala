@@ -24,7 +24,8 @@ class SegmentedS3Suite extends AnyFunSuite with BeforeAndAfterAll {
 
   private val key = "ingest/manifest"
 
-  test("two producers past K on S3: the consumer reads every entry once, in each producer's order; GC then removes the dropped segments") {
+  test(
+    "two producers past K on S3: the consumer reads every entry once, in each producer's order; a GC host 11 minutes ahead deletes none of the dropped segments (ages are S3's)") {
     S3TestServer.missingReason.foreach(reason => cancel(reason))
     val store: ObjectStore = new S3Store(server.freshBucket(), "q", server.storeConfig)
     try {
@@ -64,10 +65,11 @@ class SegmentedS3Suite extends AnyFunSuite with BeforeAndAfterAll {
 
       val segments = store.list(SegmentNames.prefix(key)).map(_.key)
       assert(segments.nonEmpty)
+      // Unreachable, but written moments ago by S3's LastModified: the GC host's clock plays no part.
       val later = new ManualClock(System.currentTimeMillis() + 11.minutes.toMillis)
       val r = new GarbageCollector(store, key, "ingest", 10.minutes, later).runOnce()
-      assert(segments.forall(r.deleted.contains) && store.list(SegmentNames.prefix(key)).isEmpty)
-      assert(r.deleted.count(_.endsWith(".batch")) == 30)
+      assert(r.deleted.isEmpty && r.keptInGrace == segments.size + 30, r)
+      assert(store.list(SegmentNames.prefix(key)).map(_.key).toSet == segments.toSet)
     } finally store.close()
   }
 }

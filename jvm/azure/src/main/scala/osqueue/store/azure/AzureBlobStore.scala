@@ -149,7 +149,9 @@ final class AzureBlobStore(val location: AzureLocation, val config: AzureStoreCo
         val blob = it.next()
         val folder = Option(blob.getMetadata).exists(m => "true".equalsIgnoreCase(m.get("hdi_isfolder")))
         val key = blob.getName.substring(rootPrefix.length)
-        if (!folder && AzureBlobStore.isValidKey(key)) out += ObjectInfo(key, blob.getProperties.getContentLength.longValue())
+        if (!folder && AzureBlobStore.isValidKey(key))
+          out += ObjectInfo(key, blob.getProperties.getContentLength.longValue(),
+            Option(blob.getProperties.getLastModified).fold(ObjectInfo.UnknownLastModifiedMs)(_.toInstant.toEpochMilli))
       }
       out.result()
     } catch { case StoreFailure(e) => throw failure("LIST", full, e) }

@@ -169,7 +169,9 @@ final class GcsStore(
         val b = blobs.next()
         val key = b.getName.substring(rootPrefix.length)
         // Skip what no key can name (directory placeholders "dir/" written by other tools).
-        if (GcsStore.isValidKey(key)) out += ObjectInfo(key, Option(b.getSize).fold(0L)(_.longValue))
+        if (GcsStore.isValidKey(key))
+          out += ObjectInfo(key, Option(b.getSize).fold(0L)(_.longValue),
+            Option(b.getUpdateTimeOffsetDateTime).fold(ObjectInfo.UnknownLastModifiedMs)(_.toInstant.toEpochMilli))
       }
       out.result()
     }
