@@ -30,11 +30,12 @@ class GcScheduleSuite extends AnyFunSuite {
   test("cycles repeat every interval, and a failing cycle does not end the schedule") {
     val runs = new AtomicInteger()
     val three = new CountDownLatch(3)
-    val gc = new GcSchedule("q", 1.milli, () => {
-      three.countDown()
-      if (runs.incrementAndGet() == 1) throw new RuntimeException("the store is down")
-      nothing
-    })
+    val gc = new GcSchedule("q", 1.milli,
+      () => {
+        three.countDown()
+        if (runs.incrementAndGet() == 1) throw new RuntimeException("the store is down")
+        nothing
+      })
     gc.start()
     try assert(three.await(60, TimeUnit.SECONDS), s"only ${runs.get()} cycles ran")
     finally gc.stop()
@@ -46,12 +47,13 @@ class GcScheduleSuite extends AnyFunSuite {
     val inCycle = new CountDownLatch(1)
     val release = new CountDownLatch(1)
     val finished = new AtomicInteger()
-    val gc = new GcSchedule("q", 1.hour, () => {
-      inCycle.countDown()
-      release.await(60, TimeUnit.SECONDS)
-      finished.incrementAndGet()
-      nothing
-    })
+    val gc = new GcSchedule("q", 1.hour,
+      () => {
+        inCycle.countDown()
+        release.await(60, TimeUnit.SECONDS)
+        finished.incrementAndGet()
+        nothing
+      })
     gc.start()
     assert(inCycle.await(60, TimeUnit.SECONDS))
     val stopper = new Thread(() => gc.stop())

@@ -10,7 +10,7 @@ class PlanCacheSuite extends AnyFunSuite {
   private def head(first: Int, next: Int, epoch: Long = 0L): ManifestHead = {
     val entries = (0 until next).map(i => NewEntry(s"ingest/b-$i.batch", IndexedSeq.empty, Array.emptyByteArray))
     val full = ManifestHead.parse(ManifestHead.parse(ManifestCodec.EmptyBytes, "m")
-      .appended(entries, 1000, _ => fail("no seal"), _ => fail("no fold"))._1, "m")
+        .appended(entries, 1000, _ => fail("no seal"), _ => fail("no fold"))._1, "m")
     ManifestHead.parse(full.withEpoch(epoch, Some(first - 1L), _ => fail("no index")), "m")
   }
 
