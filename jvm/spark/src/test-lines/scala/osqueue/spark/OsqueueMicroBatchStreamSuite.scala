@@ -247,11 +247,12 @@ class OsqueueMicroBatchStreamSuite extends AnyFunSuite with OsqueueSourceTest {
     val path = queue("segmenting")
     def produceSegmented(tag: String, batches: Int): Seq[String] = {
       val p = new Producer(ObjectStores.open(path), ProducerConfig(flushInterval = 1.hour, manifestSegmentEntries = 4))
-      try (0 until batches).flatMap { b =>
+      try {
+        (0 until batches).flatMap { b =>
           val values = Seq(s"$tag$b-0", s"$tag$b-1")
           p.produce(values.map(_.getBytes(UTF_8))); p.flush(); values
         }
-      finally p.close()
+      } finally p.close()
     }
     val first = produceSegmented("a", 10)
     assert(head(path).isSegmented)
