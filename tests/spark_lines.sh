@@ -11,20 +11,17 @@ wheel="$1"; reports="$2"; shift 2
 bash .ci/setup-pyspark-lines.sh || exit 1
 # shellcheck source=/dev/null
 source .ci/pyspark-lines.env
-# Per line: kill -9 mid-stream and restart, exact counts; AvailableNow; the sink replaying a
-# committed batch id after a driver crash without duplicates; the jar choice and version check;
-# the end of a run dequeuing what Spark committed, and no more; a checkpoint on s3a:// killed and
-# restarted (3.5 and the newest only); (batch reads and df.write with writer ids: the Scala suites
-# of jvm/spark/src/test-lines, which every line's sbt test runs);
-# spark-submit --packages from target/maven-repo, one short read per line; spark.jars.packages and the
-# assembly jar next to hadoop-aws on 3.5 too (4.1 runs all of test_packages in .venv).
-select="test_kill_dash_nine_mid_stream or test_available_now_drains"
+# Per line: kill -9 mid-stream and restart, exact counts; the sink replaying a committed batch id
+# after a driver crash without duplicates; the jar choice and version check; a checkpoint on s3a://
+# killed and restarted (3.5 and the newest only); spark-submit --packages from target/maven-repo, one
+# short read per line; spark.jars.packages and the assembly jar next to hadoop-aws on 3.5 too (4.1
+# runs all of test_packages in .venv). Batch reads, df.write with writer ids, AvailableNow and the end
+# of a run dequeuing what Spark committed run on every line in Scala (the suites of
+# jvm/spark/src/test-lines, which every line's sbt test runs).
+select="test_kill_dash_nine_mid_stream"
 select="$select or test_spark_submit_packages_resolves_the_connector"
 select="$select or test_driver_crash_points_leave_each_row_exactly_once and after-append"
 select="$select or test_spark_lines"
-# The end of a run dequeues through Spark's last committed batch (read through Spark's own commit log).
-select="$select or test_a_finished_available_now_run_leaves_nothing_it_delivered_queued"
-select="$select or test_a_query_stopped_during_a_batch_keeps_that_batch_queued"
 status=0
 for version in $PYSPARK_LINE_VERSIONS; do
   venv=".venv-pyspark/$version"

@@ -3,7 +3,8 @@
 The queues are written by the JVM producer (QueueTool, from the connector jar) with a small K
 (`--segment-entries`), so their manifests are version 2 heads listing segments; each test checks it
 is so before reading. Delivery must be exact and in order across segment boundaries: micro-batches,
-AvailableNow, the batch read, a real-time query, and a query killed with -9 and restarted.
+the batch read, a real-time query, and a query killed with -9 and restarted. Micro-batches and
+AvailableNow across segments are tested in Scala (SegmentedSourceSuite, OsqueueMicroBatchStreamSuite).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import pathlib
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -20,7 +20,7 @@ from osqueue.format import decode_head
 from osqueue.queue import ManifestStore, SegmentTree
 from osqueue.store import open_store
 
-from .test_source import _kill_twice_then_drain, assert_exactly_once, flatten, run_query
+from .test_source import _kill_twice_then_drain
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -68,31 +68,6 @@ def assert_segmented(queue: pathlib.Path, at_least: int) -> None:
     finally:
         store.close()
     assert head.version == 2 and segments >= at_least, f"not segmented: {segments} segments"
-
-
-def test_available_now_in_micro_batches_across_segments_delivers_each_entry_once_in_order(spark, queue_dir, tmp_path):
-    expected = produce_jvm(queue_dir, batches=20, per_batch=2, k=3)
-    assert_segmented(queue_dir, 5)
-    batches, _ = run_query(spark, str(queue_dir), tmp_path / "ckpt", options={"maxBatchesPerTrigger": "3"})
-    assert_exactly_once(flatten(batches), expected)
-    sizes = [len({r[0] for r in batches[b]}) for b in sorted(batches) if batches[b]]
-    assert max(sizes) <= 3 and len(sizes) == 7, sizes
-    h = head_of(queue_dir)
-    assert h.depth == 0 and h.refs == [], "the drained queue was not dequeued"
-
-
-def test_continuous_micro_batch_query_follows_a_queue_that_segments_while_it_reads(spark, queue_dir, tmp_path):
-    first = produce_jvm(queue_dir, batches=10, per_batch=2, k=4, tag="a")
-    assert_segmented(queue_dir, 2)
-    batches, query = run_query(spark, str(queue_dir), tmp_path / "ckpt", available_now=False)
-    try:
-        second = produce_jvm(queue_dir, batches=15, per_batch=2, k=4, tag="b")
-        deadline = time.time() + 120
-        while len(flatten(batches)) < len(first) + len(second) and time.time() < deadline:
-            time.sleep(0.2)
-    finally:
-        query.stop()
-    assert_exactly_once(flatten(batches), first + second)
 
 
 def test_kill_dash_nine_mid_stream_on_a_segmented_queue_and_restart_delivers_each_entry_exactly_once(

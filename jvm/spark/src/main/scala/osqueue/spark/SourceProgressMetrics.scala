@@ -1,0 +1,33 @@
+package osqueue.spark
+
+import osqueue.format.ManifestHead
+
+/**
+ * The source's metrics in a query's progress (`ReportsSourceMetrics`), from the manifest head last
+ * read and the position Spark last consumed: how far behind the query is and how old the oldest
+ * unread entry is, the reader's epoch, and the data-loss counts of driver and executors.
+ */
+private[spark] object SourceProgressMetrics {
+  /**
+   * `consumed`: the next sequence Spark will read (None: nothing consumed yet, the queue's first
+   * entry); `oldestUnreadMs`: the ingestion time of the entry there, if queued.
+   */
+  def apply(m: ManifestHead, consumed: Option[Long], oldestUnreadMs: Option[Long], nowMs: Long, epoch: Option[Long],
+      dataLossEvents: Long, missingBatches: Long, duplicateCopiesSkipped: Long): Map[String, String] = {
+    val next = consumed.getOrElse(m.firstSequence)
+    val behind = math.max(0L, m.nextSequence - next)
+    val lagSeconds = oldestUnreadMs.map(t => math.max(0L, nowMs - t) / 1000.0).getOrElse(0.0)
+    Map(
+      "queueLength" -> math.max(0L, m.nextSequence - math.max(next, m.firstSequence)).toString, // committed count as consumed
+      "batchesBehindLatest" -> behind.toString,
+      "numFilesOutstanding" -> behind.toString,
+      "lagSeconds" -> f"$lagSeconds%.3f",
+      "epoch" -> epoch.map(java.lang.Long.toUnsignedString).getOrElse(""),
+      "dataLossEvents" -> (dataLossEvents + missingBatches).toString,
+      "missingBatches" -> missingBatches.toString,
+      "duplicateCopiesSkipped" -> duplicateCopiesSkipped.toString)
+  }
+
+  /** Where the oldest unread entry is: the consumed position, or the queue's first entry if later. */
+  def oldestUnread(m: ManifestHead, consumed: Option[Long]): Long = math.max(consumed.getOrElse(m.firstSequence), m.firstSequence)
+}
