@@ -29,8 +29,8 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _epoch_ms,
     _validate_prefix,
+    epoch_ms,
     validate_key,
 )
 
@@ -229,7 +229,7 @@ class AzureBlobStore:
                     validate_key(key)
                 except InvalidObjectKeyError:
                     continue  # not addressable through this store
-                out.append(ObjectInfo(key, int(blob.size or 0), _epoch_ms(blob.last_modified)))
+                out.append(ObjectInfo(key, int(blob.size or 0), epoch_ms(blob.last_modified)))
         except AzureError as e:
             raise self._fail("LIST", full, e) from e
         return out

@@ -55,8 +55,8 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _epoch_ms,
     _validate_prefix,
+    epoch_ms,
     validate_key,
 )
 
@@ -314,7 +314,7 @@ class GcsStore:
                     validate_key(key)
                 except InvalidObjectKeyError:
                     continue  # not addressable through this store (directory placeholders)
-                out.append(ObjectInfo(key, int(blob.size or 0), _epoch_ms(blob.updated)))
+                out.append(ObjectInfo(key, int(blob.size or 0), epoch_ms(blob.updated)))
         except _FAILURES as e:
             raise self._fail("LIST", prefix, e) from e
         return out

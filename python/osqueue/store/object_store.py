@@ -140,7 +140,7 @@ UNKNOWN_LAST_MODIFIED_MS = 2**63 - 1
 """A listed object's time when the store gave none: "just now" forever, so GC never ages it."""
 
 
-def _epoch_ms(when: datetime | None) -> int:
+def epoch_ms(when: datetime | None) -> int:
     """A store's listed timestamp in ms since the Unix epoch (:data:`UNKNOWN_LAST_MODIFIED_MS` if absent)."""
     if when is None:
         return UNKNOWN_LAST_MODIFIED_MS

@@ -23,8 +23,8 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _epoch_ms,
     _validate_prefix,
+    epoch_ms,
     validate_key,
 )
 from osqueue.store.s3_store_config import _make_s3_client
@@ -277,7 +277,7 @@ class S3Store:
                         validate_key(key)
                     except InvalidObjectKeyError:
                         continue  # not addressable through this store
-                    out.append(ObjectInfo(key, int(obj.get("Size", 0)), _epoch_ms(obj.get("LastModified"))))
+                    out.append(ObjectInfo(key, int(obj.get("Size", 0)), epoch_ms(obj.get("LastModified"))))
         except (ClientError, BotoCoreError) as e:
             raise self._fail("LIST", prefix, e) from e
         return out

@@ -151,7 +151,10 @@ class OsqueueSinkCommitterSuite extends AnyFunSuite with OsqueueSinkTestUtils {
     val store = ObjectStores.open(q)
     val gc = new GarbageCollector(store, manifestKey, "ingest", 1.millis, SystemClock)
     val running = new AtomicBoolean(true)
-    val gcThread = new Thread(() => while (running.get) { gc.runOnce(); Thread.sleep(50) })
+    // Each cycle first rewrites the manifest unchanged, as a busy queue's writers would: GC ages files
+    // by the store's clock against the head's last write (docs/format.md §6).
+    def touchHead(): Unit = store.get(manifestKey).foreach(o => store.putIfVersionMatches(manifestKey, o.bytes, o.version))
+    val gcThread = new Thread(() => while (running.get) { touchHead(); gc.runOnce(); Thread.sleep(50) })
     gcThread.start()
     try withFault("pauseAt", "before-append:2500") {
         val message = failure(runSink(in, q, ckpt))
