@@ -155,7 +155,8 @@ public class ProducerVsRawPut {
   static long[] verify(ObjectStore store) {
     scala.Option<osqueue.store.VersionedObject> raw = store.get("ingest/manifest");
     if (raw.isEmpty()) return new long[] {0, 0};
-    long manifestEntries = osqueue.format.ManifestCodec.decodeFooter(raw.get().bytes(), "ingest/manifest").entryCount();
+    long manifestEntries = osqueue.format.ManifestCodec.decodeFooter(raw.get().bytes(), "ingest/manifest",
+        osqueue.format.ManifestCodec.decodeFooter$default$3()).entryCount(); // Scala's default: version 1
     long decoded = 0;
     for (ObjectInfo o : CollectionConverters.asJava(store.list("ingest/"))) {
       if (!o.key().endsWith(".batch")) continue;

@@ -125,7 +125,8 @@ public class SegmentedDepth {
     void append(int i, int appends) {
       if (latMs == null) { latMs = new double[appends]; written = new long[appends]; }
       String loc = BatchNames.newKey("ingest", System.currentTimeMillis(), osqueue.SystemRandomSource$.MODULE$);
-      PendingLocation p = new PendingLocation(loc, meta(), () -> { throw new IllegalStateException("no re-upload"); }, new byte[0]);
+      PendingLocation p = new PendingLocation(loc, meta(), () -> { throw new IllegalStateException("no re-upload"); }, new byte[0],
+          scala.Option.apply(System.nanoTime()));
       ManifestHead before = ManifestHead.parse(store.get(MANIFEST).get().bytes(), MANIFEST);
       List<PendingLocation> g = new ArrayList<>();
       g.add(p);
