@@ -4,6 +4,12 @@
 # and the Python tests (pytest, incl. Spark and S3 servers) — and prints one closing line.
 #
 #   bash tests/run_all.sh [pytest args]   everything (CI, .ci/run; about 45 minutes cold)
+#
+# Two lanes: the tests that need no jar (pytest -m "not jvm": the native client, CLI, stores and
+# their test servers, then the same on Python 3.10 and 3.13) run in the background from the start,
+# logged to target/test-reports/native.log and shown at the end; the foreground builds and tests the
+# JVM side, then runs the tests that need its jars (pytest -m jvm: Spark, interop, the benchmarks)
+# and the pyspark matrix. Every pytest test runs in exactly one lane (conftest.py's marker).
 #   bash tests/run_all.sh --quick         the inner loop (under 3 minutes warm, CONTRIBUTING.md)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,6 +53,21 @@ rm -rf "$reports" jvm/*/target/test-reports jvm/spark/target/line-*/test-reports
 mkdir -p "$reports"
 
 status=0
+# The native lane. It imports osqueue from the checkout (PYTHONPATH), not from .venv, where the
+# foreground reinstalls the wheel meanwhile.
+native_log="$reports/native.log"
+(
+  rc=0
+  echo "== Python tests that need no jar (pytest -m 'not jvm')"
+  PYTHONPATH="$root/python" .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -m "not jvm" \
+    --junitxml="$reports/pytest-native.xml" tests/python tests/s3 tests/faults tests/azure "$@"
+  case $? in 0|5) ;; *) rc=1 ;; esac  # 5: a filter passed in "$@" selected nothing here
+  echo "== The native client, the CLI and the wrapper on the oldest and newest Python claimed (3.10, 3.13)"
+  bash tests/python_versions.sh "$reports" || rc=1
+  exit $rc
+) >"$native_log" 2>&1 </dev/null &
+native_pid=$!
+
 # Spark's scratch goes to dirs the run removes (conftest.py, build.sbt); a Spark killed with kill -9
 # would otherwise leave its /tmp/spark-* behind. Checked at the end.
 spark_scratch_in_tmp() { ls -d /tmp/spark-* /tmp/temporary-* 2>/dev/null | sort; }
@@ -82,8 +103,9 @@ rm -rf target/wheel
 wheel="$(ls target/wheel/osqueue-*.whl 2>/dev/null | head -1)"
 .venv/bin/python -m pip install -q --no-deps --force-reinstall "$wheel" || status=1
 
-echo "== Python tests (pytest)"
-.venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/python tests/s3 tests/faults tests/spark tests/azure integration "$@"
+echo "== Python tests that need the jars (pytest -m jvm)"
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -m jvm --junitxml="$reports/pytest.xml" \
+  tests/python tests/s3 tests/faults tests/spark tests/azure integration "$@"
 rc=$?
 case $rc in
   0) ;;
@@ -95,11 +117,12 @@ echo "== Python S3 tests again, against Ceph RGW (skipped with the reason when C
 OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
   tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || status=1
 
-echo "== The native client, the CLI and the wrapper on the oldest and newest Python claimed (3.10, 3.13)"
-bash tests/python_versions.sh "$reports" || status=1
-
 echo "== The connector in the pyspark of every other Spark line (.ci/pyspark-lines.env)"
 bash tests/spark_lines.sh "$wheel" "$reports" || status=1
+
+echo "== The native lane (started first; its log follows)"
+wait $native_pid || status=1
+cat "$native_log"
 
 left="$(comm -13 <(echo "$spark_scratch_before") <(spark_scratch_in_tmp))"
 if [ -n "$left" ]; then

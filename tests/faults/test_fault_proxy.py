@@ -342,6 +342,7 @@ def _jvm_supports_keep_going(store_options: dict[str, str]) -> bool:
     return "--keep-going" in p.stderr
 
 
+@pytest.mark.jvm
 @pytest.mark.skipif(shutil.which("java") is None, reason="no java")
 def test_jvm_producers_through_faults_keep_the_manifest_exact(s3) -> None:
     try:

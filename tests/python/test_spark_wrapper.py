@@ -389,6 +389,7 @@ class SparkRecorder:
         return self._wrap(self.session.readStream)
 
 
+@pytest.mark.jvm
 def test_real_spark_reads_a_local_queue(spark: SparkSession, tmp_path: pathlib.Path) -> None:
     root = tmp_path / "q"
     with Producer(str(root), flush_interval=3600) as producer:
