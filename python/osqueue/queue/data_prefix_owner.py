@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, StoreError
-from osqueue.queue.retry_policy import RetryPolicy, _Budget
+from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore, Written, validate_key
 
 OWNER_NAME = "osqueue.owner"
@@ -66,7 +66,7 @@ def claim_data_prefix(
         StoreError: The store kept failing.
     """
     clock = clock or SystemClock()
-    budget = _Budget(retry or RetryPolicy(), clock, rng or random.Random())
+    budget = (retry or RetryPolicy()).budget(clock, rng or random.Random())
     while True:
         try:
             return _claim_data_prefix_once(store, manifest_key, data_prefix, clock, create_with_grace_ms)

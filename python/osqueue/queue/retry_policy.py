@@ -30,6 +30,10 @@ class RetryPolicy:
         if self.max_elapsed <= 0:
             raise InvalidConfigError("max_elapsed", self.max_elapsed, "must be > 0")
 
+    def budget(self, clock: Clock, rng: random.Random) -> _Budget:
+        """The attempts of one operation under this policy."""
+        return _Budget(self, clock, rng)
+
     def delay(self, retry: int, rng: random.Random) -> float:
         """The wait before retry number ``retry`` (1-based)."""
         cap = min(self.max_delay, self.base_delay * (2 ** min(retry - 1, 62)))

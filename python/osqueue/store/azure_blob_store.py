@@ -20,7 +20,7 @@ from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from osqueue.errors import InvalidObjectKeyError, StoreError
 from osqueue.store.azure_location import AzureLocation
-from osqueue.store.azure_store_config import ACCOUNT_KEY, AzureAuth, _endpoint, _max_tries, azure_auth
+from osqueue.store.azure_store_config import ACCOUNT_KEY, AzureAuth, azure_auth, azure_endpoint, azure_max_tries
 from osqueue.store.endpoint_conditions import IF_MATCH_QUOTED, PROBE_KEY_PREFIX, EndpointConditions, probed_conditions
 from osqueue.store.object_store import (
     PRECONDITION_FAILED,
@@ -29,9 +29,9 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _validate_prefix,
     epoch_ms,
     validate_key,
+    validate_prefix,
 )
 
 __all__ = ["AzureLocation", "AzureAuth", "AzureBlobStore", "azure_auth", "open_store"]
@@ -51,9 +51,9 @@ class AzureBlobStore:
         opts = dict(options or {})
         self._location = location
         self._root = location.prefix + "/" if location.prefix else ""
-        self._endpoint = _endpoint(opts, location)
+        self._endpoint = azure_endpoint(opts, location)
         self._auth = azure_auth(opts, location)
-        tries = _max_tries(opts)
+        tries = azure_max_tries(opts)
         self._container = self._client(tries)
         self._cas_container = self._client(1)
 
@@ -215,7 +215,7 @@ class AzureBlobStore:
                 pass  # a scratch object left behind is harmless (GC deletes only batch files)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
-        _validate_prefix(prefix)
+        validate_prefix(prefix)
         full = self._root + prefix
         out: list[ObjectInfo] = []
         try:

@@ -131,7 +131,7 @@ def azure_auth(options: Mapping[str, Any], location: AzureLocation) -> AzureAuth
     return shared_key() or sas() or oauth() or AzureAuth("default_chain")
 
 
-def _endpoint(options: Mapping[str, Any], location: AzureLocation) -> str:
+def azure_endpoint(options: Mapping[str, Any], location: AzureLocation) -> str:
     found = _lookup(options, [ENDPOINT])
     if found is None:
         return location.blob_endpoint
@@ -144,7 +144,7 @@ def _endpoint(options: Mapping[str, Any], location: AzureLocation) -> str:
     return found[1].rstrip("/")
 
 
-def _max_tries(options: Mapping[str, Any]) -> int:
+def azure_max_tries(options: Mapping[str, Any]) -> int:
     found = _lookup(options, [MAX_RETRIES])
     if found is None:
         return 4

@@ -13,7 +13,7 @@ from osqueue.errors import ConditionalWritesNotHonouredError, StoreError
 
 IF_MATCH_QUOTED = "quoted"  # If-Match: "<hex>", as S3 returns ETags (AWS, LocalStack, moto)
 IF_MATCH_UNQUOTED = "unquoted"  # If-Match: <hex> (Ceph RGW matches only this form)
-_IF_MATCH_FORMS = (IF_MATCH_QUOTED, IF_MATCH_UNQUOTED)
+IF_MATCH_FORMS = (IF_MATCH_QUOTED, IF_MATCH_UNQUOTED)
 PROBE_KEY_PREFIX = ".osqueue-probe-"
 PROBE_ATTEMPTS = 4
 """Probe runs before a store error of the probe is reported; the wait doubles from PROBE_BACKOFF_S."""

@@ -43,10 +43,10 @@ from osqueue.store.gcs_store_config import (
     READ_TIMEOUT,
     ROOT_URL,
     SERVICE_PATH,
-    _credentials,
-    _option,
-    _timeout,
     auth_value,
+    gcs_credentials,
+    gcs_option,
+    gcs_timeout,
 )
 from osqueue.store.object_store import (
     PRECONDITION_FAILED,
@@ -55,9 +55,9 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _validate_prefix,
     epoch_ms,
     validate_key,
+    validate_prefix,
 )
 
 READ_ATTEMPTS = 5
@@ -107,31 +107,31 @@ class GcsStore:
                 validate_key(self._prefix)
             except InvalidObjectKeyError as e:
                 raise InvalidConfigError("path", f"gs://{bucket}/{prefix}", f"bad key prefix: {e}") from e
-        service_path = _option(options, SERVICE_PATH)
+        service_path = gcs_option(options, SERVICE_PATH)
         if service_path is not None and service_path.strip("/") != "storage/v1":
             raise InvalidConfigError(
                 SERVICE_PATH,
                 service_path,
                 f"osqueue speaks the JSON API at storage/v1/ only; set the server with {ROOT_URL}",
             )
-        root = _option(options, ROOT_URL)
+        root = gcs_option(options, ROOT_URL)
         if root is not None and not re.match(r"^https?://[^/]+", root):
             raise InvalidConfigError(ROOT_URL, root, "expected an http(s):// URL")
         self._root = root.rstrip("/") if root else None
-        retries_value = _option(options, MAX_RETRY)
+        retries_value = gcs_option(options, MAX_RETRY)
         if retries_value is None:
             retries = 10
         elif retries_value.isdigit() and int(retries_value) < 1000:
             retries = int(retries_value)
         else:
             raise InvalidConfigError(MAX_RETRY, retries_value, "expected a whole number of retries >= 0")
-        self._timeout = (_timeout(options, CONNECT_TIMEOUT, 20.0), _timeout(options, READ_TIMEOUT, 20.0))
+        self._timeout = (gcs_timeout(options, CONNECT_TIMEOUT, 20.0), gcs_timeout(options, READ_TIMEOUT, 20.0))
         # The SDK's default policy (transient errors, backoff), bounded: the connector's retries x a
         # request's timeout. Conditional writes pass retry=None instead.
         self._retry = Retry(timeout=max(1.0, (retries + 1) * sum(self._timeout))) if retries > 0 else None
         if client is None:
-            credentials = _credentials(options)
-            kwargs: dict[str, Any] = {"project": _option(options, PROJECT_ID)}
+            credentials = gcs_credentials(options)
+            kwargs: dict[str, Any] = {"project": gcs_option(options, PROJECT_ID)}
             if credentials is not None:
                 kwargs["credentials"] = credentials
             if self._root:
@@ -301,7 +301,7 @@ class GcsStore:
                 pass  # a scratch object left behind is harmless (GC deletes only batch files)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
-        _validate_prefix(prefix)
+        validate_prefix(prefix)
         full = f"{self._prefix}/{prefix}" if self._prefix else prefix
         strip = len(self._prefix) + 1 if self._prefix else 0
         out: list[ObjectInfo] = []

@@ -29,25 +29,25 @@ UNSUPPORTED = (
 )
 
 
-def _option(options: Mapping[str, Any], name: str) -> str | None:
+def gcs_option(options: Mapping[str, Any], name: str) -> str | None:
     for key in (name, f"spark.hadoop.{name}"):
         if key in options and options[key] is not None and str(options[key]).strip():
             return str(options[key]).strip()
     return None
 
 
-def _timeout(options: Mapping[str, Any], name: str, default: float) -> float:
-    value = _option(options, name)
+def gcs_timeout(options: Mapping[str, Any], name: str, default: float) -> float:
+    value = gcs_option(options, name)
     if value is None:
         return default
     seconds = parse_duration(name, value)
     return seconds if seconds > 0 else 365 * 86400.0  # the connector's 0: no timeout
 
 
-def _credentials(options: Mapping[str, Any]) -> Any:
+def gcs_credentials(options: Mapping[str, Any]) -> Any:
     """The credentials the options name, or None for Application Default Credentials."""
     for name in UNSUPPORTED:
-        value = _option(options, name)
+        value = gcs_option(options, name)
         if value is not None:
             raise InvalidConfigError(
                 name,
@@ -59,7 +59,11 @@ def _credentials(options: Mapping[str, Any]) -> Any:
     from google.auth.credentials import AnonymousCredentials
     from google.oauth2 import service_account
 
-    keyfile, email, key = _option(options, JSON_KEYFILE), _option(options, EMAIL), _option(options, PRIVATE_KEY)
+    keyfile, email, key = (
+        gcs_option(options, JSON_KEYFILE),
+        gcs_option(options, EMAIL),
+        gcs_option(options, PRIVATE_KEY),
+    )
     if key is not None and email is None:
         raise InvalidConfigError(EMAIL, "", f"{PRIVATE_KEY} is set, so the service account's email is required too")
     if email is not None and key is None and keyfile is None:
@@ -82,7 +86,7 @@ def _credentials(options: Mapping[str, Any]) -> Any:
         info = {
             "client_email": email,
             "private_key": str(key).replace("\\n", "\n"),
-            "private_key_id": _option(options, PRIVATE_KEY_ID),
+            "private_key_id": gcs_option(options, PRIVATE_KEY_ID),
             "token_uri": "https://oauth2.googleapis.com/token",
         }
         try:
@@ -90,7 +94,7 @@ def _credentials(options: Mapping[str, Any]) -> Any:
         except (ValueError, KeyError) as e:
             raise InvalidConfigError(PRIVATE_KEY, "<private key>", f"not a PKCS#8 private key: {e}") from e
 
-    auth = _option(options, AUTH_TYPE)
+    auth = gcs_option(options, AUTH_TYPE)
     kind = auth.upper() if auth else None
     if kind in ("APPLICATION_DEFAULT", "COMPUTE_ENGINE"):
         return None
@@ -118,4 +122,4 @@ def _credentials(options: Mapping[str, Any]) -> Any:
 
 
 def auth_value(options: Mapping[str, Any]) -> str:
-    return _option(options, AUTH_TYPE) or ""
+    return gcs_option(options, AUTH_TYPE) or ""

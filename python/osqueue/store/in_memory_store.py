@@ -13,8 +13,8 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _validate_prefix,
     validate_key,
+    validate_prefix,
 )
 
 # In memory
@@ -92,7 +92,7 @@ class InMemoryStore:
             return Written(self._store(key, data))
 
     def list(self, prefix: str) -> list[ObjectInfo]:
-        _validate_prefix(prefix)
+        validate_prefix(prefix)
         with self._lock:
             return [ObjectInfo(k, len(v[0]), v[2]) for k, v in self._objects.items() if k.startswith(prefix)]
 

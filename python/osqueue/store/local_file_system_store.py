@@ -18,9 +18,9 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _validate_prefix,
     join_key,
     validate_key,
+    validate_prefix,
 )
 
 # Local filesystem (docs/format.md §7)
@@ -183,7 +183,7 @@ class LocalFileSystemStore:
         return self._conditional_put(key, data, expected_version)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
-        _validate_prefix(prefix)
+        validate_prefix(prefix)
         # Walk only the directory holding the prefix's last (possibly partial) segment.
         slash = prefix.rfind("/")
         dir_key, name_prefix = (prefix[:slash], prefix[slash + 1 :]) if slash >= 0 else ("", prefix)

@@ -128,7 +128,7 @@ def validate_key(key: str) -> str:
     return key
 
 
-def _validate_prefix(prefix: str) -> str:
+def validate_prefix(prefix: str) -> str:
     """A list prefix: empty, or a key optionally followed by ``/``."""
     if prefix == "":
         return prefix

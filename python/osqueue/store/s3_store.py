@@ -9,7 +9,7 @@ from typing import Any
 
 from osqueue.errors import ConditionalWritesNotHonouredError, InvalidConfigError, InvalidObjectKeyError, StoreError
 from osqueue.store.endpoint_conditions import (
-    _IF_MATCH_FORMS,
+    IF_MATCH_FORMS,
     PROBE_KEY_PREFIX,
     EndpointConditions,
     bare_etag,
@@ -23,11 +23,11 @@ from osqueue.store.object_store import (
     ObjectVersion,
     VersionedObject,
     Written,
-    _validate_prefix,
     epoch_ms,
     validate_key,
+    validate_prefix,
 )
-from osqueue.store.s3_store_config import _make_s3_client
+from osqueue.store.s3_store_config import make_s3_client
 
 
 class S3Store:
@@ -72,7 +72,7 @@ class S3Store:
                 validate_key(self._prefix)
             except InvalidObjectKeyError as e:
                 raise InvalidConfigError("path", f"s3://{bucket}/{prefix}", f"bad key prefix: {e}") from e
-        self._client = client if client is not None else _make_s3_client(options)
+        self._client = client if client is not None else make_s3_client(options)
 
     @property
     def uri(self) -> str:
@@ -238,7 +238,7 @@ class S3Store:
                 )
             wrong = hashlib.md5(secrets.token_bytes(16)).hexdigest()
             current, honoured = created, []
-            for form in _IF_MATCH_FORMS:
+            for form in IF_MATCH_FORMS:
                 replaced = put(b"osqueue probe 3", IfMatch=if_match_value(wrong, form))
                 if replaced is None:
                     honoured.append(form)
@@ -264,7 +264,7 @@ class S3Store:
     def list(self, prefix: str) -> list[ObjectInfo]:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        _validate_prefix(prefix)
+        validate_prefix(prefix)
         full = f"{self._prefix}/{prefix}" if self._prefix else prefix
         strip = len(self._prefix) + 1 if self._prefix else 0
         out: list[ObjectInfo] = []

@@ -43,7 +43,7 @@ def _parse_retries(value: object) -> int:
     return n
 
 
-def _make_s3_client(options: Mapping[str, Any] | None) -> Any:
+def make_s3_client(options: Mapping[str, Any] | None) -> Any:
     import boto3
     from botocore.config import Config
 
