@@ -72,12 +72,11 @@ native_pid=$!
 # would otherwise leave its /tmp/spark-* behind. Checked at the end.
 spark_scratch_in_tmp() { ls -d /tmp/spark-* /tmp/temporary-* 2>/dev/null | sort; }
 spark_scratch_before="$(spark_scratch_in_tmp)"
-echo "== JVM tests and connector jars (sbt): the core (Scala 2.13); each Spark line's suite, the full one on the newest"
-bash .ci/sbt test || status=1
-# Apart: sbt stops at a failing suite, and the jars and the build repository must still be made for
-# the Python tests (else one JVM failure shows up again as every packaging test erroring).
-echo "== Connector jars and the build's Maven repository (sbt)"
-bash .ci/sbt spark/assembly spark/package core/assembly core_2_12/assembly publishBuildRepo || status=1
+echo "== Connector jars and the build's Maven repository, then the JVM tests (sbt): the core (Scala 2.13);"
+echo "   each Spark line's suite, the full one on the newest"
+# The jars first: sbt stops at a failing suite, and the Python tests need the jars and the build
+# repository anyway (else one JVM failure shows up again as every packaging test erroring).
+bash .ci/sbt spark/assembly spark/package core/assembly core_2_12/assembly publishBuildRepo test || status=1
 keep_jvm_reports() { mkdir -p "$reports/$1"; cp jvm/*/target/test-reports/*.xml "$reports/$1/" 2>/dev/null || true; }
 keep_jvm_reports jvm
 for d in jvm/spark/target/line-*/test-reports; do  # one per Spark line (the same suite names)
