@@ -17,15 +17,7 @@ objects) but ignores it on simple ("media") uploads: the stores' conditional-wri
 a server that lets such a write through.
 """
 
-import argparse
-import json
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s3"))
@@ -63,102 +55,34 @@ def ready(endpoint):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--port", type=int, default=0, help="0 (default): pick a free port")
-    ap.add_argument("--state-dir", type=Path, help="where the server keeps every file (created here; removed at stop)")
-    args = ap.parse_args()
-
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    s3server.stop_at_stdin_eof(stop)
-
+    args = s3server.launcher_arguments(__doc__.split("\n\n")[0]).parse_args()
+    stop = s3server.stop_event(args.ignore_stdin)
     exe = binary()
     if not exe:
         log(f"error: {MISSING}")
         return 2
-    if args.state_dir:
-        try:
-            args.state_dir.mkdir(parents=True)
-        except FileExistsError:
-            log(f"error: --state-dir {args.state_dir} already exists (it is created and removed here)")
-            return 2
-        workdir = args.state_dir.resolve()
-    else:
-        workdir = Path(tempfile.mkdtemp(prefix="osqueue-gcs-"))
-    logfile = workdir / "server.log"
-    for _ in range(3):  # a picked free port can be taken before the server binds it
-        port = args.port or s3server.free_port()
-        endpoint = f"http://{HOST}:{port}"
-        argv = [
-            exe,
-            "-scheme",
-            "http",
-            "-host",
-            HOST,
-            "-port",
-            str(port),
-            "-external-url",
-            endpoint,
-            "-public-host",
-            f"{HOST}:{port}",
-            "-backend",
-            "filesystem",
-            "-filesystem-root",
-            str(workdir / "data"),
-            "-log-level",
-            "warn",
-        ]
-        with open(logfile, "ab") as out:
-            proc = subprocess.Popen(
-                argv,
-                cwd=workdir,
-                env=s3server.confined_env(workdir),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=s3server._die_with_parent,
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        while proc.poll() is None and not stop.is_set() and time.monotonic() < deadline:
-            if ready(endpoint) and s3server.owns_port(proc.pid, port):
-                break
-            time.sleep(0.1)
-        else:
-            code = proc.poll()
-            s3server.stop_tree(proc, STOP_GRACE)
-            if stop.is_set():
-                shutil.rmtree(workdir, ignore_errors=True)
-                return 0
-            if code is not None and not args.port and s3server.port_taken(port):
-                continue
-            log(f"error: {KIND} on {endpoint} did not start (code {code}); tail: {s3server.log_tail(logfile)}")
-            return 1
-        break
-    else:
-        log("error: no free port after 3 tries")
-        return 1
+    workdir = s3server.make_workdir(args.state_dir, "osqueue-gcs-", log)
+    if workdir is None:
+        return 2
 
-    log(f"{KIND} ready on {endpoint} (pid {proc.pid}, state {workdir})")
-    rc = 0
-    try:
-        print(json.dumps({"endpoint": endpoint, "project": PROJECT, "kind": KIND}), flush=True)
-        while not stop.wait(0.5):
-            if proc.poll() is not None:
-                log(
-                    f"error: {KIND} exited unexpectedly with code {proc.returncode}; tail: {s3server.log_tail(logfile)}"
-                )
-                rc = 1
-                break
-    except BrokenPipeError:
-        import os
+    def command(port):
+        argv = [exe, "-scheme", "http", "-host", HOST, "-port", str(port), "-external-url", f"http://{HOST}:{port}"]
+        argv += ["-public-host", f"{HOST}:{port}", "-backend", "filesystem", "-filesystem-root", str(workdir / "data")]
+        return argv + ["-log-level", "warn"], s3server.confined_env(workdir)
 
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    s3server.stop_tree(proc, STOP_GRACE)
-    if rc == 0:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return rc
+    return s3server.serve(
+        KIND,
+        workdir,
+        stop,
+        port=args.port,
+        start_timeout=START_TIMEOUT,
+        stop_grace=STOP_GRACE,
+        command=command,
+        ready=lambda port: ready(f"http://{HOST}:{port}"),
+        info=lambda port: {"endpoint": f"http://{HOST}:{port}", "project": PROJECT, "kind": KIND},
+        say=log,
+        poll=0.1,
+    )
 
 
 if __name__ == "__main__":

@@ -301,25 +301,112 @@ def log_tail(path, lines=15):
     return " | ".join(line.strip() for line in text if line.strip()) or "(empty log)"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kind", choices=sorted(START_TIMEOUT), required=True)
+def launcher_arguments(
+    description, state_help="where the server keeps every file (created; must not exist yet; removed at stop)"
+):
+    """The arguments every launcher here takes: --port, --ignore-stdin, --state-dir."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--port", type=int, default=0, help="0 (default): pick a free port")
     ap.add_argument("--ignore-stdin", action="store_true", help="don't stop at stdin EOF (manual runs under nohup &)")
-    ap.add_argument(
-        "--state-dir",
-        type=Path,
-        help="where the server keeps every file (created; must not exist yet; removed at stop). "
-        "Default: a fresh directory under the system temp dir",
-    )
-    args = ap.parse_args()
-    kind = args.kind
+    ap.add_argument("--state-dir", type=Path, help=state_help)
+    return ap
 
+
+def stop_event(ignore_stdin):
+    """Set by SIGTERM, SIGINT and (unless ignore_stdin) stdin's EOF: how a launcher is told to stop."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    if not args.ignore_stdin:
+    if not ignore_stdin:
         stop_at_stdin_eof(stop)
+    return stop
+
+
+def make_workdir(state_dir, prefix, say):
+    """The state directory: --state-dir (created here, so it must not exist), else a fresh temp dir."""
+    if not state_dir:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        state_dir.mkdir(parents=True)
+    except FileExistsError:
+        say(f"error: --state-dir {state_dir} already exists (it is created and removed here)")
+        return None
+    return state_dir.resolve()
+
+
+def serve(name, workdir, stop, *, port, start_timeout, stop_grace, command, ready, info, say, poll=0.2):
+    """Starts ``command(port) -> (argv, env)`` in ``workdir``, waits until ``ready(port)`` and the
+    process owns the port, prints ``info(port)`` as ONE JSON line, and supervises it until ``stop``.
+    Port 0 picks a free port, up to 3 times (one can be taken before the server binds it). Returns
+    the exit code; ``workdir`` is removed unless something failed."""
+    logfile = workdir / "server.log"
+    deadline = time.monotonic() + start_timeout
+    started = time.monotonic()
+    for _ in range(3):
+        chosen = port or free_port()
+        argv, env = command(chosen)
+        with open(logfile, "ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        while proc.poll() is None and not stop.is_set() and time.monotonic() < deadline:
+            if ready(chosen) and owns_port(proc.pid, chosen):
+                break
+            time.sleep(poll)
+        else:
+            code = proc.poll()
+            stop_tree(proc, stop_grace)
+            if stop.is_set():
+                say(f"stopped before {name} was ready")
+                shutil.rmtree(workdir, ignore_errors=True)
+                return 0
+            if code is not None and not port and port_taken(chosen):
+                say(f"port {chosen} was taken before {name} bound it; retrying")
+                continue
+            why = f"exited with code {code}" if code is not None else f"not ready after {start_timeout:.0f}s"
+            say(f"error: {name} on port {chosen} {why}; log {logfile}; tail: {log_tail(logfile)}")
+            return 1
+        break
+    else:
+        say(f"error: no free port for {name} after 3 tries; log {logfile}")
+        return 1
+
+    say(f"{name} ready on port {chosen} in {time.monotonic() - started:.1f}s (pid {proc.pid}, state {workdir})")
+    rc = 0
+    try:
+        print(json.dumps(info(chosen)), flush=True)
+        while not stop.wait(0.5):
+            if proc.poll() is not None:
+                say(
+                    f"error: {name} exited unexpectedly with code {proc.returncode}; log {logfile}; tail: {log_tail(logfile)}"
+                )
+                rc = 1
+                break
+    except BrokenPipeError:  # the reader went away: same as stdin EOF
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit-time flush can't fail
+    stop_tree(proc, stop_grace)
+    if rc == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rc
+
+
+def main():
+    ap = launcher_arguments(
+        __doc__.split("\n\n")[0],
+        "where the server keeps every file (created; must not exist yet; removed at stop). "
+        "Default: a fresh directory under the system temp dir",
+    )
+    ap.add_argument("--kind", choices=sorted(START_TIMEOUT), required=True)
+    args = ap.parse_args()
+    kind = args.kind
+    stop = stop_event(args.ignore_stdin)
 
     if kind == "ceph" and ceph_missing():
         log(
@@ -332,77 +419,37 @@ def main():
         hint = " (run .ci/setup-localstack.sh)" if kind == "localstack" else ""
         log(f"error: {kind} interpreter not found: {python}{hint}")
         return 2
+    workdir = make_workdir(args.state_dir, f"osqueue-s3-{kind}-", log)
+    if workdir is None:
+        return 2
 
-    if args.state_dir:
-        try:
-            args.state_dir.mkdir(parents=True)
-        except FileExistsError:
-            log(f"error: --state-dir {args.state_dir} already exists (it is created and removed here)")
-            return 2
-        workdir = args.state_dir.resolve()
-    else:
-        workdir = Path(tempfile.mkdtemp(prefix=f"osqueue-s3-{kind}-"))
-    logfile = workdir / "server.log"
-    deadline = time.monotonic() + START_TIMEOUT[kind]
-    started = time.monotonic()
-    for _ in range(3):  # a picked free port can be grabbed by someone else before the server binds it
-        port = args.port or free_port()
+    def command(port):
         argv, extra_env = server_command(kind, port, workdir)
         env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
         env["NO_PROXY"] = env["no_proxy"] = ",".join(filter(None, [env.get("NO_PROXY"), "127.0.0.1,localhost"]))
-        with open(logfile, "ab") as out:
-            proc = subprocess.Popen(
-                argv,
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        endpoint = f"http://{HOST}:{port}"
-        while proc.poll() is None and not stop.is_set() and time.monotonic() < deadline:
-            if s3_ready(kind, endpoint) and owns_port(proc.pid, port):
-                break
-            time.sleep(0.2)
-        else:
-            code = proc.poll()
-            stop_tree(proc, STOP_GRACE[kind])
-            if stop.is_set():
-                log(f"stopped before {kind} was ready")
-                shutil.rmtree(workdir, ignore_errors=True)
-                return 0
-            if code is not None and not args.port and port_taken(port):
-                log(f"port {port} was taken before {kind} bound it; retrying")
-                continue
-            why = f"exited with code {code}" if code is not None else f"not ready after {START_TIMEOUT[kind]:.0f}s"
-            log(f"error: {kind} S3 server on {endpoint} {why}; log {logfile}; tail: {log_tail(logfile)}")
-            return 1
-        break
-    else:
-        log(f"error: no free port for {kind} after 3 tries; log {logfile}")
-        return 1
+        return argv, env
 
-    log(f"{kind} ready on {endpoint} in {time.monotonic() - started:.1f}s (pid {proc.pid}, log {logfile})")
-    info = {"endpoint": endpoint, "region": REGION, "access_key": ACCESS_KEY, "secret_key": SECRET_KEY, "kind": kind}
-    rc = 0
-    try:
-        print(json.dumps(info), flush=True)
-        while not stop.wait(0.5):
-            if proc.poll() is not None:
-                log(
-                    f"error: {kind} server exited unexpectedly with code {proc.returncode}; "
-                    f"log {logfile}; tail: {log_tail(logfile)}"
-                )
-                rc = 1
-                break
-    except BrokenPipeError:  # the reader went away: same as stdin EOF
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit-time flush can't fail
-    stop_tree(proc, STOP_GRACE[kind])
-    if rc == 0:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return rc
+    def info(port):
+        return {
+            "endpoint": f"http://{HOST}:{port}",
+            "region": REGION,
+            "access_key": ACCESS_KEY,
+            "secret_key": SECRET_KEY,
+            "kind": kind,
+        }
+
+    return serve(
+        f"{kind} S3 server",
+        workdir,
+        stop,
+        port=args.port,
+        start_timeout=START_TIMEOUT[kind],
+        stop_grace=STOP_GRACE[kind],
+        command=command,
+        ready=lambda port: s3_ready(kind, f"http://{HOST}:{port}"),
+        info=info,
+        say=log,
+    )
 
 
 if __name__ == "__main__":
