@@ -1,11 +1,8 @@
 package osqueue.testing
 
-import java.io.{BufferedReader, InputStreamReader}
-import java.nio.charset.StandardCharsets
 import java.nio.file.{Files, Path, Paths}
 import java.util.UUID
 import java.util.concurrent.atomic.AtomicInteger
-import java.util.concurrent.{CompletableFuture, TimeUnit, TimeoutException}
 
 import scala.concurrent.duration._
 import scala.util.Using
@@ -19,16 +16,13 @@ import software.amazon.awssdk.services.s3.{S3Client, S3Configuration}
 import osqueue.store.S3StoreConfig
 
 /**
- * A real S3-compatible server for tests, started through `tests/s3/s3server.py`.
- *
- * The launcher prints one JSON line (endpoint, region, credentials, kind) when the server is
- * ready and stops it when its stdin closes, so closing our end of the pipe (or this JVM dying)
- * tears the server down. The interpreter is `$OSQUEUE_PYTHON` (else `python3`) and the server
+ * A real S3-compatible server for tests, started through `tests/s3/s3server.py` (a
+ * [[LaunchedServer]]: its JSON line carries the endpoint, region, credentials and kind). The server
  * kind `$OSQUEUE_S3_KIND` (moto; localstack or ceph when installed). The launcher's stderr goes
  * to a temp file whose tail is shown if the server does not come up.
  */
 final class S3TestServer private (
-    process: Process,
+    launched: LaunchedServer,
     val endpoint: String,
     val region: String,
     val accessKey: String,
@@ -67,19 +61,10 @@ final class S3TestServer private (
     name
   }
 
-  override def close(): Unit = {
-    try process.getOutputStream.close()
-    catch { case _: java.io.IOException => () }
-    if (!process.waitFor(10, TimeUnit.SECONDS)) {
-      process.descendants().forEach(p => { p.destroy(); () })
-      process.destroy()
-      if (!process.waitFor(5, TimeUnit.SECONDS)) process.destroyForcibly()
-    }
-  }
+  override def close(): Unit = launched.close()
 }
 
 object S3TestServer {
-  private val Field = """"(\w+)"\s*:\s*"([^"]*)"""".r
 
   /** One server for the whole test JVM, stopped when the JVM exits. */
   lazy val shared: S3TestServer = {
@@ -115,57 +100,15 @@ object S3TestServer {
    */
   def ignoringProxy(upstream: String, drop: String = "if-match,if-none-match", spoilIfMatch: Boolean = false): (String, AutoCloseable) = {
     val args = Seq("--upstream", upstream, "--drop", drop) ++ (if (spoilIfMatch) Seq("--spoil-if-match") else Nil)
-    val (process, fields, _) = launch("tests/s3/ignoring_proxy.py", args, 30.seconds)
-    val stop: AutoCloseable = () => {
-      try process.getOutputStream.close()
-      catch { case _: java.io.IOException => () }
-      if (!process.waitFor(10, TimeUnit.SECONDS)) process.destroyForcibly()
-      ()
-    }
-    (fields("endpoint"), stop)
+    val proxy = LaunchedServer.start("tests/s3/ignoring_proxy.py", args, 30.seconds)
+    (proxy.field("endpoint"), proxy)
   }
 
   /** Starts a server (the caller closes it). Fails, with the launcher's stderr, if it is not up in time. */
   def start(timeout: FiniteDuration = 180.seconds): S3TestServer = {
-    val (process, fields, json) = launch("tests/s3/s3server.py", Seq("--kind", kind), timeout)
-    def field(name: String) = fields.getOrElse(name, throw new IllegalStateException(s"no '$name' in the launcher's line: $json"))
-    new S3TestServer(process, field("endpoint"), field("region"), field("access_key"), field("secret_key"), fields.getOrElse("kind", kind))
-  }
-
-  /** Runs a stdlib-only Python script of tests/s3 that prints one JSON line when ready: (process, fields, line). */
-  private def launch(scriptPath: String, args: Seq[String], timeout: FiniteDuration): (Process, Map[String, String], String) = {
-    val python = sys.env.getOrElse("OSQUEUE_PYTHON", "python3")
-    val script = repoRoot.resolve(scriptPath)
-    require(Files.isRegularFile(script), s"$script does not exist")
-    val stderr = Files.createTempFile("osqueue-s3server-", ".log")
-    val process = new ProcessBuilder((Seq(python, script.toString) ++ args): _*)
-      .directory(repoRoot.toFile)
-      .redirectError(stderr.toFile)
-      .start()
-    val firstLine = new CompletableFuture[String]()
-    val reader = new Thread(() => {
-        // Reads the JSON line, then keeps draining stdout so the launcher never blocks on it.
-        val in = new BufferedReader(new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
-        try {
-          var line = in.readLine()
-          while (line != null) {
-            if (line.trim.startsWith("{")) firstLine.complete(line.trim)
-            line = in.readLine()
-          }
-        } catch { case _: java.io.IOException => () }
-        firstLine.completeExceptionally(new IllegalStateException(s"the S3 server launcher exited (code ${process.waitFor()})"))
-      }, "s3server-stdout")
-    reader.setDaemon(true)
-    reader.start()
-    val json =
-      try firstLine.get(timeout.toMillis, TimeUnit.MILLISECONDS)
-      catch {
-        case e @ (_: TimeoutException | _: java.util.concurrent.ExecutionException) =>
-          process.destroyForcibly()
-          val log = new String(Files.readAllBytes(stderr), StandardCharsets.UTF_8).takeRight(4000)
-          throw new IllegalStateException(s"$python $script ${args.mkString(" ")} did not report a server within $timeout: $e\n$log", e)
-      }
-    (process, Field.findAllMatchIn(json).map(m => m.group(1) -> m.group(2)).toMap, json)
+    val launched = LaunchedServer.start("tests/s3/s3server.py", Seq("--kind", kind), timeout)
+    import launched.field
+    new S3TestServer(launched, field("endpoint"), field("region"), field("access_key"), field("secret_key"), launched.fields.getOrElse("kind", kind))
   }
 
   /** The directory holding build.sbt, found by walking up from the working directory. */
