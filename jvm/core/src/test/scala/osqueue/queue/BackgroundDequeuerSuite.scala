@@ -12,8 +12,8 @@ import org.scalatest.funsuite.AnyFunSuite
 import osqueue.{FencedException, SystemClock}
 import osqueue.format.{BatchNames, ManifestHead}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.store.{CasOutcome, InMemoryStore, ObjectInfo, ObjectStore, ObjectVersion, VersionedObject}
-import osqueue.testing.FaultInjectingStore
+import osqueue.store.{CasOutcome, InMemoryStore, ObjectStore, ObjectVersion}
+import osqueue.testing.{FaultInjectingStore, ForwardingStore}
 import osqueue.testing.FaultInjectingStore.Fault
 
 /** The dequeue off the consumer's critical path, and the dequeue's CAS against appending producers. */
@@ -44,17 +44,12 @@ class BackgroundDequeuerSuite extends AnyFunSuite {
 
   /** Delegates to `inner`; `beforeManifestWrite` runs before every conditional write of the manifest. */
   private class Hooked(inner: ObjectStore, beforeManifestWrite: () => Unit = () => (),
-      onPut: String => Unit = _ => ()) extends ObjectStore {
-    override def uri: String = inner.uri
-    override def get(key: String): Option[VersionedObject] = inner.get(key)
+      onPut: String => Unit = _ => ()) extends ForwardingStore(inner) {
     override def put(k: String, bytes: Array[Byte]): Unit = { onPut(k); inner.put(k, bytes) }
-    override def putIfAbsent(k: String, bytes: Array[Byte]): CasOutcome = inner.putIfAbsent(k, bytes)
     override def putIfVersionMatches(k: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome = {
       if (k == key) beforeManifestWrite()
       inner.putIfVersionMatches(k, bytes, expected)
     }
-    override def list(prefix: String): Seq[ObjectInfo] = inner.list(prefix)
-    override def delete(k: String): Unit = inner.delete(k)
   }
 
   test("a dequeue wins its CAS although a producer appends during every receipts write") {

@@ -11,8 +11,8 @@ import org.scalatest.funsuite.AnyFunSuite
 import osqueue.{AmbiguousCommitException, ConflictRetriesExhaustedException, SystemClock}
 import osqueue.format.{BatchNames, DequeueReceipts, ManifestCodec, Manifest}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.store.{CasOutcome, InMemoryStore, LocalFileSystemStore, ObjectInfo, ObjectStore, ObjectVersion, VersionedObject}
-import osqueue.testing.FaultInjectingStore
+import osqueue.store.{CasOutcome, InMemoryStore, LocalFileSystemStore, ObjectStore, ObjectVersion, VersionedObject}
+import osqueue.testing.{FaultInjectingStore, ForwardingStore}
 import osqueue.testing.FaultInjectingStore.Fault
 
 class QueueProducerSuite extends AnyFunSuite {
@@ -107,20 +107,16 @@ class QueueProducerSuite extends AnyFunSuite {
   }
 
   /** Counts the manifest's reads and conditional writes (other keys, e.g. the prefix's owner record, are not counted). */
-  private class CountingManifest(inner: ObjectStore) extends ObjectStore {
+  private class CountingManifest(inner: ObjectStore) extends ForwardingStore(inner) {
     val reads = new AtomicInteger()
     val conditionalWrites = new AtomicInteger()
-    override def uri: String = inner.uri
     override def get(k: String): Option[VersionedObject] = { if (k == key) reads.incrementAndGet(); inner.get(k) }
-    override def put(k: String, bytes: Array[Byte]): Unit = inner.put(k, bytes)
     override def putIfAbsent(k: String, bytes: Array[Byte]): CasOutcome = {
       conditionalWrites.incrementAndGet(); inner.putIfAbsent(k, bytes)
     }
     override def putIfVersionMatches(k: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome = {
       conditionalWrites.incrementAndGet(); inner.putIfVersionMatches(k, bytes, expected)
     }
-    override def list(prefix: String): Seq[ObjectInfo] = inner.list(prefix)
-    override def delete(k: String): Unit = inner.delete(k)
   }
 
   test("should write the manifest once per flush, without reading it, while no one else writes it") {

@@ -10,16 +10,10 @@ import osqueue.store._
  * then lose the reply (report a store error or a failed precondition). `plan` decides per call.
  */
 class FaultInjectingStore(underlying: ObjectStore, plan: (String, Int) => FaultInjectingStore.Fault)
-    extends ObjectStore {
+    extends ForwardingStore(underlying) {
   import FaultInjectingStore._
   private val conditionalCalls = new AtomicInteger()
   val injected = new AtomicInteger()
-
-  override def uri: String = underlying.uri
-  override def get(key: String): Option[VersionedObject] = underlying.get(key)
-  override def put(key: String, bytes: Array[Byte]): Unit = underlying.put(key, bytes)
-  override def list(prefix: String): Seq[ObjectInfo] = underlying.list(prefix)
-  override def delete(key: String): Unit = underlying.delete(key)
 
   override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome =
     inject(key)(underlying.putIfAbsent(key, bytes))

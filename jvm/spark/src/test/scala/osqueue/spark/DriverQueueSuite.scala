@@ -10,7 +10,8 @@ import org.scalatest.funsuite.AnyFunSuite
 import osqueue.{Clock, FencedException, SystemClock}
 import osqueue.format.{Incarnation, ManifestHead}
 import osqueue.producer.{Producer, ProducerConfig}
-import osqueue.store.{CasOutcome, ConditionalRead, InMemoryStore, ObjectInfo, ObjectStore, ObjectVersion, VersionedObject}
+import osqueue.store.{ConditionalRead, InMemoryStore, ObjectStore, ObjectVersion, VersionedObject}
+import osqueue.testing.ForwardingStore
 
 /**
  * The driver's handle on its queue, on an in-memory store: takeover on first read, the idle-poll
@@ -63,18 +64,11 @@ class DriverQueueSuite extends AnyFunSuite {
   }
 
   /** Counts the reads of the manifest key. */
-  private final class CountingStore(inner: ObjectStore, key: String) extends ObjectStore {
+  private final class CountingStore(inner: ObjectStore, key: String) extends ForwardingStore(inner) {
     val reads = new AtomicInteger()
     private def count(k: String): Unit = if (k == key) { val _ = reads.incrementAndGet() }
-    override def uri: String = inner.uri
     override def get(k: String): Option[VersionedObject] = { count(k); inner.get(k) }
     override def getIfChanged(k: String, known: ObjectVersion): ConditionalRead = { count(k); inner.getIfChanged(k, known) }
-    override def put(k: String, bytes: Array[Byte]): Unit = inner.put(k, bytes)
-    override def putIfAbsent(k: String, bytes: Array[Byte]): CasOutcome = inner.putIfAbsent(k, bytes)
-    override def putIfVersionMatches(k: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome =
-      inner.putIfVersionMatches(k, bytes, expected)
-    override def list(prefix: String): Seq[ObjectInfo] = inner.list(prefix)
-    override def delete(k: String): Unit = inner.delete(k)
   }
 
   test("poll: an unchanged manifest puts the next read off by pollInterval, doubling up to maxPollInterval; a change reads at once") {

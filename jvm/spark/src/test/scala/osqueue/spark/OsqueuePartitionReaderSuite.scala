@@ -12,7 +12,8 @@ import osqueue.{CorruptBatchException, StoreException}
 import osqueue.consumer.BatchDescriptor
 import osqueue.format.{BatchCodec, Compression, EntryTag, ManifestCodec, ManifestHead, NewEntry}
 import osqueue.queue.ManifestStore
-import osqueue.store.{CasOutcome, InMemoryStore, ObjectInfo, ObjectStore, ObjectVersion, VersionedObject}
+import osqueue.store.{InMemoryStore, ObjectStore, VersionedObject}
+import osqueue.testing.ForwardingStore
 
 /**
  * The partition reader fetches a partition's batch files ahead of the one it reads, over a store
@@ -26,11 +27,10 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
   private val Index = 2
 
   /** Batch GETs (keys under ingest/batch-) go through `onGet`, and are counted while in flight. */
-  private final class SlowStore(inner: ObjectStore, onGet: String => Unit) extends ObjectStore {
+  private final class SlowStore(inner: ObjectStore, onGet: String => Unit) extends ForwardingStore(inner) {
     val inFlight = new AtomicInteger()
     val mostInFlight = new AtomicInteger()
     val started = ConcurrentHashMap.newKeySet[String]()
-    override def uri: String = inner.uri
     override def get(key: String): Option[VersionedObject] =
       if (!key.startsWith("ingest/batch-")) inner.get(key)
       else {
@@ -39,12 +39,6 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
         try { onGet(key); inner.get(key) }
         finally inFlight.decrementAndGet()
       }
-    override def put(key: String, bytes: Array[Byte]): Unit = inner.put(key, bytes)
-    override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome = inner.putIfAbsent(key, bytes)
-    override def putIfVersionMatches(key: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome =
-      inner.putIfVersionMatches(key, bytes, expected)
-    override def list(prefix: String): Seq[ObjectInfo] = inner.list(prefix)
-    override def delete(key: String): Unit = inner.delete(key)
   }
 
   private def key(i: Int) = f"ingest/batch-$i%05d.batch"
