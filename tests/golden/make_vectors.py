@@ -730,13 +730,22 @@ def build_heads_v3(files: dict[str, bytes]) -> dict:
     bad_name = subscription_record("a/b", 1 << 32, 15, T0, T0)
     rejected = {
         # head_v3_subscriptions with the CRC's lowest bit flipped
-        "head_v3_bad_crc": (head_v3([subs, unnamed, retention], b"", 0, tail, 2, 15, 17, 5, crc_xor=1), "CorruptManifest"),
+        "head_v3_bad_crc": (
+            head_v3([subs, unnamed, retention], b"", 0, tail, 2, 15, 17, 5, crc_xor=1),
+            "CorruptManifest",
+        ),
         # type 5: unknown and not ignorable
-        "head_v3_unknown_section": (head_v3([subs, section(5, b"?")], b"", 0, tail, 2, 15, 17, 5), "UnsupportedFormatVersion"),
+        "head_v3_unknown_section": (
+            head_v3([subs, section(5, b"?")], b"", 0, tail, 2, 15, 17, 5),
+            "UnsupportedFormatVersion",
+        ),
         # retention (3) before subscriptions (1)
         "head_v3_sections_unsorted": (head_v3([retention, subs], b"", 0, tail, 2, 15, 17, 5), "CorruptManifest"),
         # two retention sections
-        "head_v3_duplicate_section": (head_v3([subs, retention, retention], b"", 0, tail, 2, 15, 17, 5), "CorruptManifest"),
+        "head_v3_duplicate_section": (
+            head_v3([subs, retention, retention], b"", 0, tail, 2, 15, 17, 5),
+            "CorruptManifest",
+        ),
         # a '/' in a name
         "head_v3_name_not_allowed": (
             head_v3([section(SUBSCRIPTIONS, subscriptions_body([bad_name]))], b"", 0, tail, 2, 15, 17, 5),
@@ -744,13 +753,22 @@ def build_heads_v3(files: dict[str, bytes]) -> dict:
         ),
         # billing before analytics
         "head_v3_names_unsorted": (
-            head_v3([section(SUBSCRIPTIONS, subscriptions_body([billing[0], analytics[0]]))], b"", 0, tail, 2, 15, 17, 5),
+            head_v3(
+                [section(SUBSCRIPTIONS, subscriptions_body([billing[0], analytics[0]]))], b"", 0, tail, 2, 15, 17, 5
+            ),
             "CorruptManifest",
         ),
         # a subscription's next (18) past next_sequence (17)
         "head_v3_next_past_next_sequence": (
             head_v3(
-                [section(SUBSCRIPTIONS, subscriptions_body([sub("late", 1, 0, 18, T0, T0)[0]]))], b"", 0, tail, 2, 15, 17, 5
+                [section(SUBSCRIPTIONS, subscriptions_body([sub("late", 1, 0, 18, T0, T0)[0]]))],
+                b"",
+                0,
+                tail,
+                2,
+                15,
+                17,
+                5,
             ),
             "CorruptManifest",
         ),

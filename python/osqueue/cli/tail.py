@@ -16,7 +16,7 @@ from osqueue.cli.options import CLOCK, QueueTarget, queue_options
 from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
 from osqueue.errors import BatchNotFoundError
 from osqueue.format import RawHead
-from osqueue.format.manifest_head import decode_segment
+from osqueue.format.index_object import decode_segment
 from osqueue.queue import (
     BatchDescriptor,
     ManifestStore,

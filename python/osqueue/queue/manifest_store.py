@@ -8,10 +8,10 @@ from osqueue.errors import CorruptManifestError
 from osqueue.format.batch_names import SupportsRandBits
 from osqueue.format.dequeue_receipts import RECEIPTS_SUFFIX, DequeueReceipts
 from osqueue.format.incarnation import INCARNATION_SUFFIX
-from osqueue.format.index_object import FoldedIndex, decode_index
+from osqueue.format.index_object import FoldedIndex, decode_index, decode_segment
 from osqueue.format.manifest import Manifest, ManifestEntry
 from osqueue.format.manifest_codec import decode_manifest, empty_manifest
-from osqueue.format.manifest_head import RawHead, SealedTail, SegmentRef, decode_segment, parse_head
+from osqueue.format.manifest_head import RawHead, SealedTail, SegmentRef, parse_head
 from osqueue.format.segment_names import new_index_key
 from osqueue.format.segment_names import new_key as new_segment_key
 from osqueue.queue.cas_object import CasObject
