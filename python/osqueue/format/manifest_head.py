@@ -465,13 +465,14 @@ class RawHead:
             return None
         return self._rebuild(self.epoch, through, children)
 
-    def with_sections(self, sections: HeadSections, children: _Children, epoch: int | None = None) -> tuple[bytes, int]:
-        """The head with ``sections`` (and ``epoch``), its entries cut to the new ``low_water``: the
-        smallest reader ``next`` (never below the current first sequence; unchanged without a reader
-        record). Empty sections write version 2 (refs) or 1, byte for byte as a head that never had
-        any (docs/format.md §2.3). Returns the bytes and how many entries were removed."""
-        readers = sections.slowest_next()
-        through = self.first_sequence - 1 if readers is None else max(self.first_sequence, readers) - 1
+    def with_sections(
+        self, sections: HeadSections, children: _Children, epoch: int | None = None, *, cut: bool = True
+    ) -> tuple[bytes, int]:
+        """The head with ``sections`` (and ``epoch``); with ``cut``, entries below the slowest reader's
+        ``next`` are removed (``low_water`` never decreases). Empty sections write v2 (refs) or v1, byte
+        for byte as a head that never had any (§2.3). Returns the bytes and how many entries were removed."""
+        slowest = sections.slowest_next() if cut else None
+        through = self.first_sequence - 1 if slowest is None else max(self.first_sequence, slowest) - 1
         return self._rebuild(self.epoch if epoch is None else epoch, through, children, sections)
 
     def with_epoch(

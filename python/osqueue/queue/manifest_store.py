@@ -51,8 +51,10 @@ class ManifestStore:
         if raw is None:
             return Manifest([], 0, 0)
         head = self.head(raw)
-        if not head.refs:
-            return decode_manifest(raw, self.key)
+        if not head.refs:  # v1, or v3 without segments (its tail is every queued entry)
+            if head.version == 1:
+                return decode_manifest(raw, self.key)
+            return Manifest(head.tail_entries(), head.next_sequence, head.epoch)
         leaves = list(SegmentTree(self).leaves(head, head.first_sequence, head.tail_first_sequence))
         with ThreadPoolExecutor(SEGMENT_READS_IN_FLIGHT, thread_name_prefix="osqueue-segment-reader") as pool:
             sealed = [e for entries in pool.map(self.read_segment, leaves) for e in entries]

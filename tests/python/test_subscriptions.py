@@ -1,0 +1,169 @@
+"""Named subscriptions (ADR 0005, docs/format.md §2.3) on the in-memory store: create/list/drop as one CAS
+each, per-subscription fencing, acks moving one reader's ``next``, entries leaving only once every reader
+passed them, the unnamed consumer's record on a version 3 head, and the v1 bytes given back on the last drop."""
+
+from __future__ import annotations
+
+import pytest
+
+from osqueue import Consumer
+from osqueue.errors import FencedError, IllegalQueueStateError, InvalidConfigError, ResumePointError
+from osqueue.format import MetadataItem, encode_batch
+from osqueue.format.manifest_head import parse_head
+from osqueue.queue import QueueProducer
+from osqueue.queue.subscriptions import Subscriptions
+from osqueue.store import InMemoryStore
+
+KEY = "ingest/manifest"
+
+
+def _produce(store: InMemoryStore, first: int, n: int) -> None:
+    qp = QueueProducer(store, KEY)
+    for i in range(first, first + n):
+        loc = f"ingest/b{i:04d}.batch"
+        store.put(loc, encode_batch([f"r{i}".encode()]))
+        qp.enqueue(loc, [MetadataItem(0, 1000 + i, b"")])
+    qp.close()
+
+
+def _head(store: InMemoryStore):  # type: ignore[no-untyped-def]
+    return parse_head(store.get(KEY).data, KEY)
+
+
+def _consumer(store: InMemoryStore, name: str | None, **kw: object) -> Consumer:
+    return Consumer(store=store, run_gc=False, subscription=name, **kw)  # type: ignore[arg-type]
+
+
+def _read(c: Consumer, n: int) -> list[bytes]:
+    out = []
+    for _ in range(n):
+        b = c.next_batch()
+        assert b is not None
+        out += b.entries
+        c.ack(b.sequence)
+    return out
+
+
+def test_create_list_drop_and_the_v1_bytes_come_back(mem_store: InMemoryStore) -> None:
+    _produce(mem_store, 0, 3)
+    v1 = mem_store.get(KEY).data
+    subs = Subscriptions(mem_store, KEY)
+    a = subs.create("analytics")
+    b = subs.create("billing", start="latest")
+    head = _head(mem_store)
+    assert head.version == 3 and head.first_sequence == 0 and head.depth == 3  # a create never removes entries
+    assert [(p.subscription.name, p.subscription.next, p.lag_entries) for p in subs.list()] == [
+        ("analytics", 0, 3),
+        ("billing", 3, 0),
+    ]
+    assert a.epoch & 0xFFFFFFFF == 0 and a.incarnation != b.incarnation
+    assert head.sections.unnamed_reader is None  # the footer shows no takeover: no unnamed reader record
+    with pytest.raises(IllegalQueueStateError, match="subscription 'analytics' exists"):
+        subs.create("analytics")
+    with pytest.raises(InvalidConfigError, match="'subscription'"):
+        subs.create("a/b")
+    with pytest.raises(InvalidConfigError, match="'startingPosition'"):
+        subs.create("c", start="middle")
+    assert subs.drop("billing") and not subs.drop("billing")
+    assert subs.drop("analytics")
+    assert mem_store.get(KEY).data == v1  # the last section gone: RFC v1 again, byte for byte
+
+
+def test_two_subscriptions_each_read_every_entry_once_with_interleaved_produce(mem_store: InMemoryStore) -> None:
+    _produce(mem_store, 0, 4)
+    subs = Subscriptions(mem_store, KEY)
+    subs.create("a")
+    subs.create("b")
+    ca, cb = _consumer(mem_store, "a"), _consumer(mem_store, "b")
+    seen_a = _read(ca, 3)
+    ca.flush()
+    assert _head(mem_store).first_sequence == 0  # b has acknowledged nothing: everything is kept
+    seen_b = _read(cb, 4)
+    cb.flush()
+    assert _head(mem_store).first_sequence == 3  # the slowest reader (a) is at 3
+    _produce(mem_store, 4, 3)
+    seen_b += _read(cb, 3)
+    assert cb.next_batch() is None
+    cb.flush()
+    seen_a += _read(ca, 4)
+    assert ca.next_batch() is None
+    ca.flush()
+    expected = [f"r{i}".encode() for i in range(7)]
+    assert seen_a == expected and seen_b == expected
+    head = _head(mem_store)
+    assert head.depth == 0 and [s.next for s in head.sections.subscriptions] == [7, 7]
+    # A restarted reader resumes from its record (no resume point needed) and sees nothing again.
+    ca.close()
+    ca2 = _consumer(mem_store, "a")
+    assert ca2.next_batch() is None and ca2.last_acked_sequence == 6
+    ca2.close()
+    cb.close()
+
+
+def test_a_second_reader_of_a_subscription_fences_the_first_only(mem_store: InMemoryStore) -> None:
+    _produce(mem_store, 0, 4)
+    subs = Subscriptions(mem_store, KEY)
+    subs.create("a")
+    subs.create("b")
+    zombie = _consumer(mem_store, "a")
+    other = _consumer(mem_store, "b")
+    unnamed = _consumer(mem_store, None)
+    b0 = zombie.next_batch()
+    assert b0 is not None
+    successor = _consumer(mem_store, "a")  # takes over a: fences the zombie only
+    zombie.ack(b0.sequence)
+    with pytest.raises(FencedError):
+        zombie.flush()
+    assert _head(mem_store).sections.subscription("a").next == 0  # type: ignore[union-attr]
+    # Other subscriptions and the unnamed consumer read and ack on: nobody fenced them.
+    assert _read(other, 2) == [b"r0", b"r1"]
+    other.flush()
+    assert _read(unnamed, 1) == [b"r0"]
+    unnamed.flush()
+    assert _read(successor, 2) == [b"r0", b"r1"]
+    successor.flush()
+    head = _head(mem_store)
+    assert head.sections.subscription("a").next == 2 and head.sections.subscription("b").next == 2  # type: ignore[union-attr]
+    assert head.sections.unnamed_reader is not None and head.sections.unnamed_reader.next == 1
+    assert head.first_sequence == 1  # the unnamed consumer is the slowest reader
+    for c in (other, unnamed, successor):
+        c.close()
+
+
+def test_the_unnamed_consumer_on_a_v3_queue_moves_its_record_not_the_queue(mem_store: InMemoryStore) -> None:
+    _produce(mem_store, 0, 3)
+    Subscriptions(mem_store, KEY).create("slow")
+    with _consumer(mem_store, None) as c:
+        assert _read(c, 3) == [b"r0", b"r1", b"r2"]
+    head = _head(mem_store)
+    assert head.sections.unnamed_reader.next == 3 and head.depth == 3  # type: ignore[union-attr]
+    with _consumer(mem_store, None) as c:  # a new unnamed consumer starts from its record
+        assert c.next_batch() is None
+    Subscriptions(mem_store, KEY).drop("slow")
+    head = _head(mem_store)
+    assert head.depth == 0 and head.version == 3  # the unnamed reader's record remains
+    assert Subscriptions(mem_store, KEY).drop_unnamed()
+    assert _head(mem_store).version == 1
+
+
+def test_missing_subscription_create_option_and_dropped_reader(mem_store: InMemoryStore) -> None:
+    _produce(mem_store, 0, 2)
+    with pytest.raises(IllegalQueueStateError, match="no subscription 'x'"):
+        _consumer(mem_store, "x")
+    c = _consumer(mem_store, "x", create_subscription=True)
+    first = c.next_batch()
+    assert first is not None and first.sequence == 0
+    incarnation = c.incarnation
+    c.ack(0)
+    c.flush()
+    Subscriptions(mem_store, KEY).drop("x")
+    with pytest.raises(FencedError, match="subscription 'x'"):  # its next read or ack finds it dropped
+        b = c.next_batch()
+        assert b is not None
+        c.ack(b.sequence)
+        c.flush()
+    Subscriptions(mem_store, KEY).create("x")
+    with pytest.raises(ResumePointError, match="dropped and recreated"):
+        _consumer(mem_store, "x", last_acked_sequence=0, incarnation=incarnation)
+    with pytest.raises(InvalidConfigError, match="'subscription'"):
+        _consumer(mem_store, "bad name")
