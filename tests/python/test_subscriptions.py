@@ -4,11 +4,14 @@ passed them, the unnamed consumer's record on a version 3 head, and the v1 bytes
 
 from __future__ import annotations
 
+import json
+import pathlib
+
 import pytest
 
 from osqueue import Consumer
 from osqueue.errors import FencedError, IllegalQueueStateError, InvalidConfigError, ResumePointError
-from osqueue.format import MetadataItem, encode_batch
+from osqueue.format import MetadataItem, decode_manifest, encode_batch
 from osqueue.format.manifest_head import parse_head
 from osqueue.queue import QueueProducer
 from osqueue.queue.subscriptions import Subscriptions
@@ -167,3 +170,44 @@ def test_missing_subscription_create_option_and_dropped_reader(mem_store: InMemo
         _consumer(mem_store, "x", last_acked_sequence=0, incarnation=incarnation)
     with pytest.raises(InvalidConfigError, match="'subscription'"):
         _consumer(mem_store, "bad name")
+
+
+def test_the_cli_creates_lists_drops_and_inspect_shows_lag(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue import Producer
+    from osqueue.cli import cli
+
+    with Producer(str(tmp_path), flush_interval=3600) as p:
+        for i in range(3):
+            p.produce([f"r{i}".encode()])
+            p.flush(timeout=30)
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "created subscription 'a' at sequence 0" in run("subscriptions", "create", str(tmp_path), "a")
+    assert "at sequence 3" in run("subscriptions", "create", str(tmp_path), "b", "--start", "latest")
+    with Consumer(str(tmp_path), subscription="a", run_gc=False) as c:
+        b = c.next_batch()
+        assert b is not None
+        c.ack(b.sequence)
+    listed = json.loads(run("subscriptions", "list", str(tmp_path), "--json"))
+    assert [(s["name"], s["next"], s["lag_entries"], s["dropped_entries"]) for s in listed["subscriptions"]] == [
+        ("a", 1, 2, 0),
+        ("b", 3, 0, 0),
+    ]
+    assert listed["low_water"] == 1 and listed["subscriptions"][0]["age_ms"] is not None
+    inspected = json.loads(run("inspect", str(tmp_path), "--json"))
+    assert inspected["format_version"] == 3 and inspected["depth"] == 2
+    assert [s["name"] for s in inspected["readers"]["subscriptions"]] == ["a", "b"]
+    summary = run("inspect", str(tmp_path))
+    assert "subscription a" in summary and "lag 2 entries" in summary
+    assert "dropped subscription 'b'" in run("subscriptions", "drop", str(tmp_path), "b")
+    assert "not found" in run("subscriptions", "drop", str(tmp_path), "b")
+    run("subscriptions", "drop", str(tmp_path), "a")
+    after = (tmp_path / "ingest" / "manifest").read_bytes()
+    # RFC v1 again, holding what a had not acknowledged (its ack cut entry 0: b was already past it)
+    assert after[-2:] == b"\x01\x00" and [e.sequence for e in decode_manifest(after, KEY).entries] == [1, 2]
