@@ -211,3 +211,74 @@ def test_the_cli_creates_lists_drops_and_inspect_shows_lag(tmp_path: pathlib.Pat
     after = (tmp_path / "ingest" / "manifest").read_bytes()
     # RFC v1 again, holding what a had not acknowledged (its ack cut entry 0: b was already past it)
     assert after[-2:] == b"\x01\x00" and [e.sequence for e in decode_manifest(after, KEY).entries] == [1, 2]
+
+
+def test_lost_replies_on_create_ack_and_drop_resolve_once(mem_store: InMemoryStore) -> None:
+    from helpers import WrappedStore, lost_reply_hook
+
+    _produce(mem_store, 0, 3)
+    store = WrappedStore(mem_store)
+    lose = [True]
+
+    def once() -> bool:
+        fail, lose[0] = lose[0], False
+        return fail
+
+    store.on_conditional = lost_reply_hook(once)
+    created = Subscriptions(store, KEY).create("a")  # landed, reply lost: the re-read finds our incarnation
+    assert _head(mem_store).sections.subscriptions == (created,)
+    c = Consumer(store=store, run_gc=False, subscription="a")
+    b = c.next_batch()
+    assert b is not None
+    c.ack(b.sequence)
+    lose[0] = True
+    c.flush()  # the ack's write landed and its reply was lost: the retry finds next already moved
+    assert _head(mem_store).sections.subscription("a").next == 1  # type: ignore[union-attr]
+    assert [x.entries for x in (c.next_batch(), c.next_batch())] == [[b"r1"], [b"r2"]]  # type: ignore[union-attr]
+    c.close()
+    lose[0] = True
+    assert Subscriptions(store, KEY).drop("a") is False  # landed with its reply lost: absent on the re-read
+    assert _head(mem_store).version == 1
+
+
+def test_subscriptions_over_a_segmented_queue(mem_store: InMemoryStore) -> None:
+    # K = 4: the head seals segments and folds index objects; both readers read through them.
+    qp = QueueProducer(mem_store, KEY, manifest_segment_entries=4)
+    Subscriptions(mem_store, KEY).create("a")
+    Subscriptions(mem_store, KEY).create("b")
+    for i in range(40):
+        loc = f"ingest/b{i:04d}.batch"
+        mem_store.put(loc, encode_batch([f"r{i}".encode()]))
+        qp.enqueue(loc, [MetadataItem(0, 1000 + i, b"")])
+    qp.close()
+    head = _head(mem_store)
+    assert head.version == 3 and head.refs and len(head.sections.subscriptions) == 2
+    ca, cb = _consumer(mem_store, "a"), _consumer(mem_store, "b")
+    assert _read(ca, 40) == [f"r{i}".encode() for i in range(40)]
+    ca.flush()
+    assert _head(mem_store).first_sequence == 0  # b has read nothing
+    assert _read(cb, 25) == [f"r{i}".encode() for i in range(25)]
+    cb.flush()
+    head = _head(mem_store)
+    assert head.first_sequence == 25 and head.depth == 15 and head.version == 3
+    assert _read(cb, 15) == [f"r{i}".encode() for i in range(25, 40)]
+    cb.flush()
+    assert _head(mem_store).depth == 0
+    ca.close()
+    cb.close()
+
+
+def test_a_live_unnamed_consumer_keeps_reading_when_its_queue_turns_v3(mem_store: InMemoryStore) -> None:
+    _produce(mem_store, 0, 4)
+    unnamed = _consumer(mem_store, None)
+    assert _read(unnamed, 1) == [b"r0"]
+    unnamed.flush()  # v1 dequeue: entry 0 removed
+    Subscriptions(mem_store, KEY).create("late", start="latest")
+    head = _head(mem_store)
+    # Its footer epoch showed a takeover: the create added its record at the queue's first sequence.
+    assert head.sections.unnamed_reader is not None and head.sections.unnamed_reader.next == 1
+    assert _read(unnamed, 3) == [b"r1", b"r2", b"r3"]
+    unnamed.flush()  # now a v3 head: its record moves; the queue is cut to the slowest reader (late, at 4)
+    head = _head(mem_store)
+    assert head.sections.unnamed_reader.next == 4 and head.depth == 0  # type: ignore[union-attr]
+    unnamed.close()
