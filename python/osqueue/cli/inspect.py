@@ -61,7 +61,11 @@ def inspect(target: QueueTarget, as_json: bool) -> None:
             # A segmented head (docs/format.md §2.2), or one with sections (§2.3): shown from the head
             # alone, no segment or index is read.
             head = decode_head(raw, target.manifest_path)
-            readers = readers_json(parse_head(raw, target.manifest_path), CLOCK.now_ms()) if version == 3 else None
+            readers = (
+                readers_json(parse_head(raw, target.manifest_path), CLOCK.now_ms(), manifest_store)
+                if version == 3
+                else None
+            )
             if as_json:
                 out = head_to_json(head, len(raw))
                 if readers is not None:
@@ -135,7 +139,9 @@ def _print_head_summary(
     )
     table.add_row("refs", f"{len(head.refs)} in the head ({levels}), low water {head.low_water}")
     if head.version == 3:
-        for field, value in reader_rows(parse_head(raw, target.manifest_path), CLOCK.now_ms()):
+        for field, value in reader_rows(
+            parse_head(raw, target.manifest_path), CLOCK.now_ms(), ManifestStore(store, target.manifest_path)
+        ):
             table.add_row(field, value)
     table.add_row("tail", f"{len(head.tail)} entries in the head")
     oldest = [r.oldest_batch_ms for r in head.refs if r.oldest_batch_ms != (1 << 63) - 1]

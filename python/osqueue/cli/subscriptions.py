@@ -4,6 +4,7 @@ the readers' positions ``inspect`` shows."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -12,22 +13,44 @@ from osqueue.cli.app import cli
 from osqueue.cli.options import CLOCK, QueueTarget, queue_options
 from osqueue.format import parse_batch_ulid_ms
 from osqueue.format.manifest_head import RawHead
+from osqueue.queue.manifest_store import ManifestStore
+from osqueue.queue.segment_tree import SegmentTree
 from osqueue.queue.subscriptions import STARTING_POSITIONS, Subscriptions, positions
 
 
-def _age_ms(head: RawHead, sequence: int, now_ms: int) -> int | None:
-    """Age of the entry at ``sequence`` by its batch name's ULID time, when it is in the head's tail
-    (no segment is read); None otherwise or when nothing is queued there."""
-    location = head.tail_location_at(sequence)
-    t = None if location is None else parse_batch_ulid_ms(location)
-    return None if t is None else max(0, now_ms - t)
+def _locator(manifest: ManifestStore | None, head: RawHead) -> Callable[[int], str | None]:
+    """The location at a sequence: from the head's tail, else (with ``manifest``) from the segment
+    holding it (one GET per segment, cached)."""
+    tree = None if manifest is None else SegmentTree(manifest)
+    cache: dict[str, dict[int, str]] = {}
+
+    def locate(sequence: int) -> str | None:
+        location = head.tail_location_at(sequence)
+        if location is not None or tree is None or manifest is None:
+            return location
+        ref = tree.leaf_for(head, sequence)
+        if ref is None:
+            return None
+        if ref.key not in cache:
+            cache[ref.key] = {e.sequence: e.location for e in manifest.read_segment(ref)}
+        return cache[ref.key].get(sequence)
+
+    return locate
 
 
-def readers_json(head: RawHead, now_ms: int) -> dict[str, Any]:
+def readers_json(head: RawHead, now_ms: int, manifest: ManifestStore | None = None) -> dict[str, Any]:
     """Each reader's position: ``next``, lag in entries (``next_sequence - max(next, low_water)``),
     dropped entries (``max(0, low_water - next)``), lag bytes (null: needs entry integrity records),
-    age of its next entry (null when that entry is in a segment), times; and the retention section."""
+    age of its next entry by its batch name's ULID time (null when that is not a ULID name, or when
+    the entry is in a segment and no ``manifest`` is given to read it), times; and the retention section."""
     low = head.first_sequence
+    locate = _locator(manifest, head)
+
+    def age_ms(sequence: int) -> int | None:
+        location = locate(sequence)
+        t = None if location is None else parse_batch_ulid_ms(location)
+        return None if t is None else max(0, now_ms - t)
+
     subs = [
         {
             "name": p.subscription.name,
@@ -37,7 +60,7 @@ def readers_json(head: RawHead, now_ms: int) -> dict[str, Any]:
             "lag_entries": p.lag_entries,
             "dropped_entries": p.dropped_entries,
             "lag_bytes": None,
-            "age_ms": _age_ms(head, max(p.subscription.next, low), now_ms) if p.lag_entries else 0,
+            "age_ms": age_ms(max(p.subscription.next, low)) if p.lag_entries else 0,
             "created_ms": p.subscription.created_ms,
             "last_ack_ms": p.subscription.last_ack_ms,
         }
@@ -59,9 +82,9 @@ def readers_json(head: RawHead, now_ms: int) -> dict[str, Any]:
     }
 
 
-def reader_rows(head: RawHead, now_ms: int) -> list[tuple[str, str]]:
+def reader_rows(head: RawHead, now_ms: int, manifest: ManifestStore | None = None) -> list[tuple[str, str]]:
     """``inspect``'s summary rows for the readers of a version 3 head."""
-    info = readers_json(head, now_ms)
+    info = readers_json(head, now_ms, manifest)
     rows = []
     for s in info["subscriptions"]:
         age = "-" if s["age_ms"] is None else f"{s['age_ms'] / 1000:.1f}s"
@@ -104,7 +127,8 @@ def list_(target: QueueTarget, as_json: bool) -> None:
     """List the subscriptions of the queue at PATH with their positions and lag."""
     store = target.open(must_exist=True)
     try:
-        info = readers_json(Subscriptions(store, target.manifest_path).head(), CLOCK.now_ms())
+        subs = Subscriptions(store, target.manifest_path)
+        info = readers_json(subs.head(), CLOCK.now_ms(), subs.manifest)
     finally:
         store.close()
     if as_json:
