@@ -361,3 +361,38 @@ def test_list_reads_one_segment_for_the_age_of_a_position_past_the_tail(tmp_path
     assert (a["next"], a["lag_entries"]) == (0, 12) and a["age_ms"] is not None and a["age_ms"] >= 0
     head = parse_head((tmp_path / "ingest" / "manifest").read_bytes(), KEY)
     assert head.refs and head.tail_location_at(0) is None  # entry 0 sits in a segment: its age took one GET
+
+
+def test_gc_follows_the_head_a_lagging_subscription_pins_its_batches() -> None:
+    from helpers import ManualClock
+
+    from osqueue.format import encode_ulid
+    from osqueue.gc import GarbageCollector
+
+    clock = ManualClock()
+    store = InMemoryStore("gc-subs", clock)
+    qp = QueueProducer(store, KEY, clock=clock)
+    Subscriptions(store, KEY).create("fast")
+    Subscriptions(store, KEY).create("slow")
+    keys = []
+    for i in range(3):
+        key = f"ingest/{encode_ulid(clock.now_ms(), i)}.batch"
+        store.put(key, encode_batch([b"x"]))
+        qp.enqueue(key, [])
+        keys.append(key)
+        clock.advance(60)
+    qp.close()
+    fast = Consumer(store=store, run_gc=False, subscription="fast", clock=clock)
+    assert [fast.next_batch() is not None for _ in range(3)] == [True] * 3
+    fast.ack_through(2)
+    clock.advance(3600)
+    gc = GarbageCollector(store, KEY, "ingest", grace_period=600, clock=clock)
+    assert list(gc.run_once().deleted) == []  # slow has read nothing: every batch is still referenced
+    slow = Consumer(store=store, run_gc=False, subscription="slow", clock=clock)
+    assert slow.next_batch() is not None and slow.next_batch() is not None
+    slow.ack_through(1)
+    clock.advance(3600)
+    assert sorted(gc.run_once().deleted) == sorted(keys[:2])  # passed by both: unreferenced, past grace
+    assert store.get(keys[2]) is not None
+    fast.close()
+    slow.close()
