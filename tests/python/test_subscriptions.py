@@ -396,3 +396,31 @@ def test_gc_follows_the_head_a_lagging_subscription_pins_its_batches() -> None:
     assert store.get(keys[2]) is not None
     fast.close()
     slow.close()
+
+
+def test_tail_reads_and_consumes_as_a_subscription(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue import Producer
+    from osqueue.cli import cli
+
+    with Producer(str(tmp_path), flush_interval=3600) as p:
+        for i in range(3):
+            p.produce([f"r{i}".encode()])
+            p.flush(timeout=30)
+    root = str(tmp_path)
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    run("subscriptions", "create", root, "a")
+    run("subscriptions", "create", root, "b")
+    assert run("tail", root, "--subscription", "a", "--ack", "--max-batches", "2").split() == ["r0", "r1"]
+    assert run("tail", root, "--subscription", "a").split() == ["r2"]  # read-only, from a's position
+    assert run("tail", root, "--subscription", "b").split() == ["r0", "r1", "r2"]
+    info = json.loads(run("subscriptions", "list", root, "--json"))
+    assert [s["next"] for s in info["subscriptions"]] == [2, 0]
+    result = CliRunner().invoke(cli, ["tail", root, "--subscription", "nope"])
+    assert result.exit_code == 2 and "no subscription 'nope'" in result.output
