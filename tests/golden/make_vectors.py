@@ -16,6 +16,7 @@ import json
 import pathlib
 import struct
 import sys
+import zlib
 
 import zstandard
 
@@ -297,7 +298,8 @@ def build() -> tuple[list[dict], dict[str, bytes], dict]:
         + b"".join(struct.pack("<H", len(loc.encode())) + loc.encode() for loc in RECEIPTS["locations"])
     )
     heads = build_heads(valid_manifest, files)
-    return vectors, files, heads
+    heads_v3 = build_heads_v3(files)
+    return vectors, files, heads, heads_v3
 
 
 # -- segmented heads (format.md §2.2) -------------------------------------------------------------
@@ -557,6 +559,232 @@ def build_heads(valid_manifest, files: dict[str, bytes]) -> dict:
     }
 
 
+# -- version 3 heads: sections (format.md §2.3, ADR 0005) -----------------------------------------
+
+V3 = 3
+SUBSCRIPTIONS, UNNAMED_READER, RETENTION, WRITERS, IGNORABLE = 1, 2, 3, 4, 0x8000
+
+
+def section(section_type: int, body: bytes) -> bytes:
+    """A section: type u16 | body_len u32 | body."""
+    return struct.pack("<HI", section_type, len(body)) + body
+
+
+def subscription_record(name: str | bytes, epoch: int, next_: int, created_ms: int, last_ack_ms: int) -> bytes:
+    """name_len u8 | name | epoch u64 | next u64 | created_ms i64 | last_ack_ms i64 (33 fixed bytes)."""
+    n = name.encode("utf-8") if isinstance(name, str) else name
+    return struct.pack("<B", len(n)) + n + struct.pack("<QQqq", epoch, next_, created_ms, last_ack_ms)
+
+
+def subscriptions_body(records: list[bytes]) -> bytes:
+    return struct.pack("<I", len(records)) + b"".join(records)
+
+
+def retention_body(max_age_ms: int, max_bytes: int, max_entries: int, policy: int, queued_bytes: int) -> bytes:
+    """max_age_ms i64 | max_bytes u64 | max_entries u64 | policy u8 | queued_bytes u64 (33 bytes)."""
+    return struct.pack("<qQQBQ", max_age_ms, max_bytes, max_entries, policy, queued_bytes)
+
+
+def head_v3(
+    sections: list[bytes],
+    refs: bytes,
+    ref_count: int,
+    tail: bytes,
+    tail_count: int,
+    low_water: int,
+    next_sequence: int,
+    epoch: int,
+    crc_xor: int = 0,
+) -> bytes:
+    """sections | refs | tail | trailer (sections_len u32, section_count u32, segments_len u32,
+    segment_count u32, low_water u64, head_crc32 u32) | footer (version 3). The CRC (zlib's CRC-32)
+    covers every byte of the head but its own 4."""
+    secs = b"".join(sections)
+    before = secs + refs + tail + struct.pack("<IIIIQ", len(secs), len(sections), len(refs), ref_count, low_water)
+    foot = footer(tail_count, next_sequence, epoch, V3)
+    crc = zlib.crc32(before + foot) ^ crc_xor
+    return before + struct.pack("<I", crc) + foot
+
+
+def build_heads_v3(files: dict[str, bytes]) -> dict:
+    """Version 3 heads (docs/format.md §2.3): valid ones with their decoded sections, and heads that
+    break one rule each (every one with a correct CRC but head_v3_bad_crc, so the rule is what fails)."""
+    tail_entries = [(15, LOC_F, [meta(0, T0 + 5, b"f")]), (16, LOC_G, [meta(0, T0 + 6, b"g")])]
+    tail = b"".join(entry(q, loc, m) for q, loc, m in tail_entries)
+    tail_js = [
+        entry_json(q, loc, [meta_json(*struct.unpack_from("<Iq", mm), mm[16:]) for mm in m])
+        for q, loc, m in tail_entries
+    ]
+    seg_a, seg_b = files["segment_a.bin"], files["segment_b.bin"]
+    oldest_a = min(ulid_ms(x) for x in (LOC_A, LOC_B, LOC_C))
+    oldest_b = min(ulid_ms(x) for x in (LOC_D, LOC_E))
+    refs = segment_ref(10, 3, seg_a, oldest_a, SEG_A_KEY) + segment_ref(13, 2, seg_b, oldest_b, SEG_B_KEY)
+
+    def ref_json(first, count, data, oldest, key, file):
+        return {
+            "first_sequence": first,
+            "entry_count": count,
+            "level": 0,
+            "byte_length": len(data),
+            "oldest_batch_ms": oldest,
+            "sha256_hex": hashlib.sha256(data).hexdigest(),
+            "key": key,
+            "file": file,
+        }
+
+    refs_js = [
+        ref_json(10, 3, seg_a, oldest_a, SEG_A_KEY, "segment_a.bin"),
+        ref_json(13, 2, seg_b, oldest_b, SEG_B_KEY, "segment_b.bin"),
+    ]
+
+    def sub(name, incarnation, takeovers, next_, created, last_ack):
+        epoch = (incarnation << 32) | takeovers
+        js = {"name": name, "epoch": epoch, "next": next_, "created_ms": created, "last_ack_ms": last_ack}
+        return subscription_record(name, epoch, next_, created, last_ack), js
+
+    analytics = sub("analytics", 7, 2, 16, T0, T0 + 500)
+    billing = sub("billing", 0x7FFFFFFF, 0, 15, T0 + 1, T0 + 1)
+    subs = section(SUBSCRIPTIONS, subscriptions_body([analytics[0], billing[0]]))
+    subs_js = [analytics[1], billing[1]]
+    unnamed = section(UNNAMED_READER, struct.pack("<Qq", 15, T0 + 1000))
+    unnamed_js = {"next": 15, "last_ack_ms": T0 + 1000}
+    retention = section(RETENTION, retention_body(7 * 86_400_000, 50 << 30, 1_000_000, 0, 4096))
+    retention_js = {
+        "max_age_ms": 7 * 86_400_000,
+        "max_bytes": 50 << 30,
+        "max_entries": 1_000_000,
+        "policy": 0,
+        "queued_bytes": 4096,
+    }
+    drop_retention = section(RETENTION, retention_body(0, 0, 500, 1, 0))
+    drop_retention_js = {"max_age_ms": 0, "max_bytes": 0, "max_entries": 500, "policy": 1, "queued_bytes": 0}
+    # the segmented head's readers: one at low_water inside segment a, one in segment b
+    seg_sub = sub("orders-v2.eu_west", 3, 1, 11, T0 + 2, T0 + 3)
+    seg_sub2 = sub("z", 4, 0, 14, T0 + 4, T0 + 4)
+    seg_subs = section(SUBSCRIPTIONS, subscriptions_body([seg_sub[0], seg_sub2[0]]))
+    ignorable_body = b"carried byte for byte\x00\xff"
+
+    def sections_js(subscriptions=(), unnamed_reader=None, retention_=None, opaque=()):
+        return {
+            "subscriptions": list(subscriptions),
+            "unnamed_reader": unnamed_reader,
+            "retention": retention_,
+            "opaque": [{"section_type": t, "body_hex": b.hex()} for t, b in opaque],
+        }
+
+    valid = {
+        # two subscriptions, the unnamed reader and retention; no segment: low_water is the tail's start
+        "head_v3_subscriptions": (
+            head_v3([subs, unnamed, retention], b"", 0, tail, 2, 15, 17, 5),
+            sections_js(subs_js, unnamed_js, retention_js),
+            [],
+            15,
+            5,
+        ),
+        # subscriptions and retention over segments a, b (low_water 11, as head_v2) and the tail
+        "head_v3_segmented": (
+            head_v3([seg_subs, drop_retention], refs, 2, tail, 2, 11, 17, 5),
+            sections_js([seg_sub[1], seg_sub2[1]], None, drop_retention_js),
+            refs_js,
+            11,
+            5,
+        ),
+        # retention only: no reader record, so only retention moves low_water
+        "head_v3_retention_only": (
+            head_v3([retention], b"", 0, tail, 2, 15, 17, 1 << 32),
+            sections_js((), None, retention_js),
+            [],
+            15,
+            1 << 32,
+        ),
+        # an ignorable section a reader does not know (0x8001): read past, carried by writers
+        "head_v3_ignorable_section": (
+            head_v3([subs, section(IGNORABLE | 1, ignorable_body)], b"", 0, tail, 2, 15, 17, 5),
+            sections_js(subs_js, None, None, [(IGNORABLE | 1, ignorable_body)]),
+            [],
+            15,
+            5,
+        ),
+    }
+    heads = []
+    for name, (data, secs, refs_list, low_water, epoch) in valid.items():
+        files[name + ".bin"] = data
+        heads.append(
+            {
+                "name": name,
+                "file": name + ".bin",
+                "v1_error": "UnsupportedFormatVersion",
+                "head": {
+                    "next_sequence": 17,
+                    "epoch": epoch,
+                    "low_water": low_water,
+                    "refs": refs_list,
+                    "tail": tail_js,
+                    "sections": secs,
+                    "queued_sequences": list(range(low_water, 17)),
+                },
+                "objects": {r["key"]: r["file"] for r in refs_list},
+            }
+        )
+
+    bad_name = subscription_record("a/b", 1 << 32, 15, T0, T0)
+    rejected = {
+        # head_v3_subscriptions with the CRC's lowest bit flipped
+        "head_v3_bad_crc": (
+            head_v3([subs, unnamed, retention], b"", 0, tail, 2, 15, 17, 5, crc_xor=1),
+            "CorruptManifest",
+        ),
+        # type 5: unknown and not ignorable
+        "head_v3_unknown_section": (
+            head_v3([subs, section(5, b"?")], b"", 0, tail, 2, 15, 17, 5),
+            "UnsupportedFormatVersion",
+        ),
+        # retention (3) before subscriptions (1)
+        "head_v3_sections_unsorted": (head_v3([retention, subs], b"", 0, tail, 2, 15, 17, 5), "CorruptManifest"),
+        # two retention sections
+        "head_v3_duplicate_section": (
+            head_v3([subs, retention, retention], b"", 0, tail, 2, 15, 17, 5),
+            "CorruptManifest",
+        ),
+        # a '/' in a name
+        "head_v3_name_not_allowed": (
+            head_v3([section(SUBSCRIPTIONS, subscriptions_body([bad_name]))], b"", 0, tail, 2, 15, 17, 5),
+            "CorruptManifest",
+        ),
+        # billing before analytics
+        "head_v3_names_unsorted": (
+            head_v3(
+                [section(SUBSCRIPTIONS, subscriptions_body([billing[0], analytics[0]]))], b"", 0, tail, 2, 15, 17, 5
+            ),
+            "CorruptManifest",
+        ),
+        # a subscription's next (18) past next_sequence (17)
+        "head_v3_next_past_next_sequence": (
+            head_v3(
+                [section(SUBSCRIPTIONS, subscriptions_body([sub("late", 1, 0, 18, T0, T0)[0]]))],
+                b"",
+                0,
+                tail,
+                2,
+                15,
+                17,
+                5,
+            ),
+            "CorruptManifest",
+        ),
+        # no section and no ref: such a head is written as version 1
+        "head_v3_no_sections_no_refs": (head_v3([], b"", 0, tail, 2, 15, 17, 5), "CorruptManifest"),
+        # no segment, but low_water 14 is not the tail's first sequence (15)
+        "head_v3_low_water_not_tail_start": (head_v3([subs], b"", 0, tail, 2, 14, 17, 5), "CorruptManifest"),
+    }
+    for name, (data, _) in rejected.items():
+        files[name + ".bin"] = data
+    return {
+        "heads": heads,
+        "rejected": [{"name": n, "file": n + ".bin", "error": err} for n, (_, err) in rejected.items()],
+    }
+
+
 # The content of receipts_v1.bin; receipts_v2.bin is the same of incarnation RECEIPTS_INCARNATION.
 RECEIPTS = {"first": 7, "locations": ["ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch", "ingest/ü.batch"]}
 RECEIPTS_INCARNATION = 42
@@ -565,11 +793,12 @@ RECEIPTS_INCARNATION = 42
 def main(argv: list[str]) -> None:
     out = pathlib.Path(argv[1]) if len(argv) > 1 else pathlib.Path(__file__).resolve().parent
     out.mkdir(parents=True, exist_ok=True)
-    vectors, files, heads = build()
+    vectors, files, heads, heads_v3 = build()
     for name, data in files.items():
         (out / name).write_bytes(data)
     (out / "vectors.json").write_text(json.dumps({"vectors": vectors}, indent=2) + "\n", encoding="utf-8")
     (out / "heads.json").write_text(json.dumps(heads, indent=2) + "\n", encoding="utf-8")
+    (out / "heads_v3.json").write_text(json.dumps(heads_v3, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {len(files)} vectors to {out}")
 
 

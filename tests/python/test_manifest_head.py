@@ -61,15 +61,15 @@ def test_rejected_heads_are_refused_by_the_raw_parser_too(vector: dict) -> None:
     assert type(info.value) is CorruptManifestError and "some/key" in str(info.value)
 
 
-def test_a_v1_manifest_parses_without_segments_and_a_v3_is_refused() -> None:
+def test_a_v1_manifest_parses_without_segments_and_a_v4_is_refused() -> None:
     data = (GOLDEN / "manifest_after_dequeue.bin").read_bytes()
     raw = parse_head(data, "m")
     assert raw.version == 1 and not raw.refs and raw.tail_entries() == decode_manifest(data, "m").entries
     bad = bytearray(data)
-    bad[-2] = 3
-    with pytest.raises(UnsupportedFormatVersionError, match=r"reads versions 1 and 2 only \(upgrade osqueue\)"):
+    bad[-2] = 4
+    with pytest.raises(UnsupportedFormatVersionError, match=r"reads versions 1, 2 and 3 only \(upgrade osqueue\)"):
         parse_head(bytes(bad), "m")
-    with pytest.raises(UnsupportedFormatVersionError, match=r"reads versions 1 and 2 only \(upgrade osqueue\)"):
+    with pytest.raises(UnsupportedFormatVersionError, match=r"reads versions 1, 2 and 3 only \(upgrade osqueue\)"):
         decode_head(bytes(bad), "m")
     with pytest.raises(UnsupportedFormatVersionError, match=r"reads version 1 only \(upgrade osqueue\)"):
         decode_manifest(bytes(bad), "m")  # an RFC v1 reader

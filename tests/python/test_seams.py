@@ -26,6 +26,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("clock.py", "time.sleep("): (1, "SystemClock: the seam itself"),
     ("queue/data_prefix_owner.py", "random.Random("): (1, "the default rng when none is injected"),
     ("queue/queue_consumer.py", "random.Random("): (1, "the default rng when none is injected"),
+    ("queue/subscriptions.py", "random.Random("): (1, "the default rng when none is injected"),
     ("queue/manifest_appender.py", "random.Random("): (1, "the default rng of a committer when none is injected"),
     ("format/incarnation.py", "secrets.randbelow("): (
         1,

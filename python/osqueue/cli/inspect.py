@@ -12,7 +12,9 @@ import click
 from osqueue.cli.app import cli
 from osqueue.cli.formatting import b64, human_age, human_bytes, iso
 from osqueue.cli.options import CLOCK, QueueTarget, queue_options
+from osqueue.cli.subscriptions import reader_rows, readers_json
 from osqueue.format import HEAD_VERSION, Manifest, ManifestHead, decode_head, parse_batch_ulid_ms
+from osqueue.format.manifest_head import parse_head
 from osqueue.queue import (
     ManifestStore,
 )
@@ -55,13 +57,22 @@ def inspect(target: QueueTarget, as_json: bool) -> None:
         manifest_store = ManifestStore(store, target.manifest_path)
         raw, _ = manifest_store.read_raw()
         version = None if raw is None else int.from_bytes(raw[-2:], "little")
-        if raw is not None and version == HEAD_VERSION:
-            # A segmented head (docs/format.md §2.2): shown from the head alone, no segment or index is read.
+        if raw is not None and version in (HEAD_VERSION, 3):
+            # A segmented head (docs/format.md §2.2), or one with sections (§2.3): shown from the head
+            # alone, no segment or index is read.
             head = decode_head(raw, target.manifest_path)
+            readers = (
+                readers_json(parse_head(raw, target.manifest_path), CLOCK.now_ms(), manifest_store)
+                if version == 3
+                else None
+            )
             if as_json:
-                click.echo(json.dumps(head_to_json(head, len(raw)), indent=2))
+                out = head_to_json(head, len(raw))
+                if readers is not None:
+                    out["readers"] = readers
+                click.echo(json.dumps(out, indent=2))
             else:
-                _print_head_summary(target, store, head, len(raw))
+                _print_head_summary(target, store, head, len(raw), raw)
             return
         manifest = manifest_store.decode(raw)
         if as_json:
@@ -103,7 +114,9 @@ def head_to_json(head: ManifestHead, head_bytes: int) -> dict[str, Any]:
     }
 
 
-def _print_head_summary(target: QueueTarget, store: ObjectStore, head: ManifestHead, head_bytes: int) -> None:
+def _print_head_summary(
+    target: QueueTarget, store: ObjectStore, head: ManifestHead, head_bytes: int, raw: bytes
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -112,7 +125,8 @@ def _print_head_summary(target: QueueTarget, store: ObjectStore, head: ManifestH
     table.add_column("value")
     table.add_row(
         "manifest",
-        f"{target.manifest_path} ({human_bytes(head_bytes)}, format version {head.version}: a segmented head)",
+        f"{target.manifest_path} ({human_bytes(head_bytes)}, format version {head.version}: "
+        + ("a segmented head)" if head.version == HEAD_VERSION else "a head with subscriptions or retention)"),
     )
     table.add_row("entries (depth)", f"{head.depth} (from the head: no segment read)")
     table.add_row("sequences", f"{head.first_sequence}..{head.next_sequence - 1}" if head.depth else "-")
@@ -124,6 +138,11 @@ def _print_head_summary(target: QueueTarget, store: ObjectStore, head: ManifestH
         for level, n in _levels(head).items()
     )
     table.add_row("refs", f"{len(head.refs)} in the head ({levels}), low water {head.low_water}")
+    if head.version == 3:
+        for field, value in reader_rows(
+            parse_head(raw, target.manifest_path), CLOCK.now_ms(), ManifestStore(store, target.manifest_path)
+        ):
+            table.add_row(field, value)
     table.add_row("tail", f"{len(head.tail)} entries in the head")
     oldest = [r.oldest_batch_ms for r in head.refs if r.oldest_batch_ms != (1 << 63) - 1]
     if oldest:

@@ -14,14 +14,15 @@ from osqueue.cli.app import cli
 from osqueue.cli.formatting import b64
 from osqueue.cli.options import CLOCK, QueueTarget, queue_options
 from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
-from osqueue.errors import BatchNotFoundError
+from osqueue.errors import BatchNotFoundError, IllegalQueueStateError
 from osqueue.format import RawHead
-from osqueue.format.manifest_head import decode_segment
+from osqueue.format.index_object import decode_segment
 from osqueue.queue import (
     BatchDescriptor,
     ManifestStore,
     SegmentTree,
 )
+from osqueue.queue.subscriptions import check_subscription_name
 
 
 @dataclass
@@ -78,7 +79,21 @@ def _write_batch(out: IO[str], batch: ConsumedBatch, fmt: str) -> None:
     help="Seconds between polls with --follow.",
 )
 @click.option("--max-batches", type=click.IntRange(min=1), default=None, help="Stop after this many batches.")
-def tail(target: QueueTarget, fmt: str, ack: bool, follow: bool, interval: float, max_batches: int | None) -> None:
+@click.option(
+    "--subscription",
+    default=None,
+    help="Read from this named subscription's position; with --ack consume as it (fencing only that "
+    "subscription's earlier reader, and moving only its position).",
+)
+def tail(
+    target: QueueTarget,
+    fmt: str,
+    ack: bool,
+    follow: bool,
+    interval: float,
+    max_batches: int | None,
+    subscription: str | None,
+) -> None:
     """Print the queue's entries in order.
 
     By default nothing is written: the manifest is read and the batches fetched read-only, so
@@ -89,9 +104,9 @@ def tail(target: QueueTarget, fmt: str, ack: bool, follow: bool, interval: float
     fmt = fmt.lower()
     try:
         if ack:
-            _tail_acking(target, out, fmt, follow, interval, max_batches, state)
+            _tail_acking(target, out, fmt, follow, interval, max_batches, state, subscription)
         else:
-            _tail_read_only(target, out, fmt, follow, interval, max_batches, state)
+            _tail_read_only(target, out, fmt, follow, interval, max_batches, state, subscription)
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): stop quietly, without a second error on exit.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -111,6 +126,7 @@ def _tail_read_only(
     interval: float,
     max_batches: int | None,
     state: _TailState,
+    subscription: str | None = None,
 ) -> None:
     store = target.open(must_exist=True)
     try:
@@ -125,6 +141,11 @@ def _tail_read_only(
         while not _done(state, max_batches):
             head = manifest_store.head(manifest_store.read_raw()[0])
             start = 0 if state.last_printed is None else state.last_printed + 1
+            if state.last_printed is None and subscription is not None:
+                record = head.sections.subscription(check_subscription_name(subscription))
+                if record is None:
+                    raise IllegalQueueStateError(f"no subscription '{subscription}' in queue '{target.manifest_path}'")
+                start = record.next
             # Segment by segment, then the tail: memory stays bounded at any depth (docs/format.md §2.2).
             # A segment or index object dequeued and collected meanwhile is skipped as its batches are.
             for entry in tree.entries_following(head, start, reread):
@@ -178,6 +199,7 @@ def _tail_acking(
     interval: float,
     max_batches: int | None,
     state: _TailState,
+    subscription: str | None = None,
 ) -> None:
     target.open(must_exist=True).close()
     consumer = Consumer(
@@ -185,6 +207,7 @@ def _tail_acking(
         manifest_path=target.manifest_path,
         data_path_prefix=target.data_prefix,
         store_options=target.store_options,
+        subscription=subscription,
     )
     with consumer:
         try:

@@ -88,6 +88,12 @@ class Consumer:
         rng: Jitter source.
         retry: Manifest retry policy.
         metrics: Metrics registry.
+        subscription: Read as this named subscription of the queue (docs/format.md §2.3): from its
+            position, acks move only its ``next``, and a second reader of the same subscription
+            fences this one (readers of other subscriptions never do). Entries leave the queue once
+            every reader passed them. None: the queue's unnamed consumer.
+        create_subscription: Create ``subscription`` at the queue's first entry if it is missing
+            (else a missing one is :class:`IllegalQueueStateError`).
 
     Raises:
         ResumePointError: ``last_acked_sequence`` is ahead of the queue or entries after it
@@ -111,6 +117,8 @@ class Consumer:
         rng: random.Random | None = None,
         retry: RetryPolicy | None = None,
         metrics: m.MetricsRegistry | None = None,
+        subscription: str | None = None,
+        create_subscription: bool = False,
     ) -> None:
         for option, value in (("manifest_path", manifest_path), ("data_path_prefix", data_path_prefix)):
             try:
@@ -137,9 +145,21 @@ class Consumer:
         self._lock = threading.RLock()
         self._closed = False
         self._gc: GarbageCollector | None = None
-        self._queue = QueueConsumer(
-            self._store, manifest_path, clock=self._clock, rng=rng, retry=retry, metrics=self._metrics
-        )
+        try:
+            self._queue = QueueConsumer(
+                self._store,
+                manifest_path,
+                clock=self._clock,
+                rng=rng,
+                retry=retry,
+                metrics=self._metrics,
+                subscription=subscription,
+                create_subscription=create_subscription,
+            )
+        except BaseException:
+            if self._owns_store:
+                self._store.close()
+            raise
         self._fetcher = FetchHandle(self._store, manifest_path, self._metrics, self._clock)
         try:
             manifest = self._queue.initialize(last_acked_sequence, incarnation)
@@ -147,6 +167,14 @@ class Consumer:
             if self._owns_store:
                 self._store.close()
             raise
+        start = self._queue.start_sequence
+        if (
+            start
+            and (manifest.version == 3 or subscription is not None)
+            and start > (-1 if last_acked_sequence is None else last_acked_sequence) + 1
+        ):
+            # A reader record's position (docs/format.md §2.3): what it acknowledged is behind it.
+            last_acked_sequence = start - 1
         self._last_acked = last_acked_sequence
         self._last_dequeued = last_acked_sequence
         self._last_handed_out = last_acked_sequence

@@ -22,7 +22,7 @@ from osqueue.format.batch_names import (
 from osqueue.format.dequeue_receipts import MAX_RECEIPTS, RECEIPTS_SUFFIX, DequeueReceipts
 from osqueue.format.entry_tag import Admission, Delivered, EntryTag
 from osqueue.format.incarnation import INCARNATION_SUFFIX, incarnation_of, new_incarnation_epoch, next_epoch
-from osqueue.format.index_object import FoldedIndex, decode_index, encode_index, fold_index
+from osqueue.format.index_object import FoldedIndex, decode_index, decode_segment, encode_index, fold_index
 from osqueue.format.manifest import MAX_SEQUENCE, MAX_START_INDEX, Manifest, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import (
     FORMAT_VERSION,
@@ -42,7 +42,6 @@ from osqueue.format.manifest_head import (
     SealedTail,
     SegmentRef,
     decode_head,
-    decode_segment,
     encode_head,
     fanout,
     parse_head,

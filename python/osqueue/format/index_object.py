@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from osqueue.errors import CorruptManifestError
+from osqueue.format.manifest import ManifestEntry
+from osqueue.format.manifest_codec import decode_manifest
 from osqueue.format.manifest_head import MAX_LEVEL, SegmentRef, decode_refs, encode_refs
 
 INDEX_VERSION = 2
@@ -112,3 +114,26 @@ def decode_index(data: bytes, ref: SegmentRef) -> list[SegmentRef]:
             key, f"index object's oldest batch time is {oldest}, but its ref's {ref.oldest_batch_ms}"
         )
     return refs
+
+
+def decode_segment(data: bytes, ref: SegmentRef) -> list[ManifestEntry]:
+    """Decodes a segment object (an RFC v1 manifest) read for ``ref``, checking it is the one listed.
+
+    Raises:
+        CorruptManifestError: Naming the segment, when its length, SHA-256 or sequences differ from
+            the ref, or it does not decode.
+    """
+    if len(data) != ref.byte_length:
+        raise CorruptManifestError(ref.key, f"segment: {len(data)} bytes, but the head lists {ref.byte_length}")
+    if hashlib.sha256(data).digest() != ref.sha256:
+        raise CorruptManifestError(ref.key, "segment: its SHA-256 differs from the head's ref")
+    if ref.level != 0:
+        raise CorruptManifestError(ref.key, f"read as a segment, but its ref has level {ref.level}")
+    m = decode_manifest(data, ref.key)
+    if len(m.entries) != ref.entry_count or m.first_sequence != ref.first_sequence:
+        raise CorruptManifestError(
+            ref.key,
+            f"segment: holds {len(m.entries)} entries from {m.first_sequence}, "
+            f"but the head lists {ref.entry_count} from {ref.first_sequence}",
+        )
+    return m.entries

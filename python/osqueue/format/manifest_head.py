@@ -1,16 +1,9 @@
-"""The segmented manifest's head and its index objects (docs/format.md §2.2; JVM: ``ManifestHead``).
+"""The segmented manifest's head and its index objects (docs/format.md §2.2, §2.3; JVM: ``ManifestHead``).
 
-Two views of a manifest object (an RFC v1 manifest, or a version 2 head listing refs to segment
-objects and index objects before its tail of newest entries): :func:`decode_head` decodes it whole
-(tail metadata included), and :class:`RawHead` is what writers and lazy readers work on, as the JVM's ``ManifestHead``:
-parsing reads the footer and the refs only; the tail's entry headers are walked when an edit or a
-reader needs them, its metadata decoded only by :meth:`RawHead.tail_entries`. The edits copy the
-tail's entries byte for byte and never read a segment, so an append costs the same at any depth (a
-v1 append stays O(1)). The head's refs form a tree: a ref of level 0 is a segment, one of level
-L >= 1 an index object listing refs of level L - 1 (:func:`decode_index`); producers fold refs into
-index objects when they seal, a dequeue expands the index it reaches (:meth:`RawHead.appended`,
-:meth:`RawHead.dequeued_through`). Readers walk the tree with ``osqueue.queue.segment_tree``.
-"""
+:func:`decode_head` decodes a manifest object (RFC v1, a v2 head of refs and a tail, or a v3 head with
+sections) whole; :class:`RawHead` is what writers and lazy readers work on: parsing reads the footer,
+sections and refs only, the edits copy the tail byte for byte and never read a segment. Refs form a
+tree (level 0 segments, level L >= 1 index objects); readers walk it with ``osqueue.queue.segment_tree``."""
 
 from __future__ import annotations
 
@@ -22,6 +15,14 @@ from functools import cached_property
 
 from osqueue.errors import CorruptManifestError, InvalidObjectKeyError
 from osqueue.format.batch_names import parse_batch_ulid_ms
+from osqueue.format.head_sections import (
+    HEAD_SECTIONS_VERSION,
+    HEAD_TRAILER,
+    NO_SECTIONS,
+    HeadSections,
+    frame_head,
+    parse_sections_frame,
+)
 from osqueue.format.manifest import MAX_SEQUENCE, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import (
     FORMAT_VERSION,
@@ -40,10 +41,9 @@ from osqueue.store.object_store import validate_key
 
 HEAD_VERSION = 2
 """The format version of a segmented manifest head."""
-READ_VERSIONS = (FORMAT_VERSION, HEAD_VERSION)
+READ_VERSIONS = (FORMAT_VERSION, HEAD_VERSION, HEAD_SECTIONS_VERSION)
 """The manifest versions a head reader reads (named when it refuses another)."""
 
-_HEAD_TRAILER = struct.Struct("<IIQ")  # segments_len, segment_count, low_water
 _REF_HEAD = struct.Struct("<QQBIq")  # first_sequence, entry_count, level, byte_length, oldest_batch_ms
 REF_FIXED_SIZE = _REF_HEAD.size + 32 + 2
 """The bytes of a ref before its key (63)."""
@@ -90,7 +90,8 @@ class ManifestHead:
         refs: The head's refs (segments and index objects), contiguous, oldest first; the first is a segment.
         low_water: The first queued sequence (with refs; sequences below it are dequeued).
         tail: The newest entries, held in the head itself.
-        version: 1 or 2.
+        version: 1, 2 or 3 (a head with sections, §2.3).
+        sections: A version 3 head's sections (empty otherwise).
     """
 
     refs: list[SegmentRef]
@@ -99,10 +100,11 @@ class ManifestHead:
     next_sequence: int
     epoch: int
     version: int
+    sections: HeadSections = NO_SECTIONS
 
     @property
     def first_sequence(self) -> int:
-        if self.refs:
+        if self.refs or self.version == HEAD_SECTIONS_VERSION:
             return self.low_water
         return self.tail[0].sequence if self.tail else self.next_sequence
 
@@ -120,27 +122,31 @@ def decode_head(data: bytes, key: str) -> ManifestHead:
         UnsupportedFormatVersionError: A version other than 1 or 2.
     """
     n = len(data)
-    if n < MANIFEST_FOOTER_LEN or MANIFEST_FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)[3] != HEAD_VERSION:
+    version = MANIFEST_FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)[3] if n >= MANIFEST_FOOTER_LEN else 0
+    if version not in (HEAD_VERSION, HEAD_SECTIONS_VERSION):
         m = decode_manifest(data, key, READ_VERSIONS)
         return ManifestHead([], m.first_sequence, m.entries, m.next_sequence, m.epoch, FORMAT_VERSION)
     parsed = parse_head_refs(data, key)
     refs, low_water, segments_len, trailer_at = parsed.refs, parsed.low_water, parsed.segments_len, parsed.trailer_at
     entry_count, next_sequence, epoch = parsed.entry_count, parsed.next_sequence, parsed.epoch
     # The tail is a v1 entries region: decode it with its own footer (same checks, same messages).
-    tail = decode_manifest(bytes(data[segments_len:trailer_at]) + footer_bytes(entry_count, next_sequence, epoch), key)
-    refs_end = refs[-1].last_sequence + 1
+    tail = decode_manifest(
+        bytes(data[parsed.sections_len + segments_len : trailer_at]) + footer_bytes(entry_count, next_sequence, epoch),
+        key,
+    )
+    refs_end = refs[-1].last_sequence + 1 if refs else tail.first_sequence  # v3 without refs: parse_head_refs checked
     if tail.entries and tail.entries[0].sequence != refs_end:
         raise CorruptManifestError(
             key, f"the tail starts at {tail.entries[0].sequence}, not where the last ref ends ({refs_end})"
         )
     if not tail.entries and refs_end != next_sequence:
         raise CorruptManifestError(key, f"the refs end at {refs_end - 1} but next_sequence is {next_sequence}")
-    return ManifestHead(refs, low_water, tail.entries, next_sequence, epoch, HEAD_VERSION)
+    return ManifestHead(refs, low_water, tail.entries, next_sequence, epoch, version, parsed.sections)
 
 
 @dataclass(frozen=True)
 class HeadRefs:
-    """The fixed parts of a version 2 head: its refs (checked), trailer and footer fields."""
+    """The fixed parts of a version 2 or 3 head: its refs (checked), sections, trailer and footer fields."""
 
     refs: list[SegmentRef]
     low_water: int
@@ -149,24 +155,45 @@ class HeadRefs:
     entry_count: int
     next_sequence: int
     epoch: int
+    sections: HeadSections = NO_SECTIONS
+    sections_len: int = 0
 
 
 def parse_head_refs(data: bytes, key: str) -> HeadRefs:
     """Parses a version 2 head's refs, trailer and footer, checking every ref invariant of §2.2
     (the tail is not read: see :func:`decode_head`)."""
     n = len(data)
-    if n < MANIFEST_FOOTER_LEN + _HEAD_TRAILER.size:
+    if n >= MANIFEST_FOOTER_LEN and data[-2:] == HEAD_SECTIONS_VERSION.to_bytes(2, "little"):
+        return _parse_head_v3(data, key)
+    if n < MANIFEST_FOOTER_LEN + HEAD_TRAILER.size:
         raise CorruptManifestError(key, f"{n} bytes is shorter than a segmented head's trailer and footer")
     entry_count, next_sequence, epoch, _ = MANIFEST_FOOTER.unpack_from(data, n - MANIFEST_FOOTER_LEN)
     if next_sequence > MAX_SEQUENCE:
         raise CorruptManifestError(key, f"next_sequence {next_sequence} is at or above 2^63")
-    trailer_at = n - MANIFEST_FOOTER_LEN - _HEAD_TRAILER.size
-    segments_len, count, low_water = _HEAD_TRAILER.unpack_from(data, trailer_at)
+    trailer_at = n - MANIFEST_FOOTER_LEN - HEAD_TRAILER.size
+    segments_len, count, low_water = HEAD_TRAILER.unpack_from(data, trailer_at)
     if segments_len > trailer_at:
         raise CorruptManifestError(key, f"segments_len {segments_len} runs past the head")
     if count == 0:
         raise CorruptManifestError(key, "a version 2 head lists no segment (a head without segments is version 1)")
     refs = decode_refs(data, 0, segments_len, count, key)
+    _check_first_ref(refs, low_water, key)
+    return HeadRefs(refs, low_water, segments_len, trailer_at, entry_count, next_sequence, epoch)
+
+
+def _parse_head_v3(data: bytes, key: str) -> HeadRefs:
+    """A version 3 head (§2.3): its frame (CRC, sections, trailer) checked by ``head_sections``, then
+    its refs as version 2's."""
+    f = parse_sections_frame(data, key)
+    refs: list[SegmentRef] = []
+    if f.segment_count:
+        refs = decode_refs(data, f.sections_len, f.sections_len + f.segments_len, f.segment_count, key)
+        _check_first_ref(refs, f.low_water, key)
+    fields = (f.low_water, f.segments_len, f.trailer_at, f.entry_count, f.next_sequence, f.epoch)
+    return HeadRefs(refs, *fields, f.sections, f.sections_len)  # fmt: skip
+
+
+def _check_first_ref(refs: list[SegmentRef], low_water: int, key: str) -> None:
     if refs[0].level != 0:
         raise CorruptManifestError(
             key, f"the first ref ('{refs[0].key}') is an index of level {refs[0].level}, not a segment"
@@ -176,7 +203,6 @@ def parse_head_refs(data: bytes, key: str) -> HeadRefs:
             key,
             f"low_water {low_water} is not in the first segment ({refs[0].first_sequence} to {refs[0].last_sequence})",
         )
-    return HeadRefs(refs, low_water, segments_len, trailer_at, entry_count, next_sequence, epoch)
 
 
 def decode_refs(data: bytes, start: int, end: int, count: int, key: str) -> list[SegmentRef]:
@@ -221,28 +247,8 @@ def decode_refs(data: bytes, start: int, end: int, count: int, key: str) -> list
     return refs
 
 
-def decode_segment(data: bytes, ref: SegmentRef) -> list[ManifestEntry]:
-    """Decodes a segment object (an RFC v1 manifest) read for ``ref``, checking it is the one listed.
-
-    Raises:
-        CorruptManifestError: Naming the segment, when its length, SHA-256 or sequences differ from
-            the ref, or it does not decode.
-    """
-    if len(data) != ref.byte_length:
-        raise CorruptManifestError(ref.key, f"segment: {len(data)} bytes, but the head lists {ref.byte_length}")
-    if hashlib.sha256(data).digest() != ref.sha256:
-        raise CorruptManifestError(ref.key, "segment: its SHA-256 differs from the head's ref")
-    if ref.level != 0:
-        raise CorruptManifestError(ref.key, f"read as a segment, but its ref has level {ref.level}")
-    m = decode_manifest(data, ref.key)
-    if len(m.entries) != ref.entry_count or m.first_sequence != ref.first_sequence:
-        raise CorruptManifestError(
-            ref.key,
-            f"segment: holds {len(m.entries)} entries from {m.first_sequence}, "
-            f"but the head lists {ref.entry_count} from {ref.first_sequence}",
-        )
-    return m.entries
-
+_Children = Callable[[SegmentRef], Sequence[SegmentRef]]
+"""Reads an index object's refs (the dequeue's expansion)."""
 
 # -- the raw head: what writers and lazy readers work on ----------------------------------------
 
@@ -305,6 +311,8 @@ class RawHead:
         low_water: int,
         tail_from: int,
         tail_until: int,
+        sections: HeadSections = NO_SECTIONS,
+        refs_from: int = 0,
     ) -> None:
         self.raw = raw
         self.key = key
@@ -316,6 +324,8 @@ class RawHead:
         self.low_water = low_water
         self._tail_from = tail_from
         self._tail_until = tail_until
+        self.sections = sections
+        self._refs_from = refs_from
 
     @property
     def is_segmented(self) -> bool:
@@ -329,7 +339,7 @@ class RawHead:
     @property
     def first_sequence(self) -> int:
         """The first queued sequence, or ``next_sequence`` when the queue is empty."""
-        return self.low_water if self.refs else self.tail_first_sequence
+        return self.low_water if self.refs or self.version == HEAD_SECTIONS_VERSION else self.tail_first_sequence
 
     @property
     def depth(self) -> int:
@@ -432,8 +442,9 @@ class RawHead:
             raise CorruptManifestError(self.key, "appending would take sequences past 2^63")
         added = b"".join(encode_entry(base + i, loc, meta) for i, (loc, meta) in enumerate(entries))
         if self.tail_size == 0 or self.tail_size + k <= max_tail:
-            end = _tail_end(self.refs, self.low_water, self.tail_size + k, base + k, self.epoch)
-            return self.raw[: self._tail_until] + added + end, base
+            body = self.raw[self._refs_from : self._tail_until] + added
+            low = self.first_sequence if self.refs or self.tail_size else base
+            return _framed(self.sections, self.refs, body, low, self.tail_size + k, base + k, self.epoch), base
         spans = self._spans
         sealed = self.raw[self._tail_from : self._tail_until] + MANIFEST_FOOTER.pack(
             self.tail_size, base, 0, FORMAT_VERSION
@@ -442,7 +453,7 @@ class RawHead:
         ref = seal(SealedTail(sealed, self.tail_first_sequence, self.tail_size, min(times, default=NO_BATCH_TIME)))
         refs = _folded([*self.refs, ref], fanout(max_tail), fold)
         low_water = self.low_water if self.refs else self.tail_first_sequence
-        return encode_refs(refs) + added + _tail_end(refs, low_water, k, base + k, self.epoch), base
+        return _framed(self.sections, refs, encode_refs(refs) + added, low_water, k, base + k, self.epoch), base
 
     def dequeued_through(
         self, through: int, children: Callable[[SegmentRef], Sequence[SegmentRef]]
@@ -454,6 +465,16 @@ class RawHead:
             return None
         return self._rebuild(self.epoch, through, children)
 
+    def with_sections(
+        self, sections: HeadSections, children: _Children, epoch: int | None = None, *, cut: bool = True
+    ) -> tuple[bytes, int]:
+        """The head with ``sections`` (and ``epoch``); with ``cut``, entries below the slowest reader's
+        ``next`` are removed (``low_water`` never decreases). Empty sections write v2 (refs) or v1, byte
+        for byte as a head that never had any (§2.3). Returns the bytes and how many entries were removed."""
+        slowest = sections.slowest_next() if cut else None
+        through = self.first_sequence - 1 if slowest is None else max(self.first_sequence, slowest) - 1
+        return self._rebuild(self.epoch if epoch is None else epoch, through, children, sections)
+
     def with_epoch(
         self, epoch: int, through: int | None, children: Callable[[SegmentRef], Sequence[SegmentRef]]
     ) -> tuple[bytes, int]:
@@ -463,7 +484,7 @@ class RawHead:
         return self._rebuild(epoch, self.first_sequence - 1 if through is None else through, children)
 
     def _rebuild(
-        self, epoch: int, through: int, children: Callable[[SegmentRef], Sequence[SegmentRef]]
+        self, epoch: int, through: int, children: _Children, sections: HeadSections | None = None
     ) -> tuple[bytes, int]:
         new_first = min(max(self.first_sequence, through + 1), self.next_sequence)
         refs = [r for r in self.refs if r.last_sequence >= new_first]
@@ -473,9 +494,9 @@ class RawHead:
         # Only the removed tail entries' headers are walked (O(removed), as the v1 dequeue).
         cut = self._tail_from if dropped_tail == 0 else self._walk(dropped_tail)[-1].end
         kept = self.tail_size - dropped_tail
-        out = (encode_refs(refs) if refs else b"") + self.raw[cut : self._tail_until]
-        out += _tail_end(refs, new_first, kept, self.next_sequence, epoch)
-        return out, new_first - self.first_sequence
+        body = (encode_refs(refs) if refs else b"") + self.raw[cut : self._tail_until]
+        secs = self.sections if sections is None else sections
+        return _framed(secs, refs, body, new_first, kept, self.next_sequence, epoch), new_first - self.first_sequence
 
 
 def _folded(refs: list[SegmentRef], f: int, fold: Callable[[Sequence[SegmentRef]], SegmentRef]) -> list[SegmentRef]:
@@ -505,11 +526,14 @@ def parse_head(raw: bytes, key: str) -> RawHead:
         UnsupportedFormatVersionError: A version other than 1 or 2.
     """
     n = len(raw)
-    if n >= MANIFEST_FOOTER_LEN and MANIFEST_FOOTER.unpack_from(raw, n - MANIFEST_FOOTER_LEN)[3] == HEAD_VERSION:
+    found = MANIFEST_FOOTER.unpack_from(raw, n - MANIFEST_FOOTER_LEN)[3] if n >= MANIFEST_FOOTER_LEN else 0
+    sections, refs_from = NO_SECTIONS, 0
+    if found in (HEAD_VERSION, HEAD_SECTIONS_VERSION):
         refs = parse_head_refs(raw, key)
-        tail_from, tail_until = refs.segments_len, refs.trailer_at
+        tail_from, tail_until = refs.sections_len + refs.segments_len, refs.trailer_at
         count, next_sequence, epoch = refs.entry_count, refs.next_sequence, refs.epoch
-        ref_list, low_water, version = refs.refs, refs.low_water, HEAD_VERSION
+        ref_list, low_water, version = refs.refs, refs.low_water, found
+        sections, refs_from = refs.sections, refs.sections_len
     else:
         footer = read_manifest_footer(raw, key, READ_VERSIONS)
         tail_from, tail_until = 0, n - MANIFEST_FOOTER_LEN
@@ -527,7 +551,9 @@ def parse_head(raw: bytes, key: str) -> RawHead:
             raise CorruptManifestError(
                 key, f"the tail starts at {next_sequence - count}, not where the last ref ends ({refs_end})"
             )
-    return RawHead(raw, key, version, count, next_sequence, epoch, ref_list, low_water, tail_from, tail_until)
+    return RawHead(
+        raw, key, version, count, next_sequence, epoch, ref_list, low_water, tail_from, tail_until, sections, refs_from
+    )
 
 
 def encode_refs(refs: Sequence[SegmentRef]) -> bytes:
@@ -548,19 +574,23 @@ def encode_refs(refs: Sequence[SegmentRef]) -> bytes:
     return b"".join(parts)
 
 
-def _tail_end(refs: Sequence[SegmentRef], low_water: int, count: int, next_sequence: int, epoch: int) -> bytes:
-    """What follows the tail: the v1 footer, or (with refs) the trailer and the version 2 footer."""
-    if not refs:
-        return MANIFEST_FOOTER.pack(count, next_sequence, epoch, FORMAT_VERSION)
+def _framed(sections: HeadSections, refs: Sequence[SegmentRef], body: bytes, *fields: int) -> bytes:
+    """A head from its refs region and tail (``body``) and ``low_water, entry_count, next_sequence,
+    epoch``: v1 without refs or sections, else v2 or v3 (§2.3)."""
     refs_len = sum(REF_FIXED_SIZE + len(r.key.encode("utf-8")) for r in refs)
-    return _HEAD_TRAILER.pack(refs_len, len(refs), low_water) + MANIFEST_FOOTER.pack(
-        count, next_sequence, epoch, HEAD_VERSION
-    )
+    return frame_head(sections, body, refs_len, len(refs), *fields)
 
 
 def encode_head(
-    refs: Sequence[SegmentRef], low_water: int, tail: Sequence[ManifestEntry], next_sequence: int, epoch: int
+    refs: Sequence[SegmentRef],
+    low_water: int,
+    tail: Sequence[ManifestEntry],
+    next_sequence: int,
+    epoch: int,
+    sections: HeadSections = NO_SECTIONS,
 ) -> bytes:
-    """Encodes a whole head (a v1 manifest when ``refs`` is empty): what the golden vectors hold."""
+    """Encodes a whole head (a v1 manifest when ``refs`` and ``sections`` are empty): what the golden vectors hold."""
     body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension) for e in tail)
-    return (encode_refs(refs) if refs else b"") + body + _tail_end(refs, low_water, len(tail), next_sequence, epoch)
+    return _framed(
+        sections, refs, (encode_refs(refs) if refs else b"") + body, low_water, len(tail), next_sequence, epoch
+    )

@@ -14,14 +14,13 @@ from osqueue.clock import Clock, SystemClock
 from osqueue.errors import AmbiguousCommitError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch
-from osqueue.format.index_object import fold_index
+from osqueue.format.index_object import decode_segment, fold_index
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import (
     DEFAULT_SEGMENT_ENTRIES,
     SealedTail,
     SegmentRef,
-    decode_segment,
     parse_head,
 )
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write

@@ -8,10 +8,10 @@ from osqueue.errors import CorruptManifestError
 from osqueue.format.batch_names import SupportsRandBits
 from osqueue.format.dequeue_receipts import RECEIPTS_SUFFIX, DequeueReceipts
 from osqueue.format.incarnation import INCARNATION_SUFFIX
-from osqueue.format.index_object import FoldedIndex, decode_index
+from osqueue.format.index_object import FoldedIndex, decode_index, decode_segment
 from osqueue.format.manifest import Manifest, ManifestEntry
 from osqueue.format.manifest_codec import decode_manifest, empty_manifest
-from osqueue.format.manifest_head import RawHead, SealedTail, SegmentRef, decode_segment, parse_head
+from osqueue.format.manifest_head import RawHead, SealedTail, SegmentRef, parse_head
 from osqueue.format.segment_names import new_index_key
 from osqueue.format.segment_names import new_key as new_segment_key
 from osqueue.queue.cas_object import CasObject
@@ -51,8 +51,10 @@ class ManifestStore:
         if raw is None:
             return Manifest([], 0, 0)
         head = self.head(raw)
-        if not head.refs:
-            return decode_manifest(raw, self.key)
+        if not head.refs:  # v1, or v3 without segments (its tail is every queued entry)
+            if head.version == 1:
+                return decode_manifest(raw, self.key)
+            return Manifest(head.tail_entries(), head.next_sequence, head.epoch)
         leaves = list(SegmentTree(self).leaves(head, head.first_sequence, head.tail_first_sequence))
         with ThreadPoolExecutor(SEGMENT_READS_IN_FLIGHT, thread_name_prefix="osqueue-segment-reader") as pool:
             sealed = [e for entries in pool.map(self.read_segment, leaves) for e in entries]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import FencedError, IllegalQueueStateError, InvalidConfigError, ResumePointError, StoreError
 from osqueue.format.dequeue_receipts import MAX_RECEIPTS, DequeueReceipts
+from osqueue.format.head_sections import HEAD_SECTIONS_VERSION, HeadSections, UnnamedReader
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch, next_epoch
 from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
@@ -20,6 +21,7 @@ from osqueue.queue.cas_object import Snapshot
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.queue.segment_tree import SegmentTree
+from osqueue.queue.subscriptions import check_subscription_name, next_subscription_epoch, with_new_subscription
 from osqueue.store.object_store import ObjectStore
 
 _log = logging.getLogger(__name__)
@@ -53,6 +55,10 @@ class QueueConsumer:
         rng: Jitter source.
         retry: Backoff and budget of conflicting writes.
         metrics: Where ``buffer.manifest_writes``/``_conflicts{role=consumer}`` are counted.
+        subscription: Read as this named subscription (docs/format.md §2.3): its record's epoch is
+            this reader's fence and its ``next`` its position; None: the queue's unnamed consumer.
+        create_subscription: Create the subscription (at the queue's first entry) if it is missing;
+            otherwise a missing one is :class:`IllegalQueueStateError`.
     """
 
     def __init__(
@@ -64,7 +70,14 @@ class QueueConsumer:
         rng: random.Random | None = None,
         retry: RetryPolicy | None = None,
         metrics: m.MetricsRegistry | None = None,
+        subscription: str | None = None,
+        create_subscription: bool = False,
     ) -> None:
+        self.subscription = None if subscription is None else check_subscription_name(subscription)
+        if create_subscription and subscription is None:
+            raise InvalidConfigError("create_subscription", create_subscription, "needs a subscription name")
+        self._create_subscription = create_subscription
+        self._start: int | None = None
         self.manifest = ManifestStore(store, manifest_key)
         self._clock = clock or SystemClock()
         self._rng = rng or random.Random()
@@ -116,10 +129,12 @@ class QueueConsumer:
             raise InvalidConfigError("last_acked_sequence", last_acked, "sequences are >= 0")
         if incarnation is not None and last_acked is None:
             raise InvalidConfigError("incarnation", incarnation, "is only meaningful with a resume point")
+        if self.subscription is not None:
+            return self._initialize_subscription(self.subscription, last_acked, incarnation)
         key = self.manifest.key
         recorded = self.manifest.read_recorded_incarnation()
 
-        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[tuple[int, bytes]]:
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[tuple[int, bytes, int]]:
             # After an unknown outcome we bump again rather than guess: the epoch only grows, and
             # fencing our own earlier try is harmless.
             raw = snapshot.raw
@@ -141,12 +156,20 @@ class QueueConsumer:
                         "resume point (data loss)"
                     )
             new_epoch = next_epoch(base_epoch)
+            if current.version == HEAD_SECTIONS_VERSION:  # the unnamed reader's record moves, not the queue (§2.3)
+                reader = current.sections.unnamed_reader or UnnamedReader(current.first_sequence, 0)
+                nxt = reader.next if last_acked is None else max(reader.next, last_acked + 1)
+                unnamed = UnnamedReader(nxt, self._clock.now_ms() if nxt != reader.next else reader.last_ack_ms)
+                written = self._sections_edit(current, replace(current.sections, unnamed_reader=unnamed), new_epoch)
+                start = max(parse_head(written, key).first_sequence, nxt if last_acked is None else last_acked + 1)
+                return Write(written, lambda: (new_epoch, written, start))
             if last_acked is not None and last_acked >= current.first_sequence:
                 self._record_receipts(current, last_acked)
             written, _ = current.with_epoch(new_epoch, last_acked, self.segment_tree.children)
-            return Write(written, lambda: (new_epoch, written))
+            first = current.first_sequence if last_acked is None else last_acked + 1
+            return Write(written, lambda: (new_epoch, written, first))
 
-        new_epoch, written = self._loop.run(step)
+        new_epoch, written, self._start = self._loop.run(step)
         self._epoch = new_epoch
         self._fenced = None
         if recorded != incarnation_of(new_epoch):
@@ -155,6 +178,69 @@ class QueueConsumer:
             except StoreError as e:  # only weakens the check of resume points given without one
                 _log.warning("could not record the incarnation of '%s': %s", key, e)
         return parse_head(written, key)
+
+    def _initialize_subscription(self, name: str, last_acked: int | None, incarnation: int | None) -> RawHead:
+        """Takes over the subscription ``name`` (docs/format.md §2.3, ADR 0005 step 2): one CAS adds 1 to
+        its record's epoch, fencing its earlier reader only, and moves its ``next`` past a resume point."""
+        key = self.manifest.key
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[tuple[int, bytes, int]]:
+            raw = snapshot.raw
+            head = parse_head(empty_manifest(new_incarnation_epoch()) if raw is None else raw, key)
+            sections = head.sections
+            record = sections.subscription(name)
+            if record is None:
+                if not self._create_subscription:
+                    raise IllegalQueueStateError(
+                        f"no subscription '{name}' in queue '{key}': create it (osqueue subscriptions create) "
+                        "or pass create_subscription=True"
+                    )
+                sections = with_new_subscription(head, name, "earliest", new_incarnation_epoch(), self._clock.now_ms())
+                record = sections.subscription(name)
+                assert record is not None
+            if last_acked is not None:
+                if incarnation is not None and incarnation != record.incarnation:
+                    raise ResumePointError(
+                        f"resume point {last_acked} belongs to incarnation {incarnation} of subscription '{name}' "
+                        f"in '{key}', which is now incarnation {record.incarnation}: subscription dropped and recreated"
+                    )
+                if last_acked >= head.next_sequence:
+                    raise ResumePointError(
+                        f"resume point {last_acked} of subscription '{name}' is ahead of the queue in '{key}' "
+                        f"(next sequence {head.next_sequence})"
+                    )
+            nxt = record.next if last_acked is None else max(record.next, last_acked + 1)
+            new_epoch = next_subscription_epoch(record.epoch)
+            sections = sections.with_subscription(replace(record, epoch=new_epoch, next=nxt))
+            written = self._sections_edit(head, sections, None)
+            start = max(parse_head(written, key).first_sequence, nxt if last_acked is None else last_acked + 1)
+            return Write(written, lambda: (new_epoch, written, start))
+
+        self._epoch, written, self._start = self._loop.run(step)
+        self._fenced = None
+        return parse_head(written, key)
+
+    def _sections_edit(self, head: RawHead, sections: HeadSections, epoch: int | None) -> bytes:
+        """``head`` with ``sections`` (and ``epoch``), cut to the slowest reader; the receipts of the
+        range the cut removes are written first (§5.1)."""
+        written, removed = head.with_sections(sections, self.segment_tree.children, epoch)
+        if removed:
+            self._record_receipts(head, head.first_sequence + removed - 1)
+        return written
+
+    @property
+    def start_sequence(self) -> int | None:
+        """Where this reader's delivery starts after :meth:`initialize` (its resume point + 1, its
+        record's ``next`` on a version 3 head, else the queue's first sequence)."""
+        return self._start
+
+    def reader_epoch(self, head: RawHead) -> int:
+        """The epoch this reader is fenced by in ``head``: its subscription's record's (-1 when the
+        subscription was dropped), else the footer's."""
+        if self.subscription is None:
+            return head.epoch
+        record = head.sections.subscription(self.subscription)
+        return -1 if record is None else record.epoch
 
     def _check_incarnation(
         self, last_acked: int, given: int | None, recorded: int | None, current: int, missing: bool
@@ -216,6 +302,12 @@ class QueueConsumer:
             raise IllegalQueueStateError("the consumer is not initialized: call initialize() first")
         if current_epoch != self._epoch:
             self._fenced = FencedError(self._epoch, current_epoch)
+            if self.subscription is not None:
+                self._fenced.args = (
+                    f"reader of subscription '{self.subscription}' with epoch {self._epoch} was fenced: "
+                    + ("the subscription was dropped" if current_epoch < 0 else f"its epoch is now {current_epoch}")
+                    + " (another reader took it over, or it was dropped)",
+                )
             raise self._fenced
 
     def read(self) -> Manifest:
@@ -226,7 +318,7 @@ class QueueConsumer:
         """
         raw, _ = self.manifest.read_raw()
         current = self.manifest.decode(raw)
-        self._check(current.epoch)
+        self._check(current.epoch if self.subscription is None else self.reader_epoch(self.manifest.head(raw)))
         return current
 
     def read_head(self) -> RawHead:
@@ -237,7 +329,7 @@ class QueueConsumer:
         """
         raw, _ = self.manifest.read_raw()
         head = self.manifest.head(raw)
-        self._check(head.epoch)
+        self._check(self.reader_epoch(head))
         return head
 
     def read_segment(self, ref: SegmentRef) -> list[ManifestEntry]:
@@ -296,12 +388,15 @@ class QueueConsumer:
             before_raw = None
         if before_raw is not None:
             before = parse_head(before_raw, key)
-            self._check(before.epoch)
+            self._check(self.reader_epoch(before))
             check_assigned(before)
-            if before.dequeued_through(sequence, self.segment_tree.children) is None:
+            if self._reader_moved(before, sequence) is not None:
+                receipts_written = True  # a v3 head's edit writes the receipts of what its cut removes
+            elif before.dequeued_through(sequence, self.segment_tree.children) is None:
                 return 0
-            self._record_receipts(before, sequence)
-            receipts_written = True
+            else:
+                self._record_receipts(before, sequence)
+                receipts_written = True
 
         def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[int]:
             nonlocal receipts_written
@@ -310,8 +405,14 @@ class QueueConsumer:
                 self._check(0)
                 raise IllegalQueueStateError(f"cannot dequeue through sequence {sequence}: queue '{key}' is empty")
             head = parse_head(raw, key)
-            self._check(head.epoch)
+            self._check(self.reader_epoch(head))
             check_assigned(head)
+            sections = self._reader_moved(head, sequence)
+            if sections is not None:
+                written = self._sections_edit(head, sections, None)
+                return Write(written, lambda: parse_head(written, key).first_sequence - head.first_sequence)
+            if self.subscription is not None or head.version == HEAD_SECTIONS_VERSION:
+                return Done(0)  # the reader's next is already past sequence
             edited = head.dequeued_through(sequence, self.segment_tree.children)
             if edited is None:
                 return Done(0)
@@ -322,3 +423,19 @@ class QueueConsumer:
             return Write(new_raw, lambda: removed)
 
         return self._loop.run(step)
+
+    def _reader_moved(self, head: RawHead, sequence: int) -> HeadSections | None:
+        """On a version 3 head (or for a subscription), the sections with this reader's ``next`` moved
+        past ``sequence``; None when it is already there or the head is v1/v2 and unnamed."""
+        now = self._clock.now_ms()
+        if self.subscription is not None:
+            record = head.sections.subscription(self.subscription)
+            if record is None or record.next > sequence:
+                return None
+            return head.sections.with_subscription(replace(record, next=sequence + 1, last_ack_ms=now))
+        if head.version != HEAD_SECTIONS_VERSION:
+            return None
+        reader = head.sections.unnamed_reader
+        if reader is not None and reader.next > sequence:
+            return None
+        return replace(head.sections, unnamed_reader=UnnamedReader(sequence + 1, now))

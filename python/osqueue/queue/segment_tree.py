@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from osqueue.errors import CorruptManifestError
 from osqueue.format.incarnation import incarnation_of
+from osqueue.format.index_object import decode_segment
 from osqueue.format.manifest import ManifestEntry
-from osqueue.format.manifest_head import RawHead, SegmentRef, decode_segment
+from osqueue.format.manifest_head import RawHead, SegmentRef
 
 if TYPE_CHECKING:
     from osqueue.queue.manifest_store import ManifestStore
