@@ -108,7 +108,8 @@ object S3TestServer {
   def start(timeout: FiniteDuration = 180.seconds): S3TestServer = {
     val launched = LaunchedServer.start("tests/s3/s3server.py", Seq("--kind", kind), timeout)
     import launched.field
-    new S3TestServer(launched, field("endpoint"), field("region"), field("access_key"), field("secret_key"), launched.fields.getOrElse("kind", kind))
+    new S3TestServer(launched, field("endpoint"), field("region"), field("access_key"), field("secret_key"),
+      launched.fields.getOrElse("kind", kind))
   }
 
   /** The directory holding build.sbt, found by walking up from the working directory. */
