@@ -152,6 +152,7 @@ object HeadSections {
           val r = le(body)
           val policy = java.lang.Byte.toUnsignedInt(r.get(24))
           if (policy > Retention.DropOldest) throw corrupt(s"retention policy $policy is neither 0 nor 1")
+          if (r.getLong(0) < 0) throw corrupt(s"retention max_age_ms ${r.getLong(0)} is negative")
           out = out.copy(retention = Some(Retention(r.getLong(0), r.getLong(8), r.getLong(16), policy, r.getLong(25))))
         case WritersSection => out = out.copy(opaque = out.opaque :+ OpaqueSection(t, body))
         case _ if (t & IgnorableBit) != 0 => out = out.copy(opaque = out.opaque :+ OpaqueSection(t, body))

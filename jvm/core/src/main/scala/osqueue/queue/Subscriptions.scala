@@ -45,6 +45,19 @@ final class Subscriptions(manifest: ManifestStore, policy: RetryPolicy, clock: C
     if (s.version.isEmpty) IndexedSeq.empty else manifest.head(s).sections.subscriptions
   }
 
+  /**
+   * Removes the unnamed reader's record (`osqueue subscriptions drop --unnamed`), so a queue read only
+   * by subscriptions is not pinned by an RFC consumer that left; false if there is none.
+   */
+  def dropUnnamed(): Boolean = loop.run[Boolean] { (snapshot, _) =>
+    if (snapshot.version.isEmpty) CasStep.Done(false)
+    else {
+      val head = manifest.head(snapshot)
+      if (head.sections.unnamedReader.isEmpty) CasStep.Done(false)
+      else CasStep.Write(head.withReaders(head.epoch, head.sections.copy(unnamedReader = None), tree.children), () => true)
+    }
+  }
+
   /** Removes subscription `name`, letting the queue's first entry move to the slowest remaining reader; false if absent. */
   def drop(name: String): Boolean = loop.run[Boolean] { (snapshot, _) =>
     if (snapshot.version.isEmpty) CasStep.Done(false)

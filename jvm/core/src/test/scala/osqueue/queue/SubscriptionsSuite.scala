@@ -61,6 +61,10 @@ class SubscriptionsSuite extends AnyFunSuite {
     val again = new Consumer(store, ConsumerConfig(runGc = false, ackBatchSize = 1))
     again.initialize()
     assert(readAll(again).map(text) == List("c"))
+    again.close()
+    // Once its record is dropped, only the subscription (at 3) pins anything: entry 2 leaves.
+    assert(subs(store).dropUnnamed() && !subs(store).dropUnnamed())
+    assert(head(store).firstSequence == 3 && head(store).sections.unnamedReader.isEmpty)
   }
 
   test("two subscriptions each read every entry once; entries leave only after both passed them") {
