@@ -133,7 +133,7 @@ final class ManifestHead private (
       out.write(encodeRefs(folded))
       added.writeTo(out)
       out.write(tailEnd(sections, folded, if (isSegmented) lowWater else tailSpans.head.sequence,
-        next.copy(entryCount = entries.size)))
+          next.copy(entryCount = entries.size)))
       (finish(out.toByteArray, sections), base)
     }
   }

@@ -257,7 +257,8 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       val sections = Subscriptions.turningV3(head).withSubscription(updated)
       val l = head.lowWaterFor(sections)
       if (l > head.firstSequence) recordReceipts(head, l - 1)
-      CasStep.Write(head.withReaders(head.epoch, sections, segmentTree.children), () => {
+      CasStep.Write(head.withReaders(head.epoch, sections, segmentTree.children),
+        () => {
           readerNextSeen = Some(updated.next); updated.epoch
         })
     }

@@ -59,11 +59,12 @@ final class Subscriptions(manifest: ManifestStore, policy: RetryPolicy, clock: C
   }
 
   /** Removes subscription `name`, letting the queue's first entry move to the slowest remaining reader; false if absent. */
-  def drop(name: String): Boolean = loop.run[Boolean] { (snapshot, _) =>
-    if (snapshot.version.isEmpty) CasStep.Done(false)
+  def drop(name: String): Boolean = loop.run[Boolean] { (snapshot, previous) =>
+    // Absent after a write of ours whose reply was lost or looked like a conflict: ours landed (ADR 0005).
+    if (snapshot.version.isEmpty) CasStep.Done(previous.isDefined)
     else {
       val head = manifest.head(snapshot)
-      if (head.subscription(name).isEmpty) CasStep.Done(false)
+      if (head.subscription(name).isEmpty) CasStep.Done(previous.isDefined)
       else CasStep.Write(head.withReaders(head.epoch, head.sections.withoutSubscription(name), tree.children), () => true)
     }
   }

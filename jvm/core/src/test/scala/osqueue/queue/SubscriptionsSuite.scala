@@ -10,6 +10,7 @@ import osqueue.format.{HeadSections, ManifestHead}
 import osqueue.metrics.MetricsRegistry
 import osqueue.producer.{Producer, ProducerConfig}
 import osqueue.store.InMemoryStore
+import osqueue.testing.FaultInjectingStore
 
 /** Named subscriptions (docs/adr/0005) on the in-memory store: one CAS per edit, per-subscription fencing, L = slowest. */
 class SubscriptionsSuite extends AnyFunSuite {
@@ -119,6 +120,31 @@ class SubscriptionsSuite extends AnyFunSuite {
     val f = intercept[FencedException](c.ack(0))
     assert(f.getMessage.contains("subscription 'x' was dropped"))
     assert(head(store).version == 1)
+  }
+
+  test("lost replies: create and drop settle on the write that landed, and a lost ack reply is not applied twice") {
+    for (fault <- Seq(FaultInjectingStore.Fault.ApplyThenError, FaultInjectingStore.Fault.ApplyThenPreconditionFailed)) {
+      val mem = InMemoryStore.fresh()
+      produce(mem, Seq("0", "1", "2"))
+      @volatile var armed = true
+      val store = new FaultInjectingStore(mem,
+        (k, _) =>
+          if (armed && k == Key) { armed = false; fault }
+          else FaultInjectingStore.Fault.None)
+      val s = new Subscriptions(new ManifestStore(store, Key), RetryPolicy(), SystemClock, new MetricsRegistry)
+      val rec = s.create("a") // lands, its reply lost: not "exists"
+      assert(s.list() == IndexedSeq(rec), fault)
+      s.create("b")
+      val c = new Consumer(store, ConsumerConfig(runGc = false, ackBatchSize = 1, subscription = Some("a")))
+      c.initialize()
+      c.nextBatch(); c.nextBatch()
+      armed = true
+      c.ackThrough(1)
+      assert(head(mem).subscription("a").map(_.next).contains(2L) && head(mem).firstSequence == 0, fault)
+      armed = true
+      assert(s.drop("b"), s"$fault: a drop whose reply was lost still reports the drop")
+      assert(head(mem).firstSequence == 2 && s.list().map(_.name) == IndexedSeq("a"), fault)
+    }
   }
 
   test("a resume point moves the subscription's next, and one of another incarnation is refused") {

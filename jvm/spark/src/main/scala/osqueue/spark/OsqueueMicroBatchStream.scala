@@ -112,7 +112,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
         admission.planned(start, end, now)
         val skip = if (start == startAt.nextSequence) startAt.entryIndex else 0
         stamped(OsqueueSourceOffset(location.identity, queueId, end, planOf(m, start, end, delivered, skip).delivered,
-          Some(Incarnation.of(m.epoch))))
+            Some(Incarnation.of(m.epoch))))
       case _ => startOffset
     }
   }

@@ -46,7 +46,7 @@ private[spark] final class OsqueueRealTimeStream(options: SourceOptions, readers
   override def mergeOffsets(offsets: Array[PartitionOffset]): Offset = offsets match {
     case Array(p: OsqueueRealTimePartitionOffset) =>
       val end = stamped(OsqueueSourceOffset(location.identity, queueId, p.nextSequence, p.delivered, Some(p.incarnation),
-        p.entryIndex))
+          p.entryIndex))
       lastBatchIdle = lastStart.exists(s => s.nextSequence == end.nextSequence && s.entryIndex == end.entryIndex)
       end
     case other => throw OsqueueExceptions.internalError(
