@@ -240,6 +240,8 @@ class SourceOptions(_Location, total=False):
     ``poll_interval`` / ``max_poll_interval``: how often the source looks at the manifest while the
     queue is idle (the real-time reader; in micro-batch mode the driver's ``latestOffset``), and the
     longest wait it backs off to while nothing changes.
+    ``subscription``: read as this named subscription (its own position; fences only its other readers);
+    ``create_subscription``: create it at the queue's first entry if the first read finds none.
     ``manifest_path`` (default ``ingest/manifest``), ``data_path_prefix`` (default ``ingest``),
     ``store_options``: ``fs.s3a.*`` (``fs.azure.*``, ``fs.gs.*``) store settings for this query.
     """
@@ -253,6 +255,8 @@ class SourceOptions(_Location, total=False):
     gc_grace_period: Duration
     poll_interval: Duration
     max_poll_interval: Duration
+    subscription: str
+    create_subscription: bool
 
 
 class BatchReadOptions(_Location, total=False):
@@ -260,12 +264,14 @@ class BatchReadOptions(_Location, total=False):
 
     ``starting_sequence``: the first sequence to read; ``ending_sequence``: the sequence to stop before.
     ``fail_on_data_loss``: fail when entries of the window are gone.
+    ``subscription``: start at this subscription's position (nothing is acknowledged, nobody fenced).
     ``manifest_path``, ``data_path_prefix``, ``store_options``: as :class:`SourceOptions`.
     """
 
     starting_sequence: int
     ending_sequence: int
     fail_on_data_loss: bool
+    subscription: str
 
 
 class StreamSinkOptions(_Location, total=False):

@@ -54,10 +54,10 @@ final class BatchNotFoundException(val key: String, val sequence: Long)
       ErrorKind.PersistentState)
 
 /** This consumer's epoch is no longer the manifest's: a newer consumer fenced it. */
-final class FencedException(val ownEpoch: Long, val currentEpoch: Long)
+final class FencedException(val ownEpoch: Long, val currentEpoch: Long,
+    val reason: String = "another consumer initialized the queue")
     extends OsqueueException(
-      s"consumer with epoch $ownEpoch was fenced: the queue manifest is now at epoch $currentEpoch " +
-        "(another consumer initialized the queue)",
+      s"consumer with epoch $ownEpoch was fenced: the queue manifest is now at epoch $currentEpoch ($reason)",
       ErrorKind.Fenced)
 
 /**

@@ -94,6 +94,7 @@ class VocabularySuite extends AnyFunSuite {
           if (name == "compression") Compression.parse(name, default.asText)
           else if (values.contains(name + "Ms")) Durations.parse(name, default.asText).toMillis
           else if (actual.isInstanceOf[FiniteDuration]) Durations.parse(name, default.asText)
+          else if (default.isNull) None
           else if (default.isBoolean) default.asBoolean
           else if (default.isNumber && actual.isInstanceOf[Int]) default.asInt
           else if (default.isNumber) default.asLong

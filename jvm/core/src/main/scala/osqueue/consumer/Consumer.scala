@@ -38,7 +38,8 @@ final class Consumer(
     this(store, config, clock, metrics, SystemRandomSource)
 
   private val log = LoggerFactory.getLogger(classOf[Consumer])
-  private val queue = new QueueConsumer(new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, random)
+  private val queue = new QueueConsumer(new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, random,
+    config.subscription, config.createSubscription)
   private val fetcher = new BatchFetcher(store, clock, metrics)
   private val acks = metrics.counter(MetricNames.Acks)
   private val batchesCollected = metrics.counter(MetricNames.BatchesCollected)
@@ -65,9 +66,12 @@ final class Consumer(
    */
   def initialize(lastAckedSequence: Option[Long] = None, incarnation: Option[Long] = None): Long = synchronized {
     val epoch = queue.initialize(lastAckedSequence, incarnation)
-    lastAcked = lastAckedSequence
-    lastDequeued = lastAckedSequence
-    lastHandedOut = lastAckedSequence
+    // A reader record (a subscription's, or the unnamed reader's on a v3 head) says where this reader
+    // stopped: without a resume point, read on from there rather than from the queue's first entry.
+    val from = lastAckedSequence.orElse(queue.readerNext.filter(_ > 0).map(_ - 1))
+    lastAcked = from
+    lastDequeued = from
+    lastHandedOut = from
     if (config.runGc && gcExecutor.isEmpty) startGc()
     epoch
   }
@@ -246,7 +250,7 @@ final class Consumer(
   /** Closed, or fenced before (a fence is remembered: every later call fails with it, as in Python). */
   private def checkUsable(): Unit = {
     if (closed) throw new IllegalQueueStateException("consumer is closed")
-    queue.fenced.foreach(f => throw new FencedException(f.ownEpoch, f.currentEpoch))
+    queue.fenced.foreach(f => throw new FencedException(f.ownEpoch, f.currentEpoch, f.reason))
   }
 
   private def startGc(): Unit = {

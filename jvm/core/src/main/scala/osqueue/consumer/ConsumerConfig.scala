@@ -14,7 +14,12 @@ final case class ConsumerConfig(
     runGc: Boolean = true,
     gcInterval: FiniteDuration = 5.minutes,
     gcGracePeriod: FiniteDuration = 10.minutes,
-    retry: RetryPolicy = RetryPolicy()) {
+    retry: RetryPolicy = RetryPolicy(),
+    /** A named subscription to read (docs/adr/0005): its own position and fence; None: the RFC's unnamed consumer. */
+    subscription: Option[String] = None,
+    /** Create the subscription at the queue's first entry when `initialize` finds none. */
+    createSubscription: Boolean = false) {
+  subscription.foreach(osqueue.queue.Subscriptions.validate)
   if (ackBatchSize < 1) throw new InvalidConfigException("ackBatchSize", ackBatchSize.toString, "must be >= 1")
   if (gcInterval <= Duration.Zero) throw new InvalidConfigException("gcInterval", gcInterval.toString, "must be > 0")
   if (gcGracePeriod <= Duration.Zero)

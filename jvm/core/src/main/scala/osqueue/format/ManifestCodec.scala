@@ -85,7 +85,7 @@ object ManifestCodec {
   private[format] def decodeAnyFooter(bytes: Array[Byte], key: String): (ManifestFooter, Int) = {
     if (bytes.length >= FooterSize) {
       val version = java.lang.Short.toUnsignedInt(le(bytes).getShort(bytes.length - 2))
-      if (version == ManifestHead.Version) {
+      if (version == ManifestHead.Version || version == HeadSections.Version) {
         val b = le(bytes).position(bytes.length - FooterSize)
         val count = Integer.toUnsignedLong(b.getInt())
         val next = b.getLong()
@@ -94,7 +94,7 @@ object ManifestCodec {
         return (ManifestFooter(count, next, epoch), version)
       }
     }
-    (decodeFooter(bytes, key, Seq(Version, ManifestHead.Version)), Version)
+    (decodeFooter(bytes, key, Seq(Version, ManifestHead.Version, HeadSections.Version)), Version)
   }
 
   def encodeFooter(f: ManifestFooter, version: Int): Array[Byte] = {

@@ -65,6 +65,8 @@ final class ManifestHead private (
     val refs: IndexedSeq[SegmentRef],
     /** The first queued sequence while refs are listed (sequences below it in the first segment are dequeued). */
     val lowWater: Long,
+    /** The typed sections of a version 3 head (docs/format.md §2.3); empty for v1 and v2. */
+    val sections: HeadSections,
     tailFrom: Int,
     tailUntil: Int,
     private[format] val tailSpans: IndexedSeq[EntrySpan]) {
@@ -78,6 +80,7 @@ final class ManifestHead private (
   def tailFirstSequence: Long = tailSpans.headOption.map(_.sequence).getOrElse(nextSequence)
   /** The first queued sequence, or `nextSequence` when the queue is empty. */
   def firstSequence: Long = if (isSegmented) lowWater else tailFirstSequence
+  def subscription(name: String): Option[Subscription] = sections.subscription(name)
   /** How many entries are queued. */
   def depth: Long = nextSequence - firstSequence
   def isEmpty: Boolean = depth == 0
@@ -115,8 +118,9 @@ final class ManifestHead private (
       val out = new ByteArrayOutputStream(raw.length + added.size())
       out.write(raw, 0, tailUntil)
       added.writeTo(out)
-      out.write(tailEnd(refs, lowWater, next.copy(entryCount = tailSpans.size + entries.size)))
-      (out.toByteArray, base)
+      val newTail = tailSpans.size + entries.size
+      out.write(tailEnd(sections, refs, if (isSegmented) lowWater else tailFirstSequence, next.copy(entryCount = newTail)))
+      (finish(out.toByteArray, sections), base)
     } else {
       val sealedBytes = new ByteArrayOutputStream(tailUntil - tailFrom + FooterSize)
       sealedBytes.write(raw, tailFrom, tailUntil - tailFrom)
@@ -125,10 +129,12 @@ final class ManifestHead private (
       val ref = seal(SealedTail(sealedBytes.toByteArray, tailSpans.head.sequence, tailSpans.size, oldest))
       val folded = foldRefs(refs :+ ref, fanout(maxTail), fold)
       val out = new ByteArrayOutputStream(added.size() + folded.size * 128 + 64)
+      if (!sections.isEmpty) out.write(HeadSections.encode(sections))
       out.write(encodeRefs(folded))
       added.writeTo(out)
-      out.write(tailEnd(folded, if (isSegmented) lowWater else tailSpans.head.sequence, next.copy(entryCount = entries.size)))
-      (out.toByteArray, base)
+      out.write(tailEnd(sections, folded, if (isSegmented) lowWater else tailSpans.head.sequence,
+          next.copy(entryCount = entries.size)))
+      (finish(out.toByteArray, sections), base)
     }
   }
 
@@ -137,13 +143,27 @@ final class ManifestHead private (
    * `children` reads an index object the dequeue reaches (checked against its ref), to expand it.
    */
   def dequeuedThrough(through: Long, children: SegmentRef => IndexedSeq[SegmentRef]): Option[Array[Byte]] =
-    if (through < firstSequence || isEmpty) None else Some(rebuild(footer.epoch, through, children))
+    if (through < firstSequence || isEmpty) None else Some(rebuild(footer.epoch, through, children, sections))
 
   /** Sets the epoch and, optionally, dequeues through a sequence, in one edit. */
   def withEpoch(epoch: Long, through: Option[Long], children: SegmentRef => IndexedSeq[SegmentRef]): Array[Byte] =
-    rebuild(epoch, through.getOrElse(firstSequence - 1), children)
+    rebuild(epoch, through.getOrElse(firstSequence - 1), children, sections)
 
-  private def rebuild(epoch: Long, through: Long, children: SegmentRef => IndexedSeq[SegmentRef]): Array[Byte] = {
+  /**
+   * The readers' edit of docs/format.md §2.3 (ADR 0005): writes `newSections` and `epoch`, and moves
+   * the first retained sequence to `L = min(next of every reader record)` (never back; with no
+   * reader record, where it is), removing the entries below it as a dequeue does. Sections left
+   * empty write a v2 head (refs) or an RFC v1 manifest, byte for byte what those writers write.
+   */
+  def withReaders(epoch: Long, newSections: HeadSections, children: SegmentRef => IndexedSeq[SegmentRef],
+      cut: Boolean = true): Array[Byte] =
+    rebuild(epoch, (if (cut) lowWaterFor(newSections) else firstSequence) - 1, children, newSections)
+
+  /** `L` of ADR 0005 (without retention) under `s`: the slowest reader record's `next`, never below the first entry. */
+  def lowWaterFor(s: HeadSections): Long = s.slowestNext.fold(firstSequence)(n => math.max(firstSequence, math.min(n, nextSequence)))
+
+  private def rebuild(epoch: Long, through: Long, children: SegmentRef => IndexedSeq[SegmentRef],
+      newSections: HeadSections): Array[Byte] = {
     val newFirst = math.min(math.max(firstSequence, through + 1), nextSequence)
     var kept = refs.dropWhile(_.lastSequence < newFirst)
     // The first ref must be a segment: expand the index the dequeue reached, level by level (§2.2).
@@ -151,10 +171,11 @@ final class ManifestHead private (
     val keptTail = tailSpans.dropWhile(_.sequence < newFirst)
     val cut = keptTail.headOption.map(_.start).getOrElse(tailUntil)
     val out = new ByteArrayOutputStream(raw.length)
+    if (!newSections.isEmpty) out.write(HeadSections.encode(newSections))
     if (kept.nonEmpty) out.write(encodeRefs(kept))
     out.write(raw, cut, tailUntil - cut)
-    out.write(tailEnd(kept, newFirst, footer.copy(entryCount = keptTail.size, epoch = epoch)))
-    out.toByteArray
+    out.write(tailEnd(newSections, kept, newFirst, footer.copy(entryCount = keptTail.size, epoch = epoch)))
+    finish(out.toByteArray, newSections)
   }
 }
 
@@ -195,8 +216,10 @@ object ManifestHead {
     def corrupt(msg: String) = new CorruptManifestException(key, msg)
     if (version == ManifestCodec.Version) {
       val spans = ManifestCodec.scanSpans(raw, key, footer)
-      return new ManifestHead(raw, key, version, footer, IndexedSeq.empty, 0L, 0, raw.length - FooterSize, spans)
+      return new ManifestHead(raw, key, version, footer, IndexedSeq.empty, 0L, HeadSections.Empty, 0, raw.length - FooterSize,
+        spans)
     }
+    if (version == HeadSections.Version) return parseV3(raw, key, footer)
     if (raw.length < FooterSize + TrailerSize)
       throw corrupt(s"${raw.length} bytes is shorter than a segmented head's trailer and footer")
     val b = ByteBuffer.wrap(raw).order(ByteOrder.LITTLE_ENDIAN)
@@ -220,7 +243,60 @@ object ManifestHead {
         throw corrupt(s"the segments end at ${segmentsEnd - 1} but next_sequence is ${footer.nextSequence}")
       case _ =>
     }
-    new ManifestHead(raw, key, version, footer, refs, lowWater, segmentsLen.toInt, trailerAt, spans)
+    new ManifestHead(raw, key, version, footer, refs, lowWater, HeadSections.Empty, segmentsLen.toInt, trailerAt, spans)
+  }
+
+  /** A version 3 head (docs/format.md §2.3): sections, refs (0 allowed), tail, 28-byte trailer with the CRC, footer. */
+  private def parseV3(raw: Array[Byte], key: String, footer: ManifestFooter): ManifestHead = {
+    def corrupt(msg: String) = new CorruptManifestException(key, msg)
+    if (raw.length < FooterSize + HeadSections.TrailerSize)
+      throw corrupt(s"${raw.length} bytes is shorter than a version 3 head's trailer and footer")
+    val b = ByteBuffer.wrap(raw).order(ByteOrder.LITTLE_ENDIAN)
+    val trailerAt = raw.length - FooterSize - HeadSections.TrailerSize
+    val crcAt = trailerAt + 24
+    val crc = Integer.toUnsignedLong(b.getInt(crcAt))
+    val actual = HeadSections.headCrc32(raw, crcAt)
+    if (crc != actual) throw corrupt(f"head_crc32 is 0x$crc%08x but the head's bytes give 0x$actual%08x")
+    val sectionsLen = Integer.toUnsignedLong(b.getInt(trailerAt))
+    val sectionCount = Integer.toUnsignedLong(b.getInt(trailerAt + 4))
+    val segmentsLen = Integer.toUnsignedLong(b.getInt(trailerAt + 8))
+    val count = Integer.toUnsignedLong(b.getInt(trailerAt + 12))
+    val lowWater = b.getLong(trailerAt + 16)
+    if (sectionsLen > trailerAt) throw corrupt(s"sections_len $sectionsLen runs past the head")
+    if (segmentsLen > trailerAt - sectionsLen) throw corrupt(s"segments_len $segmentsLen runs past the head")
+    val sections = HeadSections.decode(raw, 0, sectionsLen.toInt, sectionCount, key)
+    if (sections.isEmpty && count == 0)
+      throw corrupt("a version 3 head with neither a section nor a segment (it is written as version 1)")
+    val refsFrom = sectionsLen.toInt
+    val refs = if (count == 0) {
+      if (segmentsLen != 0) throw corrupt(s"segment_count is 0 but segments_len is $segmentsLen")
+      IndexedSeq.empty[SegmentRef]
+    } else decodeRefs(raw, refsFrom, segmentsLen.toInt, count, "segment ref", key)
+    val tailFrom = refsFrom + segmentsLen.toInt
+    val spans = ManifestCodec.scanSpans(raw, key, footer, tailFrom, trailerAt)
+    if (refs.nonEmpty) {
+      if (refs.head.isIndex)
+        throw corrupt(s"its first ref is an index object of level ${refs.head.level} ('${refs.head.key}'), not a segment")
+      if (!refs.head.contains(lowWater))
+        throw corrupt(s"low_water $lowWater is not in the first segment (${refs.head.firstSequence} to ${refs.head.lastSequence})")
+      val segmentsEnd = refs.last.lastSequence + 1
+      spans.headOption match {
+        case Some(s) if s.sequence != segmentsEnd =>
+          throw corrupt(s"the tail starts at ${s.sequence}, not where the last segment ends ($segmentsEnd)")
+        case None if segmentsEnd != footer.nextSequence =>
+          throw corrupt(s"the segments end at ${segmentsEnd - 1} but next_sequence is ${footer.nextSequence}")
+        case _ =>
+      }
+    } else {
+      val first = spans.headOption.map(_.sequence).getOrElse(footer.nextSequence)
+      if (lowWater != first) throw corrupt(s"low_water $lowWater is not the tail's first sequence $first (no segments)")
+    }
+    (sections.subscriptions.map(s => (s"subscription '${s.name}'", s.next)) ++
+      sections.unnamedReader.map(u => ("the unnamed reader", u.next))).foreach { case (who, next) =>
+      if (next < 0 || next > footer.nextSequence)
+        throw corrupt(s"$who has next $next, past next_sequence ${footer.nextSequence}")
+    }
+    new ManifestHead(raw, key, HeadSections.Version, footer, refs, lowWater, sections, tailFrom, trailerAt, spans)
   }
 
   /**
@@ -296,15 +372,32 @@ object ManifestHead {
     out.toByteArray
   }
 
-  /** What follows the tail: the v1 footer, or (with refs) the trailer and the version 2 footer. */
-  private def tailEnd(refs: Seq[SegmentRef], lowWater: Long, footer: ManifestFooter): Array[Byte] =
-    if (refs.isEmpty) ManifestCodec.encodeFooter(footer)
-    else {
-      val refsLen = refs.iterator.map(r => RefFixedSize + r.key.getBytes(StandardCharsets.UTF_8).length).sum
+  /**
+   * What follows the tail: the v1 footer, or (with refs) the trailer and the version 2 footer, or
+   * (with sections) the version 3 trailer and footer, its CRC left 0 for [[finish]] to fill in.
+   */
+  private def tailEnd(sections: HeadSections, refs: Seq[SegmentRef], lowWater: Long, footer: ManifestFooter): Array[Byte] = {
+    val refsLen = refs.iterator.map(r => RefFixedSize + r.key.getBytes(StandardCharsets.UTF_8).length).sum
+    if (!sections.isEmpty) {
+      val sectionsLen = HeadSections.encode(sections).length
+      ByteBuffer.allocate(HeadSections.TrailerSize + FooterSize).order(ByteOrder.LITTLE_ENDIAN)
+        .putInt(sectionsLen).putInt(HeadSections.sectionCount(sections)).putInt(refsLen).putInt(refs.size)
+        .putLong(lowWater).putInt(0).put(ManifestCodec.encodeFooter(footer, HeadSections.Version)).array()
+    } else if (refs.isEmpty) ManifestCodec.encodeFooter(footer)
+    else
       ByteBuffer.allocate(TrailerSize + FooterSize).order(ByteOrder.LITTLE_ENDIAN)
         .putInt(refsLen).putInt(refs.size).putLong(lowWater)
         .put(ManifestCodec.encodeFooter(footer, Version)).array()
+  }
+
+  /** A version 3 head's bytes with head_crc32 filled in; other heads as they are. */
+  private def finish(bytes: Array[Byte], sections: HeadSections): Array[Byte] = {
+    if (!sections.isEmpty) {
+      val crcAt = bytes.length - FooterSize - 4
+      ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).putInt(crcAt, HeadSections.headCrc32(bytes, crcAt).toInt)
     }
+    bytes
+  }
 
   private def utf8(bytes: Array[Byte], offset: Int, len: Int): Option[String] =
     try Some(StandardCharsets.UTF_8.newDecoder()

@@ -45,7 +45,8 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
    */
   def decode(s: Snapshot): Manifest = {
     val head = ManifestHead.parse(s.raw, key)
-    if (!head.isSegmented) ManifestCodec.decode(s.raw, key)
+    if (head.version == ManifestCodec.Version) ManifestCodec.decode(s.raw, key)
+    else if (!head.isSegmented) Manifest(head.tailEntries, head.nextSequence, head.epoch) // a v3 head without refs
     else {
       val leaves = new SegmentTree(this).leaves(head, head.lowWater, head.tailFirstSequence)
       val sealedEntries = leaves.grouped(ManifestStore.ParallelReads).flatMap { refs =>

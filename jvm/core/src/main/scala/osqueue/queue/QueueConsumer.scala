@@ -11,7 +11,19 @@ import osqueue.{
   StoreException,
   SystemRandomSource
 }
-import osqueue.format.{DequeueReceipts, Incarnation, Manifest, ManifestCodec, ManifestEdits, ManifestEntry, ManifestHead, SegmentRef}
+import osqueue.format.{
+  DequeueReceipts,
+  HeadSections,
+  Incarnation,
+  Manifest,
+  ManifestCodec,
+  ManifestEdits,
+  ManifestEntry,
+  ManifestHead,
+  SegmentRef,
+  Subscription,
+  UnnamedReader
+}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -20,7 +32,12 @@ import osqueue.metrics.{MetricNames, MetricsRegistry}
  * version read, so a fenced consumer's write can never land.
  */
 final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: Clock, metrics: MetricsRegistry,
-    random: RandomSource = SystemRandomSource) {
+    random: RandomSource = SystemRandomSource,
+    /** A named subscription (ADR 0005): its record's epoch fences, its `next` moves; None: the RFC's unnamed consumer. */
+    val subscription: Option[String] = None,
+    /** Create the subscription (at the queue's first entry) when `initialize` finds none. */
+    createSubscription: Boolean = false) {
+  subscription.foreach(Subscriptions.validate)
   private val log = LoggerFactory.getLogger(classOf[QueueConsumer])
   private val loop = new CasLoop(manifest.casObject, policy, clock, CasCounters.manifest(metrics, "consumer"), random)
   @volatile private var epoch: Option[Long] = None
@@ -33,6 +50,13 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
   val segmentTree: SegmentTree = new SegmentTree(manifest)
 
   def ownEpoch: Option[Long] = epoch
+  @volatile private var readerNextSeen: Option[Long] = None
+
+  /**
+   * Where this reader's record said to read from after `initialize` (a subscription's `next`, or
+   * the unnamed reader's on a version 3 head); None on a v1/v2 queue (read from its first entry).
+   */
+  def readerNext: Option[Long] = readerNextSeen
   def fenced: Option[FencedException] = fencedBy
   def manifestKey: String = manifest.key
 
@@ -48,6 +72,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
   def initialize(lastAcked: Option[Long], incarnation: Option[Long] = None): Long = {
     if (incarnation.isDefined && lastAcked.isEmpty)
       throw new IllegalArgumentException("an incarnation is only meaningful with a resume point")
+    if (subscription.isDefined) return initializeSubscription(subscription.get, lastAcked, incarnation)
     val recorded = manifest.readRecordedIncarnation()
     val newEpoch = loop.run[Long] { (snapshot, _) =>
       // After an unknown outcome we bump again rather than guess: fencing our own earlier try is harmless.
@@ -59,8 +84,18 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
         checkResumePoint(l, head.firstSequence, head.nextSequence)
       }
       val next = QueueConsumer.nextEpoch(head.epoch)
-      lastAcked.foreach(recordReceipts(head, _))
-      CasStep.Write(head.withEpoch(next, lastAcked, segmentTree.children), () => next)
+      if (head.version == HeadSections.Version) {
+        // The unnamed reader's record on a version 3 head (ADR 0005): created by its first takeover.
+        val own = head.sections.unnamedReader.map(_.next).getOrElse(head.firstSequence)
+        val reader = UnnamedReader(math.max(own, lastAcked.fold(own)(_ + 1)), clock.nowMillis())
+        val sections = head.sections.copy(unnamedReader = Some(reader))
+        val l = head.lowWaterFor(sections)
+        if (l > head.firstSequence) recordReceipts(head, l - 1)
+        CasStep.Write(head.withReaders(next, sections, segmentTree.children), () => { readerNextSeen = Some(reader.next); next })
+      } else {
+        lastAcked.foreach(recordReceipts(head, _))
+        CasStep.Write(head.withEpoch(next, lastAcked, segmentTree.children), () => { readerNextSeen = None; next })
+      }
     }
     epoch = Some(newEpoch)
     fencedBy = None
@@ -96,7 +131,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
    */
   def read(): Manifest = {
     val snapshot = manifest.read()
-    checkEpoch(manifest.head(snapshot).epoch)
+    checkHead(manifest.head(snapshot))
     manifest.decode(snapshot)
   }
 
@@ -113,14 +148,14 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       case None => manifest.read()
     }
     val head = manifest.head(snapshot)
-    checkEpoch(head.epoch)
+    checkHead(head)
     VersionedManifest(head, snapshot.version)
   }
 
   /** The manifest head (tail entries and its refs, no segment or index object read), after the epoch check. */
   def readHead(): ManifestHead = {
     val head = manifest.head(manifest.read())
-    checkEpoch(head.epoch)
+    checkHead(head)
     head
   }
 
@@ -150,22 +185,90 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
     val before =
       try Some(manifest.head(manifest.read()))
       catch { case _: StoreException => None }
-    before.foreach { h => checkEpoch(h.epoch); checkAssigned(through, h) }
+    before.foreach { h => checkHead(h); checkAssigned(through, h) }
     if (before.exists(h => through < h.firstSequence || h.isEmpty)) return false // nothing to remove
     var receiptsWritten = false
-    before.foreach { h => recordReceipts(h, through); receiptsWritten = true }
+    // On a version 3 head what leaves is decided by every reader's record: its receipts are written in the attempt.
+    before.filter(_.version != HeadSections.Version).foreach { h => recordReceipts(h, through); receiptsWritten = true }
     loop.run[Boolean] { (snapshot, _) =>
       val head = manifest.head(snapshot)
-      checkEpoch(head.epoch)
+      checkHead(head)
       checkAssigned(through, head)
-      head.dequeuedThrough(through, segmentTree.children) match {
+      readerEdit(head, through) match {
         case None => CasStep.Done(false)
-        case Some(bytes) =>
-          if (!receiptsWritten) { recordReceipts(head, through); receiptsWritten = true }
+        case Some((bytes, removedThrough)) =>
+          if (!receiptsWritten && removedThrough >= head.firstSequence) { recordReceipts(head, removedThrough); receiptsWritten = true }
           CasStep.Write(bytes, () => true)
       }
     }
   }
+
+  /**
+   * The dequeue through `through` on `head`: on a v1/v2 head it removes entries as the RFC does; on
+   * a version 3 head it moves this reader's record (the subscription's, or the unnamed reader's)
+   * and removes what every reader has passed (ADR 0005). None: nothing to write; else the bytes and
+   * the last sequence they remove.
+   */
+  private def readerEdit(head: ManifestHead, through: Long): Option[(Array[Byte], Long)] = {
+    val now = clock.nowMillis()
+    def moved(sections: HeadSections) =
+      (head.withReaders(head.epoch, sections, segmentTree.children), head.lowWaterFor(sections) - 1)
+    subscription match {
+      case Some(name) =>
+        val r = head.subscription(name).get // checkHead found it
+        if (r.next > through) None
+        else Some(moved(head.sections.withSubscription(r.copy(next = through + 1, lastAckMs = now))))
+      case None if head.version == HeadSections.Version =>
+        val own = head.sections.unnamedReader.map(_.next).getOrElse(head.firstSequence)
+        if (own > through) None
+        else Some(moved(head.sections.copy(unnamedReader = Some(UnnamedReader(through + 1, now)))))
+      case None => head.dequeuedThrough(through, segmentTree.children).map(b => (b, through))
+    }
+  }
+
+  /** [[initialize]] for a named subscription: its record's epoch + 1, its `next` moved past the resume point. */
+  private def initializeSubscription(name: String, lastAcked: Option[Long], incarnation: Option[Long]): Long = {
+    val newIncarnation = 1L + random.nextInt(Int.MaxValue - 1)
+    val newEpoch = loop.run[Long] { (snapshot, _) =>
+      // After an unknown outcome we bump again rather than guess: fencing our own earlier try is harmless.
+      val raw = if (snapshot.version.isEmpty) {
+        if (!createSubscription) throw noSubscription(name)
+        Incarnation.newEmptyManifest()
+      } else snapshot.raw
+      val head = ManifestHead.parse(raw, manifest.key)
+      val now = clock.nowMillis()
+      val record = head.subscription(name).getOrElse {
+        if (!createSubscription) throw noSubscription(name)
+        Subscription(name, newIncarnation << 32, head.firstSequence, now, now)
+      }
+      lastAcked.foreach { l =>
+        incarnation.filter(_ != record.incarnation).foreach { g =>
+          throw new ResumePointException(
+            s"resume point $l belongs to incarnation $g of subscription '$name' of '${manifest.describe}', but the " +
+              s"subscription is incarnation ${record.incarnation}: it was dropped and recreated since")
+        }
+        if (l >= head.nextSequence)
+          throw new ResumePointException(
+            s"resume point $l is ahead of the queue '${manifest.describe}' (next sequence is ${head.nextSequence}): " +
+              "it belongs to another queue, or this queue was recreated")
+      }
+      val next = math.max(record.next, lastAcked.fold(record.next)(_ + 1))
+      val updated = record.copy(epoch = Subscriptions.nextEpoch(record.epoch), next = next)
+      val sections = Subscriptions.turningV3(head).withSubscription(updated)
+      val l = head.lowWaterFor(sections)
+      if (l > head.firstSequence) recordReceipts(head, l - 1)
+      CasStep.Write(head.withReaders(head.epoch, sections, segmentTree.children),
+        () => {
+          readerNextSeen = Some(updated.next); updated.epoch
+        })
+    }
+    epoch = Some(newEpoch)
+    fencedBy = None
+    newEpoch
+  }
+
+  private def noSubscription(name: String) = new IllegalQueueStateException(
+    s"no subscription '$name' on '${manifest.describe}': create it first, or set createSubscription")
 
   private def checkAssigned(through: Long, head: ManifestHead): Unit =
     if (through >= head.nextSequence)
@@ -202,6 +305,19 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
         case e: StoreException =>
           receiptWriteFailures.increment()
           log.warn(s"could not write the dequeue receipts of '${manifest.describe}': ${e.getMessage}")
+      }
+  }
+
+  /** This consumer still owns its reader: the footer's epoch, or its subscription's record (gone: fenced). */
+  private def checkHead(head: ManifestHead): Unit = subscription match {
+    case None => checkEpoch(head.epoch)
+    case Some(name) => head.subscription(name) match {
+        case Some(r) => checkEpoch(r.epoch)
+        case None if epoch.isEmpty => checkEpoch(0L)
+        case None =>
+          val e = new FencedException(epoch.get, -1L, s"subscription '$name' was dropped")
+          fencedBy = Some(e)
+          throw e
       }
   }
 

@@ -89,13 +89,13 @@ class SegmentedManifestSuite extends AnyFunSuite {
     assert(allEntries(raw, stored).map(_.location) == added.map(_.location))
   }
 
-  test("an unknown version is refused naming the versions the reader reads: 1 and 2 by a head reader, 1 by v1") {
-    val v3 = build(3, 4).clone()
-    v3(v3.length - 2) = 3
-    val byHead = intercept[UnsupportedFormatVersionException](ManifestHead.parse(v3, key))
-    assert(byHead.getMessage.endsWith("has format version 3; this osqueue reads versions 1 and 2 only (upgrade osqueue)"))
-    val byV1 = intercept[UnsupportedFormatVersionException](ManifestCodec.decode(v3, key))
-    assert(byV1.getMessage.endsWith("has format version 3; this osqueue reads version 1 only (upgrade osqueue)"))
+  test("an unknown version is refused naming the versions the reader reads: 1 to 3 by a head reader, 1 by v1") {
+    val v4 = build(3, 4).clone()
+    v4(v4.length - 2) = 4
+    val byHead = intercept[UnsupportedFormatVersionException](ManifestHead.parse(v4, key))
+    assert(byHead.getMessage.endsWith("has format version 4; this osqueue reads versions 1, 2 and 3 only (upgrade osqueue)"))
+    val byV1 = intercept[UnsupportedFormatVersionException](ManifestCodec.decode(v4, key))
+    assert(byV1.getMessage.endsWith("has format version 4; this osqueue reads version 1 only (upgrade osqueue)"))
   }
 
   test("dequeues: inside a segment move low_water, past every segment give v1 again; the epoch edit keeps all") {

@@ -22,10 +22,12 @@ import osqueue.store.ObjectStore
  * [[DriverQueue.DequeueFlushTimeoutMs]]. A fence the dequeuer met fails the next read.
  */
 private[spark] final class DriverQueue(store: ObjectStore, location: QueueLocation, pollInterval: FiniteDuration,
-    maxPollInterval: FiniteDuration, dataLoss: DataLossReporter, clock: Clock, onTakeOver: Long => Unit = _ => ())
+    maxPollInterval: FiniteDuration, dataLoss: DataLossReporter, clock: Clock, onTakeOver: Long => Unit = _ => (),
+    subscription: Option[String] = None, createSubscription: Boolean = false)
     extends Logging {
   private val manifests = new ManifestStore(store, location.manifestPath)
-  private val consumer = new QueueConsumer(manifests, RetryPolicy(), clock, new MetricsRegistry)
+  private val consumer = new QueueConsumer(manifests, RetryPolicy(), clock, new MetricsRegistry,
+    subscription = subscription, createSubscription = createSubscription)
   private val dequeuer = new BackgroundDequeuer(consumer, s"'${location.identity}'", clock)
   /** The manifest head as last read, with its version: the next read is conditional on it. */
   @volatile private var lastRead: Option[VersionedManifest] = None
@@ -37,11 +39,23 @@ private[spark] final class DriverQueue(store: ObjectStore, location: QueueLocati
 
   /** Takes over the queue on first use. */
   lazy val epoch: Long = {
+    subscription.filterNot(_ => createSubscription).foreach { name =>
+      val s = manifests.read()
+      if (s.version.isEmpty || manifests.head(s).subscription(name).isEmpty)
+        throw OsqueueExceptions.noSubscription(name, location.identity)
+    }
     val e = consumer.initialize(None)
-    logInfo(s"osqueue source on '${location.identity}' took over the queue at epoch ${java.lang.Long.toUnsignedString(e)}")
+    logInfo(s"osqueue source on '${location.identity}' took over " +
+      s"${subscription.fold("the queue")(n => s"subscription '$n'")} at epoch ${java.lang.Long.toUnsignedString(e)}")
     onTakeOver(e)
     e
   }
+
+  /** Where this reader's record in the head said to start when it took over (a subscription's `next`). */
+  def readerNext: Option[Long] = consumer.readerNext
+
+  /** The subscription's incarnation once taken over (None: the unnamed reader). */
+  def subscriptionIncarnation: Option[Long] = if (subscription.isDefined) consumer.ownIncarnation else None
 
   /** The epoch this reader took over at, once it has. */
   def ownEpoch: Option[Long] = consumer.ownEpoch

@@ -18,7 +18,12 @@ private[spark] final class OsqueueBatch(options: BatchReadOptions, readers: Part
     val snapshot = manifests.read()
     if (snapshot.version.isEmpty) throw OsqueueExceptions.queueNotFound(location.identity)
     val head = manifests.head(snapshot)
-    val from = options.startingSequence.getOrElse(head.firstSequence)
+    // A subscription's position (docs/adr/0005): read from it, acking nothing and fencing nobody.
+    val subscriptionNext = options.subscription.map { name =>
+      head.subscription(name).getOrElse(throw OsqueueExceptions.noSubscription(name, location.identity)).next
+    }
+    val from = options.startingSequence.orElse(subscriptionNext.map(math.max(_, head.firstSequence)))
+      .getOrElse(head.firstSequence)
     val to = options.endingSequence.getOrElse(head.nextSequence)
     if (options.startingSequence.exists(_ < head.firstSequence) && options.failOnDataLoss)
       throw OsqueueExceptions.dataLoss(s"startingSequence $from is before the first entry ${head.firstSequence} " +

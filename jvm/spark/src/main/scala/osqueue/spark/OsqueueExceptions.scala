@@ -85,6 +85,17 @@ private[spark] object OsqueueExceptions {
 
   def queueNotFound(queue: String): OsqueueIllegalArgumentException = argument("OSQUEUE_QUEUE_NOT_FOUND", "queue" -> queue)
 
+  /** A checkpoint written by another reader of the queue: another subscription, or the unnamed reader (docs/adr/0005). */
+  def foreignSubscription(checkpointReader: Option[String], reader: Option[String], queue: String): OsqueueIllegalStateException = {
+    def name(r: Option[String]) = r.fold("the unnamed reader")(s => s"subscription '$s'")
+    state("OSQUEUE_FOREIGN_SUBSCRIPTION", "checkpointReader" -> name(checkpointReader), "reader" -> name(reader),
+      "queue" -> queue)
+  }
+
+  /** The `subscription` option names none of the queue's subscriptions (and `createSubscription` is not set). */
+  def noSubscription(subscription: String, queue: String): OsqueueIllegalArgumentException =
+    argument("OSQUEUE_NO_SUBSCRIPTION", "subscription" -> subscription, "queue" -> queue)
+
   def queueIdUnavailable(queue: String): OsqueueIllegalStateException = state("OSQUEUE_QUEUE_ID_UNAVAILABLE", "queue" -> queue)
 
   /** Entries gone before they were read; the message tells how to continue anyway (`failOnDataLoss`). */

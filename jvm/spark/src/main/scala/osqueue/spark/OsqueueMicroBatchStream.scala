@@ -40,7 +40,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private val dataLoss = new DataLossReporter(location.identity, options.failOnDataLoss)
   private val gc = GcSchedule.forSource(store, options, clock)
   private val queue = new DriverQueue(store, location, options.pollInterval, options.maxPollInterval, dataLoss, clock,
-    onTakeOver = _ => gc.foreach(_.start()))
+    onTakeOver = _ => gc.foreach(_.start()), options.subscription, options.createSubscription)
   private val plans = new PlanCache[OsqueuePlanner.Plan]
   private val admission = new AdmissionControl(options, clock.nowMillis())
   private val duplicateCopiesSkipped = new AtomicLong()
@@ -53,8 +53,12 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   /** The epoch this stream took the queue over at (on first use). */
   protected def epoch: Long = queue.epoch
 
-  protected def offset(next: Long, m: ManifestHead) =
-    OsqueueSourceOffset(location.identity, queueId, next, incarnation = Some(Incarnation.of(m.epoch)))
+  protected def offset(next: Long, m: ManifestHead): OsqueueSourceOffset =
+    stamped(OsqueueSourceOffset(location.identity, queueId, next, incarnation = Some(Incarnation.of(m.epoch))))
+
+  /** `o` naming the reader that made it: this stream's subscription and its incarnation (docs/adr/0005). */
+  protected def stamped(o: OsqueueSourceOffset): OsqueueSourceOffset =
+    o.copy(subscription = options.subscription, subscriptionIncarnation = queue.subscriptionIncarnation)
 
   /** The position is from another incarnation of the manifest (docs/format.md §5.2): the queue was reset. */
   protected def fromAnotherIncarnation(o: OsqueueSourceOffset, m: ManifestHead): Boolean =
@@ -68,12 +72,18 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
 
   protected def readManifest(): ManifestHead = queue.read()
 
-  override def initialOffset(): Offset = { val m = readManifest(); offset(m.firstSequence, m) }
+  /** The queue's first entry; with a reader record (a subscription's), where that reader stopped. */
+  override def initialOffset(): Offset = {
+    val m = readManifest()
+    offset(queue.readerNext.fold(m.firstSequence)(n => math.min(math.max(n, m.firstSequence), m.nextSequence)), m)
+  }
 
   /** The queue id decides; the URI differs for the same queue (`s3://` and `s3a://`, `/dir` and `file:/dir`). */
   override def deserializeOffset(json: String): Offset = {
     val o = OsqueueSourceOffset.parse(json)
     if (o.queueId != queueId) throw OsqueueExceptions.foreignCheckpoint(o.queue, o.queueId, location.identity, queueId)
+    if (o.subscription != options.subscription)
+      throw OsqueueExceptions.foreignSubscription(o.subscription, options.subscription, location.identity)
     o
   }
 
@@ -101,8 +111,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       case Some(end) if !(startAt.entryIndex > 0 && end <= startAt.nextSequence) =>
         admission.planned(start, end, now)
         val skip = if (start == startAt.nextSequence) startAt.entryIndex else 0
-        OsqueueSourceOffset(location.identity, queueId, end, planOf(m, start, end, delivered, skip).delivered,
-          Some(Incarnation.of(m.epoch)))
+        stamped(OsqueueSourceOffset(location.identity, queueId, end, planOf(m, start, end, delivered, skip).delivered,
+            Some(Incarnation.of(m.epoch))))
       case _ => startOffset
     }
   }
@@ -114,7 +124,14 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
    */
   protected def resumePoint(startAt: OsqueueSourceOffset, m: ManifestHead): (Long, EntryTag.Delivered) = {
     val start = startAt.nextSequence
-    if (fromAnotherIncarnation(startAt, m)) {
+    val subscriptionNow = queue.subscriptionIncarnation
+    if (startAt.subscriptionIncarnation.exists(i => subscriptionNow.exists(_ != i))) {
+      val from = queue.readerNext.fold(m.firstSequence)(n => math.min(math.max(n, m.firstSequence), m.nextSequence))
+      dataLoss.report(DataLossReporter.Reset, start,
+        s"subscription '${options.subscription.getOrElse("")}' of '${location.identity}' was dropped and recreated since the " +
+          s"checkpoint (incarnation ${startAt.subscriptionIncarnation.get}, now ${subscriptionNow.get}); continuing at its position $from")
+      (from, EntryTag.Delivered.Empty)
+    } else if (fromAnotherIncarnation(startAt, m)) {
       dataLoss.report(DataLossReporter.Reset, start,
         dataLoss.resetMessage(startAt, m) + s"; continuing at its first entry ${m.firstSequence}")
       (m.firstSequence, EntryTag.Delivered.Empty)

@@ -45,10 +45,14 @@ private[spark] object OsqueueOptions {
   val PollInterval = "pollinterval"
   val MaxPollInterval = "maxpollinterval"
   val ManifestSegmentEntries = "manifestsegmententries"
+  val Subscription = "subscription"
+  val CreateSubscription = "createsubscription"
 
   private val sourceKeys = Set(Path, ManifestPath, DataPathPrefix, MaxBatchesPerTrigger, MinBatchesPerTrigger,
-    MaxTriggerDelay, FailOnDataLoss, Gc, GcInterval, GcGracePeriod, PollInterval, MaxPollInterval)
-  private val batchReadKeys = Set(Path, ManifestPath, DataPathPrefix, StartingSequence, EndingSequence, FailOnDataLoss)
+    MaxTriggerDelay, FailOnDataLoss, Gc, GcInterval, GcGracePeriod, PollInterval, MaxPollInterval, Subscription,
+    CreateSubscription)
+  private val batchReadKeys =
+    Set(Path, ManifestPath, DataPathPrefix, StartingSequence, EndingSequence, FailOnDataLoss, Subscription)
   private val sinkKeys = Set(Path, ManifestPath, DataPathPrefix, CompressionKey, FlushSizeBytes, WriterId, WriterBatchId,
     GcGracePeriod, ManifestSegmentEntries)
   /** Keys Spark itself may pass along with user options. */
@@ -139,6 +143,13 @@ private[spark] object OsqueueOptions {
   private def key(options: Map[String, String], name: String, default: String): String =
     validKey(name, options.getOrElse(name, default).trim)
 
+  /** A named subscription (docs/adr/0005): 1 to 128 characters of [A-Za-z0-9._-]. */
+  def subscription(options: Map[String, String]): Option[String] = options.get(Subscription).map(_.trim).map { name =>
+    if (!osqueue.format.HeadSections.validName(name))
+      throw OsqueueExceptions.invalidOptionValue(Subscription, name, "expected 1 to 128 characters of [A-Za-z0-9._-]")
+    name
+  }
+
   private def validKey(name: String, value: String): String =
     try ObjectKeys.validate(value)
     catch {
@@ -175,7 +186,11 @@ private[spark] final case class SourceOptions(
     gcInterval: FiniteDuration,
     gcGracePeriod: FiniteDuration,
     pollInterval: FiniteDuration = SourceOptions.DefaultPollInterval,
-    maxPollInterval: FiniteDuration = SourceOptions.DefaultMaxPollInterval)
+    maxPollInterval: FiniteDuration = SourceOptions.DefaultMaxPollInterval,
+    /** Read as this named subscription (its own position and fence); None: the queue's unnamed reader. */
+    subscription: Option[String] = None,
+    /** Create the subscription at the queue's first entry when the query's first read finds none. */
+    createSubscription: Boolean = false)
 
 private[spark] object SourceOptions {
   import OsqueueOptions._
@@ -205,13 +220,15 @@ private[spark] object SourceOptions {
       boolean(options, Gc, default = true),
       duration(options, GcInterval, 5.minutes),
       duration(options, GcGracePeriod, 10.minutes),
-      poll, maxPoll)
+      poll, maxPoll, subscription(options), boolean(options, CreateSubscription, default = false))
   }
 }
 
 /** Batch-read options after validation: an optional [startingSequence, endingSequence) window. */
 private[spark] final case class BatchReadOptions(location: QueueLocation, startingSequence: Option[Long],
-    endingSequence: Option[Long], failOnDataLoss: Boolean)
+    endingSequence: Option[Long], failOnDataLoss: Boolean,
+    /** Start at this subscription's position (read only: nothing acked, nobody fenced). */
+    subscription: Option[String] = None)
 
 private[spark] object BatchReadOptions {
   import OsqueueOptions._
@@ -221,7 +238,8 @@ private[spark] object BatchReadOptions {
     val start = nonNegativeLong(options, StartingSequence)
     val end = nonNegativeLong(options, EndingSequence)
     for (s <- start; e <- end if e < s) throw OsqueueExceptions.endBelowStart(e, s)
-    BatchReadOptions(location(options, session), start, end, boolean(options, FailOnDataLoss, default = true))
+    BatchReadOptions(location(options, session), start, end, boolean(options, FailOnDataLoss, default = true),
+      subscription(options))
   }
 }
 

@@ -22,13 +22,18 @@ import osqueue.format.EntryTag
  */
 private[spark] final case class OsqueueSourceOffset(queue: String, queueId: String, nextSequence: Long,
     delivered: EntryTag.Delivered = EntryTag.Delivered.Empty, incarnation: Option[Long] = None,
-    entryIndex: Int = 0) extends Offset {
+    entryIndex: Int = 0,
+    /** The named subscription that read (docs/adr/0005) and its incarnation; None: the unnamed reader. */
+    subscription: Option[String] = None,
+    subscriptionIncarnation: Option[Long] = None) extends Offset {
   override val json: String = {
     val node = OsqueueSourceOffset.mapper.createObjectNode()
     node.put("version", if (entryIndex > 0) OsqueueSourceOffset.Version else 1).put("queue", queue)
       .put("queueId", queueId).put("nextSequence", nextSequence)
     if (entryIndex > 0) node.put("entryIndex", entryIndex)
     incarnation.foreach(node.put("incarnation", _))
+    subscription.foreach(node.put("subscription", _))
+    subscriptionIncarnation.foreach(node.put("subscriptionIncarnation", _))
     if (delivered.writers.nonEmpty) {
       val writers = node.putObject("writers")
       delivered.writers.toSeq.sortBy(_._1).foreach { case (w, (batch, attempt)) =>
@@ -77,8 +82,18 @@ private[spark] object OsqueueSourceOffset {
             throw OsqueueExceptions.badOffset(json, s"entryIndex ${i.toString} is not an entry index")
           i.asInt()
         }.getOrElse(0)
+        val subscription = Option(o.get("subscription")).map { s =>
+          if (!s.isTextual || !osqueue.format.HeadSections.validName(s.asText))
+            throw OsqueueExceptions.badOffset(json, s"subscription ${s.toString} is not a subscription name")
+          s.asText
+        }
+        val subscriptionIncarnation = Option(o.get("subscriptionIncarnation")).map { i =>
+          if (!i.isIntegralNumber || !i.canConvertToLong || i.asLong() < 0)
+            throw OsqueueExceptions.badOffset(json, s"subscriptionIncarnation ${i.toString} is not an incarnation")
+          i.asLong()
+        }
         OsqueueSourceOffset(o.get("queue").asText, o.get("queueId").asText, next.asLong(), EntryTag.Delivered(writers),
-          incarnation, entryIndex)
+          incarnation, entryIndex, subscription, subscriptionIncarnation)
       case _ => throw OsqueueExceptions.badOffset(json, "expected {version, queue, queueId, nextSequence}")
     }
   }

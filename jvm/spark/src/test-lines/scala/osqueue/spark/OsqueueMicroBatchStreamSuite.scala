@@ -429,4 +429,39 @@ class OsqueueMicroBatchStreamSuite extends AnyFunSuite with OsqueueSourceTest {
       Thread.sleep(50)
     }
   }
+
+  /** Subscriptions `names` on the queue at `path` (docs/adr/0005), created at its first entry. */
+  private def subscribe(path: String, names: String*): Unit = {
+    val subs = new osqueue.queue.Subscriptions(new osqueue.queue.ManifestStore(ObjectStores.open(path), "ingest/manifest"),
+      osqueue.queue.RetryPolicy(), osqueue.SystemClock, new osqueue.metrics.MetricsRegistry)
+    names.foreach(subs.create(_))
+  }
+
+  test("two queries on two subscriptions each see every entry once; entries leave only after both passed them") {
+    val path = queue("subscriptions")
+    subscribe(path, "archive", "stats")
+    val first = produce(path, batches = 3, perBatch = 2, tag = "x")
+    val archive = testStream(path, Map("subscription" -> "archive"))(
+      StartStream(AvailableNow), AwaitTermination, CheckAnswer(first: _*), AssertQueued(0, 1, 2)) // stats has read nothing
+    val more = produce(path, batches = 2, perBatch = 2, tag = "y")
+    testStream(path, Map("subscription" -> "stats"))(
+      StartStream(AvailableNow), AwaitTermination, CheckAnswer(first ++ more: _*), AssertQueued(3, 4))
+    // spark.read with a subscription reads from its position, acking nothing and fencing nobody.
+    val read = spark.read.format("osqueue").option("subscription", "archive").load(path)
+    assert(read.collect().map(r => new String(r.getAs[Array[Byte]]("value"), UTF_8)).toSeq.sorted == more.sorted)
+    assert(queued(path) == Seq(3L, 4L))
+    testStream(path, Map("subscription" -> "archive"), checkpoint = Some(archive.checkpoint))(
+      StartStream(AvailableNow), AwaitTermination, CheckAnswer(more: _*), AssertQueued())
+  }
+
+  test("a checkpoint of one subscription is refused on another, and on the unnamed reader") {
+    val path = queue("foreign-subscription")
+    subscribe(path, "a", "b")
+    val values = produce(path, batches = 1, perBatch = 1)
+    val a = testStream(path, Map("subscription" -> "a"))(StartStream(AvailableNow), AwaitTermination, CheckAnswer(values: _*))
+    testStream(path, Map("subscription" -> "b"), checkpoint = Some(a.checkpoint))(
+      StartStream(), ExpectFailure("OSQUEUE_FOREIGN_SUBSCRIPTION", "subscription 'a'", "subscription 'b'"))
+    testStream(path, checkpoint = Some(a.checkpoint))(StartStream(), ExpectFailure("OSQUEUE_FOREIGN_SUBSCRIPTION"))
+    testStream(path, Map("subscription" -> "c"))(StartStream(), ExpectFailure("OSQUEUE_NO_SUBSCRIPTION", "'c'"))
+  }
 }

@@ -38,6 +38,8 @@ class OsqueueExceptionsSuite extends AnyFunSuite {
     OsqueueExceptions.queueIdUnavailable("/q/ingest/manifest"),
     OsqueueExceptions.dataLoss("entries 3 to 5 were removed"),
     OsqueueExceptions.foreignCheckpoint("/a", "id-a", "/b", "id-b"),
+    OsqueueExceptions.foreignSubscription(Some("a"), None, "/q"),
+    OsqueueExceptions.noSubscription("a", "/q"),
     OsqueueExceptions.badOffset("{}", "expected {version, queue, queueId, nextSequence}"),
     OsqueueExceptions.writerOwnedByAnother("enrich", "q-1", 4, "q-2"),
     OsqueueExceptions.streamWriterUsedByBatch("streamed", "q-1"),

@@ -28,6 +28,14 @@ class OsqueueSourceOffsetSuite extends AnyFunSuite {
     assert(refused(withIncarnation.json.replace("1234567", "\"x\"")).contains("incarnation \"x\" is not an incarnation"))
   }
 
+  test("should round-trip the subscription and its incarnation, and read an offset without them as the unnamed reader's") {
+    val sub = offset.copy(subscription = Some("orders-v2.eu_west"), subscriptionIncarnation = Some(77L))
+    assert(sub.json.contains("\"subscription\":\"orders-v2.eu_west\"") && sub.json.contains("\"subscriptionIncarnation\":77"))
+    assert(OsqueueSourceOffset.parse(sub.json) == sub)
+    assert(OsqueueSourceOffset.parse(offset.json).subscription.isEmpty && !offset.json.contains("subscription"))
+    assert(refused(sub.json.replace("orders-v2.eu_west", "a/b")).contains("is not a subscription name"))
+  }
+
   test("should refuse an offset written by a newer format version, naming both versions") {
     val msg = refused(offset.json.replace("\"version\":1", "\"version\":3"))
     assert(msg.contains("version 3 was written by a newer osqueue") && msg.contains("reads up to 2"), msg)

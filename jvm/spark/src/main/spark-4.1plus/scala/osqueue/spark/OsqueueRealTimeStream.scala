@@ -45,7 +45,8 @@ private[spark] final class OsqueueRealTimeStream(options: SourceOptions, readers
   /** One reader task: its position is the stream's. */
   override def mergeOffsets(offsets: Array[PartitionOffset]): Offset = offsets match {
     case Array(p: OsqueueRealTimePartitionOffset) =>
-      val end = OsqueueSourceOffset(location.identity, queueId, p.nextSequence, p.delivered, Some(p.incarnation), p.entryIndex)
+      val end = stamped(OsqueueSourceOffset(location.identity, queueId, p.nextSequence, p.delivered, Some(p.incarnation),
+          p.entryIndex))
       lastBatchIdle = lastStart.exists(s => s.nextSequence == end.nextSequence && s.entryIndex == end.entryIndex)
       end
     case other => throw OsqueueExceptions.internalError(
