@@ -75,6 +75,7 @@ def test_error_conditions_and_their_kinds_are_the_shared_ones() -> None:
         "Fenced": (1, 2),
         "ConflictRetriesExhausted": ("k", 3, 4),
         "ConditionalWritesNotHonoured": ("http://x", "d"),
+        "CorruptSpool": ("p", 1, "d"),
     }
     for condition, cls in python_errors.items():
         error = cls(*samples.get(condition, ("message",)))

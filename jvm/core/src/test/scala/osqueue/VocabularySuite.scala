@@ -59,6 +59,8 @@ class VocabularySuite extends AnyFunSuite {
       "ConflictRetriesExhausted" -> new ConflictRetriesExhaustedException("k", 1, 2),
       "AmbiguousCommit" -> new AmbiguousCommitException("m"),
       "Store" -> new StoreException("m"),
+      "CorruptSpool" -> new CorruptSpoolException("p", 1, "d"),
+      "QueueFull" -> new QueueFullException("m"),
       "ConditionalWritesNotHonoured" -> new ConditionalWritesNotHonouredException("http://x", "d"),
       "IllegalQueueState" -> new IllegalQueueStateException("m"))
     // Every exception class declared in errors.scala (the sealed hierarchy) has a sample above.
@@ -84,6 +86,7 @@ class VocabularySuite extends AnyFunSuite {
       "retry" -> fields(RetryPolicy()))
     list(vocabulary.get("options")).foreach { option =>
       val name = option.get("name").asText
+      if (!option.has("python_only")) { // the JVM spool is not built yet (vocabulary.json says why)
       val default = option.get("default")
       list(option.get("of")).map(_.asText).foreach { of =>
         val values = owners(of)
@@ -99,6 +102,7 @@ class VocabularySuite extends AnyFunSuite {
           else if (default.isNumber) default.asLong
           else default.asText
         assert(actual == expected, s"$of.$name")
+      }
       }
     }
   }
