@@ -229,7 +229,7 @@ def test_backpressure_raises_queue_full_naming_the_spool_and_drops_nothing(tmp_p
         store.down.set()
         handles = []
         with pytest.raises(QueueFullError) as e:
-            for i in range(50):
+            for _ in range(50):
                 handles.append(p.produce([b"x" * 40]))
         assert str(tmp_path) in str(e.value) and "spool_max_bytes" in str(e.value)
         assert 0 < len(handles) < 50
@@ -288,12 +288,12 @@ def test_kill_9_then_a_restart_delivers_each_returned_produce_exactly_once(tmp_p
     assert len(returned) >= 300
     with Producer(str(queue), spool_dir=str(spool), flush_interval=0.005) as p:
         p.flush(30)
-    values = _values(_LocalStore(queue))
+    values = _values(_local_store(queue))
     assert len(values) == len(set(values))  # nothing twice, returned or not
     assert {b"v%d" % i for i in returned} <= set(values)
 
 
-def _LocalStore(path: pathlib.Path) -> Any:
+def _local_store(path: pathlib.Path) -> Any:
     from osqueue.store import open_store
 
     return open_store(str(path))

@@ -302,8 +302,9 @@ class Producer:
                     metrics=self._metrics,
                 )
         except BaseException:
-            if getattr(self, "_spool", None) is not None:
-                self._spool.close()
+            spool = getattr(self, "_spool", None)
+            if spool is not None:
+                spool.close()
             self._release_store()
             raise
 

@@ -64,9 +64,12 @@ class BatchRecord:
 
     def body(self) -> bytes:
         loc = self.location.encode()
-        return struct.pack(
-            ">QQQIIH", self.batch_no, self.first_call, self.last_call, self.byte_length, self.batch_crc32, len(loc)
-        ) + loc
+        return (
+            struct.pack(
+                ">QQQIIH", self.batch_no, self.first_call, self.last_call, self.byte_length, self.batch_crc32, len(loc)
+            )
+            + loc
+        )
 
 
 @dataclass(frozen=True)

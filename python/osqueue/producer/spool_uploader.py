@@ -82,8 +82,13 @@ class SpoolUploader:
             except _RETRIED as e:
                 failures += 1
                 if failures == 1 or failures % 50 == 0:
-                    _log.warning("spool '%s': %s failed (%d times so far), retrying: %s", self._spool.directory, what,
-                                 failures, e)
+                    _log.warning(
+                        "spool '%s': %s failed (%d times so far), retrying: %s",
+                        self._spool.directory,
+                        what,
+                        failures,
+                        e,
+                    )
                 self._clock.sleep(self._retry.delay(min(failures, 30), self._jitter))
 
     def _put(self, key: str, data: bytes) -> None:
