@@ -21,7 +21,13 @@ from osqueue.errors import CorruptSpoolError, InvalidConfigError, QueueFullError
 from osqueue.format import decode_batch, decode_manifest
 from osqueue.format.batch_codec import Compression, encode_batch
 from osqueue.format.manifest import MetadataItem
-from osqueue.metrics import SPOOL_DROPPED_ENTRIES, SPOOL_REPLAYED_BATCHES, MetricsRegistry
+from osqueue.metrics import (
+    SPOOL_BYTES,
+    SPOOL_DROPPED_ENTRIES,
+    SPOOL_OLDEST_ENTRY_AGE_SECONDS,
+    SPOOL_REPLAYED_BATCHES,
+    MetricsRegistry,
+)
 from osqueue.producer import Producer
 from osqueue.producer.spool import Spool
 from osqueue.producer.spool_log import (
@@ -209,7 +215,8 @@ class _Outage(WrappedStore):
 
 def test_an_outage_only_delays_delivery(tmp_path: pathlib.Path) -> None:
     store = _Outage(InMemoryStore())
-    with _producer(store, tmp_path, durability="local") as p:
+    metrics = MetricsRegistry()
+    with _producer(store, tmp_path, durability="local", metrics=metrics) as p:
         p.produce([b"before"]).wait_durable(5)
         store.down.set()
         handles = [p.produce([f"e{i}".encode()]) for i in range(20)]  # each returns: fsync'd locally
@@ -217,10 +224,15 @@ def test_an_outage_only_delays_delivery(tmp_path: pathlib.Path) -> None:
         while store.failed < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert store.failed >= 3 and not any(h.done() for h in handles)
+        assert metrics.gauge(SPOOL_BYTES).value >= 20 * len(b"e0")
+        p.produce([b"last"])  # the gauges move with the spool (e0 waited through >= 3 backoffs)
+        assert metrics.gauge(SPOOL_OLDEST_ENTRY_AGE_SECONDS).value > 0
         store.down.clear()
         for h in handles:
             h.wait_durable(10)
-    assert _values(store) == [b"before"] + [f"e{i}".encode() for i in range(20)]
+        p.flush(10)
+        assert metrics.gauge(SPOOL_BYTES).value == 0
+    assert _values(store) == [b"before"] + [f"e{i}".encode() for i in range(20)] + [b"last"]
 
 
 def test_backpressure_raises_queue_full_naming_the_spool_and_drops_nothing(tmp_path: pathlib.Path) -> None:

@@ -223,7 +223,7 @@ class Spool:
             if n in landed:
                 self._settle(n)
         self._live_bytes = sum(c.size for c in self.calls.values())
-        self._metrics.gauge(m.SPOOL_BYTES).set(self._live_bytes)
+        self._gauges()
         self._truncate()
 
     def pending_batches(self) -> list[SpooledBatch]:
@@ -262,7 +262,7 @@ class Spool:
             ticket, path = self._log.append([record])
             self.calls[record.call_no] = SpooledCall(record, size, path)
             self._live_bytes += size
-            self._metrics.gauge(m.SPOOL_BYTES).set(self._live_bytes)
+            self._gauges()
             return record.call_no, ticket
 
     def sync(self, ticket: int) -> None:
@@ -283,6 +283,7 @@ class Spool:
                 self._log.write([DroppedRecord(run[0], run[-1])])  # fsync'd before the space is reused
                 entries = sum(len(self.calls.pop(n).record.entries) for n in run)
                 self._metrics.counter(m.SPOOL_DROPPED_ENTRIES).inc(entries)
+                self._gauges()
                 if self._on_drop is not None:
                     self._on_drop(run)
                 self._truncate()
@@ -343,7 +344,7 @@ class Spool:
         with self._cond:
             for n in batch_nos:
                 self._settle(n)
-            self._metrics.gauge(m.SPOOL_BYTES).set(self._live_bytes)
+            self._gauges()
             self._truncate()
             self._cond.notify_all()
 
@@ -370,12 +371,12 @@ class Spool:
             doomed.append(path)
         self._log.delete(doomed)
 
-    def oldest_age_seconds(self) -> float:
-        with self._cond:
-            if not self.calls:
-                return 0.0
-            first = next(iter(self.calls.values()))
-            return max(0.0, (self._clock.now_ms() - first.record.ingestion_time_ms) / 1000)
+    def _gauges(self) -> None:
+        """``buffer.spool_bytes`` and ``buffer.spool_oldest_entry_age_seconds`` (0 when nothing waits)."""
+        self._metrics.gauge(m.SPOOL_BYTES).set(self._live_bytes)
+        first = next(iter(self.calls.values()), None)
+        age = 0.0 if first is None else (self._clock.now_ms() - first.record.ingestion_time_ms) / 1000
+        self._metrics.gauge(m.SPOOL_OLDEST_ENTRY_AGE_SECONDS).set(max(0.0, age))
 
     def log_files(self) -> list[str]:
         with self._cond:
