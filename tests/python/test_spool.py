@@ -3,6 +3,8 @@ crash at each step, truncation, the cap, an outage and a kill -9 (local store, n
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import pathlib
 import signal
@@ -73,6 +75,38 @@ def test_every_record_type_round_trips_with_its_crc() -> None:
     data = b"".join(encode_record(r) for r in SAMPLES)
     assert data[:4] == b"OSQS"
     assert decode_records(data, "f") == (SAMPLES, len(data))
+
+
+GOLDEN = REPO / "tests" / "golden"
+
+
+def _described(r: dict[str, Any]) -> Any:
+    kind = r["type"]
+    if kind == "entries":
+        entries = tuple(base64.b64decode(e) for e in r["entries"])
+        return EntriesRecord(r["call_no"], r["ingestion_time_ms"], base64.b64decode(r["metadata"]), entries)
+    if kind == "batch":
+        return BatchRecord(
+            r["batch_no"], r["first_call"], r["last_call"], r["byte_length"], r["batch_crc32"], r["location"]
+        )
+    if kind == "attempt":
+        return AttemptRecord(r["base"], tuple(r["batch_nos"]), tuple(r["locations"]))
+    if kind == "landed":
+        return LandedRecord(r["first_sequence"], tuple(r["batch_nos"]))
+    return DroppedRecord(r["first_call"], r["last_call"])
+
+
+def test_the_golden_spool_logs_decode_and_encode_byte_for_byte() -> None:
+    spool = json.loads((GOLDEN / "spool.json").read_text(encoding="utf-8"))
+    log = (GOLDEN / "spool_log_v1.bin").read_bytes()
+    expected = [_described(r) for r in spool["spool_log_v1.bin"]["records"]]
+    assert decode_records(log, "v1") == (expected, len(log))
+    assert b"".join(encode_record(r) for r in expected) == log
+    torn = (GOLDEN / "spool_torn_tail.bin").read_bytes()
+    assert decode_records(torn, "torn") == (expected, spool["spool_torn_tail.bin"]["valid_length"])
+    with pytest.raises(CorruptSpoolError) as e:
+        decode_records((GOLDEN / "spool_bad_record_middle.bin").read_bytes(), "bad")
+    assert e.value.offset == spool["spool_bad_record_middle.bin"]["offset"]
 
 
 def test_a_torn_tail_is_cut_off_at_open(tmp_path: pathlib.Path) -> None:
