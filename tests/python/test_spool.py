@@ -19,10 +19,11 @@ import pytest
 from helpers import WrappedStore
 
 from osqueue.clock import SystemClock
-from osqueue.errors import CorruptSpoolError, InvalidConfigError, QueueFullError, StoreError
+from osqueue.errors import AmbiguousCommitError, CorruptSpoolError, InvalidConfigError, QueueFullError, StoreError
 from osqueue.format import decode_batch, decode_manifest
 from osqueue.format.batch_codec import Compression, encode_batch
 from osqueue.format.manifest import MetadataItem
+from osqueue.format.manifest_codec import footer_bytes
 from osqueue.metrics import (
     SPOOL_BYTES,
     SPOOL_DROPPED_ENTRIES,
@@ -215,6 +216,21 @@ def test_a_restart_after_a_crash_at_each_step_appends_every_call_once(tmp_path: 
     with _producer(store, tmp_path) as p:  # settled: a second restart adds nothing
         p.flush(10)
     assert _values(store) == [b"c0", b"c1", b"c2"]
+
+
+def test_an_undecidable_replay_is_ambiguous_commit_and_the_batch_stays_spooled(tmp_path: pathlib.Path) -> None:
+    store = InMemoryStore()
+    store.put(KEY, footer_bytes(0, 5, 0))  # sequences 0..4 were appended and all dequeued; no receipts
+    _spool_with(tmp_path, [*CALLS[:2], _named_batch(store, CALLS[:2], LOC), AttemptRecord(0, (0,), (LOC,))])
+    p = _producer(store, tmp_path)
+    with pytest.raises(AmbiguousCommitError, match="sequence 0"):
+        p.flush(10)
+    with pytest.raises(AmbiguousCommitError):
+        p.close()
+    assert _values(store) == []  # never appended on a guess
+    again = Spool(str(tmp_path), clock=SystemClock())
+    assert [b.record.batch_no for b in again.pending_batches()] == [0]
+    again.close()
 
 
 class _Outage(WrappedStore):

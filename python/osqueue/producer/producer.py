@@ -19,7 +19,6 @@ import logging
 import random
 import threading
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -315,6 +314,10 @@ class Producer:
         self._closed = False
         self._uncommitted = 0
         self._by_call: dict[int, WriteHandle] = {}
+        self._replay_error: BaseException | None = None  # a spooled batch replay could not append
+        self._replayed = threading.Event()
+        if self._spool is None:
+            self._replayed.set()
         self._spool_order = threading.Lock()  # call numbers enter the buffer in their order
         if self._spool is not None:
             for record in self._spool.unbatched_calls():  # replay: batched again with the new calls
@@ -455,8 +458,11 @@ class Producer:
             self._owns_store = False
             _SHARED_STORES.release(self._path or "", self._store_options)
 
-    @staticmethod
-    def _wait(handles: list[WriteHandle], timeout: float | None) -> None:
+    def _wait(self, handles: list[WriteHandle], timeout: float | None) -> None:
+        if not self._replayed.wait(timeout):
+            raise TimeoutError(f"the spool's replay did not finish within {timeout} s")
+        if self._replay_error is not None:
+            raise self._replay_error
         if not handles:
             return
         done, not_done = wait_futures(handles, timeout)
@@ -471,8 +477,10 @@ class Producer:
         if self._uploader is not None:
             try:
                 self._uploader.replay()
-            except BaseException as e:  # the spool keeps them; a restart tries again
+            except BaseException as e:  # the spool keeps them; flush() and close() raise it
                 logging.getLogger("osqueue.producer").error("spool replay failed: %s", e)
+                self._replay_error = e
+            self._replayed.set()
         batch = _Batch()
         while True:
             with self._cond:
@@ -523,22 +531,14 @@ class Producer:
             self._finish(batch, None, None, started, 0)
             return
         try:
-            data = self._uploader.encode([self._entries_record(i) for i in batch.inputs])[0]
-            key = new_batch_key(self._prefix, self._clock, self._rng)
-            batch_no = self._spool.record_batch(
-                batch.inputs[0].call_no, batch.inputs[-1].call_no, len(data), zlib.crc32(data), key
-            )
-            result = self._uploader.ship(batch_no, data, key, batch.metadata)
+            calls = [EntriesRecord(i.call_no, i.time_ms, i.metadata, tuple(i.entries)) for i in batch.inputs]
+            result, size = self._uploader.ship_calls(calls)
         except BaseException as e:
             self._finish(batch, None, e, started, 0)
             return
         done: Future[EnqueueResult] = Future()
         done.set_result(result)
-        self._finish(batch, done, None, started, len(data))
-
-    @staticmethod
-    def _entries_record(item: _Input) -> EntriesRecord:
-        return EntriesRecord(item.call_no, item.time_ms, item.metadata, tuple(item.entries))
+        self._finish(batch, done, None, started, size)
 
     def _upload(self, data: bytes) -> str:
         key = new_batch_key(self._prefix, self._clock, self._rng)

@@ -129,6 +129,13 @@ class SpoolUploader:
         self._spool.record_landed(result.sequence, [batch_no])
         return result
 
+    def ship_calls(self, calls: Sequence[EntriesRecord]) -> tuple[EnqueueResult, int]:
+        """Steps 2-6 for calls that are in no batch yet: encode, BATCH record, :meth:`ship`; the result and size."""
+        data, metadata = self.encode(calls)
+        key = new_batch_key(self._prefix, self._clock, self._rng)
+        batch_no = self._spool.record_batch(calls[0].call_no, calls[-1].call_no, len(data), zlib.crc32(data), key)
+        return self.ship(batch_no, data, key, metadata), len(data)
+
     def encode(self, calls: Sequence[EntriesRecord]) -> tuple[bytes, list[MetadataItem]]:
         records, metadata = assemble(calls)
         return encode_batch(records, self._compression), metadata
