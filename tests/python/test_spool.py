@@ -266,7 +266,10 @@ class _Outage(WrappedStore):
 def test_an_outage_only_delays_delivery(tmp_path: pathlib.Path) -> None:
     store = _Outage(InMemoryStore())
     metrics = MetricsRegistry()
-    with _producer(store, tmp_path, durability="local", metrics=metrics) as p:
+    # More calls than max_buffered_inputs wait: the spool's cap bounds them, not the in-memory buffer.
+    with _producer(
+        store, tmp_path, durability="local", metrics=metrics, max_buffered_inputs=5, flush_size_bytes=8
+    ) as p:
         p.produce([b"before"]).wait_durable(5)
         store.down.set()
         handles = [p.produce([f"e{i}".encode()]) for i in range(20)]  # each returns: fsync'd locally
@@ -283,6 +286,7 @@ def test_an_outage_only_delays_delivery(tmp_path: pathlib.Path) -> None:
         p.flush(10)
         assert metrics.gauge(SPOOL_BYTES).value == 0
     assert _values(store) == [b"before"] + [f"e{i}".encode() for i in range(20)] + [b"last"]
+    assert len(decode_manifest(store.get(KEY).data, KEY).entries) >= 20 * 2 // 8  # batches of flush_size_bytes
 
 
 def test_backpressure_raises_queue_full_naming_the_spool_and_drops_nothing(tmp_path: pathlib.Path) -> None:

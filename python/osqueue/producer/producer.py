@@ -380,10 +380,8 @@ class Producer:
     def _produce_spooled(self, records: list[bytes], metadata: bytes, handle: WriteHandle) -> WriteHandle:
         """Step 1: the call goes to the spool's log (fsync'd before returning with durability local)."""
         assert self._spool is not None
-        with self._spool_order:
+        with self._spool_order:  # not bounded by max_buffered_inputs: spool_max_bytes bounds it
             with self._cond:
-                while not self._closed and len(self._inputs) >= self._max_buffered:
-                    self._cond.wait()
                 if self._closed:
                     raise IllegalQueueStateError("produce() called on a closed Producer")
             call_no, ticket = self._spool.append_entries(records, metadata, handle.ingestion_time_ms)
@@ -485,7 +483,7 @@ class Producer:
         while True:
             with self._cond:
                 while True:
-                    while self._inputs:
+                    while self._inputs and (self._spool is None or batch.raw_bytes < self._flush_size):
                         batch.add(self._inputs.popleft(), self._flush_interval)
                     self._cond.notify_all()  # room in the buffer
                     if batch and (
