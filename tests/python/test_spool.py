@@ -289,6 +289,32 @@ def test_an_outage_only_delays_delivery(tmp_path: pathlib.Path) -> None:
     assert len(decode_manifest(store.get(KEY).data, KEY).entries) >= 20 * 2 // 8  # batches of flush_size_bytes
 
 
+def test_manifest_writes_of_unknown_outcome_are_retried_past_the_budget(tmp_path: pathlib.Path) -> None:
+    store = WrappedStore(InMemoryStore())
+    down = threading.Event()
+
+    def unanswered(key: str, data: bytes, expected: Any, apply: Any) -> Any:
+        if down.is_set() and key == KEY:
+            raise StoreError("timed out after the request was sent (test): outcome unknown")
+        return apply()
+
+    store.on_conditional = unanswered
+    budget = RetryPolicy(base_delay=0.001, max_delay=0.005, max_elapsed=0.1)
+    with _producer(store, tmp_path, durability="local", retry=budget) as p:
+        p.produce([b"first"]).wait_durable(5)
+        down.set()
+        handle = p.produce([b"second"])
+        spool = p._spool
+        assert spool is not None
+        past_budgets = time.monotonic() + 3 * budget.max_elapsed
+        while time.monotonic() < past_budgets or not spool.attempts_of(1):
+            time.sleep(0.01)
+        assert not handle.done()  # the CAS loop gave up (AmbiguousCommit) about 3 times; the spool did not
+        down.clear()
+        handle.wait_durable(10)
+    assert _values(store) == [b"first", b"second"]
+
+
 def test_backpressure_raises_queue_full_naming_the_spool_and_drops_nothing(tmp_path: pathlib.Path) -> None:
     store = _Outage(InMemoryStore())
     with _producer(store, tmp_path, spool_max_bytes=200, spool_full_timeout=0.2) as p:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from osqueue import metrics as m
 from osqueue.clock import Clock
-from osqueue.errors import ConflictRetriesExhaustedError, StoreError
+from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, StoreError
 from osqueue.format.batch_codec import Compression, encode_batch
 from osqueue.format.batch_names import new_batch_key
 from osqueue.format.manifest import MetadataItem
@@ -79,7 +79,11 @@ class SpoolUploader:
         while True:
             try:
                 return action()
-            except _RETRIED as e:
+            except (*_RETRIED, AmbiguousCommitError) as e:
+                # The CAS loop gave up while a write was undecided: its ATTEMPT record is kept, so the next
+                # try resolves it. An ambiguity found by looking (no cause) is final: raised.
+                if isinstance(e, AmbiguousCommitError) and not isinstance(e.__cause__, _RETRIED):
+                    raise
                 failures += 1
                 if failures == 1 or failures % 50 == 0:
                     _log.warning(
