@@ -17,10 +17,12 @@ from osqueue.consumer import ConsumedBatch, Consumer, FetchHandle
 from osqueue.errors import (
     AmbiguousCommitError,
     ConflictRetriesExhaustedError,
+    CorruptSpoolError,
     ErrorKind,
     FencedError,
     InvalidConfigError,
     OsqueueError,
+    QueueFullError,
     ResumePointError,
     StoreError,
 )
@@ -43,4 +45,6 @@ __all__ = [
     "StoreError",
     "ConflictRetriesExhaustedError",
     "AmbiguousCommitError",
+    "QueueFullError",
+    "CorruptSpoolError",
 ]

@@ -215,6 +215,31 @@ class AmbiguousCommitError(OsqueueError):
         super().__init__(message, ErrorKind.TRANSIENT)
 
 
+class CorruptSpoolError(OsqueueError):
+    """A producer spool's log file is damaged in the middle (not a torn tail): nothing is uploaded
+    from the spool until an operator moves the file away (docs/adr/0006, part 2).
+
+    Attributes:
+        path: The log file.
+        offset: Where the damaged record starts.
+    """
+
+    def __init__(self, path: str, offset: int, detail: str) -> None:
+        self.path = path
+        self.offset = offset
+        super().__init__(
+            f"corrupt producer spool file '{path}' at offset {offset}: {detail}; move the file away to start",
+            ErrorKind.PERSISTENT_STATE,
+        )
+
+
+class QueueFullError(OsqueueError):
+    """A cap was reached: a producer spool's ``spool_max_bytes`` (or a queue's size cap, ADR 0005)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorKind.TRANSIENT)
+
+
 class StoreError(OsqueueError):
     """The object store failed (I/O error, 5xx, timeout, unreachable endpoint).
 

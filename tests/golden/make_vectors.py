@@ -790,6 +790,54 @@ RECEIPTS = {"first": 7, "locations": ["ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch",
 RECEIPTS_INCARNATION = 42
 
 
+def spool_record(kind: int, body: bytes) -> bytes:
+    """A producer spool log record (docs/format.md §9): "OSQS" | body_len u32 | type u8 | body | crc32 u32."""
+    head = b"OSQS" + struct.pack(">IB", len(body), kind) + body
+    return head + struct.pack(">I", zlib.crc32(head))
+
+
+SPOOL_LOCATION = "ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch"
+
+
+def build_spool() -> tuple[dict[str, bytes], dict]:
+    """spool_log_v1.bin (one record of each type, described in spool.json), spool_torn_tail.bin (a
+    last record cut short: read as the valid ones, the rest cut off) and spool_bad_record_middle.bin
+    (a flipped length in the first record, a valid one after it: CorruptSpool at offset 0)."""
+    loc = SPOOL_LOCATION.encode()
+    described = [
+        {"type": "entries", "call_no": 0, "ingestion_time_ms": 1700000000000, "metadata": b64(b"meta"),
+         "entries": [b64(b"a"), b64(b""), b64(b"ccc")]},
+        {"type": "batch", "batch_no": 0, "first_call": 0, "last_call": 0, "byte_length": 23,
+         "batch_crc32": 3735928559, "location": SPOOL_LOCATION},
+        {"type": "attempt", "base": 5, "batch_nos": [0], "locations": [SPOOL_LOCATION]},
+        {"type": "landed", "first_sequence": 5, "batch_nos": [0]},
+        {"type": "dropped", "first_call": 1, "last_call": 2},
+    ]  # fmt: skip
+    entries = struct.pack(">QqI", 0, 1700000000000, 4) + b"meta" + struct.pack(">I", 3)
+    entries += b"".join(struct.pack(">I", len(e)) + e for e in (b"a", b"", b"ccc"))
+    records = [
+        spool_record(1, entries),
+        spool_record(2, struct.pack(">QQQIIH", 0, 0, 0, 23, 3735928559, len(loc)) + loc),
+        spool_record(3, struct.pack(">QHQH", 5, 1, 0, len(loc)) + loc),
+        spool_record(4, struct.pack(">QHQ", 5, 1, 0)),
+        spool_record(5, struct.pack(">QQ", 1, 2)),
+    ]
+    log = b"".join(records)
+    bad = bytearray(log)
+    bad[7] ^= 0x01  # body_len's low byte of the first record
+    files = {
+        "spool_log_v1.bin": log,
+        "spool_torn_tail.bin": log + records[0][:-3],
+        "spool_bad_record_middle.bin": bytes(bad),
+    }
+    meta = {
+        "spool_log_v1.bin": {"records": described},
+        "spool_torn_tail.bin": {"records": described, "valid_length": len(log)},
+        "spool_bad_record_middle.bin": {"error": "CorruptSpool", "offset": 0},
+    }
+    return files, meta
+
+
 def main(argv: list[str]) -> None:
     out = pathlib.Path(argv[1]) if len(argv) > 1 else pathlib.Path(__file__).resolve().parent
     out.mkdir(parents=True, exist_ok=True)
@@ -799,6 +847,10 @@ def main(argv: list[str]) -> None:
     (out / "vectors.json").write_text(json.dumps({"vectors": vectors}, indent=2) + "\n", encoding="utf-8")
     (out / "heads.json").write_text(json.dumps(heads, indent=2) + "\n", encoding="utf-8")
     (out / "heads_v3.json").write_text(json.dumps(heads_v3, indent=2) + "\n", encoding="utf-8")
+    spool_files, spool = build_spool()
+    for name, data in spool_files.items():
+        (out / name).write_bytes(data)
+    (out / "spool.json").write_text(json.dumps(spool, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {len(files)} vectors to {out}")
 
 

@@ -28,6 +28,9 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("queue/queue_consumer.py", "random.Random("): (1, "the default rng when none is injected"),
     ("queue/subscriptions.py", "random.Random("): (1, "the default rng when none is injected"),
     ("queue/manifest_appender.py", "random.Random("): (1, "the default rng of a committer when none is injected"),
+    ("producer/producer.py", "random.Random("): (1, "the default rng of a spooled producer's appender"),
+    ("producer/spool.py", "random.Random("): (1, "writer.id's 16 random bytes when no rng is injected"),
+    ("producer/spool_uploader.py", "random.Random("): (1, "backoff jitter when no rng is injected"),
     ("format/incarnation.py", "secrets.randbelow("): (
         1,
         "a new incarnation must differ across seeded test queues (docs/format.md §5.2)",

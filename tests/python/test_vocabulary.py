@@ -75,6 +75,7 @@ def test_error_conditions_and_their_kinds_are_the_shared_ones() -> None:
         "Fenced": (1, 2),
         "ConflictRetriesExhausted": ("k", 3, 4),
         "ConditionalWritesNotHonoured": ("http://x", "d"),
+        "CorruptSpool": ("p", 1, "d"),
     }
     for condition, cls in python_errors.items():
         error = cls(*samples.get(condition, ("message",)))
@@ -91,7 +92,8 @@ def _python_default(option: dict[str, Any], owner: Any) -> Any:
 
 def _expected(option: dict[str, Any]) -> Any:
     default = option.get("python_default", option["default"])
-    if isinstance(default, str) and option["name"] not in ("manifestPath", "dataPathPrefix", "compression"):
+    words = ("manifestPath", "dataPathPrefix", "compression", "durability", "spoolFullPolicy")
+    if isinstance(default, str) and option["name"] not in words:
         return pytest.approx(_seconds(default))  # durations: seconds in Python
     if option["name"] == "compression" and default == "none":
         return None  # Python's "no compression" is None

@@ -49,6 +49,12 @@ MANIFEST_AMBIGUOUS_WRITES = "buffer.manifest_ambiguous_writes"
 BATCHES_REUPLOADED = "buffer.batches_reuploaded"
 # Segments a producer sealed (docs/format.md §2.2).
 SEGMENTS_SEALED = "buffer.segments_sealed"
+# The producer spool (docs/adr/0006 part 2)
+SPOOL_BYTES = "buffer.spool_bytes"
+SPOOL_OLDEST_ENTRY_AGE_SECONDS = "buffer.spool_oldest_entry_age_seconds"
+SPOOL_REPLAYED_BATCHES = "buffer.spool_replayed_batches"
+SPOOL_DROPPED_ENTRIES = "buffer.spool_dropped_entries"
+SPOOL_FULL_WAITS = "buffer.spool_full_waits"
 
 _LabelKey = tuple[tuple[str, str], ...]
 

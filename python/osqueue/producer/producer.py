@@ -15,6 +15,7 @@ manifest write lands, or all fail with the same error.
 from __future__ import annotations
 
 import collections
+import logging
 import random
 import threading
 import time
@@ -26,15 +27,18 @@ from typing import Any
 
 from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
-from osqueue.errors import IllegalQueueStateError, InvalidConfigError, InvalidObjectKeyError
+from osqueue.errors import IllegalQueueStateError, InvalidConfigError, InvalidObjectKeyError, QueueFullError
 from osqueue.format.batch_codec import Compression, encode_batch
 from osqueue.format.batch_names import new_batch_key
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
+from osqueue.producer.spool import DEFAULT_SPOOL_FULL_TIMEOUT, DEFAULT_SPOOL_MAX_BYTES, Spool
+from osqueue.producer.spool_log import EntriesRecord
+from osqueue.producer.spool_uploader import SpoolUploader
 from osqueue.producer.write_handle import DurableWrite, WriteHandle
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
-from osqueue.queue.manifest_appender import EnqueueResult
-from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH
+from osqueue.queue.manifest_appender import EnqueueResult, ManifestAppender
+from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.queue_producer import QueueProducer, check_segment_entries
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore, validate_key
@@ -50,6 +54,7 @@ class _Input:
     metadata: bytes
     time_ms: int
     handle: WriteHandle
+    call_no: int = -1  # its ENTRIES record in the spool (-1: no spool)
 
 
 @dataclass(eq=False)
@@ -57,12 +62,14 @@ class _Batch:
     records: list[bytes] = field(default_factory=list)
     metadata: list[MetadataItem] = field(default_factory=list)
     handles: list[tuple[WriteHandle, int]] = field(default_factory=list)
+    inputs: list[_Input] = field(default_factory=list)
     raw_bytes: int = 0
     deadline: float = 0.0
 
     def add(self, item: _Input, interval: float) -> None:
         if not self.records and not self.handles:
             self.deadline = time.monotonic() + interval
+        self.inputs.append(item)
         start = len(self.records)
         self.metadata.append(MetadataItem(start, item.time_ms, item.metadata))
         self.handles.append((item.handle, start))
@@ -161,6 +168,20 @@ class Producer:
         rng: Random source for ULIDs and jitter (default: OS randomness).
         retry: Manifest retry policy.
         metrics: Metrics registry.
+        spool_dir: A local directory for the producer's spool (docs/adr/0006 part 2; None: no spool).
+            Every ``produce()`` call is written to a log there first; batches are named in it
+            before their PUT and marked landed after their manifest write, so a producer started
+            again on the same directory (after a crash or kill -9) appends what had not landed,
+            each entry exactly once. One producer owns a directory at a time. With a spool, uploads
+            and manifest writes are retried without a budget: an outage only delays delivery.
+        durability: ``"queue"`` (``produce()`` returns at once; the handle completes when the
+            entries are in the manifest) or ``"local"`` (needs ``spool_dir``: ``produce()`` returns
+            once its entries are fsync'd to the spool).
+        spool_max_bytes: The cap on the spooled bytes not yet in the queue (1 GiB).
+        spool_full_policy: ``"backpressure"`` (``produce()`` blocks, then raises ``QueueFullError``
+            after ``spool_full_timeout``) or ``"drop_oldest"`` (the oldest calls in no batch are
+            dropped, counted in ``buffer.spool_dropped_entries``; their handles fail with ``QueueFullError``).
+        spool_full_timeout: Seconds ``backpressure`` waits (30).
 
     Raises:
         InvalidConfigError: An option is invalid.
@@ -184,7 +205,17 @@ class Producer:
         rng: random.Random | None = None,
         retry: RetryPolicy | None = None,
         metrics: m.MetricsRegistry | None = None,
+        spool_dir: str | None = None,
+        durability: str = "queue",
+        spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
+        spool_full_policy: str = "backpressure",
+        spool_full_timeout: float = DEFAULT_SPOOL_FULL_TIMEOUT,
     ) -> None:
+        if durability not in ("queue", "local"):
+            raise InvalidConfigError("durability", durability, "use 'queue' or 'local'")
+        if durability == "local" and spool_dir is None:
+            raise InvalidConfigError("durability", durability, "'local' needs a spool_dir")
+        self._durable_local = durability == "local"
         self._flush_interval = _non_negative("flush_interval", flush_interval)
         if not isinstance(flush_size_bytes, int) or flush_size_bytes <= 0:
             raise InvalidConfigError("flush_size_bytes", flush_size_bytes, "must be a positive number of bytes")
@@ -233,7 +264,46 @@ class Producer:
                 metrics=self._metrics,
                 manifest_segment_entries=manifest_segment_entries,
             )
+            self._spool: Spool | None = None
+            self._uploader: SpoolUploader | None = None
+            if spool_dir is not None:
+                self._spool = Spool(
+                    spool_dir,
+                    max_bytes=spool_max_bytes,
+                    full_policy=spool_full_policy,
+                    full_timeout=spool_full_timeout,
+                    clock=self._clock,
+                    rng=rng,
+                    metrics=self._metrics,
+                    on_drop=self._dropped,
+                )
+                policy = retry or RetryPolicy()
+                # Its own appender, written to from the flush thread: each write is resolved against the
+                # spool's ATTEMPT records (a shared group write could not be).
+                appender = ManifestAppender(
+                    ManifestStore(self._store, manifest_path),
+                    self._clock,
+                    rng or random.Random(),
+                    policy,
+                    self._metrics,
+                    manifest_segment_entries,
+                )
+                self._uploader = SpoolUploader(
+                    self._store,
+                    self._spool,
+                    appender,
+                    prefix=data_path_prefix,
+                    compression=self._compression,
+                    grace_ms=self._grace_ms,
+                    clock=self._clock,
+                    rng=rng,
+                    retry=policy,
+                    metrics=self._metrics,
+                )
         except BaseException:
+            spool = getattr(self, "_spool", None)
+            if spool is not None:
+                spool.close()
             self._release_store()
             raise
 
@@ -243,6 +313,20 @@ class Producer:
         self._flush_requested = False
         self._closed = False
         self._uncommitted = 0
+        self._by_call: dict[int, WriteHandle] = {}
+        self._replay_error: BaseException | None = None  # a spooled batch replay could not append
+        self._replayed = threading.Event()
+        if self._spool is None:
+            self._replayed.set()
+        self._spool_order = threading.Lock()  # call numbers enter the buffer in their order
+        if self._spool is not None:
+            for record in self._spool.unbatched_calls():  # replay: batched again with the new calls
+                handle = WriteHandle(record.ingestion_time_ms)
+                self._inputs.append(
+                    _Input(list(record.entries), record.metadata, record.ingestion_time_ms, handle, record.call_no)
+                )
+                self._outstanding.add(handle)
+                self._by_call[record.call_no] = handle
         self._thread = threading.Thread(target=self._run, name="osqueue-producer-flush", daemon=True)
         self._thread.start()
 
@@ -281,6 +365,8 @@ class Producer:
         if not isinstance(metadata, (bytes, bytearray, memoryview)):
             raise InvalidConfigError("metadata", type(metadata).__name__, "metadata must be bytes")
         handle = WriteHandle(self._clock.now_ms())
+        if self._spool is not None:
+            return self._produce_spooled(records, bytes(metadata), handle)
         with self._cond:
             while not self._closed and len(self._inputs) >= self._max_buffered:
                 self._cond.wait()
@@ -290,6 +376,34 @@ class Producer:
             self._outstanding.add(handle)
             self._cond.notify_all()
         return handle
+
+    def _produce_spooled(self, records: list[bytes], metadata: bytes, handle: WriteHandle) -> WriteHandle:
+        """Step 1: the call goes to the spool's log (fsync'd before returning with durability local)."""
+        assert self._spool is not None
+        with self._spool_order:  # not bounded by max_buffered_inputs: spool_max_bytes bounds it
+            with self._cond:
+                if self._closed:
+                    raise IllegalQueueStateError("produce() called on a closed Producer")
+            call_no, ticket = self._spool.append_entries(records, metadata, handle.ingestion_time_ms)
+            with self._cond:
+                self._inputs.append(_Input(records, metadata, handle.ingestion_time_ms, handle, call_no))
+                self._outstanding.add(handle)
+                self._by_call[call_no] = handle
+                self._cond.notify_all()
+        if self._durable_local:
+            self._spool.sync(ticket)
+        return handle
+
+    def _dropped(self, call_nos: list[int]) -> None:
+        """``drop_oldest`` dropped these calls (none in a batch): their handles fail."""
+        error = QueueFullError(
+            f"dropped by drop_oldest: calls {call_nos[0]}..{call_nos[-1]} of the full producer spool "
+            f"'{self._spool.directory if self._spool else ''}'"
+        )
+        for n in call_nos:
+            handle = self._by_call.pop(n, None)
+            if handle is not None and not handle.done():
+                handle.set_exception(error)
 
     def flush(self, timeout: float | None = None) -> None:
         """Flushes the open batch and waits until every input produced before is durable.
@@ -321,6 +435,8 @@ class Producer:
             self._wait(waiting, timeout)
         finally:
             self._queue.close()
+            if self._spool is not None and not self._thread.is_alive():
+                self._spool.close()
             self._release_store()
 
     def __enter__(self) -> Producer:
@@ -340,8 +456,11 @@ class Producer:
             self._owns_store = False
             _SHARED_STORES.release(self._path or "", self._store_options)
 
-    @staticmethod
-    def _wait(handles: list[WriteHandle], timeout: float | None) -> None:
+    def _wait(self, handles: list[WriteHandle], timeout: float | None) -> None:
+        if not self._replayed.wait(timeout):
+            raise TimeoutError(f"the spool's replay did not finish within {timeout} s")
+        if self._replay_error is not None:
+            raise self._replay_error
         if not handles:
             return
         done, not_done = wait_futures(handles, timeout)
@@ -353,11 +472,18 @@ class Producer:
                 raise error
 
     def _run(self) -> None:
+        if self._uploader is not None:
+            try:
+                self._uploader.replay()
+            except BaseException as e:  # the spool keeps them; flush() and close() raise it
+                logging.getLogger("osqueue.producer").error("spool replay failed: %s", e)
+                self._replay_error = e
+            self._replayed.set()
         batch = _Batch()
         while True:
             with self._cond:
                 while True:
-                    while self._inputs:
+                    while self._inputs and (self._spool is None or batch.raw_bytes < self._flush_size):
                         batch.add(self._inputs.popleft(), self._flush_interval)
                     self._cond.notify_all()  # room in the buffer
                     if batch and (
@@ -377,8 +503,40 @@ class Producer:
                 while self._uncommitted >= _MAX_UNCOMMITTED_BATCHES:
                     self._cond.wait()
                 self._uncommitted += 1
-            self._flush(batch)
+            if self._spool is not None:
+                self._flush_spooled(batch)
+            else:
+                self._flush(batch)
             batch = _Batch()
+
+    def _flush_spooled(self, batch: _Batch) -> None:
+        """Steps 2-6: name the batch in the spool, PUT it, append it (ATTEMPT before each CAS), LANDED."""
+        assert self._spool is not None and self._uploader is not None
+        started = self._clock.monotonic()
+        first, last = batch.inputs[0].call_no, batch.inputs[-1].call_no
+        gone = set(self._spool.claim_batch(first, last))
+        if gone:  # drop_oldest took the oldest of them meanwhile (their handles failed then)
+            with self._cond:
+                for item in batch.inputs:
+                    if item.call_no in gone:
+                        self._outstanding.discard(item.handle)
+            kept = _Batch()
+            for item in batch.inputs:
+                if item.call_no not in gone:
+                    kept.add(item, 0)
+            batch = kept
+        if not batch:
+            self._finish(batch, None, None, started, 0)
+            return
+        try:
+            calls = [EntriesRecord(i.call_no, i.time_ms, i.metadata, tuple(i.entries)) for i in batch.inputs]
+            result, size = self._uploader.ship_calls(calls)
+        except BaseException as e:
+            self._finish(batch, None, e, started, 0)
+            return
+        done: Future[EnqueueResult] = Future()
+        done.set_result(result)
+        self._finish(batch, done, None, started, size)
 
     def _upload(self, data: bytes) -> str:
         key = new_batch_key(self._prefix, self._clock, self._rng)
@@ -433,4 +591,6 @@ class Producer:
             self._uncommitted -= 1
             for handle, _ in batch.handles:
                 self._outstanding.discard(handle)
+            for item in batch.inputs:
+                self._by_call.pop(item.call_no, None)
             self._cond.notify_all()

@@ -368,10 +368,38 @@ class ManifestAppender:
                 owner = claim_data_prefix(self.manifest.store, self.manifest.key, prefix, self.clock)
                 self._claimed[prefix] = None if owner is None else owner.gc_grace_period_ms
 
-    def _commit(self, group: list[_Pending]) -> list[EnqueueResult]:
+    def commit_one(
+        self,
+        location: str,
+        metadata: Sequence[MetadataItem] = (),
+        *,
+        prior: Sequence[tuple[int, Sequence[str]]] = (),
+        on_attempt: Callable[[int, str], None] | None = None,
+        reupload: Callable[[], str] | None = None,
+        max_age_ms: int | None = None,
+        put_started: float | None = None,
+    ) -> EnqueueResult:
+        """Appends one location now, in the calling thread, through the CAS loop (a producer spool's uploader).
+
+        Args:
+            prior: ``(base, locations)`` of earlier writes of this entry whose outcome is unknown (a
+                spool's ATTEMPT records, possibly of a process that died): resolved as §5 does before
+                anything is written again, so a write that landed is found, never appended twice.
+            on_attempt: Told ``(base, location)`` right before each CAS is sent (the spool records it).
+        """
+        pending = _Pending(location, list(metadata), Future(), reupload, max_age_ms, put_started, self.clock)
+        seeded = [_Attempt(base, tuple(locs), None, unknown_outcome=True) for base, locs in prior]
+        return self._commit([pending], seeded, on_attempt)[0]
+
+    def _commit(
+        self,
+        group: list[_Pending],
+        seeded: Sequence[_Attempt] = (),
+        on_attempt: Callable[[int, str], None] | None = None,
+    ) -> list[EnqueueResult]:
         """Appends the group in one write through the CAS loop (JVM: ``ManifestAppender.append``)."""
         self._claim_prefixes(group)
-        attempts: list[_Attempt] = []
+        attempts: list[_Attempt] = list(seeded)
         last_sent: _Attempt | None = None
 
         def register(previous: PreviousAttempt | None) -> None:
@@ -395,6 +423,9 @@ class ManifestAppender:
             # A create is judged against whichever incarnation it finds: it made that one if it landed.
             incarnation = None if snapshot.raw is None else incarnation_of(self.manifest.head(raw).epoch)
             last_sent = _Attempt(base, locations, incarnation)
+            if on_attempt is not None:
+                for i, loc in enumerate(locations):
+                    on_attempt(base + i, loc)
             return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
 
         return self.loop.run(step, _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts))

@@ -84,6 +84,19 @@ final class ConflictRetriesExhaustedException(val key: String, val attempts: Int
 final class AmbiguousCommitException(message: String, cause: Throwable = null)
     extends OsqueueException(message, ErrorKind.Transient, cause)
 
+/**
+ * A producer spool's log file is damaged in the middle (a record that does not check is followed by a
+ * valid one), so it is not a torn tail; nothing is uploaded from the spool until an operator moves the
+ * file away (docs/adr/0006, part 2).
+ */
+final class CorruptSpoolException(val path: String, val offset: Long, detail: String)
+    extends OsqueueException(
+      s"corrupt producer spool file '$path' at offset $offset: $detail; move the file away to start",
+      ErrorKind.PersistentState)
+
+/** A cap was reached: a producer spool's `spoolMaxBytes` (or a queue's size cap, ADR 0005). */
+final class QueueFullException(message: String) extends OsqueueException(message, ErrorKind.Transient)
+
 /** The object store failed (I/O error, 5xx, timeout, unreachable endpoint). */
 final class StoreException(message: String, cause: Throwable = null)
     extends OsqueueException(message, ErrorKind.Transient, cause)

@@ -81,5 +81,11 @@ object MetricNames {
   val AmbiguousWrites = "buffer.manifest_ambiguous_writes"
   val BatchesReuploaded = "buffer.batches_reuploaded"
   val SegmentsSealed = "buffer.segments_sealed"
+  // The producer spool (docs/adr/0006 part 2; Python only so far)
+  val SpoolBytes = "buffer.spool_bytes"
+  val SpoolOldestEntryAgeSeconds = "buffer.spool_oldest_entry_age_seconds"
+  val SpoolReplayedBatches = "buffer.spool_replayed_batches"
+  val SpoolDroppedEntries = "buffer.spool_dropped_entries"
+  val SpoolFullWaits = "buffer.spool_full_waits"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
 }

@@ -1,0 +1,73 @@
+package osqueue.producer
+
+import java.nio.file.Files
+import java.util.Base64
+
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
+import org.scalatest.funsuite.AnyFunSuite
+
+import osqueue.CorruptSpoolException
+import osqueue.testing.RepoFiles
+
+/** The spool log's bytes (docs/format.md §9) against the shared vectors Python reads too, and its files. */
+class SpoolLogSuite extends AnyFunSuite {
+  private val spool = new ObjectMapper().readTree(RepoFiles.golden.resolve("spool.json").toFile)
+  private def golden(name: String): Array[Byte] = Files.readAllBytes(RepoFiles.golden.resolve(name))
+  private def b64(n: JsonNode): Array[Byte] = Base64.getDecoder.decode(n.asText)
+  private def longs(n: JsonNode): Seq[Long] = n.elements.asScala.map(_.asLong).toSeq
+
+  private def described(r: JsonNode): SpoolRecord = r.get("type").asText match {
+    case "entries" =>
+      EntriesRecord(r.get("call_no").asLong, r.get("ingestion_time_ms").asLong, b64(r.get("metadata")),
+        r.get("entries").elements.asScala.map(b64).toSeq)
+    case "batch" =>
+      BatchRecord(r.get("batch_no").asLong, r.get("first_call").asLong, r.get("last_call").asLong,
+        r.get("byte_length").asLong, r.get("batch_crc32").asLong, r.get("location").asText)
+    case "attempt" =>
+      AttemptRecord(r.get("base").asLong, longs(r.get("batch_nos")),
+        r.get("locations").elements.asScala.map(_.asText).toSeq)
+    case "landed" => LandedRecord(r.get("first_sequence").asLong, longs(r.get("batch_nos")))
+    case _ => DroppedRecord(r.get("first_call").asLong, r.get("last_call").asLong)
+  }
+
+  private val expected = spool.get("spool_log_v1.bin").get("records").elements.asScala.map(described).toSeq
+
+  test("should decode the golden log and encode its records to the same bytes") {
+    val log = golden("spool_log_v1.bin")
+    assert(SpoolLog.decodeRecords(log, "v1") == ((expected, log.length)))
+    assert(expected.map(SpoolLog.encodeRecord).reduce(_ ++ _).sameElements(log))
+  }
+
+  test("should stop at a torn tail and cut it off the file at open") {
+    val torn = golden("spool_torn_tail.bin")
+    val valid = spool.get("spool_torn_tail.bin").get("valid_length").asInt
+    assert(SpoolLog.decodeRecords(torn, "torn") == ((expected, valid)))
+    val dir = Files.createTempDirectory("spool-log")
+    Files.write(dir.resolve(SpoolLog.logFileName(0)), torn)
+    val log = new SpoolLog(dir)
+    assert(log.readAll().map(_._2) == expected)
+    assert(Files.size(dir.resolve(SpoolLog.logFileName(0))) == valid.toLong)
+  }
+
+  test("should refuse damage in the middle as CorruptSpool naming the file and offset") {
+    val bad = golden("spool_bad_record_middle.bin")
+    val e = intercept[CorruptSpoolException](SpoolLog.decodeRecords(bad, "the-file"))
+    assert(e.path == "the-file" && e.offset == spool.get("spool_bad_record_middle.bin").get("offset").asLong)
+  }
+
+  test("should append, force, rotate and read its files back in order") {
+    val dir = Files.createTempDirectory("spool-log")
+    val log = new SpoolLog(dir, rotateBytes = 100)
+    log.readAll()
+    val records = (0 until 5).map(i => EntriesRecord(i.toLong, 1L, Array.emptyByteArray, Seq(Array.fill(40)(i.toByte))))
+    records.foreach(r => log.write(Seq(r)))
+    assert(log.logFiles.size == 5) // each record is 90 bytes: one per file
+    log.delete(log.logFiles.take(2))
+    log.close()
+    val again = new SpoolLog(dir)
+    assert(again.readAll().map(_._2) == records.drop(2))
+    assert(again.logFiles.map(_.getFileName.toString) == Seq(2, 3, 4).map(n => SpoolLog.logFileName(n.toLong)))
+  }
+}
