@@ -9,7 +9,8 @@ $SPARK_CONNECT_AUTHENTICATE_TOKEN (the caller sets it; PySpark makes one up othe
 
 `getOrCreate()` starts the server, then makes this process a client of `sc://localhost` at the
 default port (15002), not PORT; so it runs in a thread of its own, never used, and readiness is the
-server accepting connections on PORT.
+server accepting connections on PORT with the session it serves made (PySpark makes that session
+after the server starts listening: a request in between fails, on 3.5 at least).
 """
 
 from __future__ import annotations
@@ -51,13 +52,15 @@ def main() -> None:
 
     threading.Thread(target=start, daemon=True).start()
     while True:  # the caller bounds the wait
-        try:
-            socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
-            break
-        except OSError:
-            if failed:
-                raise SystemExit(f"the Connect server did not start: {failed[0]!r}") from failed[0]
-            time.sleep(0.2)
+        if failed:
+            raise SystemExit(f"the Connect server did not start: {failed[0]!r}") from failed[0]
+        if SparkSession._instantiatedSession is not None:  # the classic session the server serves
+            try:
+                socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+                break
+            except OSError:
+                pass
+        time.sleep(0.2)
     print("ready", flush=True)
     sys.stdin.read()  # until the test closes the pipe (or dies)
 
