@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from osqueue._jar import (
     connector_for,
+    installed_connect_server,
     installed_hadoop_version,
     installed_scala_version,
     installed_spark_version,
@@ -131,10 +132,7 @@ def connect_url(options: Mapping[str, Any]) -> str | None:
 def _connect_server_packages(options: Mapping[str, Any]) -> list[str]:
     """What a local Connect server needs on top of the installed pyspark: nothing from PySpark 4.0
     (its jars hold the server), ``spark-connect_<scala>:<version>`` on 3.x, unless given already."""
-    from osqueue._jar import _pyspark_jars_dir
-
-    jars = _pyspark_jars_dir()
-    if jars is not None and any(j.name.startswith("spark-connect_") for j in jars.iterdir()):
+    if installed_connect_server():
         return []
     given = f"{options.get('spark.jars', '')},{options.get('spark.jars.packages', '')}"
     if "spark-connect" in given:
