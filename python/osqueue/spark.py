@@ -174,7 +174,9 @@ def configure_spark_with_osqueue(
     ``org.apache.spark:spark-connect_<scala>:<pyspark version>`` package is added to
     ``spark.jars.packages`` too. A builder for a server elsewhere (``.remote("sc://host:15002")``)
     cannot take jars: that server loads the connector from its own classpath (start it with
-    ``--jars`` and :func:`jar_path`, or ``--packages``); such a builder is refused with ValueError.
+    ``--jars`` and :func:`jar_path`, or ``--packages``) or from the session's artifacts
+    (``spark.addArtifacts(jar_path(spark_version=spark.version))`` once the session exists); such
+    a builder is refused with ValueError.
 
     :param builder: A ``pyspark.sql.SparkSession.Builder``.
     :param extra_packages: More Maven coordinates for ``spark.jars.packages``.
@@ -208,8 +210,9 @@ def configure_spark_with_osqueue(
             f"configure_spark_with_osqueue() cannot put the connector on the Spark Connect server at {remote}: "
             "a Connect server loads data sources from its own classpath. Start that server with "
             "--jars <osqueue.jar_path(spark_version=<the server's Spark>)> or --packages "
-            f"{MAVEN_GROUP}:osqueue-spark-<line>_<scala>:{__version__} (README: Where it runs), and build the "
-            "client session without this call"
+            f"{MAVEN_GROUP}:osqueue-spark-<line>_<scala>:{__version__}, or add the jar to your Connect session "
+            "with spark.addArtifacts(osqueue.jar_path(spark_version=spark.version)) where the server accepts "
+            "jars (README: Where it runs); build the client session without this call"
         )
     jar = _connector_jar()
     store_packages = _store_packages(stores)  # checked before the builder is touched
