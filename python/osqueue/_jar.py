@@ -98,6 +98,13 @@ def installed_scala_version() -> str | None:
     return _jar_version("scala-library-")
 
 
+def installed_connect_server() -> bool:
+    """Whether the installed PySpark's jars hold the Spark Connect server (``spark-connect_*.jar``:
+    PySpark 4 and later; 3.5's wheel does not)."""
+    jars = _pyspark_jars_dir()
+    return jars is not None and any(j.name.startswith("spark-connect_") for j in jars.iterdir())
+
+
 def installed_hadoop_version() -> str | None:
     """The Hadoop version of PySpark's ``hadoop-client-api-*.jar`` (e.g. ``3.4.2``), or None."""
     return _jar_version("hadoop-client-api-")

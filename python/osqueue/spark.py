@@ -15,12 +15,14 @@ ingestionTime timestamp, metadata binary``.
 from __future__ import annotations
 
 import datetime
+import os
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from osqueue._jar import (
     connector_for,
+    installed_connect_server,
     installed_hadoop_version,
     installed_scala_version,
     installed_spark_version,
@@ -40,6 +42,8 @@ __all__ = [
     "read_stream",
     "read",
     "write_stream",
+    "trigger_real_time",
+    "connect_url",
     "source_options",
     "batch_read_options",
     "sink_options",
@@ -112,6 +116,32 @@ STORE_OPTION_PREFIXES = ("fs.s3a.", "fs.azure.", "fs.gs.")
 """Store settings a read or write takes (the Hadoop keys of S3A, hadoop-azure, the GCS connector)."""
 
 
+def connect_url(options: Mapping[str, Any]) -> str | None:
+    """The Spark Connect URL a builder with these settings connects to (``local[2]``: a server this
+    process starts; ``sc://host:port``: a server elsewhere), or None for a classic session. As
+    ``SparkSession.Builder.getOrCreate`` decides: ``spark.remote``, else ``$SPARK_REMOTE``, else
+    (PySpark 4+) ``spark.api.mode=connect`` with the master (``local`` when unset)."""
+    remote = options.get("spark.remote") or os.environ.get("SPARK_REMOTE")
+    if remote:
+        return str(remote)
+    if str(options.get("spark.api.mode", os.environ.get("SPARK_API_MODE", ""))).strip().lower() == "connect":
+        return str(options.get("spark.master") or os.environ.get("MASTER") or "local")
+    return None
+
+
+def _connect_server_packages(options: Mapping[str, Any]) -> list[str]:
+    """What a local Connect server needs on top of the installed pyspark: nothing from PySpark 4.0
+    (its jars hold the server), ``spark-connect_<scala>:<version>`` on 3.x, unless given already."""
+    if installed_connect_server():
+        return []
+    given = f"{options.get('spark.jars', '')},{options.get('spark.jars.packages', '')}"
+    if "spark-connect" in given:
+        return []
+    spark = installed_spark_version()
+    _, scala, _ = connector_for(spark, installed_scala_version())
+    return [f"org.apache.spark:spark-connect_{scala}:{spark}"]
+
+
 def configure_spark_with_osqueue(
     builder: Any,
     *,
@@ -138,8 +168,15 @@ def configure_spark_with_osqueue(
 
         spark = configure_spark_with_osqueue(SparkSession.builder.master("local[2]")).getOrCreate()
 
-    Only a classic (non-Connect) builder can take jars: on Spark Connect, install the jar on
-    the server instead.
+    Spark Connect: a ``.remote("local[2]")`` builder (or ``spark.api.mode=connect`` with a local
+    master) starts its Connect server in this Python process's JVM with the builder's settings, so
+    the jar goes in as above; on Spark 3.5, whose pyspark does not ship the Connect server, the
+    ``org.apache.spark:spark-connect_<scala>:<pyspark version>`` package is added to
+    ``spark.jars.packages`` too. A builder for a server elsewhere (``.remote("sc://host:15002")``)
+    cannot take jars: that server loads the connector from its own classpath (start it with
+    ``--jars`` and :func:`jar_path`, or ``--packages``) or from the session's artifacts
+    (``spark.addArtifacts(jar_path(spark_version=spark.version))`` once the session exists); such
+    a builder is refused with ValueError.
 
     :param builder: A ``pyspark.sql.SparkSession.Builder``.
     :param extra_packages: More Maven coordinates for ``spark.jars.packages``.
@@ -151,6 +188,7 @@ def configure_spark_with_osqueue(
         ``spark.jars.packages``, resolved from Maven Central or the ``spark.jars.repositories`` set.
     :return: The same builder.
     :raises TypeError: ``builder`` is not a ``SparkSession.Builder``.
+    :raises ValueError: ``builder`` is a Spark Connect builder for a server elsewhere (``sc://``).
     :raises RuntimeError: No connector is built for the installed PySpark's Spark and Scala, or its
         Hadoop version cannot be found for ``s3=True``.
     :raises FileNotFoundError: The package was installed without its jar.
@@ -165,11 +203,23 @@ def configure_spark_with_osqueue(
         )
     if isinstance(extra_packages, str):
         raise TypeError("extra_packages must be a list of Maven coordinates, not a single string")
+    options: Mapping[str, Any] = getattr(builder, "_options", {})
+    remote = connect_url(options)
+    if remote is not None and not remote.startswith("local"):
+        raise ValueError(
+            f"configure_spark_with_osqueue() cannot put the connector on the Spark Connect server at {remote}: "
+            "a Connect server loads data sources from its own classpath. Start that server with "
+            "--jars <osqueue.jar_path(spark_version=<the server's Spark>)> or --packages "
+            f"{MAVEN_GROUP}:osqueue-spark-<line>_<scala>:{__version__}, or add the jar to your Connect session "
+            "with spark.addArtifacts(osqueue.jar_path(spark_version=spark.version)) where the server accepts "
+            "jars (README: Where it runs); build the client session without this call"
+        )
     jar = _connector_jar()
     store_packages = _store_packages(stores)  # checked before the builder is touched
-    options: Mapping[str, Any] = getattr(builder, "_options", {})
     builder.config("spark.jars", _append_csv(options.get("spark.jars"), [jar]))
     packages = list(extra_packages or []) + store_packages
+    if remote is not None:
+        packages += _connect_server_packages(options)
     if s3:
         hadoop = installed_hadoop_version()
         if hadoop is None:
@@ -426,4 +476,41 @@ def write_stream(
         writer = writer.option(key, value)
     if trigger:
         writer = writer.trigger(**trigger)
+    return writer
+
+
+def trigger_real_time(writer: DataStreamWriter, duration: str) -> DataStreamWriter:
+    """Sets Spark's real-time trigger (``Trigger.RealTime(duration)``, Spark 4.1+) on ``writer`` and
+    returns it, with no private API where PySpark has one.
+
+    PySpark 4.2 and later, classic and Spark Connect: ``writer.trigger(realTime=duration)``. Classic
+    PySpark 4.1, whose ``trigger()`` has no ``realTime`` yet: the trigger is set on the JVM writer
+    behind ``writer``. Spark Connect on PySpark 4.1 cannot express the trigger at all.
+
+    :param writer: A ``DataStreamWriter`` (``df.writeStream...``; real-time mode needs
+        ``outputMode("update")`` and a sink Spark allows in it, e.g. ``foreach``).
+    :param duration: How long each real-time batch runs, as Spark reads it (``"10 seconds"``).
+    :raises ValueError: ``duration`` is empty.
+    :raises RuntimeError: The installed PySpark cannot set the trigger (before 4.1, or Spark
+        Connect on 4.1), naming what is needed.
+    """
+    import inspect
+
+    import pyspark
+
+    if not isinstance(duration, str) or not duration.strip():
+        raise ValueError(f"duration must be a non-empty string such as '10 seconds', got {duration!r}")
+    if "realTime" in inspect.signature(writer.trigger).parameters:
+        dynamic: Any = writer  # pyspark < 4.2's stubs do not know the argument
+        return typing.cast("DataStreamWriter", dynamic.trigger(realTime=duration))
+    version = str(pyspark.__version__)
+    jwrite, spark = getattr(writer, "_jwrite", None), getattr(writer, "_spark", None)
+    if tuple(int(p) for p in version.split(".")[:2]) < (4, 1) or jwrite is None or spark is None:
+        where = "classic PySpark 4.1, or PySpark 4.2+ (classic or Spark Connect)"
+        raise RuntimeError(
+            f"real-time mode (Trigger.RealTime) cannot be set with pyspark {version} on a "
+            f"{type(writer).__module__}.{type(writer).__qualname__}: it needs {where}"
+        )
+    jvm = spark.sparkContext._jvm
+    writer._jwrite = jwrite.trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(duration.strip()))
     return writer

@@ -44,3 +44,25 @@ def test_readme_names_only_commands_the_cli_has() -> None:
     named = set(re.findall(r"`osqueue ([a-z-]+)", README))
     assert named, "no `osqueue <command>` found: the pattern is broken"
     assert named <= set(cli.commands), sorted(named - set(cli.commands))
+
+
+def test_readme_recipes_use_no_py4j_so_they_run_under_spark_connect() -> None:
+    code = "\n".join(re.findall(r"```[a-z]*\n(.*?)```", README, flags=re.S))
+    assert "spark.readStream" in code, "no code block found: the pattern is broken"
+    for private in ("._jvm", "._jwrite", "._jdf", "._jsc", "sparkContext._"):
+        assert private not in code, private
+
+
+def test_readme_says_where_it_runs() -> None:
+    section = README.split("## Where it runs", 1)[1].split("\n## ", 1)[0]
+    for place in (
+        "classic PySpark",
+        "Spark Connect",
+        "Databricks, dedicated",
+        "standard (shared)",
+        "serverless",
+        "EMR",
+        "Dataproc",
+    ):
+        assert place in section, place
+    assert "tests/spark/test_connect.py" in section and (ROOT / "tests" / "spark" / "test_connect.py").is_file()

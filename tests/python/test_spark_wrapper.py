@@ -192,6 +192,98 @@ def test_s3_needs_a_known_hadoop_version(fake_jar: str, monkeypatch: pytest.Monk
         osp.configure_spark_with_osqueue(SparkSession.builder, s3=True)
 
 
+# -- Spark Connect builders (tests/spark/test_connect.py runs a real server on every line) ---------
+
+
+def test_a_local_connect_builder_gets_the_jar_and_on_pyspark_4_nothing_else(
+    fake_jar: str, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.setattr(osp, "installed_spark_version", lambda: "4.1.3")
+    monkeypatch.setattr(osp, "installed_scala_version", lambda: "2.13.17")
+    jars = {"spark-connect_2.13-4.1.3.jar"}  # PySpark 4 ships the server
+    fake_jars = _fake_jars_dir(tmp_path / "jars", jars)
+    monkeypatch.setattr(_jar, "_pyspark_jars_dir", lambda: fake_jars)
+    for builder in (
+        SparkSession.builder.remote("local[2]"),
+        SparkSession.builder.master("local[2]").config("spark.api.mode", "connect"),
+    ):
+        assert osp.configure_spark_with_osqueue(builder) is builder
+        assert _builder_options(builder)["spark.jars"] == fake_jar
+        assert "spark.jars.packages" not in _builder_options(builder)
+
+
+def test_a_local_connect_builder_on_pyspark_3_5_also_gets_the_spark_connect_package(
+    fake_jar: str, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.setattr(osp, "installed_spark_version", lambda: "3.5.7")
+    monkeypatch.setattr(osp, "installed_scala_version", lambda: "2.12.18")
+    fake_jars = _fake_jars_dir(tmp_path / "jars", {"spark-sql_2.12-3.5.7.jar"})
+    monkeypatch.setattr(_jar, "_pyspark_jars_dir", lambda: fake_jars)
+    builder = SparkSession.builder.remote("local[2]").config("spark.jars.packages", "a:b:1")
+    osp.configure_spark_with_osqueue(builder)
+    assert _builder_options(builder)["spark.jars"] == fake_jar
+    assert _builder_options(builder)["spark.jars.packages"] == "a:b:1,org.apache.spark:spark-connect_2.12:3.5.7"
+    given = SparkSession.builder.remote("local").config(
+        "spark.jars.packages", "org.apache.spark:spark-connect_2.12:3.5.6"
+    )
+    osp.configure_spark_with_osqueue(given)  # the user's own choice is kept, not doubled
+    assert _builder_options(given)["spark.jars.packages"] == "org.apache.spark:spark-connect_2.12:3.5.6"
+    classic = SparkSession.builder.master("local[2]")
+    osp.configure_spark_with_osqueue(classic)
+    assert "spark.jars.packages" not in _builder_options(classic)
+
+
+def test_a_builder_for_a_connect_server_elsewhere_is_refused_naming_what_to_do(
+    fake_jar: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    builder = SparkSession.builder.remote("sc://spark.example:15002")
+    with pytest.raises(ValueError, match="Connect server at sc://spark.example:15002.*--jars.*--packages"):
+        osp.configure_spark_with_osqueue(builder)
+    assert "spark.jars" not in _builder_options(builder)
+    monkeypatch.setenv("SPARK_REMOTE", "sc://other:15002")
+    assert osp.connect_url({}) == "sc://other:15002"
+    with pytest.raises(ValueError, match="sc://other:15002"):
+        osp.configure_spark_with_osqueue(SparkSession.builder)
+
+
+def _fake_jars_dir(d: pathlib.Path, names: set[str]) -> pathlib.Path:
+    d.mkdir()
+    for name in names:
+        (d / name).write_bytes(b"")
+    return d
+
+
+class _ConnectLikeWriter:
+    """A DataStreamWriter as Spark Connect's on PySpark 4.1: no realTime, no JVM writer."""
+
+    def trigger(self, *, processingTime: str | None = None, availableNow: bool | None = None) -> Any:
+        raise AssertionError("not called")
+
+
+class _WriterWithRealTime:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def trigger(self, *, processingTime: str | None = None, realTime: str | None = None) -> Any:
+        self.calls.append({"processingTime": processingTime, "realTime": realTime})
+        return self
+
+
+def test_trigger_real_time_uses_pyspark_s_argument_where_it_exists_and_names_what_is_missing() -> None:
+    w = _WriterWithRealTime()
+    assert osp.trigger_real_time(w, "10 seconds") is w  # type: ignore[arg-type]
+    assert w.calls == [{"processingTime": None, "realTime": "10 seconds"}]
+    with pytest.raises(
+        RuntimeError, match=r"cannot be set with pyspark .*_ConnectLikeWriter: it needs classic PySpark 4.1"
+    ):
+        osp.trigger_real_time(_ConnectLikeWriter(), "10 seconds")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-empty string"):
+        osp.trigger_real_time(w, " ")  # type: ignore[arg-type]
+
+
 # -- option helpers (no JVM: a recorder stands in for Spark) -------------------------------------
 
 

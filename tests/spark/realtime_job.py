@@ -7,7 +7,8 @@ foreach, memory, Kafka) this job uses `foreach`: each row is written as it arriv
 OUT/epoch-<batch id>-p<partition>.jsonl (flushed per row, so a test sees rows as they land). The
 file is truncated when Spark opens the writer for a (partition, batch id), so a batch that Spark
 runs again after a crash replaces what its first attempt wrote: the sink is idempotent per batch id.
-PySpark 4.1 has no `trigger(realTime=...)`; the trigger is set on the JVM writer (Trigger.RealTime).
+The trigger is set with `osqueue.spark.trigger_real_time` (`trigger(realTime=...)` from PySpark 4.2;
+on classic PySpark 4.1, which has no such argument, Trigger.RealTime on the JVM writer).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from support import spark_builder  # noqa: E402
+
+from osqueue.spark import trigger_real_time  # noqa: E402
 
 
 class FileRowWriter:
@@ -49,10 +52,9 @@ class FileRowWriter:
 
 
 def real_time_writer(df, spark, sink, duration: str):
-    """`df.writeStream` with `sink` applied and Trigger.RealTime(duration) set on the JVM writer."""
+    """`df.writeStream` with `sink` applied and Trigger.RealTime(duration) set."""
     writer = sink(df.writeStream.outputMode("update"))  # real-time mode refuses Append
-    writer._jwrite = writer._jwrite.trigger(spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(duration))
-    return writer
+    return trigger_real_time(writer, duration)
 
 
 def main() -> None:

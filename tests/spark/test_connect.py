@@ -1,0 +1,265 @@
+"""The JVM connector through Spark Connect: every entry point from one Connect session per module.
+
+The server is the one PySpark starts for `SparkSession.builder.remote("local[2]")`, configured
+by `configure_spark_with_osqueue` (tests/spark/connect_server.py, its own process: a classic and a
+Connect session cannot share one Python process, and the other Spark tests share a classic one);
+this module talks to it as a Connect client over 127.0.0.1. Runs on every pyspark line of the
+matrix (3.5 resolves the spark-connect package, Scala 2.12, through Spark's Ivy); what a line
+lacks is skipped with the reason. Needs `pyspark[connect]` (grpcio, pandas, pyarrow).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import pathlib
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+for _module in ("grpc", "google.protobuf", "pandas", "pyarrow"):
+    pytest.importorskip(_module, reason="Spark Connect needs pip install 'pyspark[connect]' (grpcio, pandas, pyarrow)")
+
+import osqueue.spark as osq  # noqa: E402
+
+from .support import manifest, native_values, produce_entries  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+SPARK = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
+STARTUP_S = 300.0  # 3.5's first run resolves spark-connect from Maven into Ivy's cache
+WAIT_S = 90.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def connect(tmp_path_factory):
+    """A Connect client session on a local server that has the connector (one per module)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    work = tmp_path_factory.mktemp("connect-server")
+    port = _free_port()
+    token = uuid.uuid4().hex if SPARK >= (4, 0) else None  # 3.5's server has no authentication
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    if token:
+        env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
+    log = work / "server.log"
+    with open(log, "w") as err:
+        server = subprocess.Popen(
+            [sys.executable, str(HERE / "connect_server.py"), str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=work,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        said = []  # the server's stdout: Spark's Ivy prints there on 3.5, then `ready`
+        while time.monotonic() < deadline and server.poll() is None and "ready" not in said:
+            if select.select([server.stdout], [], [], 0.5)[0]:
+                said.append(server.stdout.readline().strip())
+        if "ready" not in said:
+            out = "\n".join(said)[-2000:]
+            pytest.fail(f"the Connect server did not start (exit {server.poll()}):\n{out}\n{log.read_text()[-4000:]}")
+        url = f"sc://localhost:{port}" + (f"/;token={token}" if token else "")
+        spark = RemoteSparkSession.builder.remote(url).getOrCreate()
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+        spark.conf.set("spark.sql.streaming.stopTimeout", "30s")
+        if SPARK >= (4, 1):
+            spark.conf.set("spark.sql.streaming.realTimeMode.minBatchDuration", "500")
+        yield spark
+        spark.stop()
+    finally:  # the server keeps nothing: its state is in this module's temporary directories
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(30)
+
+
+def _values(rows) -> list[str]:
+    """The rows' values in queue order (sequence, index)."""
+    return [bytes(r["value"]).decode() for r in sorted(rows, key=lambda r: (r["sequence"], r["index"]))]
+
+
+def _queued(queue) -> list[int]:
+    return [e.sequence for e in manifest(queue).entries]
+
+
+def _committed_through(ckpt: pathlib.Path) -> int:
+    """The queue's next sequence at the end of the last batch in Spark's commit log (-1: none yet):
+    read from the checkpoint's files, so that waiting for it runs no Spark job."""
+    commits = [int(p.name) for p in (ckpt / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not commits:
+        return -1
+    return int(json.loads((ckpt / "offsets" / str(max(commits))).read_text().splitlines()[-1])["nextSequence"])
+
+
+def _parquet_values(spark, out: pathlib.Path) -> list[str]:
+    if not (out / "_spark_metadata").is_dir():
+        return []
+    rows = spark.read.schema("value binary").parquet(str(out)).selectExpr("cast(value as string) v").collect()
+    return [r["v"] for r in rows]
+
+
+def test_batch_read_with_a_window(connect, queue_dir):
+    expected = produce_entries(str(queue_dir), batches=3, per_batch=4)
+    assert _values(connect.read.format("osqueue").load(str(queue_dir)).collect()) == expected
+    second = manifest(queue_dir).entries[1].sequence
+    window = connect.read.format("osqueue").option("startingSequence", second).option("endingSequence", second + 1)
+    assert _values(window.load(str(queue_dir)).collect()) == expected[4:8]
+    assert len(_queued(queue_dir)) == 3, "a batch read acknowledges nothing"
+
+
+def test_read_stream_micro_batches_deliver_each_entry_once_and_dequeue_what_spark_committed(
+    connect, queue_dir, tmp_path
+):
+    first = produce_entries(str(queue_dir), batches=2, per_batch=3, tag="a")
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    query = (
+        connect.readStream.format("osqueue")
+        .option("maxBatchesPerTrigger", "2")
+        .load(str(queue_dir))
+        .select("value", "sequence")
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(ckpt))
+        .trigger(processingTime="200 milliseconds")
+        .start(str(out))
+    )
+    try:
+        later = produce_entries(str(queue_dir), batches=2, per_batch=3, tag="b")
+        end = manifest(queue_dir).next_sequence
+        deadline = time.monotonic() + WAIT_S
+        while _committed_through(ckpt) < end and time.monotonic() < deadline:
+            assert query.exception() is None, query.exception()
+            time.sleep(0.1)
+    finally:
+        query.stop()
+    assert _committed_through(ckpt) == end
+    assert sorted(_parquet_values(connect, out)) == sorted(first + later)
+    assert _queued(queue_dir) == [], "the end of the run dequeues every batch Spark committed"
+
+
+def test_available_now_reads_everything_and_leaves_nothing_it_delivered_queued(connect, queue_dir, tmp_path):
+    expected = produce_entries(str(queue_dir), batches=3, per_batch=2)
+    out = tmp_path / "out"
+    query = (
+        connect.readStream.format("osqueue")
+        .load(str(queue_dir))
+        .select("value")
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    assert query.awaitTermination(WAIT_S), "the AvailableNow run did not finish"
+    assert query.exception() is None
+    assert sorted(_parquet_values(connect, out)) == sorted(expected)
+    assert _queued(queue_dir) == []
+
+
+def test_write_appends_once_per_writer_batch_id(connect, queue_dir):
+    values = [f"w{i}" for i in range(5)]
+    df = connect.createDataFrame([(v.encode(),) for v in values], "value binary")
+    for _ in range(2):  # the retry of the same (writerId, writerBatchId) adds nothing
+        df.write.format("osqueue").mode("append").option("writerId", "connect-test").option("writerBatchId", "7").save(
+            str(queue_dir)
+        )
+    assert sorted(native_values(queue_dir)) == values
+
+
+def test_write_stream_from_one_queue_into_another(connect, tmp_path):
+    source, target = tmp_path / "source", tmp_path / "target"
+    expected = produce_entries(str(source), batches=3, per_batch=2, tag="s")
+    query = (
+        connect.readStream.format("osqueue")
+        .load(str(source))
+        .select("value", "metadata")
+        .writeStream.format("osqueue")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start(str(target))
+    )
+    assert query.awaitTermination(WAIT_S), "the AvailableNow run did not finish"
+    assert query.exception() is None
+    assert sorted(native_values(target)) == sorted(expected)
+    assert _queued(source) == []
+
+
+def test_real_time_trigger(connect, queue_dir, tmp_path):
+    from pyspark.sql.connect.streaming.readwriter import DataStreamWriter
+
+    if "realTime" not in inspect.signature(DataStreamWriter.trigger).parameters:
+        pytest.skip(f"pyspark {pyspark.__version__} has no trigger(realTime=...) under Spark Connect (4.2+)")
+    expected = produce_entries(str(queue_dir), batches=3, per_batch=2, tag="r")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    class Rows:  # defined here, so that the server's Python worker gets it by value
+        def __init__(self, out):
+            self.out, self.f = out, None
+
+        def open(self, partition_id, epoch_id):
+            self.f = open(f"{self.out}/epoch-{epoch_id}-p{partition_id}.jsonl", "w")
+            return True
+
+        def process(self, r):
+            self.f.write(json.dumps({"s": r.sequence, "i": r["index"], "v": bytes(r.value).decode()}) + "\n")
+            self.f.flush()
+
+        def close(self, error):
+            if self.f is not None:
+                self.f.close()
+
+    def delivered():
+        rows = [json.loads(x) for f in out.glob("epoch-*.jsonl") for x in f.read_text().splitlines() if x.endswith("}")]
+        return [r["v"] for r in sorted(rows, key=lambda r: (r["s"], r["i"]))]
+
+    writer = (
+        connect.readStream.format("osqueue")
+        .option("gc", "false")
+        .load(str(queue_dir))
+        .writeStream.outputMode("update")
+        .foreach(Rows(str(out)))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+    )
+    query = osq.trigger_real_time(writer, "1 second").start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while delivered() != expected and time.monotonic() < deadline:
+            assert query.exception() is None, query.exception()
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    assert delivered() == expected
+
+
+def test_an_osqueue_error_condition_reaches_the_connect_exception(connect, queue_dir):
+    from pyspark.errors import IllegalArgumentException, PySparkException
+
+    produce_entries(str(queue_dir), batches=1, per_batch=1)
+    with pytest.raises(PySparkException) as e:
+        connect.read.format("osqueue").option("startingSequence", "-1").load(str(queue_dir)).collect()
+    err = e.value
+    assert str(err).startswith("[OSQUEUE_INVALID_OPTION_VALUE] "), str(err)
+    assert "'startingsequence': '-1'" in str(err).lower()
+    if SPARK < (4, 0):
+        # PySpark 3.5's Connect client builds its exceptions from the class names and the message
+        # alone (pyspark/errors/exceptions/connect.py): no condition, no parameters.
+        assert isinstance(err, IllegalArgumentException) and err.getErrorClass() is None
+        return
+    assert err.getCondition() == "OSQUEUE_INVALID_OPTION_VALUE", (err.getCondition(), str(err))
+    assert err.getMessageParameters().get("option", "").lower() == "startingsequence", err.getMessageParameters()
