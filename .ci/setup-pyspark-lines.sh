@@ -14,15 +14,18 @@ p = tomllib.load(open("pyproject.toml", "rb"))["project"]
 print(" ".join(p["dependencies"]))
 PY
 )"
+# pyspark's connect extra: the Connect client and server (tests/spark/test_connect.py). On 3.5 its
+# numpy is 1.x, which the newest pyarrow no longer supports.
+connect_extra() { case "$1" in 3.5.*) echo "pyarrow<18" ;; esac; }
 for version in $PYSPARK_LINE_VERSIONS; do
   venv=".venv-pyspark/$version"
-  stamp="$venv/.osqueue-deps-$(echo "$deps" | sha256sum | cut -c1-16)"
+  stamp="$venv/.osqueue-deps-$(echo "$deps connect $(connect_extra "$version")" | sha256sum | cut -c1-16)"
   [ -f "$stamp" ] && continue
   echo "[setup] creating $venv (pyspark $version: a few hundred MB on first use)" >&2
   rm -rf "$venv"
   "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
   # shellcheck disable=SC2086
-  "$venv/bin/python" -m pip install -q "pyspark==$version" pytest "moto[server]>=5.1" $deps
+  "$venv/bin/python" -m pip install -q "pyspark[connect]==$version" $(connect_extra "$version") pytest "moto[server]>=5.1" $deps
   touch "$stamp"
 done

@@ -12,7 +12,8 @@ bash .ci/setup-pyspark-lines.sh || exit 1
 # shellcheck source=/dev/null
 source .ci/pyspark-lines.env
 # Per line, what only a real pyspark process shows: kill -9 mid-stream and restart, exact counts; the
-# jar choice and version check; spark-submit --packages from target/maven-repo, one short read. On
+# jar choice and version check; spark-submit --packages from target/maven-repo, one short read; every
+# entry point of the connector in a Spark Connect session (test_connect). On
 # 3.5 (Scala 2.12, another Hadoop) also a checkpoint on s3a:// killed and restarted, and
 # spark.jars.packages and the assembly jar next to hadoop-aws (4.1, the project venv, runs every
 # Spark test). The sink's replay after a driver crash, batch reads, df.write with writer ids,
@@ -23,6 +24,7 @@ source .ci/pyspark-lines.env
 select="test_kill_dash_nine_mid_stream"
 select="$select or test_spark_submit_packages_resolves_the_connector"
 select="$select or test_spark_lines"
+select="$select or test_connect"  # every entry point in a Spark Connect session
 status=0
 for version in $PYSPARK_LINE_VERSIONS; do
   venv=".venv-pyspark/$version"
@@ -35,6 +37,7 @@ for version in $PYSPARK_LINE_VERSIONS; do
   "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$reports/pyspark-$version.xml" \
     -o junit_suite_name="pyspark-$version" \
     tests/spark/test_source.py tests/spark/test_source_end_of_run.py tests/spark/test_sink.py \
-    tests/spark/test_spark_lines.py tests/spark/test_s3a_checkpoint.py tests/spark/test_packages.py -k "$k" "$@" || status=1
+    tests/spark/test_spark_lines.py tests/spark/test_s3a_checkpoint.py tests/spark/test_packages.py \
+    tests/spark/test_connect.py -k "$k" "$@" || status=1
 done
 exit $status
