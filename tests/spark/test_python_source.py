@@ -86,17 +86,26 @@ def _available_now(spark, queue, ckpt, fmt="osqueue_python"):
     return seen
 
 
+def _wait_until_empty(queue_dir, timeout: float = 30.0) -> None:
+    """The source's reader worker dequeues the last committed micro-batch as Spark ends it, just after
+    awaitTermination returns: poll with a deadline."""
+    deadline = time.monotonic() + timeout
+    while manifest(queue_dir).entries and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert manifest(queue_dir).entries == []
+
+
 def test_available_now_reads_a_jvm_sink_queue_once_and_leaves_nothing_queued(pyspark_session, queue_dir, tmp_path):
     rows = [(f"v{i}",) for i in range(20)]
     df = pyspark_session.createDataFrame(rows, "value string").repartition(2)
-    df.write.format("osqueue").save(str(queue_dir))  # the JVM sink
+    df.write.format("osqueue").mode("append").save(str(queue_dir))  # the JVM sink
     first = _available_now(pyspark_session, queue_dir, tmp_path / "ckpt")
     assert sorted(first) == sorted(v for (v,) in rows)
-    assert manifest(queue_dir).entries == []  # the last batch was dequeued when the query stopped
+    _wait_until_empty(queue_dir)  # the last batch is dequeued when the query stops
     produce_entries(str(queue_dir), batches=2, per_batch=2, tag="late")
     second = _available_now(pyspark_session, queue_dir, tmp_path / "ckpt")
     assert second == ["late0-0", "late0-1", "late1-0", "late1-1"]
-    assert manifest(queue_dir).entries == []
+    _wait_until_empty(queue_dir)
 
 
 def test_python_sink_queue_read_by_the_jvm_source_and_a_replayed_write_adds_nothing(

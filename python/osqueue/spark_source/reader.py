@@ -13,6 +13,8 @@ import json
 import logging
 import os
 import random
+import signal
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -153,20 +155,20 @@ class OsqueueBatchReader(DataSourceReader):  # type: ignore[misc]
         return read_partition(partition)
 
 
-def queue_id(store: ObjectStore, location: QueueLocation) -> str:
+def queue_id(store: ObjectStore, location: QueueLocation, rng: random.Random) -> str:
     """The queue's id in ``<manifestPath>.queue-id`` (created once, put-if-absent; JVM: ``OsqueueStores.queueId``)."""
     loop = CasLoop(
         CasObject(store, location.manifest_path + ".queue-id"),
         RetryPolicy(max_attempts=8),
         SystemClock(),
-        random.Random(),
+        rng,
         CasCounters.uncounted(),
     )
 
     def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[str]:
         if snapshot.raw is not None:
             return Done(snapshot.raw.decode("utf-8").strip())
-        new_id = str(uuid.uuid4())
+        new_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         return Write(new_id.encode("utf-8"), lambda: new_id)
 
     return loop.run(step)
@@ -221,23 +223,67 @@ class SourceOffset:
         return SourceOffset(offset["queue"], offset["queueId"], nxt, offset.get("incarnation"), Delivered(writers))
 
 
+class _DriverSide:
+    """What only the driver's stream reader holds: the store, the queue id and the consumer that took over."""
+
+    def __init__(self, options: StreamOptions, rng: random.Random) -> None:
+        store = store_of(options.location)
+        self.queue_id = queue_id(store, options.location, rng)
+        self.consumer = QueueConsumer(store, options.location.manifest_path, rng=rng)
+        self.taken_over = False
+        self.last: Manifest | None = None
+
+
 class OsqueueStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     """``spark.readStream``: micro-batches of whole batch files, dequeued when Spark commits them."""
 
-    def __init__(self, options: StreamOptions) -> None:
+    def __init__(self, options: StreamOptions, rng: random.Random | None = None) -> None:
         self.options = options
         self.location = options.location
-        self.store = store_of(options.location)
-        self.queue_id = queue_id(self.store, options.location)
-        self.consumer = QueueConsumer(self.store, options.location.manifest_path)
-        self._taken_over = False
-        self._last: Manifest | None = None
+        self._rng = rng
+        self._driver: _DriverSide | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader to run read() in its workers: they need only the options.
+        return {"options": self.options, "location": self.location, "_rng": None, "_driver": None}
+
+    @property
+    def driver(self) -> _DriverSide:
+        """The driver's store, queue id and consumer, made at first use (never pickled)."""
+        if self._driver is None:
+            self._driver = _DriverSide(self.options, self._rng or random.Random())
+        return self._driver
+
+    @property
+    def queue_id(self) -> str:
+        return self.driver.queue_id
+
+    @property
+    def consumer(self) -> QueueConsumer:
+        return self.driver.consumer
+
+    @property
+    def _taken_over(self) -> bool:
+        return self.driver.taken_over
+
+    @_taken_over.setter
+    def _taken_over(self, value: bool) -> None:
+        self.driver.taken_over = value
+
+    @property
+    def _last(self) -> Manifest | None:
+        return self.driver.last
+
+    @_last.setter
+    def _last(self, value: Manifest | None) -> None:
+        self.driver.last = value
 
     def _read(self) -> Manifest:
         if not self._taken_over:
             self.consumer.initialize()  # epoch bump: fences any other reader of the queue
             self._taken_over = True
             _log.info("osqueue Python source took over '%s'", self.location.identity)
+            self._stop_on_sigterm()
         self._last = self.consumer.read()  # FencedError once another reader took over
         return self._last
 
@@ -315,9 +361,22 @@ class OsqueueStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             return
         self.consumer.dequeue_through(end.next_sequence - 1)
 
+    def _stop_on_sigterm(self) -> None:
+        """Spark ends the driver's stream-reader worker with SIGTERM when the query stops (pyspark 4.1 does
+        not call ``stop()`` then): run :meth:`stop` first, then terminate as the signal would have."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            self.stop()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
     def stop(self) -> None:
         """The query ended: dequeue through the last micro-batch of the checkpoint's commit log (docs/adr/0003)."""
-        if not self._taken_over:
+        if self._driver is None or not self._taken_over:
             return
         try:
             end = last_committed_end(self.options.checkpoint_location, self.queue_id)

@@ -19,7 +19,6 @@ import base64
 import json
 import logging
 import random
-import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -202,12 +201,12 @@ def state_key(manifest_path: str, writer_id: str) -> str:
 class SinkCommitter:
     """The driver's commit of one write (JVM: ``OsqueueSinkCommitter``)."""
 
-    def __init__(self, options: SinkOptions, owner: str | None) -> None:
+    def __init__(self, options: SinkOptions, owner: str | None, rng: random.Random | None = None) -> None:
         self.options = options
         self.owner = owner
         self.store = store_of(options.location)
         self.clock = SystemClock()
-        self.rng = random.Random()
+        self.rng = rng or random.Random()
         self.manifests = ManifestStore(self.store, options.location.manifest_path)
         writer = options.writer_id or ""
         self.state_key = state_key(options.location.manifest_path, writer)
@@ -246,7 +245,7 @@ class SinkCommitter:
             _log.info("osqueue sink '%s': batch %d was already committed; deleting its files", writer, batch_id)
             self._delete(batches)
             return False
-        attempt = encode_ulid(self.clock.now_ms(), secrets.randbits(80))
+        attempt = encode_ulid(self.clock.now_ms(), self.rng.getrandbits(80))
         self._append(batches, EntryTag(writer, batch_id, attempt).encode())
         self._update_state(batch_id)
         return True
