@@ -55,6 +55,7 @@ def test_every_condition_raised_is_one_the_connector_names() -> None:
         ),
         ("source", {"path": "/q", "gcInterval": "soon"}, "OSQUEUE_INVALID_OPTION_VALUE", "gcinterval"),
         ("source", {"path": "/q", "minBatchesPerTrigger": "2"}, "OSQUEUE_INVALID_OPTION_VALUE", "admission control"),
+        ("source", {"path": "/q", "maxBatchesPerTrigger": "2"}, "OSQUEUE_INVALID_OPTION_VALUE", "maxbatchespertrigger"),
         ("sink", {"path": "/q", "writerBatchId": "3"}, "OSQUEUE_OPTION_NEEDS_OPTION", "writerId"),
         ("sink", {"path": "/q", "compression": "lz4"}, "OSQUEUE_INVALID_OPTION_VALUE", "compression"),
         ("sink", {"path": "hdfs://x/q"}, "OSQUEUE_INVALID_OPTION_VALUE", "path"),

@@ -24,7 +24,7 @@ PYTHON_SOURCE_NAME = "osqueue_python"
 SOURCE_SCHEMA = "value binary, sequence bigint, index int, location string, ingestionTime timestamp, metadata binary"
 
 
-class OsqueueDataSource(DataSource):  # type: ignore[misc]
+class OsqueueDataSource(DataSource):
     """``spark.read`` / ``readStream`` / ``write`` / ``writeStream`` of ``format("osqueue_python")``."""
 
     @classmethod

@@ -211,7 +211,6 @@ class StreamOptions:
     batch stays queued until the query's next run dequeues it."""
 
     location: QueueLocation
-    max_batches_per_trigger: int | None
     fail_on_data_loss: bool
     checkpoint_location: str | None
 
@@ -219,21 +218,21 @@ class StreamOptions:
     def parse(raw: Mapping[str, str]) -> StreamOptions:
         options = _lower(raw)
         check_known(options, "source")
-        max_batches = positive_int(options, "maxbatchespertrigger")
-        min_batches = positive_int(options, "minbatchespertrigger")
-        if min_batches is not None or "maxtriggerdelay" in options:
+        positive_int(options, "maxbatchespertrigger")
+        positive_int(options, "minbatchespertrigger")
+        limits = sorted(k for k in ("maxbatchespertrigger", "minbatchespertrigger", "maxtriggerdelay") if k in options)
+        if limits:
             raise OsqueueSparkError(
                 "OSQUEUE_INVALID_OPTION_VALUE",
-                "minBatchesPerTrigger and maxTriggerDelay need Spark's admission control, which the Python data "
-                "source API offers from pyspark 4.2 on and this source does not use yet: use the JVM connector "
-                "(format('osqueue')) for them.",
+                f"Invalid value '{options[limits[0]]}' for option '{limits[0]}': micro-batch limits need Spark's "
+                "admission control, which the Python data source API offers from pyspark 4.2 on and this source "
+                "does not use yet; leave it unset, or use the JVM connector (format('osqueue')).",
             )
         for key in ("gcinterval", "gcgraceperiod", "pollinterval", "maxpollinterval"):
             duration_s(options, key, 1.0)
         boolean(options, "gc", True)
         return StreamOptions(
             location(options),
-            max_batches,
             boolean(options, "failondataloss", True),
             options.get("checkpointlocation"),
         )

@@ -66,7 +66,7 @@ def store_of(location: QueueLocation) -> ObjectStore:
 
 
 @dataclass(frozen=True)
-class BatchPartition(InputPartition):  # type: ignore[misc]
+class BatchPartition(InputPartition):
     """One queue entry (a batch file) to read on an executor."""
 
     location: QueueLocation
@@ -122,7 +122,7 @@ def partitions_of(
     return [BatchPartition(location, e.sequence, e.location, tuple(e.metadata), fail_on_data_loss) for e in entries]
 
 
-class OsqueueBatchReader(DataSourceReader):  # type: ignore[misc]
+class OsqueueBatchReader(DataSourceReader):
     """``spark.read``: the entries of ``[startingSequence, endingSequence)``; acknowledges nothing."""
 
     def __init__(self, options: BatchReadOptions) -> None:
@@ -234,7 +234,7 @@ class _DriverSide:
         self.last: Manifest | None = None
 
 
-class OsqueueStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class OsqueueStreamReader(DataSourceStreamReader):
     """``spark.readStream``: micro-batches of whole batch files, dequeued when Spark commits them."""
 
     def __init__(self, options: StreamOptions, rng: random.Random | None = None) -> None:
@@ -303,12 +303,6 @@ class OsqueueStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         # Without admission control (pyspark < 4.2) Spark gives no start: everything queued is the end.
         # The sink-copy state at the end is that of every queued entry admitted from the first.
         entries = m.entries
-        if self.options.max_batches_per_trigger is not None:
-            raise OsqueueSparkError(
-                "OSQUEUE_INVALID_OPTION_VALUE",
-                "maxBatchesPerTrigger needs Spark's admission control (pyspark 4.2 and later), which this "
-                "source does not use yet: leave it unset, or use the JVM connector (format('osqueue')).",
-            )
         delivered = Delivered()
         for a in delivered.admit_all(entries):
             delivered = a.after

@@ -90,7 +90,7 @@ class WrittenBatch:
 
 
 @dataclass
-class OsqueueCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+class OsqueueCommitMessage(WriterCommitMessage):
     """A task's files, in the order it wrote them."""
 
     batches: list[WrittenBatch]
@@ -220,9 +220,9 @@ class SinkCommitter:
         snapshot = self._state.read()
         return None if snapshot.raw is None else WriterState.decode(self.state_key, snapshot.raw)
 
-    def commit(self, batch_id: int, messages: Sequence[OsqueueCommitMessage | None]) -> bool:
+    def commit(self, batch_id: int, messages: Sequence[WriterCommitMessage | None]) -> bool:
         """Appends the epoch's files in one manifest write; False (nothing appended) for a replayed batch id."""
-        batches = [b for msg in messages if msg is not None for b in msg.batches]
+        batches = [b for msg in messages if isinstance(msg, OsqueueCommitMessage) for b in msg.batches]
         writer = self.options.writer_id
         if writer is None or self.owner is None:
             self._append(batches, b"")
@@ -297,7 +297,7 @@ class SinkCommitter:
         return batches[0].location in queued
 
 
-class OsqueueWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class OsqueueWriter(DataSourceArrowWriter):
     """``df.write``: one manifest write per write; with ``writerId`` (and ``writerBatchId``) idempotent."""
 
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
@@ -314,17 +314,17 @@ class OsqueueWriter(DataSourceArrowWriter):  # type: ignore[misc]
         value, _, meta = self.columns
         return write_task(self.options, arrow_rows(iterator, value, meta))
 
-    def commit(self, messages: list[OsqueueCommitMessage | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         owner = None if self.options.writer_id is None else BATCH_WRITE_OWNER
         SinkCommitter(self.options, owner).commit(self.options.writer_batch_id or 0, messages)
 
-    def abort(self, messages: list[OsqueueCommitMessage | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         for msg in messages:
-            for b in [] if msg is None else msg.batches:
+            for b in msg.batches if isinstance(msg, OsqueueCommitMessage) else []:
                 store_of(self.options.location).delete(b.location)
 
 
-class OsqueueStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
+class OsqueueStreamWriter(DataSourceStreamWriter):
     """``writeStream``: one manifest write per micro-batch, idempotent per (writerId, batchId)."""
 
     def __init__(self, options: SinkOptions, schema: StructType, owner: str) -> None:
@@ -356,10 +356,10 @@ class OsqueueStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
 
         return write_task(self.options, rows())
 
-    def commit(self, messages: list[OsqueueCommitMessage | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         SinkCommitter(self.options, self.owner).commit(batchId, messages)
 
-    def abort(self, messages: list[OsqueueCommitMessage | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         for msg in messages:
-            for b in [] if msg is None else msg.batches:
+            for b in msg.batches if isinstance(msg, OsqueueCommitMessage) else []:
                 store_of(self.options.location).delete(b.location)
