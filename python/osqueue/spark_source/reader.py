@@ -298,7 +298,9 @@ class OsqueueStreamReader(DataSourceStreamReader):
         first = m.entries[0].sequence if m.entries else m.next_sequence
         return self._offset(first, m, Delivered())
 
-    def latestOffset(self) -> dict[str, Any]:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        """Everything queued. pyspark 4.2+ passes ``start`` and a read limit (admission control); no limit
+        option is accepted yet (:class:`StreamOptions`), so the end is the same either way."""
         m = self._read()
         # Without admission control (pyspark < 4.2) Spark gives no start: everything queued is the end.
         # The sink-copy state at the end is that of every queued entry admitted from the first.
