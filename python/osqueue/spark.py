@@ -15,6 +15,7 @@ ingestionTime timestamp, metadata binary``.
 from __future__ import annotations
 
 import datetime
+import importlib
 import os
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "jar_path",
+    "register",
     "configure_spark_with_osqueue",
     "read_stream",
     "read",
@@ -232,6 +234,21 @@ def configure_spark_with_osqueue(
     if packages:
         builder.config("spark.jars.packages", _append_csv(options.get("spark.jars.packages"), packages))
     return builder
+
+
+def register(spark: SparkSession, *, as_osqueue: bool = False) -> str:
+    """Registers osqueue's PySpark Python data source (:mod:`osqueue.spark_source`) on ``spark``, classic or
+    Connect, and returns its format name, ``"osqueue_python"``. It needs no jar: only osqueue (with
+    ``pyarrow``, the ``spark`` extra) installed in the Python of the driver and of the executors.
+
+    ``format("osqueue")`` stays the JVM connector where its jar is on the classpath; ``as_osqueue=True``
+    also registers the Python source as ``osqueue`` for sessions without the jar (Spark refuses it with
+    ``[DATA_SOURCE_ALREADY_EXISTS]`` when the jar is there).
+    """
+    # Imported here, not at the top: osqueue.spark_source needs pyspark and pyarrow, which this module does not.
+    spark_source = importlib.import_module("osqueue.spark_source")
+    name: str = spark_source.register(spark, as_osqueue=as_osqueue)
+    return name
 
 
 # ---------------------------------------------------------------------------------------------

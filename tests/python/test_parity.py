@@ -34,9 +34,10 @@ JVM_SOURCES = {
     ROOT / "jvm" / "azure" / "src" / "main" / "scala" / "osqueue" / "store" / "azure": "store/",
 }
 # What Python mirrors: the core packages and the top-level files beside them. The Spark wrapper,
-# the jar finder and the CLI are Python's own (the JVM's are jvm/spark and tools/).
+# the jar finder, the CLI and the Python data source are Python's own (the JVM's are jvm/spark and
+# tools/; spark_source mirrors the connector's roles, not the core).
 PYTHON_OWN = {"__init__.py", "__main__.py", "_jar.py", "_spark_lines.py", "_version.py", "spark.py"}
-PYTHON_OWN_DIRS = {"cli", "jars"}
+PYTHON_OWN_DIRS = {"cli", "jars", "spark_source"}
 PARITY = ROOT / "tests" / "golden" / "parity.json"
 
 # A top-level declaration at the start of a line: modifiers, then class/object/trait and a name.

@@ -31,6 +31,8 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("producer/producer.py", "random.Random("): (1, "the default rng of a spooled producer's appender"),
     ("producer/spool.py", "random.Random("): (1, "writer.id's 16 random bytes when no rng is injected"),
     ("producer/spool_uploader.py", "random.Random("): (1, "backoff jitter when no rng is injected"),
+    ("spark_source/reader.py", "random.Random("): (1, "the default rng of a stream reader when none is injected"),
+    ("spark_source/writer.py", "random.Random("): (1, "the default rng of a sink commit when none is injected"),
     ("format/incarnation.py", "secrets.randbelow("): (
         1,
         "a new incarnation must differ across seeded test queues (docs/format.md §5.2)",

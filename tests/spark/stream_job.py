@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--hold-at-sequence", type=int)
     ap.add_argument("--conf", action="append", default=[])
     ap.add_argument("--s3", action="store_true")
+    ap.add_argument("--python-source", action="store_true", help="read with osqueue.spark_source (osqueue_python)")
     ap.add_argument("--stores", action="append", default=[], help="configure_spark_with_osqueue(stores=...)")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
@@ -55,7 +56,12 @@ def main() -> None:
         builder = configure_spark_with_osqueue(builder, stores=args.stores)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    reader = spark.readStream.format("osqueue").option("gc", "false")
+    if args.python_source:
+        from osqueue.spark_source import register
+
+        reader = spark.readStream.format(register(spark)).option("checkpointLocation", args.checkpoint)
+    else:
+        reader = spark.readStream.format("osqueue").option("gc", "false")
     if args.max_batches:
         reader = reader.option("maxBatchesPerTrigger", str(args.max_batches))
     for kv in args.option:

@@ -425,8 +425,10 @@ class RawHead:
         max_tail: int,
         seal: Callable[[SealedTail], SegmentRef],
         fold: Callable[[Sequence[SegmentRef]], SegmentRef],
+        extension: bytes = b"",
     ) -> tuple[bytes, int]:
-        """Appends ``(location, metadata)`` entries at ``next_sequence``. When the tail would exceed
+        """Appends ``(location, metadata)`` entries at ``next_sequence``, each with ``extension`` (the
+        sink's entry tag, docs/format.md §2.1; empty for producers). When the tail would exceed
         ``max_tail`` (K) entries, the current tail is sealed first: ``seal`` stores the segment and returns
         its ref, and the new entries become the whole tail. Then the refs are folded (F = ``fanout(K)``):
         while the last F refs have one level and none of them is the first ref, ``fold`` stores them as an
@@ -440,7 +442,7 @@ class RawHead:
         base = self.next_sequence
         if base + k > MAX_SEQUENCE:
             raise CorruptManifestError(self.key, "appending would take sequences past 2^63")
-        added = b"".join(encode_entry(base + i, loc, meta) for i, (loc, meta) in enumerate(entries))
+        added = b"".join(encode_entry(base + i, loc, meta, extension) for i, (loc, meta) in enumerate(entries))
         if self.tail_size == 0 or self.tail_size + k <= max_tail:
             body = self.raw[self._refs_from : self._tail_until] + added
             low = self.first_sequence if self.refs or self.tail_size else base

@@ -1,0 +1,418 @@
+"""Reading a queue from the Python data source: a batch read of a window and a micro-batch stream
+(JVM: ``OsqueueBatch``, ``OsqueueMicroBatchStream``, ``DriverQueue``, ``OsqueuePartitionReader``).
+
+The driver plans from the manifest; each partition is one batch file, read on an executor and handed
+to Spark as one Arrow record batch. A stream takes the queue over (epoch bump, fencing any other
+consumer) at its first offset request, and dequeues only in ``commit(end)`` and, when the query stops,
+through the last micro-batch of the checkpoint's commit log (when given ``checkpointLocation``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+
+from osqueue.clock import SystemClock
+from osqueue.errors import BatchNotFoundError, FencedError
+from osqueue.format.batch_codec import decode_batch
+from osqueue.format.entry_tag import Delivered
+from osqueue.format.incarnation import incarnation_of
+from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
+from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Write
+from osqueue.queue.cas_object import CasObject, Snapshot
+from osqueue.queue.manifest_store import ManifestStore
+from osqueue.queue.queue_consumer import QueueConsumer
+from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.spark_source.options import BatchReadOptions, OsqueueSparkError, QueueLocation, StreamOptions
+from osqueue.store.object_store import ObjectStore
+from osqueue.store.object_stores import open_store
+
+_log = logging.getLogger(__name__)
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("value", pa.binary()),
+        ("sequence", pa.int64()),
+        ("index", pa.int32()),
+        ("location", pa.string()),
+        ("ingestionTime", pa.timestamp("us", tz="UTC")),
+        ("metadata", pa.binary()),
+    ]
+)
+OFFSET_VERSION = 1
+
+_stores: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}
+
+
+def store_of(location: QueueLocation) -> ObjectStore:
+    """The store of ``location``, opened once per Python worker process."""
+    key = (location.uri, tuple(sorted(location.store_options.items())))
+    store = _stores.get(key)
+    if store is None:
+        store = open_store(location.uri, dict(location.store_options) or None)
+        _stores[key] = store
+    return store
+
+
+@dataclass(frozen=True)
+class BatchPartition(InputPartition):
+    """One queue entry (a batch file) to read on an executor."""
+
+    location: QueueLocation
+    sequence: int
+    key: str
+    metadata: tuple[MetadataItem, ...]
+    fail_on_data_loss: bool
+
+
+def read_partition(partition: BatchPartition) -> Iterator[pa.RecordBatch]:
+    """The entry's records as one Arrow record batch (none when its file is gone and data loss is allowed)."""
+    obj = store_of(partition.location).get(partition.key)
+    if obj is None:
+        error = BatchNotFoundError(partition.key, partition.sequence)
+        if partition.fail_on_data_loss:
+            raise data_loss(partition.location, f"the batch file of entry {partition.sequence} is gone ({error})")
+        _log.warning("skipping entry %d of '%s': %s", partition.sequence, partition.location.identity, error)
+        return
+    records = decode_batch(obj.data, partition.key)
+    n = len(records)
+    items = sorted(partition.metadata, key=lambda i: i.start_index)
+    times: list[int | None] = [None] * n
+    payloads: list[bytes | None] = [None] * n
+    for i, item in enumerate(items):
+        end = items[i + 1].start_index if i + 1 < len(items) else n
+        for r in range(max(item.start_index, 0), min(end, n)):
+            times[r] = item.ingestion_time_ms * 1000
+            payloads[r] = item.payload
+    yield pa.RecordBatch.from_arrays(
+        [
+            pa.array(records, pa.binary()),
+            pa.array([partition.sequence] * n, pa.int64()),
+            pa.array(range(n), pa.int32()),
+            pa.array([partition.key] * n, pa.string()),
+            pa.array(times, pa.timestamp("us", tz="UTC")),
+            pa.array(payloads, pa.binary()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def data_loss(location: QueueLocation, reason: str) -> OsqueueSparkError:
+    return OsqueueSparkError(
+        "OSQUEUE_DATA_LOSS",
+        f"{reason} (queue '{location.identity}'). If you want the query to continue anyway, set the option "
+        "'failOnDataLoss' to false (the entries are then skipped and the event is logged).",
+    )
+
+
+def partitions_of(
+    location: QueueLocation, entries: Sequence[ManifestEntry], fail_on_data_loss: bool
+) -> list[BatchPartition]:
+    return [BatchPartition(location, e.sequence, e.location, tuple(e.metadata), fail_on_data_loss) for e in entries]
+
+
+class OsqueueBatchReader(DataSourceReader):
+    """``spark.read``: the entries of ``[startingSequence, endingSequence)``; acknowledges nothing."""
+
+    def __init__(self, options: BatchReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.options
+        manifests = ManifestStore(store_of(o.location), o.location.manifest_path)
+        raw, _ = manifests.read_raw()
+        if raw is None:
+            raise OsqueueSparkError(
+                "OSQUEUE_QUEUE_NOT_FOUND",
+                f"no queue at '{o.location.identity}': the manifest does not exist (check 'path' and 'manifestPath')",
+            )
+        manifest = manifests.decode(raw)
+        first = manifest.entries[0].sequence if manifest.entries else manifest.next_sequence
+        start = first if o.starting_sequence is None else o.starting_sequence
+        end = manifest.next_sequence if o.ending_sequence is None else o.ending_sequence
+        if o.fail_on_data_loss and start < first and start < end:
+            raise data_loss(o.location, f"entries {start}..{min(first, end) - 1} of the window were dequeued")
+        delivered = Delivered()
+        window = []
+        for a in delivered.admit_all(e for e in manifest.entries if start <= e.sequence < end):
+            if a.admitted:
+                window.append(a.entry)
+        return partitions_of(o.location, window, o.fail_on_data_loss)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, BatchPartition)
+        return read_partition(partition)
+
+
+def queue_id(store: ObjectStore, location: QueueLocation, rng: random.Random) -> str:
+    """The queue's id in ``<manifestPath>.queue-id`` (created once, put-if-absent; JVM: ``OsqueueStores.queueId``)."""
+    loop = CasLoop(
+        CasObject(store, location.manifest_path + ".queue-id"),
+        RetryPolicy(max_attempts=8),
+        SystemClock(),
+        rng,
+        CasCounters.uncounted(),
+    )
+
+    def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[str]:
+        if snapshot.raw is not None:
+            return Done(snapshot.raw.decode("utf-8").strip())
+        new_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        return Write(new_id.encode("utf-8"), lambda: new_id)
+
+    return loop.run(step)
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """The JVM source's offset (``OsqueueSourceOffset``, format version 1): queue, queue id, next
+    sequence, incarnation and the sink copies delivered per writer."""
+
+    queue: str
+    queue_id: str
+    next_sequence: int
+    incarnation: int | None
+    delivered: Delivered
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "version": OFFSET_VERSION,
+            "queue": self.queue,
+            "queueId": self.queue_id,
+            "nextSequence": self.next_sequence,
+        }
+        if self.incarnation is not None:
+            out["incarnation"] = self.incarnation
+        if self.delivered.writers:
+            out["writers"] = {w: [b, a] for w, (b, a) in sorted(self.delivered.writers.items())}
+        return out
+
+    @staticmethod
+    def parse(offset: Any, own_queue_id: str, identity: str) -> SourceOffset:
+        def bad(reason: str) -> OsqueueSparkError:
+            return OsqueueSparkError(
+                "OSQUEUE_BAD_OFFSET", f"cannot read offset '{json.dumps(offset)}' from the checkpoint: {reason}"
+            )
+
+        if not isinstance(offset, dict) or not {"version", "queue", "queueId", "nextSequence"} <= offset.keys():
+            raise bad("expected {version, queue, queueId, nextSequence}")
+        if offset["version"] != OFFSET_VERSION:
+            raise bad(f"offset format version {offset['version']} is not read by the Python data source")
+        nxt = offset["nextSequence"]
+        if not isinstance(nxt, int) or nxt < 0:
+            raise bad("nextSequence is not a sequence")
+        if offset["queueId"] != own_queue_id:
+            raise OsqueueSparkError(
+                "OSQUEUE_FOREIGN_CHECKPOINT",
+                f"the checkpoint's offsets belong to queue '{offset['queue']}' (id {offset['queueId']}), but this "
+                f"query reads '{identity}' (id {own_queue_id}). The queue was recreated, or the checkpoint is "
+                "another query's: use a new checkpoint location for this queue.",
+            )
+        writers = {str(w): (int(v[0]), str(v[1])) for w, v in dict(offset.get("writers", {})).items()}
+        return SourceOffset(offset["queue"], offset["queueId"], nxt, offset.get("incarnation"), Delivered(writers))
+
+
+class _DriverSide:
+    """What only the driver's stream reader holds: the store, the queue id and the consumer that took over."""
+
+    def __init__(self, options: StreamOptions, rng: random.Random) -> None:
+        store = store_of(options.location)
+        self.queue_id = queue_id(store, options.location, rng)
+        self.consumer = QueueConsumer(store, options.location.manifest_path, rng=rng)
+        self.taken_over = False
+        self.last: Manifest | None = None
+
+
+class OsqueueStreamReader(DataSourceStreamReader):
+    """``spark.readStream``: micro-batches of whole batch files, dequeued when Spark commits them."""
+
+    def __init__(self, options: StreamOptions, rng: random.Random | None = None) -> None:
+        self.options = options
+        self.location = options.location
+        self._rng = rng
+        self._driver: _DriverSide | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader to run read() in its workers: they need only the options.
+        return {"options": self.options, "location": self.location, "_rng": None, "_driver": None}
+
+    @property
+    def driver(self) -> _DriverSide:
+        """The driver's store, queue id and consumer, made at first use (never pickled)."""
+        if self._driver is None:
+            self._driver = _DriverSide(self.options, self._rng or random.Random())
+        return self._driver
+
+    @property
+    def queue_id(self) -> str:
+        return self.driver.queue_id
+
+    @property
+    def consumer(self) -> QueueConsumer:
+        return self.driver.consumer
+
+    @property
+    def _taken_over(self) -> bool:
+        return self.driver.taken_over
+
+    @_taken_over.setter
+    def _taken_over(self, value: bool) -> None:
+        self.driver.taken_over = value
+
+    @property
+    def _last(self) -> Manifest | None:
+        return self.driver.last
+
+    @_last.setter
+    def _last(self, value: Manifest | None) -> None:
+        self.driver.last = value
+
+    def _read(self) -> Manifest:
+        if not self._taken_over:
+            self.consumer.initialize()  # epoch bump: fences any other reader of the queue
+            self._taken_over = True
+            _log.info("osqueue Python source took over '%s'", self.location.identity)
+            self._stop_on_sigterm()
+        self._last = self.consumer.read()  # FencedError once another reader took over
+        return self._last
+
+    def _offset(self, nxt: int, m: Manifest, delivered: Delivered) -> dict[str, Any]:
+        return SourceOffset(self.location.identity, self.queue_id, nxt, incarnation_of(m.epoch), delivered).to_json()
+
+    def _parse(self, offset: Any) -> SourceOffset:
+        return SourceOffset.parse(offset, self.queue_id, self.location.identity)
+
+    def initialOffset(self) -> dict[str, Any]:
+        m = self._read()
+        first = m.entries[0].sequence if m.entries else m.next_sequence
+        return self._offset(first, m, Delivered())
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        """Everything queued. pyspark 4.2+ passes ``start`` and a read limit (admission control); no limit
+        option is accepted yet (:class:`StreamOptions`), so the end is the same either way."""
+        m = self._read()
+        # Without admission control (pyspark < 4.2) Spark gives no start: everything queued is the end.
+        # The sink-copy state at the end is that of every queued entry admitted from the first.
+        entries = m.entries
+        delivered = Delivered()
+        for a in delivered.admit_all(entries):
+            delivered = a.after
+        return self._offset(m.next_sequence, m, delivered)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        s, e = self._parse(start), self._parse(end)
+        m = self._read()
+        current = incarnation_of(m.epoch)
+        if e.incarnation is not None and e.incarnation != current:
+            self._loss(
+                e.next_sequence, f"the queue was reset since this micro-batch was planned (incarnation {current})"
+            )
+            return []
+        first = m.entries[0].sequence if m.entries else m.next_sequence
+        frm = s.next_sequence
+        if frm > m.next_sequence:
+            self._loss(frm, f"the checkpoint is ahead of the queue (next sequence {m.next_sequence})")
+            frm = first
+        elif frm < first and frm < e.next_sequence:
+            self._loss(frm, f"entries {frm}..{min(first, e.next_sequence) - 1} were removed before they were read")
+        out = []
+        for a in s.delivered.admit_all(x for x in m.entries if frm <= x.sequence < e.next_sequence):
+            if a.admitted:
+                out.append(a.entry)
+        return partitions_of(self.location, out, self.options.fail_on_data_loss)
+
+    def _loss(self, sequence: int, reason: str) -> None:
+        if self.options.fail_on_data_loss:
+            raise data_loss(self.location, reason)
+        _log.warning("osqueue data loss at %d of '%s': %s", sequence, self.location.identity, reason)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, BatchPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed the micro-batch ending at ``end``: its entries are dequeued (one manifest CAS)."""
+        self._dequeue(self._parse(end))
+
+    def _dequeue(self, end: SourceOffset) -> None:
+        m = self._last if self._last is not None and self._last.next_sequence >= end.next_sequence else self._read()
+        if end.next_sequence <= 0:
+            return
+        if end.incarnation is not None and end.incarnation != incarnation_of(m.epoch):
+            _log.warning("not dequeuing through %d: the queue was reset since", end.next_sequence - 1)
+            return
+        if end.next_sequence > m.next_sequence:
+            _log.warning("not dequeuing through %d: the queue is behind it", end.next_sequence - 1)
+            return
+        self.consumer.dequeue_through(end.next_sequence - 1)
+
+    def _stop_on_sigterm(self) -> None:
+        """Spark ends the driver's stream-reader worker with SIGTERM when the query stops (pyspark 4.1 does
+        not call ``stop()`` then): run :meth:`stop` first, then terminate as the signal would have."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            self.stop()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def stop(self) -> None:
+        """The query ended: dequeue through the last micro-batch of the checkpoint's commit log (docs/adr/0003)."""
+        if self._driver is None or not self._taken_over:
+            return
+        try:
+            end = last_committed_end(self.options.checkpoint_location, self.queue_id)
+            if end is not None:
+                self._dequeue(self._parse(end))
+        except FencedError as e:
+            _log.warning("not dequeuing the last micro-batch of '%s': %s", self.location.identity, e)
+        except Exception as e:  # never over the query's own outcome
+            _log.warning("could not dequeue the last micro-batch of '%s': %s", self.location.identity, e)
+
+
+def _local(path: str) -> str | None:
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    if path.startswith("file:"):
+        return path[len("file:") :]
+    return path if path.startswith("/") else None
+
+
+def last_committed_end(checkpoint: str | None, own_queue_id: str) -> dict[str, Any] | None:
+    """This source's end offset in the last micro-batch of ``<checkpoint>/commits`` (a local checkpoint),
+    read from ``<checkpoint>/offsets/<batch>`` (line 3 on: one offset per source)."""
+    root = None if checkpoint is None else _local(checkpoint)
+    if root is None:
+        if checkpoint is not None:
+            _log.warning(
+                "cannot read the commit log of '%s' (not a local path): the last batch stays queued", checkpoint
+            )
+        return None
+    commits = os.path.join(root, "commits")
+    batches = [int(n) for n in os.listdir(commits) if n.isdigit()] if os.path.isdir(commits) else []
+    if not batches:
+        return None
+    with open(os.path.join(root, "offsets", str(max(batches))), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for line in lines[2:]:
+        try:
+            offset = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(offset, dict) and offset.get("queueId") == own_queue_id:
+            return offset
+    return None
