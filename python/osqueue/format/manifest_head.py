@@ -22,7 +22,7 @@ from functools import cached_property
 
 from osqueue.errors import CorruptManifestError, InvalidObjectKeyError
 from osqueue.format.batch_names import parse_batch_ulid_ms
-from osqueue.format.manifest import MAX_SEQUENCE, ManifestEntry, MetadataItem
+from osqueue.format.manifest import MAX_SEQUENCE, ManifestEntry, NewEntry
 from osqueue.format.manifest_codec import (
     FORMAT_VERSION,
     MANIFEST_FOOTER,
@@ -31,6 +31,7 @@ from osqueue.format.manifest_codec import (
     U64_MAX,
     decode_manifest,
     encode_entry,
+    encode_new_entry,
     footer_bytes,
     read_manifest_footer,
 )
@@ -411,7 +412,7 @@ class RawHead:
 
     def appended(
         self,
-        entries: Sequence[tuple[str, Sequence[MetadataItem]]],
+        entries: Sequence[NewEntry],
         max_tail: int,
         seal: Callable[[SealedTail], SegmentRef],
         fold: Callable[[Sequence[SegmentRef]], SegmentRef],
@@ -430,7 +431,7 @@ class RawHead:
         base = self.next_sequence
         if base + k > MAX_SEQUENCE:
             raise CorruptManifestError(self.key, "appending would take sequences past 2^63")
-        added = b"".join(encode_entry(base + i, loc, meta) for i, (loc, meta) in enumerate(entries))
+        added = b"".join(encode_new_entry(base + i, e) for i, e in enumerate(entries))
         if self.tail_size == 0 or self.tail_size + k <= max_tail:
             end = _tail_end(self.refs, self.low_water, self.tail_size + k, base + k, self.epoch)
             return self.raw[: self._tail_until] + added + end, base
@@ -562,5 +563,5 @@ def encode_head(
     refs: Sequence[SegmentRef], low_water: int, tail: Sequence[ManifestEntry], next_sequence: int, epoch: int
 ) -> bytes:
     """Encodes a whole head (a v1 manifest when ``refs`` is empty): what the golden vectors hold."""
-    body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension) for e in tail)
+    body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension, False) for e in tail)
     return (encode_refs(refs) if refs else b"") + body + _tail_end(refs, low_water, len(tail), next_sequence, epoch)
