@@ -82,4 +82,5 @@ object MetricNames {
   val BatchesReuploaded = "buffer.batches_reuploaded"
   val SegmentsSealed = "buffer.segments_sealed"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
+  val BatchesUnverified = "buffer.batches_unverified"
 }
