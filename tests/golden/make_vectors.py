@@ -89,7 +89,12 @@ def sealed_entry(sequence: int, location: str, metas: list[bytes], extension: by
 def integrity_json(batch: bytes, batch_file: str, sealed: bytes, extension: bytes) -> dict:
     crc_at = len(sealed) - len(extension) + 7 + 8
     (entry_crc,) = struct.unpack_from("<I", sealed, crc_at)
-    return {"byte_length": len(batch), "batch_crc32": zlib.crc32(batch), "entry_crc32": entry_crc, "batch_file": batch_file}
+    return {
+        "byte_length": len(batch),
+        "batch_crc32": zlib.crc32(batch),
+        "entry_crc32": entry_crc,
+        "batch_file": batch_file,
+    }
 
 
 # -- batch pieces -------------------------------------------------------------------------------
@@ -281,7 +286,9 @@ def build() -> tuple[list[dict], dict[str, bytes], dict]:
     valid_batch("batch_zstd", zblock + batch_footer(1, len(zrecs)), "zstd", zrecs, False)
     # osqueue writes zstd frames with the content checksum (docs/adr/0006); a flipped checksum byte
     # (the content intact) is caught by every zstd decoder.
-    zsum = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(records_block(zrecs))
+    zsum = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(
+        records_block(zrecs)
+    )
     batch_zstd_checksum = zsum + batch_footer(1, len(zrecs))
     valid_batch("batch_zstd_checksum", batch_zstd_checksum, "zstd", zrecs, False)
     flipped = zsum[:-1] + bytes([zsum[-1] ^ 0x01])
