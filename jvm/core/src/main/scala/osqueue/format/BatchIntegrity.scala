@@ -120,7 +120,7 @@ object BatchIntegrity {
   def mismatch(rec: EntryIntegrity, bytes: Array[Byte], key: String): CorruptBatchException =
     new CorruptBatchException(key,
       f"integrity check failed: expected ${rec.byteLength}%d bytes with CRC-32 0x${rec.batchCrc32}%08x, " +
-        f"read ${bytes.length}%d bytes with CRC-32 0x${crc32(bytes)}%08x")
+        f"read ${bytes.length}%d bytes with CRC-32 0x${crc32(bytes)}%08x", integrityMismatch = true)
 
   /**
    * Checks a batch read for an entry with a record, reading it once more (`reread`) on a
