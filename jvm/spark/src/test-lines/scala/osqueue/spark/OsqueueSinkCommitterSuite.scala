@@ -48,7 +48,8 @@ class OsqueueSinkCommitterSuite extends AnyFunSuite with OsqueueSinkTestUtils {
         val key = BatchNames.newKey("ingest", SystemClock.nowMillis())
         val bytes = BatchCodec.encode(Seq(s"p$partition-$i".getBytes(UTF_8)), Compression.None)
         store.put(key, bytes)
-        WrittenBatch(key, IndexedSeq(MetadataItem(0, 0L, Array.emptyByteArray)), 1, bytes.length.toLong)
+        WrittenBatch(key, IndexedSeq(MetadataItem(0, 0L, Array.emptyByteArray)), 1, bytes.length.toLong,
+          Some(BatchIntegrity.crc32(bytes)))
       })
   }
 
