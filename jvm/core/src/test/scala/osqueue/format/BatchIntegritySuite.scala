@@ -29,7 +29,8 @@ class BatchIntegritySuite extends AnyFunSuite {
   private def flip(bytes: Array[Byte], at: Int): Array[Byte] = { val b = bytes.clone(); b(at) = (b(at) ^ 0x10).toByte; b }
 
   for (compression <- Seq(Compression.None, Compression.Zstd))
-    test(s"the producer writes the record; a flipped byte in a ${compression.name} batch is CorruptBatch, and the consumer does not advance") {
+    test(
+      s"the producer writes the record; a flipped byte in a ${compression.name} batch is CorruptBatch, and the consumer does not advance") {
       val (store, entry) = produced(compression, Seq("one", "two" * 40))
       val bytes = store.get(entry.location).get.bytes
       val rec = BatchIntegrity.verifyEntry(entry, manifestKey).get

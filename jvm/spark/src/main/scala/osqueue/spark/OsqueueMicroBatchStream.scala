@@ -168,7 +168,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private def planOf(m: ManifestHead, from: Long, to: Long, delivered: EntryTag.Delivered, skip: Int): OsqueuePlanner.Plan =
     plans.planOf(m, from, to, delivered, skip)(queue.plan(m, from, to, delivered, options.failOnDataLoss, skip))
 
-  override def createReaderFactory(): PartitionReaderFactory = readers.copy(missingBatches = missingBatches, corruptBatches = corruptBatches)
+  override def createReaderFactory(): PartitionReaderFactory =
+    readers.copy(missingBatches = missingBatches, corruptBatches = corruptBatches)
 
   /** Spark committed the batch ending at `end`: the driver queue dequeues through `end - 1`, off Spark's path. */
   override def commit(end: Offset): Unit = queue.commit(ours(end))
