@@ -12,7 +12,7 @@ cd "$root"
 PYTHON_VERSIONS="${OSQUEUE_PYTHON_VERSIONS:-3.10 3.13}"
 pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
 deps="$(sed -n '/^dependencies = \[/,/^\]/p' pyproject.toml | grep -o '"[^"]*"' | tr -d '"' | tr '\n' ' ')"
-pyspark="$(grep -o '^spark = \["pyspark==[0-9.]*"\]' pyproject.toml | grep -o 'pyspark==[0-9.]*')"
+pyspark="$(grep -o '^spark = \["pyspark==[0-9.]*"' pyproject.toml | grep -o 'pyspark==[0-9.]*')"
 extra="pytest>=8 hypothesis>=6.100 $pyspark"
 for version in $PYTHON_VERSIONS; do
   interpreter="$(ls -d "$pyenv_root/versions/$version".* 2>/dev/null | sort -V | tail -1)"

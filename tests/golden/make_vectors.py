@@ -72,6 +72,31 @@ def tag_json(writer_id: str, batch_id: int, attempt_id: str) -> dict:
     return {"writer_id": writer_id, "batch_id": batch_id, "attempt_id": attempt_id}
 
 
+def integrity_record(batch: bytes) -> bytes:
+    """The type-3 entry-integrity record (docs/format.md §2.1) of a batch, entry_crc32 left 0."""
+    return b"OSQ1" + struct.pack("<BHIII", 3, 12, len(batch), zlib.crc32(batch), 0)
+
+
+def sealed_entry(sequence: int, location: str, metas: list[bytes], extension: bytes) -> bytes:
+    """entry() whose extension starts with a type-3 record, its entry_crc32 filled in: the CRC-32
+    of the entry from `sequence` to its end with those 4 bytes left out."""
+    e = entry(sequence, location, metas, extension)
+    crc_at = len(e) - len(extension) + 7 + 8
+    crc = zlib.crc32(e[4:crc_at] + e[crc_at + 4 :])
+    return e[:crc_at] + struct.pack("<I", crc) + e[crc_at + 4 :]
+
+
+def integrity_json(batch: bytes, batch_file: str, sealed: bytes, extension: bytes) -> dict:
+    crc_at = len(sealed) - len(extension) + 7 + 8
+    (entry_crc,) = struct.unpack_from("<I", sealed, crc_at)
+    return {
+        "byte_length": len(batch),
+        "batch_crc32": zlib.crc32(batch),
+        "entry_crc32": entry_crc,
+        "batch_file": batch_file,
+    }
+
+
 # -- batch pieces -------------------------------------------------------------------------------
 
 
@@ -259,6 +284,40 @@ def build() -> tuple[list[dict], dict[str, bytes], dict]:
     zrecs = [b"abcabcabcabcabcabcabcabcabc" * 4, b"", b"zstd"]
     zblock = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(records_block(zrecs))
     valid_batch("batch_zstd", zblock + batch_footer(1, len(zrecs)), "zstd", zrecs, False)
+    # osqueue writes zstd frames with the content checksum (docs/adr/0006); a flipped checksum byte
+    # (the content intact) is caught by every zstd decoder.
+    zsum = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(
+        records_block(zrecs)
+    )
+    batch_zstd_checksum = zsum + batch_footer(1, len(zrecs))
+    valid_batch("batch_zstd_checksum", batch_zstd_checksum, "zstd", zrecs, False)
+    flipped = zsum[:-1] + bytes([zsum[-1] ^ 0x01])
+    rejected("batch_zstd_checksum_mismatch", "batch", flipped + batch_footer(1, len(zrecs)), "CorruptBatch")
+    batch_none = records_block(recs) + batch_footer(0, len(recs))
+
+    # Entry-integrity records (docs/format.md §2.1): a type-3 record alone, one before a sink tag,
+    # one before an unknown length-prefixed record (type 9, skipped) and a sink tag, and a type-3
+    # record of the wrong length (ignored: an unverified entry).
+    tag = sink_tag("w", 7, "01J5T4R3KXBMZ7QV9N2WG8YDH9")
+    rows = [
+        (LOC_A, batch_none, "batch_none.bin", integrity_record(batch_none), None),
+        (LOC_B, batch_zstd_checksum, "batch_zstd_checksum.bin", integrity_record(batch_zstd_checksum) + tag, ("w", 7)),
+        (LOC_C, batch_none, "batch_none.bin", integrity_record(batch_none) + b"OSQ1\x09\x03\x00xyz" + tag, ("w", 7)),
+    ]
+    integrity_entries, integrity_entries_json = b"", []
+    for i, (loc, batch, batch_file, ext, has_tag) in enumerate(rows):
+        sealed = sealed_entry(20 + i, loc, [meta(0, T0 + i, b"m")], ext)
+        integrity_entries += sealed
+        j = entry_json(20 + i, loc, [meta_json(0, T0 + i, b"m")], sealed[len(sealed) - len(ext) :])
+        j["integrity"] = integrity_json(batch, batch_file, sealed, ext)
+        if has_tag:
+            j["tag"] = tag_json("w", 7, "01J5T4R3KXBMZ7QV9N2WG8YDH9")
+        integrity_entries_json.append(j)
+    wrong_len = b"OSQ1" + struct.pack("<BH", 3, 8) + struct.pack("<II", len(batch_none), zlib.crc32(batch_none))
+    integrity_entries += entry(23, LOC_D, [meta(0, T0, b"")], wrong_len)
+    integrity_entries_json.append(entry_json(23, LOC_D, [meta_json(0, T0, b"")], wrong_len) | {"integrity": None})
+    valid_manifest("manifest_integrity", integrity_entries + footer(4, 24, 5), 24, 5, integrity_entries_json)
+
     valid_batch("batch_single_empty_record", records_block([b""]) + batch_footer(0, 1), "none", [b""], True)
     # Readers accept several concatenated frames, and frames without a content size.
     part1, part2 = records_block(zrecs[:1]), records_block(zrecs[1:])

@@ -35,6 +35,8 @@ from osqueue.format import (  # noqa: E402
     encode_manifest,
     encode_ulid,
 )
+from osqueue.format.batch_integrity import record as integrity_record  # noqa: E402
+from osqueue.format.manifest_codec import encode_entry  # noqa: E402
 from osqueue.producer import DurableWrite, Producer  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -114,11 +116,16 @@ def queue(tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[DurableWrite]]:
 # -- inspect --------------------------------------------------------------------------------------
 
 
-def _expected_json(results: list[DurableWrite], epoch: int) -> dict[str, Any]:
+def _expected_json(results: list[DurableWrite], epoch: int, root: pathlib.Path) -> dict[str, Any]:
     loc = [results[0].location, results[2].location, results[3].location]
 
     def item(start: int, t: int, payload: bytes) -> dict[str, Any]:
         return {"start_index": start, "ingestion_time_ms": t, "payload_base64": base64.b64encode(payload).decode()}
+
+    def ext(seq: int, metas: list[MetadataItem]) -> str:
+        """The entry-integrity record of the batch (docs/format.md §2.1), its entry_crc32 computed."""
+        rec = integrity_record((root / loc[seq]).read_bytes())
+        return base64.b64encode(encode_entry(seq, loc[seq], metas, rec)[-len(rec) :]).decode()
 
     return {
         "version": 1,
@@ -129,10 +136,20 @@ def _expected_json(results: list[DurableWrite], epoch: int) -> dict[str, Any]:
                 "sequence": 0,
                 "location": loc[0],
                 "metadata": [item(0, T0_MS, b"m0"), item(2, T0_MS, b"m1")],
-                "extension_base64": "",
+                "extension_base64": ext(0, [MetadataItem(0, T0_MS, b"m0"), MetadataItem(2, T0_MS, b"m1")]),
             },
-            {"sequence": 1, "location": loc[1], "metadata": [item(0, T0_MS + 1000, b"m2")], "extension_base64": ""},
-            {"sequence": 2, "location": loc[2], "metadata": [item(0, T0_MS + 2000, b"m3")], "extension_base64": ""},
+            {
+                "sequence": 1,
+                "location": loc[1],
+                "metadata": [item(0, T0_MS + 1000, b"m2")],
+                "extension_base64": ext(1, [MetadataItem(0, T0_MS + 1000, b"m2")]),
+            },
+            {
+                "sequence": 2,
+                "location": loc[2],
+                "metadata": [item(0, T0_MS + 2000, b"m3")],
+                "extension_base64": ext(2, [MetadataItem(0, T0_MS + 2000, b"m3")]),
+            },
         ],
     }
 
@@ -142,7 +159,9 @@ def test_inspect_json_dumps_the_manifest_exactly(queue: tuple[pathlib.Path, list
     assert results[0].location == results[1].location  # a, b and c share the first batch
     result = run("inspect", str(root), "--json")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout) == _expected_json(results, decode_manifest(manifest_bytes(root), MANIFEST).epoch)
+    assert json.loads(result.stdout) == _expected_json(
+        results, decode_manifest(manifest_bytes(root), MANIFEST).epoch, root
+    )
     assert result.stderr == ""
 
 
@@ -172,7 +191,9 @@ def test_inspect_json_in_a_subprocess(queue: tuple[pathlib.Path, list[DurableWri
     root, results = queue
     proc = run_process("inspect", f"file:{root}", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == _expected_json(results, decode_manifest(manifest_bytes(root), MANIFEST).epoch)
+    assert json.loads(proc.stdout) == _expected_json(
+        results, decode_manifest(manifest_bytes(root), MANIFEST).epoch, root
+    )
 
 
 def test_inspect_table(queue: tuple[pathlib.Path, list[DurableWrite]]) -> None:

@@ -252,14 +252,15 @@ def test_decode_batch_mutated_zstd(records: list[bytes], data: st.DataObject) ->
         pass
 
 
-def test_zstd_block_is_level3_frame_with_content_size() -> None:
+def test_zstd_block_is_level3_frame_with_content_size_and_checksum() -> None:
     import zstandard
 
     records = [b"x" * 100, b""]
     data = encode_batch(records, Compression.ZSTD)
     block = data[:-7]
     assert zstandard.frame_content_size(block) == 4 + 100 + 4
-    assert block == zstandard.ZstdCompressor(level=3, write_content_size=True).compress(
+    assert zstandard.get_frame_parameters(block).has_checksum  # docs/adr/0006
+    assert block == zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(
         struct.pack("<I", 100) + b"x" * 100 + struct.pack("<I", 0)
     )
 

@@ -42,7 +42,7 @@ def test_every_line_has_a_pyspark_in_the_test_matrix() -> None:
     env = (ROOT / ".ci" / "pyspark-lines.env").read_text(encoding="utf-8")
     matrix = re.findall(r'^PYSPARK_LINE_VERSIONS="([^"]*)"', env, re.M)[0].split()
     # The project venv's pyspark (pyproject.toml's `spark` extra) runs the full suite.
-    project_venv = re.findall(r'^spark = \["pyspark==([\d.]+)"\]', (ROOT / "pyproject.toml").read_text(), re.M)[0]
+    project_venv = re.findall(r'^spark = \["pyspark==([\d.]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[0]
     tested = {_line(v) for v in [*matrix, project_venv]}
     built = {_line(line) for line, _ in SPARK_LINES}
     assert built - tested == set(), "a line whose connector no pyspark runs"

@@ -151,7 +151,7 @@ def _tail_read_only(
             for entry in tree.entries_following(head, start, reread):
                 if _done(state, max_batches):
                     break
-                descriptor = BatchDescriptor(entry.sequence, entry.location, list(entry.metadata))
+                descriptor = BatchDescriptor.of(entry, manifest_store.key)
                 try:
                     batch = fetcher.fetch(descriptor)
                 except BatchNotFoundError:

@@ -8,6 +8,7 @@ from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import BatchNotFoundError
 from osqueue.format.batch_codec import decode_batch
+from osqueue.format.batch_integrity import verify
 from osqueue.format.manifest import MetadataItem
 from osqueue.queue.queue_consumer import BatchDescriptor
 from osqueue.store.object_store import ObjectStore
@@ -67,15 +68,25 @@ class FetchHandle:
 
         Raises:
             BatchNotFoundError: The batch object does not exist.
-            CorruptBatchError: The batch does not decode (naming its key). It is never skipped.
+            CorruptBatchError: The batch does not decode, or does not match the entry's integrity
+                record (length and CRC-32, read twice) (naming its key). It is never skipped.
             InvalidObjectKeyError: The location is not a plain key under the store root (a hostile
                 or foreign manifest entry), as on the JVM; nothing outside the root is read.
             StoreError: The store failed.
         """
         started = self._clock.monotonic()
-        obj = self._store.get(descriptor.location)
-        if obj is None:
-            raise BatchNotFoundError(descriptor.location, descriptor.sequence)
-        records = decode_batch(obj.data, descriptor.location)
+
+        def get() -> bytes:
+            obj = self._store.get(descriptor.location)
+            if obj is None:
+                raise BatchNotFoundError(descriptor.location, descriptor.sequence)
+            return obj.data
+
+        if descriptor.integrity is None:
+            self._metrics.counter(m.BATCHES_UNVERIFIED).inc()
+            data = get()
+        else:  # one re-GET on a mismatch (docs/format.md §2.1)
+            data = verify(descriptor.integrity, get(), descriptor.location, get)
+        records = decode_batch(data, descriptor.location)
         self._metrics.histogram(m.FETCH_DURATION).observe(self._clock.monotonic() - started)
         return ConsumedBatch(records, descriptor.sequence, descriptor.location, list(descriptor.metadata))

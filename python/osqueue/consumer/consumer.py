@@ -279,7 +279,7 @@ class Consumer:
                 self._check_contiguous(e.sequence)
             state, last = a.after, e.sequence
             if a.admitted:
-                descriptors.append(BatchDescriptor(e.sequence, e.location, list(e.metadata)))
+                descriptors.append(BatchDescriptor.of(e, self._queue.manifest.key))
             else:
                 skipped.append(e.sequence)
         return _Scan(descriptors, skipped, last, state)

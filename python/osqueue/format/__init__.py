@@ -10,6 +10,7 @@ and are O(1) in the number of entries (:func:`append_entries`, :func:`with_epoch
 """
 
 from osqueue.format.batch_codec import BATCH_FOOTER_LEN, MAX_DECOMPRESSED_BLOCK, Compression, decode_batch, encode_batch
+from osqueue.format.batch_integrity import EntryIntegrity, integrity_of, verify_entry
 from osqueue.format.batch_names import (
     BATCH_SUFFIX,
     SupportsNowMs,
@@ -67,10 +68,13 @@ __all__ = [
     "MetadataItem",
     "ManifestEntry",
     "Manifest",
+    "EntryIntegrity",
     "EntryTag",
     "Delivered",
     "Admission",
     "append_entries",
+    "integrity_of",
+    "verify_entry",
     "iter_entry_locations",
     "dequeue_through",
     "with_epoch",

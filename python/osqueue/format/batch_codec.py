@@ -45,7 +45,7 @@ def encode_batch(records: Sequence[bytes], compression: Compression = Compressio
     if compression is Compression.ZSTD:
         import zstandard
 
-        block = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(block)
+        block = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(block)
     return block + _BATCH_FOOTER.pack(int(compression), len(records), FORMAT_VERSION)
 
 

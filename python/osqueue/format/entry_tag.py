@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from osqueue.errors import InvalidConfigError
+from osqueue.format.batch_integrity import sink_tag_bytes
 from osqueue.format.manifest import ManifestEntry
 from osqueue.format.manifest_codec import I64_MAX, I64_MIN, U16_MAX
 
@@ -53,8 +54,12 @@ class EntryTag:
     @staticmethod
     def decode(extension: bytes) -> EntryTag | None:
         """The tag in an entry's extension bytes, or None when they are not exactly one
-        (readers ignore other extensions, as RFC 0001 readers ignore all of them)."""
-        ext = bytes(extension)
+        (readers ignore other extensions, as RFC 0001 readers ignore all of them). The tag is the
+        last of the extension records (docs/format.md §2.1), after any integrity record."""
+        found = sink_tag_bytes(bytes(extension)) if extension else None
+        if found is None:
+            return None
+        ext = found
         if len(ext) < _TAG_HEAD.size + _TAG_MID.size:
             return None
         magic, tag_type, writer_len = _TAG_HEAD.unpack_from(ext)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 MAX_SEQUENCE = (1 << 63) - 1
@@ -61,3 +62,8 @@ class Manifest:
     def first_sequence(self) -> int:
         """The first entry's sequence, or ``next_sequence`` when the manifest is empty."""
         return self.entries[0].sequence if self.entries else self.next_sequence
+
+
+NewEntry = tuple[str, Sequence[MetadataItem]] | tuple[str, Sequence[MetadataItem], bytes]
+"""An entry to append: ``(location, metadata)`` or ``(location, metadata, extension)``; the
+manifest assigns its sequence (JVM: ``NewEntry``)."""

@@ -7,7 +7,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from osqueue.errors import CorruptManifestError, InvalidConfigError, UnsupportedFormatVersionError
-from osqueue.format.manifest import MAX_SEQUENCE, MAX_START_INDEX, Manifest, ManifestEntry, MetadataItem
+from osqueue.format.batch_integrity import seal
+from osqueue.format.manifest import MAX_SEQUENCE, MAX_START_INDEX, Manifest, ManifestEntry, MetadataItem, NewEntry
 
 FORMAT_VERSION = 1
 """The only format version this osqueue reads and writes."""
@@ -169,8 +170,16 @@ def _check_sequences(entries: Sequence[ManifestEntry], next_sequence: int, key: 
         )
 
 
-def encode_entry(sequence: int, location: str, metadata: Sequence[MetadataItem], extension: bytes = b"") -> bytes:
-    """Encodes one manifest entry (``entry_len`` included).
+def encode_entry(
+    sequence: int,
+    location: str,
+    metadata: Sequence[MetadataItem],
+    extension: bytes = b"",
+    seal_integrity: bool = True,
+) -> bytes:
+    """Encodes one manifest entry (``entry_len`` included). An entry-integrity record in
+    ``extension`` (docs/format.md §2.1) covers the sequence: its ``entry_crc32`` is computed here,
+    unless ``seal_integrity`` is False (an entry decoded before, carried byte for byte).
 
     Raises:
         InvalidConfigError: A field does not fit its wire type.
@@ -199,7 +208,8 @@ def encode_entry(sequence: int, location: str, metadata: Sequence[MetadataItem],
     if body_len > U32_MAX:
         raise InvalidConfigError("entry", body_len, "an entry is at most 2^32 - 1 bytes")
     parts[0] = U32.pack(body_len)
-    return b"".join(parts)
+    encoded = b"".join(parts)
+    return seal(encoded, len(encoded) - len(extension)) if seal_integrity and extension else encoded
 
 
 def encode_manifest(manifest: Manifest) -> bytes:
@@ -221,7 +231,7 @@ def encode_manifest(manifest: Manifest) -> bytes:
         raise InvalidConfigError("epoch", manifest.epoch, "the epoch is a u64")
     if len(entries) > U32_MAX:
         raise InvalidConfigError("entries", len(entries), "at most 2^32 - 1 entries")
-    body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension) for e in entries)
+    body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension, False) for e in entries)
     return body + footer_bytes(len(entries), manifest.next_sequence, manifest.epoch)
 
 
@@ -246,3 +256,8 @@ def walk_headers(raw: bytes, key: str) -> Iterator[tuple[int, int, int, int]]:
         pos = entry_end
     if pos != end:
         raise CorruptManifestError(key, f"{end - pos} bytes left between the last entry and the footer")
+
+
+def encode_new_entry(sequence: int, entry: NewEntry) -> bytes:
+    """Encodes an entry to append at ``sequence`` (its integrity record, if any, computed for it)."""
+    return encode_entry(sequence, entry[0], entry[1], entry[2] if len(entry) == 3 else b"")

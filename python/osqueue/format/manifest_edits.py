@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from osqueue.errors import CorruptManifestError, InvalidConfigError
-from osqueue.format.manifest import MAX_SEQUENCE, MetadataItem
+from osqueue.format.manifest import MAX_SEQUENCE, NewEntry
 from osqueue.format.manifest_codec import (
     MANIFEST_FOOTER_LEN,
     U32_MAX,
     U64_MAX,
     ManifestFooter,
     empty_manifest,
-    encode_entry,
+    encode_new_entry,
     footer_bytes,
     read_manifest_footer,
     walk_headers,
@@ -21,7 +21,7 @@ from osqueue.format.manifest_codec import (
 
 def append_entries(
     raw: bytes | None,
-    new_entries: Sequence[tuple[str, Sequence[MetadataItem]]],
+    new_entries: Sequence[NewEntry],
     key: str = "manifest",
     new_epoch: int = 0,
 ) -> tuple[bytes, int]:
@@ -32,7 +32,7 @@ def append_entries(
 
     Args:
         raw: The current manifest bytes, or None when the object is missing (empty manifest).
-        new_entries: ``(location, metadata)`` pairs, in order.
+        new_entries: ``(location, metadata)`` pairs (or with their extension bytes third), in order.
         key: The manifest's key, for error messages.
         new_epoch: The epoch of a manifest this append creates (``raw`` None): writers pass
             :func:`new_incarnation_epoch`.
@@ -47,7 +47,7 @@ def append_entries(
         raise CorruptManifestError(key, "appending would exceed 2^32 - 1 entries")
     if first + k > MAX_SEQUENCE:
         raise CorruptManifestError(key, "appending would take sequences past 2^63")
-    body = b"".join(encode_entry(first + i, loc, meta) for i, (loc, meta) in enumerate(new_entries))
+    body = b"".join(encode_new_entry(first + i, e) for i, e in enumerate(new_entries))
     prefix = b"" if raw is None else raw[: len(raw) - MANIFEST_FOOTER_LEN]
     return prefix + body + footer_bytes(footer.entry_count + k, first + k, footer.epoch), first
 

@@ -23,7 +23,7 @@ from osqueue.format.head_sections import (
     frame_head,
     parse_sections_frame,
 )
-from osqueue.format.manifest import MAX_SEQUENCE, ManifestEntry, MetadataItem
+from osqueue.format.manifest import MAX_SEQUENCE, ManifestEntry, NewEntry
 from osqueue.format.manifest_codec import (
     FORMAT_VERSION,
     MANIFEST_FOOTER,
@@ -32,6 +32,7 @@ from osqueue.format.manifest_codec import (
     U64_MAX,
     decode_manifest,
     encode_entry,
+    encode_new_entry,
     footer_bytes,
     read_manifest_footer,
 )
@@ -421,14 +422,13 @@ class RawHead:
 
     def appended(
         self,
-        entries: Sequence[tuple[str, Sequence[MetadataItem]]],
+        entries: Sequence[NewEntry],
         max_tail: int,
         seal: Callable[[SealedTail], SegmentRef],
         fold: Callable[[Sequence[SegmentRef]], SegmentRef],
-        extension: bytes = b"",
     ) -> tuple[bytes, int]:
-        """Appends ``(location, metadata)`` entries at ``next_sequence``, each with ``extension`` (the
-        sink's entry tag, docs/format.md §2.1; empty for producers). When the tail would exceed
+        """Appends entries (``NewEntry``: location, metadata and an optional extension, docs/format.md
+        §2.1) at ``next_sequence``. When the tail would exceed
         ``max_tail`` (K) entries, the current tail is sealed first: ``seal`` stores the segment and returns
         its ref, and the new entries become the whole tail. Then the refs are folded (F = ``fanout(K)``):
         while the last F refs have one level and none of them is the first ref, ``fold`` stores them as an
@@ -442,7 +442,7 @@ class RawHead:
         base = self.next_sequence
         if base + k > MAX_SEQUENCE:
             raise CorruptManifestError(self.key, "appending would take sequences past 2^63")
-        added = b"".join(encode_entry(base + i, loc, meta, extension) for i, (loc, meta) in enumerate(entries))
+        added = b"".join(encode_new_entry(base + i, e) for i, e in enumerate(entries))
         if self.tail_size == 0 or self.tail_size + k <= max_tail:
             body = self.raw[self._refs_from : self._tail_until] + added
             low = self.first_sequence if self.refs or self.tail_size else base
@@ -592,7 +592,7 @@ def encode_head(
     sections: HeadSections = NO_SECTIONS,
 ) -> bytes:
     """Encodes a whole head (a v1 manifest when ``refs`` and ``sections`` are empty): what the golden vectors hold."""
-    body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension) for e in tail)
+    body = b"".join(encode_entry(e.sequence, e.location, e.metadata, e.extension, False) for e in tail)
     return _framed(
         sections, refs, (encode_refs(refs) if refs else b"") + body, low_water, len(tail), next_sequence, epoch
     )

@@ -29,6 +29,7 @@ from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, InvalidObjectKeyError, QueueFullError
 from osqueue.format.batch_codec import Compression, encode_batch
+from osqueue.format.batch_integrity import record as integrity_record
 from osqueue.format.batch_names import new_batch_key
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
@@ -555,6 +556,7 @@ class Producer:
                 reupload=lambda: self._upload(data),
                 max_age_ms=self._grace_ms // 2,
                 put_started=put_started,
+                extension=integrity_record(data),
             )
         except BaseException as e:
             self._finish(batch, None, e, started, 0)

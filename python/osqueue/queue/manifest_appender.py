@@ -15,7 +15,7 @@ from osqueue.errors import AmbiguousCommitError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch
 from osqueue.format.index_object import decode_segment, fold_index
-from osqueue.format.manifest import MetadataItem
+from osqueue.format.manifest import MetadataItem, NewEntry
 from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import (
     DEFAULT_SEGMENT_ENTRIES,
@@ -58,6 +58,8 @@ class _Pending:
     # When its PUT started, by ``clock.monotonic()`` (None: uploaded elsewhere; its ULID time is used).
     put_started: float | None = None
     clock: Clock | None = None
+    # The entry's extension records (docs/format.md §2.1): the batch's integrity record.
+    extension: bytes = b""
 
 
 class ManifestAppender:
@@ -175,7 +177,7 @@ class ManifestAppender:
         tries = 0
         while True:
             self._refresh_stale(group)
-            entries = [(p.location, p.metadata) for p in group]
+            entries: list[NewEntry] = [(p.location, p.metadata, p.extension) for p in group]
             put_started: list[float] = []
             new_raw, base = parse_head(raw, self.manifest.key).appended(
                 entries,

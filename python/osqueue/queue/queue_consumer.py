@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import FencedError, IllegalQueueStateError, InvalidConfigError, ResumePointError, StoreError
+from osqueue.format.batch_integrity import EntryIntegrity, verify_entry
 from osqueue.format.dequeue_receipts import MAX_RECEIPTS, DequeueReceipts
 from osqueue.format.head_sections import HEAD_SECTIONS_VERSION, HeadSections, UnnamedReader
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch, next_epoch
@@ -38,11 +39,23 @@ class BatchDescriptor:
         sequence: The entry's sequence.
         location: The batch key.
         metadata: The entry's metadata items.
+        integrity: The entry's integrity record (docs/format.md §2.1), None when it has none.
     """
 
     sequence: int
     location: str
     metadata: list[MetadataItem] = field(default_factory=list)
+    integrity: EntryIntegrity | None = None
+
+    @staticmethod
+    def of(entry: ManifestEntry, manifest_key: str) -> BatchDescriptor:
+        """The descriptor of an entry taken for delivery: its ``entry_crc32`` is checked here.
+
+        Raises:
+            CorruptManifestError: The entry's own CRC does not match (naming ``manifest_key`` and
+                the sequence).
+        """
+        return BatchDescriptor(entry.sequence, entry.location, list(entry.metadata), verify_entry(entry, manifest_key))
 
 
 class QueueConsumer:
@@ -352,7 +365,7 @@ class QueueConsumer:
             if len(out) >= max_count:
                 break
             if after is None or e.sequence > after:
-                out.append(BatchDescriptor(e.sequence, e.location, list(e.metadata)))
+                out.append(BatchDescriptor.of(e, self.manifest.key))
         return out, current
 
     def dequeue_through(self, sequence: int) -> int:

@@ -89,6 +89,7 @@ class QueueProducer:
         reupload: Callable[[], str] | None = None,
         max_age_ms: int | None = None,
         put_started: float | None = None,
+        extension: bytes = b"",
     ) -> Future[EnqueueResult]:
         """Submits a location for the next manifest write.
 
@@ -101,18 +102,22 @@ class QueueProducer:
             put_started: When the location's PUT started, by this producer's clock's ``monotonic()``;
                 without it the location's ULID time is its start, which trusts the uploader's wall
                 clock to agree with this one (docs/format.md §6).
+            extension: The entry's extension records (docs/format.md §2.1), e.g. the batch's
+                integrity record (``osqueue.format.batch_integrity.record``).
 
         Returns:
             A future of the entry's sequence and final location.
         """
         validate_key(location)
         metadata = list(metadata)
-        encode_entry(0, location, metadata)  # fails here, not in a shared group write
+        encode_entry(0, location, metadata, extension)  # fails here, not in a shared group write
         with self._lock:
             if self._closed:
                 raise IllegalQueueStateError("this QueueProducer is closed")
             future: Future[EnqueueResult] = Future()
-            self._committer.submit(_Pending(location, metadata, future, reupload, max_age_ms, put_started, self._clock))
+            self._committer.submit(
+                _Pending(location, metadata, future, reupload, max_age_ms, put_started, self._clock, extension)
+            )
             return future
 
     def enqueue(

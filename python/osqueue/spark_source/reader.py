@@ -24,8 +24,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from osqueue.clock import SystemClock
-from osqueue.errors import BatchNotFoundError, FencedError
+from osqueue.errors import BatchNotFoundError, CorruptBatchError, FencedError
 from osqueue.format.batch_codec import decode_batch
+from osqueue.format.batch_integrity import EntryIntegrity, verify, verify_entry
 from osqueue.format.entry_tag import Delivered
 from osqueue.format.incarnation import incarnation_of
 from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
@@ -74,6 +75,7 @@ class BatchPartition(InputPartition):
     key: str
     metadata: tuple[MetadataItem, ...]
     fail_on_data_loss: bool
+    integrity: EntryIntegrity | None  # its producer's length and CRC (None: an RFC writer's entry, unverified)
 
 
 def read_partition(partition: BatchPartition) -> Iterator[pa.RecordBatch]:
@@ -85,7 +87,22 @@ def read_partition(partition: BatchPartition) -> Iterator[pa.RecordBatch]:
             raise data_loss(partition.location, f"the batch file of entry {partition.sequence} is gone ({error})")
         _log.warning("skipping entry %d of '%s': %s", partition.sequence, partition.location.identity, error)
         return
-    records = decode_batch(obj.data, partition.key)
+    data = obj.data
+    if partition.integrity is not None:
+        store = store_of(partition.location)
+
+        def reread() -> bytes:
+            again = store.get(partition.key)
+            return b"" if again is None else again.data
+
+        try:
+            data = verify(partition.integrity, data, partition.key, reread)
+        except CorruptBatchError as e:
+            if partition.fail_on_data_loss:
+                raise  # as the JVM source: the core condition, naming the object
+            _log.warning("skipping entry %d of '%s': %s", partition.sequence, partition.location.identity, e)
+            return
+    records = decode_batch(data, partition.key)
     n = len(records)
     items = sorted(partition.metadata, key=lambda i: i.start_index)
     times: list[int | None] = [None] * n
@@ -119,7 +136,18 @@ def data_loss(location: QueueLocation, reason: str) -> OsqueueSparkError:
 def partitions_of(
     location: QueueLocation, entries: Sequence[ManifestEntry], fail_on_data_loss: bool
 ) -> list[BatchPartition]:
-    return [BatchPartition(location, e.sequence, e.location, tuple(e.metadata), fail_on_data_loss) for e in entries]
+    """One partition per entry; each entry's own CRC is checked here, on the driver (CorruptManifest)."""
+    return [
+        BatchPartition(
+            location,
+            e.sequence,
+            e.location,
+            tuple(e.metadata),
+            fail_on_data_loss,
+            verify_entry(e, location.manifest_path),
+        )
+        for e in entries
+    ]
 
 
 class OsqueueBatchReader(DataSourceReader):

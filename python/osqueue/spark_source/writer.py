@@ -29,11 +29,12 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from osqueue.clock import SystemClock
 from osqueue.format.batch_codec import encode_batch
+from osqueue.format.batch_integrity import record as integrity_record
 from osqueue.format.batch_names import encode_ulid, new_batch_key
 from osqueue.format.entry_tag import EntryTag
 from osqueue.format.incarnation import new_incarnation_epoch
 from osqueue.format.index_object import fold_index
-from osqueue.format.manifest import MetadataItem
+from osqueue.format.manifest import MetadataItem, NewEntry
 from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import SealedTail, SegmentRef, parse_head
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Write
@@ -87,6 +88,7 @@ class WrittenBatch:
     location: str
     metadata: tuple[MetadataItem, ...]
     records: int
+    integrity: bytes  # its entry-integrity record (docs/format.md §2.1), which the driver's append carries
 
 
 @dataclass
@@ -118,8 +120,9 @@ def write_task(options: SinkOptions, rows: Iterator[tuple[Any, Any]]) -> Osqueue
         nonlocal records, metadata, size
         if records:
             key = new_batch_key(options.location.data_path_prefix, clock)
-            store.put(key, encode_batch(records, options.compression))
-            written.append(WrittenBatch(key, tuple(metadata), len(records)))
+            data = encode_batch(records, options.compression)
+            store.put(key, data)
+            written.append(WrittenBatch(key, tuple(metadata), len(records), integrity_record(data)))
             records, metadata, size = [], [], 0
 
     try:
@@ -273,7 +276,7 @@ class SinkCommitter:
             return
         for prefix in {b.location.rpartition("/")[0] for b in batches} - {""}:
             claim_data_prefix(self.store, self.manifests.key, prefix, self.clock)
-        entries = [(b.location, list(b.metadata)) for b in batches]
+        entries: list[NewEntry] = [(b.location, list(b.metadata), b.integrity + tag) for b in batches]
         k = self.options.manifest_segment_entries
 
         def seal(sealed: SealedTail) -> SegmentRef:
@@ -286,7 +289,7 @@ class SinkCommitter:
             if previous is not None and snapshot.raw is not None and self._landed(snapshot.raw, batches):
                 return Done(None)  # an earlier attempt of unknown outcome landed
             raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
-            new_raw, _ = parse_head(raw, self.manifests.key).appended(entries, k, seal, fold, tag)
+            new_raw, _ = parse_head(raw, self.manifests.key).appended(entries, k, seal, fold)
             return Write(new_raw, lambda: None)
 
         self._manifest_loop.run(step)

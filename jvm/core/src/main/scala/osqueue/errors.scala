@@ -34,8 +34,12 @@ final class InvalidObjectKeyException(val key: String, reason: String)
 final class CorruptManifestException(val key: String, detail: String)
     extends OsqueueException(s"corrupt queue manifest '$key': $detail", ErrorKind.PersistentState)
 
-/** A batch object does not decode. `key` names the object in its store. */
-final class CorruptBatchException(val key: String, detail: String, cause: Throwable = null)
+/**
+ * A batch object does not decode, or (`integrityMismatch`) does not match its entry's integrity
+ * record (docs/format.md §2.1: the Spark source then follows `failOnDataLoss`). `key` names the object.
+ */
+final class CorruptBatchException(val key: String, detail: String, cause: Throwable = null,
+    val integrityMismatch: Boolean = false)
     extends OsqueueException(s"corrupt data batch '$key': $detail", ErrorKind.PersistentState, cause)
 
 /** A manifest or batch was written by a newer (or unknown) format version; `reads`: the versions the refusing reader reads. */

@@ -212,7 +212,7 @@ final class Consumer(
       val a = admissions.next()
       state = a.after
       last = Some(a.entry.sequence)
-      if (a.admitted) { ds += BatchDescriptor.of(a.entry); n += 1 }
+      if (a.admitted) { ds += BatchDescriptor.of(a.entry, config.manifestPath); n += 1 }
       else skips += a.entry.sequence
     }
     val s = Scan(ds.result(), skips.result(), last, state)

@@ -3,7 +3,7 @@ package osqueue.format
 import java.io.{ByteArrayInputStream, ByteArrayOutputStream, IOException}
 import java.nio.{ByteBuffer, ByteOrder}
 
-import com.github.luben.zstd.{Zstd, ZstdInputStream}
+import com.github.luben.zstd.{ZstdCompressCtx, ZstdInputStream}
 
 import osqueue.{CorruptBatchException, InvalidConfigException, UnsupportedFormatVersionException}
 
@@ -42,11 +42,20 @@ object BatchCodec {
     records.foreach(r => block.putInt(r.length).put(r))
     val body = compression match {
       case Compression.None => block.array()
-      case Compression.Zstd => Zstd.compress(block.array(), ZstdLevel)
+      case Compression.Zstd => compress(block.array())
     }
     val out = ByteBuffer.allocate(body.length + FooterSize).order(ByteOrder.LITTLE_ENDIAN)
     out.put(body).put(compression.id.toByte).putInt(records.size).putShort(Version.toShort)
     out.array()
+  }
+
+  /** One frame at level 3 with the content size and the frame's content checksum (§3, docs/adr/0006). */
+  private def compress(block: Array[Byte]): Array[Byte] = {
+    val ctx = new ZstdCompressCtx()
+    try {
+      ctx.setLevel(ZstdLevel).setContentSize(true).setChecksum(true)
+      ctx.compress(block)
+    } finally ctx.close()
   }
 
   def decode(bytes: Array[Byte], key: String): IndexedSeq[Array[Byte]] = {

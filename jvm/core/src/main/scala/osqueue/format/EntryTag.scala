@@ -25,7 +25,11 @@ object EntryTag {
   private val Magic = "OSQ1".getBytes(UTF_8)
   private val SinkTag: Byte = 1
 
-  def decode(extension: Array[Byte]): Option[EntryTag] = {
+  /** The sink tag ending an entry's extension records (§2.1), if there is one. */
+  def decode(extension: Array[Byte]): Option[EntryTag] =
+    if (extension.length == 0) None else BatchIntegrity.sinkTagBytes(extension).flatMap(decodeTag)
+
+  private def decodeTag(extension: Array[Byte]): Option[EntryTag] = {
     if (extension.length < 4 + 1 + 2 + 8 + 1 || !extension.take(4).sameElements(Magic) || extension(4) != SinkTag) None
     else {
       val b = ByteBuffer.wrap(extension).order(ByteOrder.LITTLE_ENDIAN).position(5)

@@ -42,7 +42,8 @@ object ManifestCodec {
   }
 
   def encodeEntry(out: java.io.ByteArrayOutputStream, sequence: Long, location: String,
-      metadata: IndexedSeq[MetadataItem], extension: Array[Byte] = Array.emptyByteArray): Unit = {
+      metadata: IndexedSeq[MetadataItem], extension: Array[Byte] = Array.emptyByteArray,
+      sealIntegrity: Boolean = true): Unit = {
     val loc = location.getBytes(StandardCharsets.UTF_8)
     require(loc.length <= 0xFFFF, s"location longer than 65535 bytes: $location")
     val len = EntryFixedSize + loc.length + metadata.map(MetadataFixedSize + _.payload.length).sum + extension.length
@@ -52,12 +53,15 @@ object ManifestCodec {
       b.putInt(m.startIndex).putLong(m.ingestionTimeMs).putInt(m.payload.length).put(m.payload)
     }
     b.put(extension)
+    // An entry-integrity record (§2.1) covers the sequence: its entry_crc32 is computed here.
+    if (sealIntegrity && extension.length > 0) BatchIntegrity.seal(b.array(), 4 + len - extension.length)
     out.write(b.array())
   }
 
   def encode(m: Manifest): Array[Byte] = {
     val out = new java.io.ByteArrayOutputStream()
-    m.entries.foreach(e => encodeEntry(out, e.sequence, e.location, e.metadata, e.extension))
+    // Decoded entries are carried byte for byte: their integrity records are not computed again.
+    m.entries.foreach(e => encodeEntry(out, e.sequence, e.location, e.metadata, e.extension, sealIntegrity = false))
     out.write(encodeFooter(ManifestFooter(m.entries.size, m.nextSequence, m.epoch)))
     out.toByteArray
   }

@@ -88,4 +88,5 @@ object MetricNames {
   val SpoolDroppedEntries = "buffer.spool_dropped_entries"
   val SpoolFullWaits = "buffer.spool_full_waits"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
+  val BatchesUnverified = "buffer.batches_unverified"
 }

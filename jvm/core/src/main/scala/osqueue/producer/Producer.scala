@@ -6,7 +6,7 @@ import scala.collection.mutable.ArrayBuffer
 import scala.util.control.NonFatal
 
 import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException, RandomSource, SystemClock, SystemRandomSource}
-import osqueue.format.{BatchCodec, BatchNames, MetadataItem}
+import osqueue.format.{BatchCodec, BatchIntegrity, BatchNames, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{DataPrefixOwner, ManifestStore, PendingLocation, QueueProducer}
 import osqueue.store.ObjectStore
@@ -194,7 +194,8 @@ final class Producer(
         key
       }
       val putStarted = clock.nanoTime() // the age that counts is the PUT's, by this clock's own rate (§6)
-      val pendingLocation = new PendingLocation(upload(), metadata, upload, uploadStartedNanos = Some(putStarted))
+      val pendingLocation = new PendingLocation(upload(), metadata, upload,
+        extension = BatchIntegrity.record(bytes), uploadStartedNanos = Some(putStarted))
       val enqueued = queueProducer.enqueue(pendingLocation).whenComplete { (sequence, error) =>
         if (error != null) inputs.foreach(_._1.handle.future.completeExceptionally(unwrap(error)))
         else {

@@ -154,8 +154,9 @@ class ConsumerSuite extends AnyFunSuite {
     val missing = intercept[BatchNotFoundException](c.nextBatch())
     assert(missing.getMessage.contains(m.entries(0).location) && missing.sequence == 0)
     store.put(m.entries(0).location, BatchCodec.encode(Seq(Array[Byte](1)), Compression.None).dropRight(1))
-    val corrupt = intercept[UnsupportedFormatVersionException](c.nextBatch())
-    assert(corrupt.getMessage.contains(m.entries(0).location))
+    // Other bytes than the entry's record describes (docs/format.md §2.1): refused before decoding.
+    val corrupt = intercept[CorruptBatchException](c.nextBatch())
+    assert(corrupt.getMessage.contains(m.entries(0).location) && corrupt.getMessage.contains("integrity check failed"))
     store.put(m.entries(0).location, Array[Byte](1, 2))
     intercept[CorruptBatchException](c.nextBatch())
   }

@@ -10,10 +10,15 @@ import org.apache.spark.sql.connector.write.{DataWriter, DataWriterFactory, Writ
 import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory
 
 import osqueue.{Clock, SystemClock}
-import osqueue.format.{BatchCodec, BatchNames, MetadataItem}
+import osqueue.format.{BatchCodec, BatchIntegrity, BatchNames, MetadataItem}
 
 /** One batch file a task wrote: enough for the driver to append its manifest entry. */
-private[spark] final case class WrittenBatch(location: String, metadata: IndexedSeq[MetadataItem], records: Int, bytes: Long)
+/**
+ * A file a task wrote: its length (`bytes`) and CRC-32 go into the entry-integrity record the driver
+ * writes (docs/format.md §2.1; None: a message without one, the entry gets no record).
+ */
+private[spark] final case class WrittenBatch(location: String, metadata: IndexedSeq[MetadataItem], records: Int, bytes: Long,
+    crc32: Option[Long] = None)
 
 /** A task's files, in the order it wrote them. */
 private[spark] final case class OsqueueCommitMessage(partitionId: Int, batches: IndexedSeq[WrittenBatch])
@@ -93,7 +98,7 @@ private[spark] final class OsqueueDataWriter(options: SinkOptions, input: SinkIn
     val key = BatchNames.newKey(stagingPrefix.getOrElse(options.location.dataPathPrefix), clock.nowMillis())
     store.put(key, bytes)
     OsqueueSinkFaults.at("during-task-write")
-    written += WrittenBatch(key, metadata.toIndexedSeq, records.size, bytes.length)
+    written += WrittenBatch(key, metadata.toIndexedSeq, records.size, bytes.length, Some(BatchIntegrity.crc32(bytes)))
     bytesWritten += bytes.length
     records.clear(); metadata.clear(); bufferedBytes = 0
   }

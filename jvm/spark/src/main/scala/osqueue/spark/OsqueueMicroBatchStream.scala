@@ -48,6 +48,9 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   /** Batch files the executors found missing and skipped (failOnDataLoss=false), summed on the driver. */
   protected val missingBatches: Option[LongAccumulator] =
     session.map(_.sparkContext.longAccumulator(s"osqueue missing batches ${location.identity}"))
+  /** Batch files the executors found not matching their entry's integrity record and skipped (failOnDataLoss=false). */
+  protected val corruptBatches: Option[LongAccumulator] =
+    session.map(_.sparkContext.longAccumulator(s"osqueue corrupt batches ${location.identity}"))
   private val checkpoint = session.flatMap(SparkCheckpointLogs.forSource(_, sourceCheckpoint))
 
   /** The epoch this stream took the queue over at (on first use). */
@@ -182,7 +185,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
   private def planOf(m: ManifestHead, from: Long, to: Long, delivered: EntryTag.Delivered, skip: Int): OsqueuePlanner.Plan =
     plans.planOf(m, from, to, delivered, skip)(queue.plan(m, from, to, delivered, options.failOnDataLoss, skip))
 
-  override def createReaderFactory(): PartitionReaderFactory = readers.copy(missingBatches = missingBatches)
+  override def createReaderFactory(): PartitionReaderFactory =
+    readers.copy(missingBatches = missingBatches, corruptBatches = corruptBatches)
 
   /** Spark committed the batch ending at `end`: the driver queue dequeues through `end - 1`, off Spark's path. */
   override def commit(end: Offset): Unit = queue.commit(ours(end))
@@ -217,7 +221,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       val oldestUnreadMs = queue.entryAt(m, SourceProgressMetrics.oldestUnread(m, consumed))
         .flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
       SourceProgressMetrics(m, consumed, oldestUnreadMs, clock.nowMillis(), queue.ownEpoch, dataLoss.count,
-        missingBatches.fold(0L)(_.value.longValue), duplicateCopiesSkipped.get())
+        missingBatches.fold(0L)(_.value.longValue), duplicateCopiesSkipped.get(), corruptBatches.fold(0L)(_.value.longValue))
     }.getOrElse(Map.empty[String, String]).asJava
 
   override def toString: String = s"OsqueueMicroBatchStream[${location.identity}]"

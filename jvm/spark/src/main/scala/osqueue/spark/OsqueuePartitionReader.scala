@@ -10,7 +10,7 @@ import org.apache.spark.sql.connector.metric.{CustomSumMetric, CustomTaskMetric}
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.util.LongAccumulator
 
-import osqueue.{BatchNotFoundException, Clock, SystemClock}
+import osqueue.{BatchNotFoundException, Clock, CorruptBatchException, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher, ConsumedBatch}
 import osqueue.format.{EntryTag, ManifestHead, SegmentRef}
 import osqueue.metrics.MetricsRegistry
@@ -50,14 +50,16 @@ private[spark] final case class OsqueueSlicePartition(
 
 /**
  * `fields`: the columns Spark needs (indexes into [[OsqueueSchema.schema]]), after pruning.
- * `missingBatches`: the stream's driver-side count of batch files skipped as missing; it rides in
+ * `missingBatches`: the stream's driver-side count of batch files skipped as missing (`corruptBatches`:
+ * as not matching their entry's integrity record, docs/format.md §2.1); it rides in
  * the factory (deserialized inside the task, so Spark registers it and merges the tasks' counts).
  */
-private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missingBatches: Option[LongAccumulator] = None)
+private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missingBatches: Option[LongAccumulator] = None,
+    corruptBatches: Option[LongAccumulator] = None)
     extends PartitionReaderFactory {
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] = partition match {
-    case p: OsqueueReadPartition => new OsqueuePartitionReader(p, fields, missingBatches)
-    case other => RealTimeSupport.reader(other, fields, missingBatches) // a real-time partition (Spark 4.1+)
+    case p: OsqueueReadPartition => new OsqueuePartitionReader(p, fields, missingBatches, corruptBatches = corruptBatches)
+    case other => RealTimeSupport.reader(other, fields, missingBatches, corruptBatches) // a real-time partition (Spark 4.1+)
   }
 }
 
@@ -71,10 +73,12 @@ private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missing
 private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, fields: Array[Int],
     missingBatches: Option[LongAccumulator], clock: Clock = SystemClock,
     readAhead: ReadAheadLimits = ReadAheadLimits.Default,
-    openStore: QueueLocation => ObjectStore = OsqueueStores.open) extends PartitionReader[InternalRow] with Logging {
+    openStore: QueueLocation => ObjectStore = OsqueueStores.open,
+    corruptBatches: Option[LongAccumulator] = None) extends PartitionReader[InternalRow] with Logging {
   private var bytesFetched = 0L
   private val fetchTimeMs = new AtomicLong() // summed over the fetches, which overlap
   private var missing = 0L
+  private var corrupt = 0L
   private lazy val store = openStore(p.location)
   private lazy val fetcher = new BatchFetcher(store, clock, new MetricsRegistry)
 
@@ -107,7 +111,7 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
       case Some(bytes) =>
         val inSlice = ManifestHead.decodeSegment(bytes, s.segment).iterator.filter(e => e.sequence >= s.from && e.sequence < s.until)
         s.delivered.admitAll(inSlice).collect {
-          case a if a.admitted => (BatchDescriptor.of(a.entry), if (a.entry.sequence == s.from) s.skipEntries else 0)
+          case a if a.admitted => (BatchDescriptor.of(a.entry, s.segment.key), if (a.entry.sequence == s.from) s.skipEntries else 0)
         }
     }
   }
@@ -131,6 +135,13 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
         missingBatches.foreach(_.add(1))
         Iterator.empty
       case e: BatchNotFoundException => throw OsqueueExceptions.dataLoss(e.getMessage)
+      // A batch that does not match its entry's integrity record (read twice): CorruptBatch fails the
+      // task under failOnDataLoss=true; otherwise it is skipped and counted (docs/format.md §2.1).
+      case e: CorruptBatchException if e.integrityMismatch && !p.failOnDataLoss =>
+        logWarning(s"skipping corrupt batch (sequence ${d.sequence}): ${e.getMessage}; failOnDataLoss=false")
+        corrupt += 1
+        corruptBatches.foreach(_.add(1))
+        Iterator.empty
     }
 
   private var current: InternalRow = _
@@ -143,7 +154,8 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
   override def currentMetricsValues(): Array[CustomTaskMetric] = Array(
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.BytesFetched, bytesFetched),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.FetchTimeMs, fetchTimeMs.get),
-    OsqueueTaskMetrics.task(OsqueueTaskMetrics.MissingBatches, missing))
+    OsqueueTaskMetrics.task(OsqueueTaskMetrics.MissingBatches, missing),
+    OsqueueTaskMetrics.task(OsqueueTaskMetrics.CorruptBatches, corrupt))
 }
 
 /** Task-level metrics shown in the Spark UI's SQL tab. */
@@ -151,6 +163,7 @@ private[spark] object OsqueueTaskMetrics {
   val BytesFetched = "bytesFetched"
   val FetchTimeMs = "fetchTimeMs"
   val MissingBatches = "missingBatches"
+  val CorruptBatches = "corruptBatches"
 
   def task(metric: String, v: Long): CustomTaskMetric = new CustomTaskMetric {
     override def name(): String = metric
@@ -158,7 +171,7 @@ private[spark] object OsqueueTaskMetrics {
   }
 
   def supported: Array[org.apache.spark.sql.connector.metric.CustomMetric] =
-    Array(new BytesFetchedMetric, new FetchTimeMetric, new MissingBatchesMetric)
+    Array(new BytesFetchedMetric, new FetchTimeMetric, new MissingBatchesMetric, new CorruptBatchesMetric)
 }
 
 /** A summed metric shown as `osqueue: <description>` in the Spark UI. */
@@ -173,3 +186,5 @@ private[spark] class FetchTimeMetric
     extends OsqueueSumMetric(OsqueueTaskMetrics.FetchTimeMs, "batch fetch and decode time (ms)")
 private[spark] class MissingBatchesMetric
     extends OsqueueSumMetric(OsqueueTaskMetrics.MissingBatches, "missing batches skipped (failOnDataLoss=false)")
+private[spark] class CorruptBatchesMetric
+    extends OsqueueSumMetric(OsqueueTaskMetrics.CorruptBatches, "corrupt batches skipped (failOnDataLoss=false)")

@@ -72,7 +72,8 @@ private[spark] object OsqueuePlanner {
           val admitted = tail.filter(_.admitted).map(_.entry)
           skipped += tail.size - admitted.size
           admitted.grouped(SliceEntries).foreach { group =>
-            parts += OsqueueInputPartition(location, group.map(BatchDescriptor.of), failOnDataLoss, skipAt(group.head.sequence))
+            parts += OsqueueInputPartition(location, group.map(BatchDescriptor.of(_, location.manifestPath)), failOnDataLoss,
+              skipAt(group.head.sequence))
           }
         }
         walking = false

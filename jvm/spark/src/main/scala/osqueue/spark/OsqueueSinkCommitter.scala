@@ -9,7 +9,7 @@ import org.apache.spark.internal.Logging
 import scala.util.control.NonFatal
 
 import osqueue.{Clock, SystemClock}
-import osqueue.format.{BatchNames, EntryTag}
+import osqueue.format.{BatchIntegrity, BatchNames, EntryTag}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{
   CasCounters,
@@ -194,7 +194,9 @@ private[spark] final class OsqueueSinkCommitter(options: SinkOptions, writerId: 
 
   /** All the files in ONE manifest write; each write attempt first re-checks the generation. */
   private def append(batchId: Long, batches: Seq[WrittenBatch], tag: Array[Byte]): Unit = if (batches.nonEmpty) {
-    val pending = batches.map(b => new PendingLocation(b.location, b.metadata, reupload(b.location), tag)).toIndexedSeq
+    // The entry-integrity record first, then the sink tag (§2.1); copies of stale files are byte-identical.
+    def extension(b: WrittenBatch) = b.crc32.fold(tag)(crc => BatchIntegrity.record(b.bytes, crc) ++ tag)
+    val pending = batches.map(b => new PendingLocation(b.location, b.metadata, reupload(b.location), extension(b))).toIndexedSeq
     new ManifestAppender(new ManifestStore(store, options.location.manifestPath), RetryPolicy(), clock, metrics,
       options.gcGracePeriod.toMillis, role = "sink", beforeWrite = () => { checkOwner(); writeAttempted.add(batchId); () },
       segmentEntries = options.manifestSegmentEntries)

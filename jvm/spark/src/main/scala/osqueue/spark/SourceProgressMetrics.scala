@@ -13,7 +13,7 @@ private[spark] object SourceProgressMetrics {
    * entry); `oldestUnreadMs`: the ingestion time of the entry there, if queued.
    */
   def apply(m: ManifestHead, consumed: Option[Long], oldestUnreadMs: Option[Long], nowMs: Long, epoch: Option[Long],
-      dataLossEvents: Long, missingBatches: Long, duplicateCopiesSkipped: Long): Map[String, String] = {
+      dataLossEvents: Long, missingBatches: Long, duplicateCopiesSkipped: Long, corruptBatches: Long = 0): Map[String, String] = {
     val next = consumed.getOrElse(m.firstSequence)
     val behind = math.max(0L, m.nextSequence - next)
     val lagSeconds = oldestUnreadMs.map(t => math.max(0L, nowMs - t) / 1000.0).getOrElse(0.0)
@@ -23,8 +23,9 @@ private[spark] object SourceProgressMetrics {
       "numFilesOutstanding" -> behind.toString,
       "lagSeconds" -> f"$lagSeconds%.3f",
       "epoch" -> epoch.map(java.lang.Long.toUnsignedString).getOrElse(""),
-      "dataLossEvents" -> (dataLossEvents + missingBatches).toString,
+      "dataLossEvents" -> (dataLossEvents + missingBatches + corruptBatches).toString,
       "missingBatches" -> missingBatches.toString,
+      "corruptBatches" -> corruptBatches.toString,
       "duplicateCopiesSkipped" -> duplicateCopiesSkipped.toString)
   }
 

@@ -9,7 +9,7 @@ import scala.concurrent.duration._
 import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue.{SystemClock, WriterFencedException}
-import osqueue.format.{BatchCodec, BatchNames, Compression, EntryTag, MetadataItem}
+import osqueue.format.{BatchCodec, BatchIntegrity, BatchNames, Compression, EntryTag, MetadataItem}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.MetricNames
 import osqueue.producer.{Producer, ProducerConfig}
@@ -48,7 +48,8 @@ class OsqueueSinkCommitterSuite extends AnyFunSuite with OsqueueSinkTestUtils {
         val key = BatchNames.newKey("ingest", SystemClock.nowMillis())
         val bytes = BatchCodec.encode(Seq(s"p$partition-$i".getBytes(UTF_8)), Compression.None)
         store.put(key, bytes)
-        WrittenBatch(key, IndexedSeq(MetadataItem(0, 0L, Array.emptyByteArray)), 1, bytes.length.toLong)
+        WrittenBatch(key, IndexedSeq(MetadataItem(0, 0L, Array.emptyByteArray)), 1, bytes.length.toLong,
+          Some(BatchIntegrity.crc32(bytes)))
       })
   }
 
@@ -70,6 +71,7 @@ class OsqueueSinkCommitterSuite extends AnyFunSuite with OsqueueSinkTestUtils {
     val es = memoryEntries(options)
     assert(es.map(_.location) == messages.sortBy(_.partitionId).flatMap(_.batches.map(_.location)))
     assert(es.map(e => EntryTag.decode(e.extension).map(t => (t.writerId, t.batchId))).distinct == Seq(Some(("w", 0L))))
+    assert(es.forall(e => BatchIntegrity.verifyEntry(e, "m").isDefined), "the integrity record before the sink tag")
   }
 
   test("a replayed batch id appends nothing, and a new driver's replay deletes its files; the next batch id appends") {
@@ -207,10 +209,15 @@ class OsqueueSinkCommitterSuite extends AnyFunSuite with OsqueueSinkTestUtils {
     assert(state.lastCommittedBatch == 2 && state.owner.contains("df.write"))
   }
 
-  test("a one-off df.write adds no tags and no writer state") {
+  test("a one-off df.write adds no tags and no writer state, only the entry-integrity record of its file") {
     val (_, q, _) = paths()
     batchWrite(q, Seq("x", "y"))
-    assert(entries(q).map(_.extension.length) == Seq(0))
+    val es = entries(q)
+    assert(es.map(e => EntryTag.decode(e.extension)) == Seq(None))
+    // The task's length and CRC-32 of its file, written by the driver (docs/format.md §2.1).
+    val file = Files.readAllBytes(Paths.get(q).resolve(es.head.location))
+    val rec = BatchIntegrity.verifyEntry(es.head, "m").get
+    assert(rec.byteLength == file.length && rec.batchCrc32 == BatchIntegrity.crc32(file))
     assert(writerStateCount(q) == 0)
     assert(readValues(q) == Seq("x", "y"))
   }

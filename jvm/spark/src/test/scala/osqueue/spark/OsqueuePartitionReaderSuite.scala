@@ -10,7 +10,7 @@ import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue.{CorruptBatchException, StoreException}
 import osqueue.consumer.BatchDescriptor
-import osqueue.format.{BatchCodec, Compression, EntryTag, ManifestCodec, ManifestHead, NewEntry}
+import osqueue.format.{BatchCodec, BatchIntegrity, Compression, EntryIntegrity, EntryTag, ManifestCodec, ManifestHead, NewEntry}
 import osqueue.queue.ManifestStore
 import osqueue.store.{InMemoryStore, ObjectStore, VersionedObject}
 import osqueue.testing.ForwardingStore
@@ -112,6 +112,27 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
     val (all, none) = readAll(lenient)
     assert(none.isEmpty && all.map(_._1).distinct == (0 until 30).filter(_ != 12).map(_.toLong))
     assert(lenient.currentMetricsValues().find(_.name == OsqueueTaskMetrics.MissingBatches).get.value == 1)
+  }
+
+  test("should fail a batch file that does not match its integrity record; with failOnDataLoss=false skip and count it") {
+    val store = new SlowStore(InMemoryStore.fresh(), _ => ())
+    val listed = batches(store, 6)
+    val p = listed.copy(descriptors = listed.descriptors.map { d =>
+      val bytes = store.get(d.location).get.bytes
+      d.copy(integrity = Some(EntryIntegrity(bytes.length.toLong, BatchIntegrity.crc32(bytes), 0L)))
+    })
+    val damaged = store.get(key(3)).get.bytes.clone()
+    damaged(5) = (damaged(5) ^ 0x40).toByte // inside a record: still decodes, only the CRC-32 tells
+    store.put(key(3), damaged)
+    val (rows, error) = readAll(reader(p, store))
+    assert(rows.map(_._1).distinct == (0 until 3).map(_.toLong))
+    val e = error.get.asInstanceOf[CorruptBatchException]
+    assert(e.integrityMismatch && e.key == key(3) && e.getMessage.contains("integrity check failed"), e.getMessage)
+    val lenient = new OsqueuePartitionReader(p.copy(failOnDataLoss = false), Array(Sequence, Index), None,
+      openStore = _ => store)
+    val (all, none) = readAll(lenient)
+    assert(none.isEmpty && all.map(_._1).distinct == (0 until 6).filter(_ != 3).map(_.toLong))
+    assert(lenient.currentMetricsValues().find(_.name == OsqueueTaskMetrics.CorruptBatches).get.value == 1)
   }
 
   test("should fail a corrupt batch file or a failed GET at its own rows, with the store's error") {

@@ -8,7 +8,7 @@ import org.apache.spark.sql.connector.read.streaming.PartitionOffset
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus
 import org.apache.spark.util.LongAccumulator
 
-import osqueue.{BatchNotFoundException, Clock, SystemClock}
+import osqueue.{BatchNotFoundException, Clock, CorruptBatchException, SystemClock}
 import osqueue.consumer.{BatchDescriptor, BatchFetcher, ConsumedBatch}
 import osqueue.format.{EntryTag, Incarnation, ManifestHead}
 import osqueue.format.EntryTag.Admission
@@ -47,7 +47,8 @@ private[spark] final case class OsqueueRealTimePartitionOffset(nextSequence: Lon
  * task fails with the fence error (the zombie query stops within one poll).
  */
 private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fields: Array[Int],
-    missingBatches: Option[LongAccumulator], clock: Clock = SystemClock) extends RealTimeRead with Logging {
+    missingBatches: Option[LongAccumulator], clock: Clock = SystemClock,
+    corruptBatches: Option[LongAccumulator] = None) extends RealTimeRead with Logging {
   private val store = OsqueueStores.open(p.location)
   private val poller = new ManifestPoller(store, p.location.manifestPath)
   private val fetcher = new BatchFetcher(store, clock, new MetricsRegistry)
@@ -82,7 +83,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
       override def next(): Admission = pending.next()
     },
     ReadAheadLimits.Default,
-    a => if (a.admitted) Some(fetcher.fetch(BatchDescriptor.of(a.entry))) else None,
+    a => if (a.admitted) Some(fetcher.fetch(BatchDescriptor.of(a.entry, p.location.manifestPath))) else None,
     _.fold(0L)(_.entries.foldLeft(0L)(_ + _.length)),
     p.location.identity)
 
@@ -170,6 +171,10 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
             missingBatches.foreach(_.add(1))
             Iterator.empty
           case ex: BatchNotFoundException => throw OsqueueExceptions.dataLoss(ex.getMessage)
+          case ex: CorruptBatchException if ex.integrityMismatch && !p.failOnDataLoss => // docs/format.md §2.1
+            logWarning(s"skipping corrupt batch (sequence ${e.sequence}): ${ex.getMessage}; failOnDataLoss=false")
+            corruptBatches.foreach(_.add(1))
+            Iterator.empty
         }
       if (e.sequence != nextSeq) index = 0
       nextSeq = e.sequence

@@ -9,9 +9,10 @@ private[spark] object RealTimeSupport {
   def stream(options: SourceOptions, readers: OsqueueReaderFactory, sourceCheckpoint: String): OsqueueMicroBatchStream =
     new OsqueueRealTimeStream(options, readers, sourceCheckpoint)
 
-  def reader(partition: InputPartition, fields: Array[Int], missingBatches: Option[LongAccumulator]): PartitionReader[InternalRow] =
+  def reader(partition: InputPartition, fields: Array[Int], missingBatches: Option[LongAccumulator],
+      corruptBatches: Option[LongAccumulator] = None): PartitionReader[InternalRow] =
     partition match {
-      case p: OsqueueRealTimePartition => new OsqueueRealTimeReader(p, fields, missingBatches)
+      case p: OsqueueRealTimePartition => new OsqueueRealTimeReader(p, fields, missingBatches, corruptBatches = corruptBatches)
       case other => throw OsqueueExceptions.internalError(s"not an osqueue input partition: $other")
     }
 }

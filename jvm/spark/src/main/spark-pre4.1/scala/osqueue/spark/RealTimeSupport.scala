@@ -9,6 +9,7 @@ private[spark] object RealTimeSupport {
   def stream(options: SourceOptions, readers: OsqueueReaderFactory, sourceCheckpoint: String): OsqueueMicroBatchStream =
     new OsqueueMicroBatchStream(options, readers, sourceCheckpoint)
 
-  def reader(partition: InputPartition, fields: Array[Int], missingBatches: Option[LongAccumulator]): PartitionReader[InternalRow] =
+  def reader(partition: InputPartition, fields: Array[Int], missingBatches: Option[LongAccumulator],
+      corruptBatches: Option[LongAccumulator] = None): PartitionReader[InternalRow] =
     throw OsqueueExceptions.internalError(s"not an osqueue input partition: $partition")
 }
