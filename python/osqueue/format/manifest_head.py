@@ -34,6 +34,7 @@ from osqueue.format.manifest_codec import (
     footer_bytes,
     read_manifest_footer,
 )
+from osqueue.format.segment_chunks import NO_BATCH_TIME, EntryRun, cut_chunks, segment_run
 from osqueue.store.object_store import validate_key
 
 # The v1 functions of manifest_codec and manifest_edits (read_manifest_footer, ...) refuse a version 2 head.
@@ -250,8 +251,6 @@ DEFAULT_SEGMENT_ENTRIES = 2048
 """K, as the JVM's ``ManifestHead.DefaultSegmentEntries``: a queue that never holds more stays RFC v1."""
 MAX_SEGMENT_ENTRIES = (1 << 31) - 1
 """The largest K (the JVM's ``Int.MaxValue``): it keeps every queue v1, for RFC v1 readers."""
-NO_BATCH_TIME = (1 << 63) - 1
-"""A ref's ``oldest_batch_ms`` when none of its locations is a ULID batch name."""
 
 _ENTRY_HEAD = struct.Struct("<IQH")  # entry_len, sequence, location_len
 _ENTRY_FIXED = 8 + 2 + 4
@@ -415,14 +414,18 @@ class RawHead:
         max_tail: int,
         seal: Callable[[SealedTail], SegmentRef],
         fold: Callable[[Sequence[SegmentRef]], SegmentRef],
+        seal_all: Callable[[Sequence[SealedTail]], Sequence[SegmentRef]] | None = None,
+        read_segment: Callable[[SegmentRef], bytes] | None = None,
+        align: int | None = None,
     ) -> tuple[bytes, int]:
         """Appends ``(location, metadata)`` entries at ``next_sequence``. When the tail would exceed
-        ``max_tail`` (K) entries, the current tail is sealed first: ``seal`` stores the segment and returns
-        its ref, and the new entries become the whole tail. Then the refs are folded (F = ``fanout(K)``):
-        while the last F refs have one level and none of them is the first ref, ``fold`` stores them as an
-        index object one level up (``osqueue.format.index_object.fold_index``) and returns its ref, which
-        replaces them. Returns the bytes and the
-        first new sequence.
+        ``max_tail`` (K) entries, the current tail is sealed first, in chunks of exactly K entries aligned
+        on ``align`` (default: the tail's first sequence; :mod:`osqueue.format.segment_chunks`):
+        ``seal_all`` (default: ``seal`` one by one) stores them and returns their refs (a reused object may
+        start below the tail's first sequence when a dequeue took part of it since), and the new entries
+        become the whole tail. After each new ref the refs are folded (F = ``fanout(K)``, :func:`_folded`).
+        With ``read_segment`` (the checked bytes of a ref), a segment ref of more than 2K entries is
+        replaced by its chunks too. Returns the bytes and the first new sequence.
         """
         k = len(entries)
         if self.tail_size + k > U32_MAX:
@@ -431,18 +434,49 @@ class RawHead:
         if base + k > MAX_SEQUENCE:
             raise CorruptManifestError(self.key, "appending would take sequences past 2^63")
         added = b"".join(encode_entry(base + i, loc, meta) for i, (loc, meta) in enumerate(entries))
+        put_all = seal_all or (lambda tails: [seal(t) for t in tails])
+        refs = self.refs if read_segment is None else self._resplit(max_tail, put_all, fold, read_segment)
         if self.tail_size == 0 or self.tail_size + k <= max_tail:
-            end = _tail_end(self.refs, self.low_water, self.tail_size + k, base + k, self.epoch)
-            return self.raw[: self._tail_until] + added + end, base
-        spans = self._spans
-        sealed = self.raw[self._tail_from : self._tail_until] + MANIFEST_FOOTER.pack(
-            self.tail_size, base, 0, FORMAT_VERSION
-        )
-        times = [t for s in spans if (t := parse_batch_ulid_ms(s.location)) is not None]
-        ref = seal(SealedTail(sealed, self.tail_first_sequence, self.tail_size, min(times, default=NO_BATCH_TIME)))
-        refs = _folded([*self.refs, ref], fanout(max_tail), fold)
-        low_water = self.low_water if self.refs else self.tail_first_sequence
+            end = _tail_end(refs, self.low_water, self.tail_size + k, base + k, self.epoch)
+            if refs is self.refs:
+                return self.raw[: self._tail_until] + added + end, base
+            return encode_refs(refs) + self.raw[self._tail_from : self._tail_until] + added + end, base
+        first, spans = self.tail_first_sequence, self._spans
+        run = EntryRun(self.raw, [s.start for s in spans], self._tail_until, [s.location for s in spans], first)
+        chunks = cut_chunks(run, max_tail, first if align is None or align > first else align)
+        sealed = put_all([SealedTail(c.data, c.first_sequence, c.entry_count, c.oldest_batch_ms) for c in chunks])
+        for c, ref in zip(chunks, sealed, strict=True):
+            # Only the first chunk of a v1 tail may be a reused object that starts below it (low_water inside).
+            below = not refs and ref.first_sequence < c.first_sequence
+            if ref.last_sequence != c.last_sequence or (ref.first_sequence != c.first_sequence and not below):
+                raise CorruptManifestError(ref.key, f"sealed as {c.first_sequence} to {c.last_sequence}, not as listed")
+            refs = _folded([*refs, ref], fanout(max_tail), fold)
+        low_water = self.low_water if self.refs else first
         return encode_refs(refs) + added + _tail_end(refs, low_water, k, base + k, self.epoch), base
+
+    def _resplit(
+        self,
+        max_tail: int,
+        put_all: Callable[[Sequence[SealedTail]], Sequence[SegmentRef]],
+        fold: Callable[[Sequence[SegmentRef]], SegmentRef],
+        read_segment: Callable[[SegmentRef], bytes],
+    ) -> list[SegmentRef]:
+        """The refs, every segment of over 2K entries replaced by its chunks (none below ``low_water``), folded."""
+        if not any(r.level == 0 and r.entry_count > 2 * max_tail for r in self.refs):
+            return self.refs
+        out: list[SegmentRef] = []
+        for r in self.refs:
+            if r.level != 0 or r.entry_count <= 2 * max_tail:
+                out.append(r)
+                continue
+            chunks = cut_chunks(segment_run(read_segment(r), r.key), max_tail, r.first_sequence, self.low_water)
+            part: list[SegmentRef] = []
+            for ref in put_all(
+                [SealedTail(c.data, c.first_sequence, c.entry_count, c.oldest_batch_ms) for c in chunks]
+            ):
+                part = _folded([*part, ref], fanout(max_tail), fold)
+            out += part
+        return out
 
     def dequeued_through(
         self, through: int, children: Callable[[SegmentRef], Sequence[SegmentRef]]

@@ -49,6 +49,7 @@ MANIFEST_AMBIGUOUS_WRITES = "buffer.manifest_ambiguous_writes"
 BATCHES_REUPLOADED = "buffer.batches_reuploaded"
 # Segments a producer sealed (docs/format.md §2.2).
 SEGMENTS_SEALED = "buffer.segments_sealed"
+SEGMENTS_RESPLIT = "buffer.segments_resplit"
 
 _LabelKey = tuple[tuple[str, str], ...]
 

@@ -81,5 +81,6 @@ object MetricNames {
   val AmbiguousWrites = "buffer.manifest_ambiguous_writes"
   val BatchesReuploaded = "buffer.batches_reuploaded"
   val SegmentsSealed = "buffer.segments_sealed"
+  val SegmentsResplit = "buffer.segments_resplit"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
 }
