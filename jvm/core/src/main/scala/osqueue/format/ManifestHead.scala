@@ -106,10 +106,14 @@ final class ManifestHead private (
    * replaced by its chunks too. Returns the bytes and the first new sequence.
    */
   def appended(entries: Seq[NewEntry], maxTail: Int, seal: SealedTail => SegmentRef,
+      fold: FoldedIndex => SegmentRef): (Array[Byte], Long) = appended(entries, maxTail, seal, fold, None, None, None)
+
+  /** [[appended]] with the chunks stored by `sealAll`, oversized segments split (`readSegment`) and `align`. */
+  def appended(entries: Seq[NewEntry], maxTail: Int, seal: SealedTail => SegmentRef,
       fold: FoldedIndex => SegmentRef,
-      sealAll: Option[IndexedSeq[SealedTail] => IndexedSeq[SegmentRef]] = None,
-      readSegment: Option[SegmentRef => Array[Byte]] = None,
-      align: Option[Long] = None): (Array[Byte], Long) = {
+      sealAll: Option[IndexedSeq[SealedTail] => IndexedSeq[SegmentRef]],
+      readSegment: Option[SegmentRef => Array[Byte]],
+      align: Option[Long]): (Array[Byte], Long) = {
     if (tailSpans.size.toLong + entries.size > 0xFFFFFFFFL)
       throw new CorruptManifestException(key, "entry_count would overflow u32")
     if (footer.nextSequence > Long.MaxValue - entries.size)

@@ -99,9 +99,8 @@ final class ManifestAppender(
         { f =>
           putStarted(); manifest.writeIndex(f, clock.nowMillis())
         },
-        sealAll = Some(tails => sealAll(tails, state, maxAge, putStarts)),
-        readSegment = Some(ref => readOversized(ref, state)),
-        align = align)
+        Some((tails: IndexedSeq[SealedTail]) => sealAll(tails, state, maxAge, putStarts)),
+        Some((ref: SegmentRef) => readOversized(ref, state)), align)
       if (!head.isSegmented && head.tailSize > 0 && head.tailSize.toLong + entries.size > segmentEntries)
         state.align = Some((align.getOrElse(head.firstSequence), head.nextSequence))
       var oldest = Long.MaxValue
