@@ -139,7 +139,7 @@ final class ManifestHead private (
       chunks.zip(sealedRefs).foreach { case (c, ref) =>
         // Only the first chunk of a v1 tail may be a reused object that starts below it (low_water inside).
         if (ref.lastSequence != c.lastSequence ||
-            !(ref.firstSequence == c.firstSequence || (folded.isEmpty && ref.firstSequence < c.firstSequence)))
+          !(ref.firstSequence == c.firstSequence || (folded.isEmpty && ref.firstSequence < c.firstSequence)))
           throw new CorruptManifestException(ref.key, s"sealed as ${c.firstSequence} to ${c.lastSequence}, not as listed")
         folded = foldRefs(folded :+ ref, fanout(maxTail), fold)
       }

@@ -130,16 +130,18 @@ final class ManifestAppender(
     }
     val reused: IndexedSeq[Option[SegmentRef]] = tails.zipWithIndex.map { case (t, i) =>
       state.stored.get(t.firstSequence + t.entryCount - 1).collect {
-        case (old, ref, started) if elapsedMs(started) < maxAge && (java.util.Arrays.equals(old.bytes, t.bytes) ||
+        case (old, ref, started)
+            if elapsedMs(started) < maxAge && (java.util.Arrays.equals(old.bytes, t.bytes) ||
               (i == 0 && old.firstSequence < t.firstSequence && suffix(old.bytes, t.bytes))) =>
           putStarts.add(started); ref
       }
     }
     val todo = tails.indices.filter(reused(_).isEmpty)
     val starts = new Array[Long](tails.size)
-    val written = manifest.writeSegments(todo.map(tails), () => clock.nowMillis(), { j =>
-      val now = clock.nanoTime(); starts(todo(j)) = now; putStarts.add(now); segmentsSealed.increment()
-    })
+    val written = manifest.writeSegments(todo.map(tails), () => clock.nowMillis(),
+      { j =>
+        val now = clock.nanoTime(); starts(todo(j)) = now; putStarts.add(now); segmentsSealed.increment()
+      })
     todo.zip(written).foreach { case (i, ref) => state.stored(ref.lastSequence) = (tails(i), ref, starts(i)) }
     val byIndex = todo.zip(written).toMap
     tails.indices.map(i => reused(i).getOrElse(byIndex(i)))
@@ -147,13 +149,13 @@ final class ManifestAppender(
 
   /** An oversized segment's bytes, checked against its ref (once per append), to be split into chunks. */
   private def readOversized(ref: SegmentRef, state: SealState): Array[Byte] = state.read.getOrElseUpdate(ref.key, {
-    val bytes = manifest.readSegmentBytes(ref).getOrElse(throw new CorruptManifestException(ref.key,
-      s"segment of '${manifest.describe}' is listed but missing"))
-    if (bytes.length.toLong != ref.byteLength || !java.util.Arrays.equals(ManifestHead.sha256(bytes), ref.sha256))
-      throw new CorruptManifestException(ref.key, "segment: its length or SHA-256 differs from the head's ref")
-    segmentsResplit.increment()
-    bytes
-  })
+      val bytes = manifest.readSegmentBytes(ref).getOrElse(throw new CorruptManifestException(ref.key,
+          s"segment of '${manifest.describe}' is listed but missing"))
+      if (bytes.length.toLong != ref.byteLength || !java.util.Arrays.equals(ManifestHead.sha256(bytes), ref.sha256))
+        throw new CorruptManifestException(ref.key, "segment: its length or SHA-256 differs from the head's ref")
+      segmentsResplit.increment()
+      bytes
+    })
 
   /**
    * A CAS that only seals (`osqueue seal`): a tail of more than K entries into segments of K, and
@@ -165,15 +167,15 @@ final class ManifestAppender(
     val state = new SealState
     val k = segmentEntries.toLong
     loop.run[Long]({ (snapshot, _) =>
-      if (snapshot.version.isEmpty) CasStep.Done(0L)
-      else {
-        val head = ManifestHead.parse(snapshot.raw, manifest.key)
-        val moved = head.refs.filter(r => r.level == 0 && r.entryCount > 2 * k).map(_.entryCount).sum +
-          (if (head.tailSize > k) head.tailSize.toLong else 0L)
-        if (moved == 0) CasStep.Done(0L)
-        else CasStep.Write(appendedFresh(head, IndexedSeq.empty, state)._1, () => moved)
-      }
-    }, None)
+        if (snapshot.version.isEmpty) CasStep.Done(0L)
+        else {
+          val head = ManifestHead.parse(snapshot.raw, manifest.key)
+          val moved = head.refs.filter(r => r.level == 0 && r.entryCount > 2 * k).map(_.entryCount).sum +
+            (if (head.tailSize > k) head.tailSize.toLong else 0L)
+          if (moved == 0) CasStep.Done(0L)
+          else CasStep.Write(appendedFresh(head, IndexedSeq.empty, state)._1, () => moved)
+        }
+      }, None)
   }
 
   def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = {

@@ -31,8 +31,9 @@ class DeepSealSuite extends AnyFunSuite {
 
   /** A v1 manifest of `locs` (as the RFC reference writes it). */
   private def writeV1(store: ObjectStore, locs: IndexedSeq[String]): Unit =
-    store.put(key, ManifestHead.parse(ManifestCodec.EmptyBytes, key)
-      .appended(locs.map(l => NewEntry(l, IndexedSeq.empty)), Int.MaxValue, noSeal, noSeal)._1)
+    store.put(key,
+      ManifestHead.parse(ManifestCodec.EmptyBytes, key)
+        .appended(locs.map(l => NewEntry(l, IndexedSeq.empty)), Int.MaxValue, noSeal, noSeal)._1)
 
   private def head(store: ObjectStore) = ManifestHead.parse(store.get(key).get.bytes, key)
   private def leaves(store: ObjectStore): IndexedSeq[SegmentRef] = {
