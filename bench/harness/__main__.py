@@ -19,7 +19,7 @@ def main() -> None:
     "--only",
     "only",
     multiple=True,
-    help="Run only these benchmarks (repeatable, or comma-separated): contention, depth, py_depth, jvm_depth, spark_depth, "
+    help="Run only these benchmarks (repeatable, or comma-separated): contention, depth, py_depth, deep_v1, jvm_depth, spark_depth, "
     "spark_depth_s3, py_vs_jvm, requests, raw_put, spark_file, kafka, latency ('-' works for '_').",
 )
 @click.option(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.harness.client_benchmarks import bench_contention, bench_depth, bench_requests
+from bench.harness.deep_v1 import bench_deep_v1
 from bench.harness.depth_benchmarks import bench_py_depth
 from bench.harness.environment import Settings, environment, loadavg, machine_facts
 from bench.harness.jvm_benchmarks import bench_jvm_depth, bench_py_vs_jvm, bench_raw_put
@@ -25,6 +26,7 @@ BENCHMARKS = (
     "contention",
     "depth",
     "py_depth",
+    "deep_v1",
     "jvm_depth",
     "spark_depth",
     "spark_depth_s3",
@@ -36,7 +38,7 @@ BENCHMARKS = (
     "latency",
 )
 SPARK_BENCHMARKS = ("spark_file", "kafka", "latency")
-QUICK_SKIPS = ("kafka", "py_depth", "jvm_depth", "spark_depth", "spark_depth_s3")
+QUICK_SKIPS = ("kafka", "py_depth", "deep_v1", "jvm_depth", "spark_depth", "spark_depth_s3")
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
 
@@ -85,6 +87,7 @@ def run_benchmarks(
         "contention": bench_contention,
         "depth": bench_depth,
         "py_depth": bench_py_depth,
+        "deep_v1": bench_deep_v1,
         "jvm_depth": bench_jvm_depth,
         "spark_depth": bench_spark_depth,
         "spark_depth_s3": bench_spark_depth_s3,

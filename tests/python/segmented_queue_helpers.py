@@ -7,7 +7,8 @@ import random
 from helpers import ManualClock, WrappedStore
 
 from osqueue.format import new_batch_key
-from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
+from osqueue.format.manifest_head import RawHead, parse_head
+from osqueue.format.segment_ref import SegmentRef
 from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy, SegmentTree
 from osqueue.store import ObjectStore, VersionedObject
 

@@ -216,3 +216,23 @@ def test_the_jvm_bench_programs_compile_against_the_connector(tmp_path) -> None:
             [javac, "-proc:none", "-cp", cp, "-d", str(tmp_path), str(source)], capture_output=True, text=True
         )
         assert r.returncode == 0, f"{source.name}: {r.stderr[-2000:]}"
+
+
+def test_deep_v1_bench_reports_the_chunked_and_the_one_segment_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/harness/deep_v1.py on the in-memory store at a small depth: the rows and the chunked head."""
+    from bench.harness import deep_v1
+    from bench.harness.environment import Settings
+
+    class _Env:
+        def store(self, prefix: str) -> InMemoryStore:
+            return InMemoryStore(prefix)
+
+    monkeypatch.setattr(deep_v1, "K", 128)
+    settings = Settings(True, 0.0, lambda _: None)
+    monkeypatch.setattr(deep_v1, "QUICK_DEPTH", 1_000)
+    result = deep_v1.bench_deep_v1(_Env(), settings)  # type: ignore[arg-type]
+    rows = {r["queue"]: r for r in result["rows"]}
+    assert rows["chunked"]["segments"] == 8 and rows["chunked"]["largest_segment_entries"] == 128
+    assert rows["one_segment"]["segments"] == 1 and rows["one_segment"]["largest_segment_entries"] == 1_000
+    assert rows["v1_100"]["segments"] == 0
+    assert set(result["open_first_3_extra_s_vs_100"]) == {"chunked", "one_segment"}

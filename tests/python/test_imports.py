@@ -143,9 +143,7 @@ def test_the_modules_form_no_import_cycle() -> None:
 # Private names still imported across modules, in the queue and stores, which other changes are
 # rewriting: make each public where it is defined (or move it), then drop it here.
 PRIVATE_IMPORTS_LEFT = {
-    "osqueue.queue.queue_producer: osqueue.queue.manifest_appender._acquire_committer",
     "osqueue.queue.queue_producer: osqueue.queue.manifest_appender._Pending",
-    "osqueue.queue.queue_producer: osqueue.queue.manifest_appender._release_committer",
 }
 
 

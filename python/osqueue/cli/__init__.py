@@ -5,13 +5,13 @@ Every command takes the queue's store root as ``PATH`` (``/dir``, ``file:/dir``,
 ``--data-prefix`` and repeatable ``--store-option KEY=VALUE`` (the ``fs.s3a.*`` settings of
 :class:`osqueue.store.S3Store`; credentials otherwise come from boto3's default chain).
 
-Each command is a module here (inspect.py, produce.py, tail.py, gc.py, subscriptions.py); app.py holds the group.
+Each command is a module here (inspect.py, produce.py, tail.py, gc.py, seal.py, subscriptions.py); app.py holds the group.
 Failures print one line, ``osqueue: error: <message>``, on stderr: exit code 2 for osqueue's
 own errors (bad path, unreachable store, corrupt manifest, ...), 1 for anything unexpected.
 ``osqueue --debug ...`` adds the traceback.
 """
 
-from osqueue.cli import gc, inspect, produce, subscriptions, tail  # noqa: F401  (each module adds its command to the group)
+from osqueue.cli import gc, inspect, produce, seal, subscriptions, tail  # noqa: F401  (each module adds its command to the group)
 from osqueue.cli.app import cli, main
 
 __all__ = ["cli", "main"]

@@ -41,13 +41,13 @@ from osqueue.format.manifest_head import (
     ManifestHead,
     RawHead,
     SealedTail,
-    SegmentRef,
     decode_head,
     encode_head,
     fanout,
     parse_head,
 )
 from osqueue.format.segment_names import SEGMENTS_SUFFIX
+from osqueue.format.segment_ref import SegmentRef
 
 __all__ = [
     "FORMAT_VERSION",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from osqueue.errors import CorruptManifestError
 from osqueue.format.manifest import ManifestEntry
 from osqueue.format.manifest_codec import decode_manifest
-from osqueue.format.manifest_head import MAX_LEVEL, SegmentRef, decode_refs, encode_refs
+from osqueue.format.segment_ref import MAX_LEVEL, SegmentRef, decode_refs, encode_refs
 
 INDEX_VERSION = 2
 """The version in an index object's footer."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from osqueue.errors import CorruptManifestError, InvalidObjectKeyError
+from osqueue.errors import CorruptManifestError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.head_sections import (
     HEAD_SECTIONS_VERSION,
@@ -36,7 +36,8 @@ from osqueue.format.manifest_codec import (
     footer_bytes,
     read_manifest_footer,
 )
-from osqueue.store.object_store import validate_key
+from osqueue.format.segment_chunks import NO_BATCH_TIME, EntryRun, cut_chunks, segment_run
+from osqueue.format.segment_ref import MAX_LEVEL, REF_FIXED_SIZE, SegmentRef, decode_refs, encode_refs
 
 # The v1 functions of manifest_codec and manifest_edits (read_manifest_footer, ...) refuse a version 2 head.
 
@@ -44,43 +45,6 @@ HEAD_VERSION = 2
 """The format version of a segmented manifest head."""
 READ_VERSIONS = (FORMAT_VERSION, HEAD_VERSION, HEAD_SECTIONS_VERSION)
 """The manifest versions a head reader reads (named when it refuses another)."""
-
-_REF_HEAD = struct.Struct("<QQBIq")  # first_sequence, entry_count, level, byte_length, oldest_batch_ms
-REF_FIXED_SIZE = _REF_HEAD.size + 32 + 2
-"""The bytes of a ref before its key (63)."""
-_REF_FIXED = REF_FIXED_SIZE
-MAX_LEVEL = 32
-"""The highest level a ref may have (a tree of 2^32 segments at the smallest fan-out)."""
-
-
-@dataclass(frozen=True)
-class SegmentRef:
-    """A ref listed by a head or an index object: sequences ``first_sequence`` to ``last_sequence``.
-
-    Attributes:
-        entry_count: The entries it covers (an index ref: its whole subtree's).
-        level: 0 for a segment object; L >= 1 for an index object listing refs of level L - 1.
-        byte_length: The size of the object.
-        oldest_batch_ms: Smallest ULID time of its locations (``2**63 - 1`` when none is a ULID name).
-        sha256: The SHA-256 of the object.
-        key: The object's key, relative to the store root.
-    """
-
-    first_sequence: int
-    entry_count: int
-    level: int
-    byte_length: int
-    oldest_batch_ms: int
-    sha256: bytes
-    key: str
-
-    @property
-    def last_sequence(self) -> int:
-        return self.first_sequence + self.entry_count - 1
-
-    @property
-    def is_index(self) -> bool:
-        return self.level > 0
 
 
 @dataclass(frozen=True)
@@ -206,48 +170,6 @@ def _check_first_ref(refs: list[SegmentRef], low_water: int, key: str) -> None:
         )
 
 
-def decode_refs(data: bytes, start: int, end: int, count: int, key: str) -> list[SegmentRef]:
-    """``count`` refs filling ``data[start:end]`` exactly (a head's or an index object's), each checked
-    and contiguous with the one before."""
-    if count > (end - start) // _REF_FIXED:
-        raise CorruptManifestError(key, f"{count} refs cannot fit in {end - start} bytes of refs")
-    refs: list[SegmentRef] = []
-    pos = start
-    for i in range(count):
-        if end - pos < _REF_FIXED:
-            raise CorruptManifestError(key, f"ref {i} runs past the refs region")
-        first, n_entries, level, length, oldest = _REF_HEAD.unpack_from(data, pos)
-        sha = bytes(data[pos + _REF_HEAD.size : pos + _REF_HEAD.size + 32])
-        (key_len,) = struct.unpack_from("<H", data, pos + _REF_FIXED - 2)
-        pos += _REF_FIXED
-        if key_len > end - pos:
-            raise CorruptManifestError(key, f"ref {i}: its key runs past the refs region")
-        try:
-            ref_key = bytes(data[pos : pos + key_len]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise CorruptManifestError(key, f"ref {i}: key is not valid UTF-8") from None
-        try:
-            validate_key(ref_key)  # as the JVM's ObjectKeys.validate: a ref never points outside the root
-        except InvalidObjectKeyError as e:
-            raise CorruptManifestError(key, f"ref {i}: {e}") from None
-        pos += key_len
-        if n_entries == 0:
-            raise CorruptManifestError(key, f"ref {i} ('{ref_key}') has no entries")
-        if first + n_entries - 1 > MAX_SEQUENCE:
-            raise CorruptManifestError(key, f"ref {i}: sequences out of range")
-        if level > MAX_LEVEL:
-            raise CorruptManifestError(key, f"ref {i} ('{ref_key}') has level {level}, above {MAX_LEVEL}")
-        if refs and first != refs[-1].last_sequence + 1:
-            raise CorruptManifestError(
-                key,
-                f"ref {i} starts at {first}, not at {refs[-1].last_sequence + 1} (refs must be contiguous)",
-            )
-        refs.append(SegmentRef(first, n_entries, level, length, oldest, sha, ref_key))
-    if pos != end:
-        raise CorruptManifestError(key, f"{end - pos} unexpected bytes after the last ref")
-    return refs
-
-
 _Children = Callable[[SegmentRef], Sequence[SegmentRef]]
 """Reads an index object's refs (the dequeue's expansion)."""
 
@@ -257,8 +179,6 @@ DEFAULT_SEGMENT_ENTRIES = 2048
 """K, as the JVM's ``ManifestHead.DefaultSegmentEntries``: a queue that never holds more stays RFC v1."""
 MAX_SEGMENT_ENTRIES = (1 << 31) - 1
 """The largest K (the JVM's ``Int.MaxValue``): it keeps every queue v1, for RFC v1 readers."""
-NO_BATCH_TIME = (1 << 63) - 1
-"""A ref's ``oldest_batch_ms`` when none of its locations is a ULID batch name."""
 
 _ENTRY_HEAD = struct.Struct("<IQH")  # entry_len, sequence, location_len
 _ENTRY_FIXED = 8 + 2 + 4
@@ -426,15 +346,19 @@ class RawHead:
         max_tail: int,
         seal: Callable[[SealedTail], SegmentRef],
         fold: Callable[[Sequence[SegmentRef]], SegmentRef],
+        seal_all: Callable[[Sequence[SealedTail]], Sequence[SegmentRef]] | None = None,
+        read_segment: Callable[[SegmentRef], bytes] | None = None,
+        align: int | None = None,
     ) -> tuple[bytes, int]:
         """Appends entries (``NewEntry``: location, metadata and an optional extension, docs/format.md
         §2.1) at ``next_sequence``. When the tail would exceed
-        ``max_tail`` (K) entries, the current tail is sealed first: ``seal`` stores the segment and returns
-        its ref, and the new entries become the whole tail. Then the refs are folded (F = ``fanout(K)``):
-        while the last F refs have one level and none of them is the first ref, ``fold`` stores them as an
-        index object one level up (``osqueue.format.index_object.fold_index``) and returns its ref, which
-        replaces them. Returns the bytes and the
-        first new sequence.
+        ``max_tail`` (K) entries, the current tail is sealed first, in chunks of exactly K entries aligned
+        on ``align`` (default: the tail's first sequence; :mod:`osqueue.format.segment_chunks`):
+        ``seal_all`` (default: ``seal`` one by one) stores them and returns their refs (a reused object may
+        start below the tail's first sequence when a dequeue took part of it since), and the new entries
+        become the whole tail. After each new ref the refs are folded (F = ``fanout(K)``, :func:`_folded`).
+        With ``read_segment`` (the checked bytes of a ref), a segment ref of more than 2K entries is
+        replaced by its chunks too. Returns the bytes and the first new sequence.
         """
         k = len(entries)
         if self.tail_size + k > U32_MAX:
@@ -443,19 +367,51 @@ class RawHead:
         if base + k > MAX_SEQUENCE:
             raise CorruptManifestError(self.key, "appending would take sequences past 2^63")
         added = b"".join(encode_new_entry(base + i, e) for i, e in enumerate(entries))
+        put_all = seal_all or (lambda tails: [seal(t) for t in tails])
+        refs = self.refs if read_segment is None else self._resplit(max_tail, put_all, fold, read_segment)
         if self.tail_size == 0 or self.tail_size + k <= max_tail:
-            body = self.raw[self._refs_from : self._tail_until] + added
+            if refs is self.refs:
+                body = self.raw[self._refs_from : self._tail_until] + added
+            else:
+                body = encode_refs(refs) + self.raw[self._tail_from : self._tail_until] + added
             low = self.first_sequence if self.refs or self.tail_size else base
-            return _framed(self.sections, self.refs, body, low, self.tail_size + k, base + k, self.epoch), base
-        spans = self._spans
-        sealed = self.raw[self._tail_from : self._tail_until] + MANIFEST_FOOTER.pack(
-            self.tail_size, base, 0, FORMAT_VERSION
-        )
-        times = [t for s in spans if (t := parse_batch_ulid_ms(s.location)) is not None]
-        ref = seal(SealedTail(sealed, self.tail_first_sequence, self.tail_size, min(times, default=NO_BATCH_TIME)))
-        refs = _folded([*self.refs, ref], fanout(max_tail), fold)
-        low_water = self.low_water if self.refs else self.tail_first_sequence
+            return _framed(self.sections, refs, body, low, self.tail_size + k, base + k, self.epoch), base
+        first, spans = self.tail_first_sequence, self._spans
+        run = EntryRun(self.raw, [s.start for s in spans], self._tail_until, [s.location for s in spans], first)
+        chunks = cut_chunks(run, max_tail, first if align is None or align > first else align)
+        sealed = put_all([SealedTail(c.data, c.first_sequence, c.entry_count, c.oldest_batch_ms) for c in chunks])
+        for c, ref in zip(chunks, sealed, strict=True):
+            # Only the first chunk of a v1 tail may be a reused object that starts below it (low_water inside).
+            below = not refs and ref.first_sequence < c.first_sequence
+            if ref.last_sequence != c.last_sequence or (ref.first_sequence != c.first_sequence and not below):
+                raise CorruptManifestError(ref.key, f"sealed as {c.first_sequence} to {c.last_sequence}, not as listed")
+            refs = _folded([*refs, ref], fanout(max_tail), fold)
+        low_water = self.low_water if self.refs else first
         return _framed(self.sections, refs, encode_refs(refs) + added, low_water, k, base + k, self.epoch), base
+
+    def _resplit(
+        self,
+        max_tail: int,
+        put_all: Callable[[Sequence[SealedTail]], Sequence[SegmentRef]],
+        fold: Callable[[Sequence[SegmentRef]], SegmentRef],
+        read_segment: Callable[[SegmentRef], bytes],
+    ) -> list[SegmentRef]:
+        """The refs, every segment of over 2K entries replaced by its chunks (none below ``low_water``), folded."""
+        if not any(r.level == 0 and r.entry_count > 2 * max_tail for r in self.refs):
+            return self.refs
+        out: list[SegmentRef] = []
+        for r in self.refs:
+            if r.level != 0 or r.entry_count <= 2 * max_tail:
+                out.append(r)
+                continue
+            chunks = cut_chunks(segment_run(read_segment(r), r.key), max_tail, r.first_sequence, self.low_water)
+            part: list[SegmentRef] = []
+            for ref in put_all(
+                [SealedTail(c.data, c.first_sequence, c.entry_count, c.oldest_batch_ms) for c in chunks]
+            ):
+                part = _folded([*part, ref], fanout(max_tail), fold)
+            out += part
+        return out
 
     def dequeued_through(
         self, through: int, children: Callable[[SegmentRef], Sequence[SegmentRef]]
@@ -556,24 +512,6 @@ def parse_head(raw: bytes, key: str) -> RawHead:
     return RawHead(
         raw, key, version, count, next_sequence, epoch, ref_list, low_water, tail_from, tail_until, sections, refs_from
     )
-
-
-def encode_refs(refs: Sequence[SegmentRef]) -> bytes:
-    """The refs region of a head or an index object, refs back to back."""
-    parts = []
-    for r in refs:
-        k = r.key.encode("utf-8")
-        if (
-            len(r.sha256) != 32
-            or len(k) > 0xFFFF
-            or r.byte_length > U32_MAX
-            or not 1 <= r.entry_count <= U64_MAX
-            or not 0 <= r.level <= MAX_LEVEL
-        ):
-            raise CorruptManifestError(r.key, "ref does not fit its wire format")
-        parts.append(_REF_HEAD.pack(r.first_sequence, r.entry_count, r.level, r.byte_length, r.oldest_batch_ms))
-        parts += [r.sha256, struct.pack("<H", len(k)), k]
-    return b"".join(parts)
 
 
 def _framed(sections: HeadSections, refs: Sequence[SegmentRef], body: bytes, *fields: int) -> bytes:

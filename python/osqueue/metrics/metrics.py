@@ -56,6 +56,7 @@ SPOOL_OLDEST_ENTRY_AGE_SECONDS = "buffer.spool_oldest_entry_age_seconds"
 SPOOL_REPLAYED_BATCHES = "buffer.spool_replayed_batches"
 SPOOL_DROPPED_ENTRIES = "buffer.spool_dropped_entries"
 SPOOL_FULL_WAITS = "buffer.spool_full_waits"
+SEGMENTS_RESPLIT = "buffer.segments_resplit"
 
 _LabelKey = tuple[tuple[str, str], ...]
 

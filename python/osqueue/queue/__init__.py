@@ -28,7 +28,7 @@ from osqueue.queue.cas_loop import (
 )
 from osqueue.queue.cas_object import CasObject, Snapshot
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, OWNER_NAME, DataPrefixOwner, claim_data_prefix
-from osqueue.queue.manifest_appender import MAX_REUPLOADS, EnqueueResult
+from osqueue.queue.manifest_appender import MAX_REUPLOADS, EnqueueResult, ManifestAppender
 from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.queue_consumer import BatchDescriptor, QueueConsumer
 from osqueue.queue.queue_producer import QueueProducer
@@ -47,6 +47,7 @@ __all__ = [
     "DataPrefixOwner",
     "claim_data_prefix",
     "EnqueueResult",
+    "ManifestAppender",
     "MAX_REUPLOADS",
     "QueueProducer",
     "BatchDescriptor",

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
 from osqueue import metrics as m
-from osqueue.clock import Clock, SystemClock
-from osqueue.errors import AmbiguousCommitError, StoreError
+from osqueue.clock import Clock
+from osqueue.errors import AmbiguousCommitError, CorruptManifestError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch
 from osqueue.format.index_object import decode_segment, fold_index
@@ -20,16 +21,16 @@ from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import (
     DEFAULT_SEGMENT_ENTRIES,
     SealedTail,
-    SegmentRef,
     parse_head,
 )
+from osqueue.format.segment_chunks import PARALLEL_PUTS
+from osqueue.format.segment_ref import SegmentRef
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
 from osqueue.queue.cas_object import Snapshot
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_store import ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.queue.segment_tree import SegmentTree
-from osqueue.store.object_store import ObjectStore
 
 # Producer side: group commit
 
@@ -88,12 +89,17 @@ class ManifestAppender:
         )
         self.segment_tree = SegmentTree(manifest)
         self.refs = 0
-        self.shared_as: _CommitterKey | None = None  # its key in the process's committers, once shared
+        self.shared_as: tuple[object, ...] | None = None  # its key in group_committers, once shared
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._thread: threading.Thread | None = None
         # Data prefixes proven to be this queue's, with the queue's grace period (None: no record yet).
         self._claimed: dict[str, int | None] = {}
+        # Within one commit: the chunks stored so far by last sequence (a retry reuses them), the alignment
+        # of its seal of a v1 tail (first sequence, next_sequence then) and the oversized segments read.
+        self._stored: dict[int, tuple[SealedTail, SegmentRef, float]] = {}
+        self._align: tuple[int, int] | None = None
+        self._resplit_read: dict[tuple[str, bytes], bytes] = {}
 
     def submit(self, pending: _Pending) -> None:
         with self._cond:
@@ -179,21 +185,75 @@ class ManifestAppender:
             self._refresh_stale(group)
             entries: list[NewEntry] = [(p.location, p.metadata, p.extension) for p in group]
             put_started: list[float] = []
-            new_raw, base = parse_head(raw, self.manifest.key).appended(
+            head = parse_head(raw, self.manifest.key)
+            align = None
+            if self._align is not None and not head.refs and self._align[0] <= head.first_sequence < self._align[1]:
+                align = self._align[0]  # a retry of a v1 seal keeps its chunk boundaries (ADR 0007)
+            new_raw, base = head.appended(
                 entries,
                 self.segment_entries,
                 partial(self._seal, put_started=put_started),
                 partial(self._fold, put_started=put_started),
+                seal_all=partial(self._seal_all, put_started=put_started, max_age_ms=max_age_ms),
+                read_segment=self._read_oversized,
+                align=align,
             )
-            fresh = not put_started or (self.clock.monotonic() - put_started[0]) * 1000 < max_age_ms
+            if not head.refs and head.tail_size + len(entries) > self.segment_entries and head.tail_size:
+                self._align = (head.first_sequence if align is None else align, head.next_sequence)
+            fresh = not put_started or (self.clock.monotonic() - min(put_started)) * 1000 < max_age_ms
             if fresh and not any(self._is_stale(p) for p in group):
                 return new_raw, base
+            self._stored.clear()
             tries += 1
             if tries > MAX_REUPLOADS:
                 raise StoreError(
                     f"'{self.manifest.key}': {tries} seals or folds in a row took longer than half the GC grace "
                     f"period ({max_age_ms} ms); increase gc_grace_period or make writes faster"
                 )
+
+    def _seal_all(self, tails: Sequence[SealedTail], put_started: list[float], max_age_ms: int) -> list[SegmentRef]:
+        """Stores chunks as segments, PARALLEL_PUTS at a time. A chunk this commit already stored (an attempt
+        before a conflict) is reused while fresh: entries never change once appended, so its bytes are still
+        right; a first chunk a dequeue took part of since is reused too (low_water then falls inside it)."""
+        refs: list[SegmentRef | None] = [None] * len(tails)
+        todo: list[int] = []
+        now = self.clock.monotonic()
+        for i, t in enumerate(tails):
+            found = self._stored.get(t.first_sequence + t.entry_count - 1)
+            if found is not None and (now - found[2]) * 1000 < max_age_ms:
+                old, ref, started = found
+                same = old.data == t.data
+                if same or (i == 0 and old.first_sequence < t.first_sequence and old.data[:-22].endswith(t.data[:-22])):
+                    refs[i] = ref
+                    put_started.append(started)
+                    continue
+            todo.append(i)
+
+        def store(i: int) -> None:
+            started = self.clock.monotonic()
+            ref = refs[i] = self._seal(tails[i], put_started)
+            self._stored[tails[i].first_sequence + tails[i].entry_count - 1] = (tails[i], ref, started)
+
+        if len(todo) <= 1:
+            for i in todo:
+                store(i)
+        else:
+            with ThreadPoolExecutor(min(PARALLEL_PUTS, len(todo)), thread_name_prefix="osqueue-seal") as pool:
+                list(pool.map(store, todo))
+        return [r for r in refs if r is not None]
+
+    def _read_oversized(self, ref: SegmentRef) -> bytes:
+        """An oversized segment's bytes, checked against its ref (once per commit), to be split into chunks."""
+        data = self._resplit_read.get((ref.key, ref.sha256))
+        if data is None:
+            data = self.manifest.read_segment_bytes(ref)
+            if data is None:
+                raise CorruptManifestError(ref.key, f"segment of '{self.manifest.key}' is listed but missing")
+            if len(data) != ref.byte_length or hashlib.sha256(data).digest() != ref.sha256:
+                raise CorruptManifestError(ref.key, "segment: its length or SHA-256 differs from the head's ref")
+            self._resplit_read[(ref.key, ref.sha256)] = data
+            self.metrics.counter(m.SEGMENTS_RESPLIT).inc()
+        return data
 
     def _seal(self, sealed: SealedTail, put_started: list[float]) -> SegmentRef:
         """Stores a sealed tail as a new segment (an unconditional PUT under a fresh name)."""
@@ -370,6 +430,27 @@ class ManifestAppender:
                 owner = claim_data_prefix(self.manifest.store, self.manifest.key, prefix, self.clock)
                 self._claimed[prefix] = None if owner is None else owner.gc_grace_period_ms
 
+    def seal(self) -> int:
+        """A CAS that only seals (``osqueue seal``): a tail of more than K entries into segments of K, and
+        segments of more than 2K entries into their chunks (docs/format.md §2.2). Returns how many entries it
+        moved (0: nothing to seal, nothing written). Sealing never changes what is queued, so a write of
+        unknown outcome is simply tried again on what the head then holds."""
+        self._stored, self._align, self._resplit_read = {}, None, {}
+        k = self.segment_entries
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[int]:
+            if snapshot.raw is None:
+                return Done(0)
+            head = parse_head(snapshot.raw, self.manifest.key)
+            moved = sum(r.entry_count for r in head.refs if r.level == 0 and r.entry_count > 2 * k)
+            moved += head.tail_size if head.tail_size > k else 0
+            if moved == 0:
+                return Done(0)
+            new_raw, _ = self._appended(snapshot.raw, [])
+            return Write(new_raw, lambda: moved)
+
+        return self.loop.run(step)
+
     def commit_one(
         self,
         location: str,
@@ -401,6 +482,7 @@ class ManifestAppender:
     ) -> list[EnqueueResult]:
         """Appends the group in one write through the CAS loop (JVM: ``ManifestAppender.append``)."""
         self._claim_prefixes(group)
+        self._stored, self._align, self._resplit_read = {}, None, {}
         attempts: list[_Attempt] = list(seeded)
         last_sent: _Attempt | None = None
 
@@ -469,72 +551,6 @@ class _AppendSettle:
             if a.unknown_outcome and not a.resolved_not_landed:
                 return f"a write of {len(a.locations)} entries at sequence {a.base}"
         return None
-
-
-_CommitterKey = tuple[int, str, tuple[object, ...]]
-_committers: dict[_CommitterKey, tuple[ObjectStore, ManifestAppender]] = {}
-_committers_lock = threading.Lock()
-
-
-def _settings_key(
-    clock: Clock | None,
-    rng: random.Random | None,
-    policy: RetryPolicy,
-    metrics: m.MetricsRegistry,
-    segment_entries: int,
-) -> tuple[object, ...]:
-    """What a group committer uses, as a key: producers share a committer only when all of it is the same
-    (the clock, random source and registry by identity; any system clock and "no random source given" are
-    alike). The shared committer holds these objects, so their ids stay theirs while it is in the map."""
-    return (
-        None if clock is None or type(clock) is SystemClock else id(clock),
-        None if rng is None else id(rng),
-        policy,
-        id(metrics),
-        segment_entries,
-    )
-
-
-def _acquire_committer(
-    store: ObjectStore,
-    key: str,
-    clock: Clock | None,
-    rng: random.Random | None,
-    policy: RetryPolicy,
-    metrics: m.MetricsRegistry,
-    segment_entries: int,
-) -> ManifestAppender:
-    """The committer of (store, key) with these settings: shared with the producers that have the same
-    settings, so their appends group into one write; a producer whose settings differ gets its own (its
-    writes then meet the others' through the CAS loop), so every producer's K, retry policy, clock and
-    metrics apply to its own appends."""
-    committer_key = (id(store), key, _settings_key(clock, rng, policy, metrics, segment_entries))
-    with _committers_lock:
-        found = _committers.get(committer_key)
-        if found is None or found[0] is not store:
-            committer = ManifestAppender(
-                ManifestStore(store, key),
-                clock or SystemClock(),
-                rng or random.Random(),
-                policy,
-                metrics,
-                segment_entries,
-            )
-            committer.shared_as = committer_key
-            _committers[committer_key] = (store, committer)
-        else:
-            committer = found[1]
-        committer.refs += 1
-        return committer
-
-
-def _release_committer(committer: ManifestAppender) -> None:
-    with _committers_lock:
-        committer.refs -= 1
-        key = committer.shared_as
-        found = None if key is None else _committers.get(key)
-        if key is not None and committer.refs <= 0 and found is not None and found[1] is committer:
-            del _committers[key]
 
 
 # Re-uploads of one stale batch before giving up (each copy took longer than half the grace period).

@@ -11,9 +11,10 @@ from osqueue.format.incarnation import INCARNATION_SUFFIX
 from osqueue.format.index_object import FoldedIndex, decode_index, decode_segment
 from osqueue.format.manifest import Manifest, ManifestEntry
 from osqueue.format.manifest_codec import decode_manifest, empty_manifest
-from osqueue.format.manifest_head import RawHead, SealedTail, SegmentRef, parse_head
+from osqueue.format.manifest_head import RawHead, SealedTail, parse_head
 from osqueue.format.segment_names import new_index_key
 from osqueue.format.segment_names import new_key as new_segment_key
+from osqueue.format.segment_ref import SegmentRef
 from osqueue.queue.cas_object import CasObject
 from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import CasOutcome, ObjectStore, ObjectVersion

@@ -16,7 +16,8 @@ from osqueue.format.head_sections import HEAD_SECTIONS_VERSION, HeadSections, Un
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch, next_epoch
 from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
-from osqueue.format.manifest_head import RawHead, SegmentRef, parse_head
+from osqueue.format.manifest_head import RawHead, parse_head
+from osqueue.format.segment_ref import SegmentRef
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Write
 from osqueue.queue.cas_object import Snapshot
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore

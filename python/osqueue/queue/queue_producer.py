@@ -13,7 +13,8 @@ from osqueue.errors import IllegalQueueStateError, InvalidConfigError
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import encode_entry
 from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES, MAX_SEGMENT_ENTRIES
-from osqueue.queue.manifest_appender import EnqueueResult, _acquire_committer, _Pending, _release_committer
+from osqueue.queue.group_committers import acquire_committer, release_committer
+from osqueue.queue.manifest_appender import EnqueueResult, _Pending
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore, validate_key
@@ -63,7 +64,7 @@ class QueueProducer:
         validate_key(manifest_key)
         check_segment_entries(manifest_segment_entries)
         self._key = manifest_key
-        self._committer = _acquire_committer(
+        self._committer = acquire_committer(
             store,
             manifest_key,
             clock,
@@ -132,7 +133,7 @@ class QueueProducer:
             if self._closed:
                 return
             self._closed = True
-        _release_committer(self._committer)
+        release_committer(self._committer)
 
     def __enter__(self) -> QueueProducer:
         return self

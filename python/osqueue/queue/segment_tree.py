@@ -18,7 +18,8 @@ from osqueue.errors import CorruptManifestError
 from osqueue.format.incarnation import incarnation_of
 from osqueue.format.index_object import decode_segment
 from osqueue.format.manifest import ManifestEntry
-from osqueue.format.manifest_head import RawHead, SegmentRef
+from osqueue.format.manifest_head import RawHead
+from osqueue.format.segment_ref import SegmentRef
 
 if TYPE_CHECKING:
     from osqueue.queue.manifest_store import ManifestStore

@@ -36,7 +36,8 @@ from osqueue.format.incarnation import new_incarnation_epoch
 from osqueue.format.index_object import fold_index
 from osqueue.format.manifest import MetadataItem, NewEntry
 from osqueue.format.manifest_codec import empty_manifest
-from osqueue.format.manifest_head import SealedTail, SegmentRef, parse_head
+from osqueue.format.manifest_head import SealedTail, parse_head
+from osqueue.format.segment_ref import SegmentRef
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Write
 from osqueue.queue.cas_object import CasObject, Snapshot
 from osqueue.queue.data_prefix_owner import claim_data_prefix

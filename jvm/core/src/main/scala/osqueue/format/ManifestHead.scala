@@ -99,13 +99,24 @@ final class ManifestHead private (
 
   /**
    * Appends `entries` at `nextSequence`. When the tail would exceed `maxTail` (K) entries, the
-   * current tail is sealed first: `seal` must store the segment and return its ref, and the new
-   * entries become the whole tail. Then the refs are folded with fan-out `fanout(maxTail)`: while
-   * the last F refs have one level and the first ref is not among them, `fold` must store them as
-   * an index object and return its ref, which replaces them. Returns the bytes and the first new sequence.
+   * current tail is sealed first, in chunks of exactly K entries aligned on `align` (default: the
+   * tail's first sequence; `SegmentChunks`): `sealAll` (default: `seal` one by one) must store them
+   * and return their refs (a reused object may start below the tail's first sequence when a dequeue
+   * took part of it since), and the new entries become the whole tail. After each new ref the refs are
+   * folded with fan-out `fanout(maxTail)`: while the last F refs have one level and the first ref is
+   * not among them, `fold` must store them as an index object and return its ref, which replaces
+   * them. With `readSegment` (the checked bytes of a ref), a segment ref of more than 2K entries is
+   * replaced by its chunks too. Returns the bytes and the first new sequence.
    */
   def appended(entries: Seq[NewEntry], maxTail: Int, seal: SealedTail => SegmentRef,
-      fold: FoldedIndex => SegmentRef): (Array[Byte], Long) = {
+      fold: FoldedIndex => SegmentRef): (Array[Byte], Long) = appended(entries, maxTail, seal, fold, None, None, None)
+
+  /** [[appended]] with the chunks stored by `sealAll`, oversized segments split (`readSegment`) and `align`. */
+  def appended(entries: Seq[NewEntry], maxTail: Int, seal: SealedTail => SegmentRef,
+      fold: FoldedIndex => SegmentRef,
+      sealAll: Option[IndexedSeq[SealedTail] => IndexedSeq[SegmentRef]],
+      readSegment: Option[SegmentRef => Array[Byte]],
+      align: Option[Long]): (Array[Byte], Long) = {
     if (tailSpans.size.toLong + entries.size > 0xFFFFFFFFL)
       throw new CorruptManifestException(key, "entry_count would overflow u32")
     if (footer.nextSequence > Long.MaxValue - entries.size)
@@ -114,27 +125,55 @@ final class ManifestHead private (
     val added = new ByteArrayOutputStream(entries.size * 128)
     entries.zipWithIndex.foreach { case (e, i) => ManifestCodec.encodeEntry(added, base + i, e.location, e.metadata, e.extension) }
     val next = footer.copy(nextSequence = base + entries.size)
+    val putAll = sealAll.getOrElse((tails: IndexedSeq[SealedTail]) => tails.map(seal))
+    val current = readSegment.fold(refs)(read => resplit(maxTail, putAll, fold, read))
     if (tailSpans.isEmpty || tailSpans.size.toLong + entries.size <= maxTail) {
       val out = new ByteArrayOutputStream(raw.length + added.size())
-      out.write(raw, 0, tailUntil)
+      if (current eq refs) out.write(raw, 0, tailUntil)
+      else {
+        if (!sections.isEmpty) out.write(HeadSections.encode(sections))
+        out.write(encodeRefs(current))
+        out.write(raw, tailFrom, tailUntil - tailFrom)
+      }
       added.writeTo(out)
       val newTail = tailSpans.size + entries.size
-      out.write(tailEnd(sections, refs, if (isSegmented) lowWater else tailFirstSequence, next.copy(entryCount = newTail)))
+      out.write(tailEnd(sections, current, if (isSegmented) lowWater else tailFirstSequence, next.copy(entryCount = newTail)))
       (finish(out.toByteArray, sections), base)
     } else {
-      val sealedBytes = new ByteArrayOutputStream(tailUntil - tailFrom + FooterSize)
-      sealedBytes.write(raw, tailFrom, tailUntil - tailFrom)
-      sealedBytes.write(ManifestCodec.encodeFooter(ManifestFooter(tailSpans.size, footer.nextSequence, 0L)))
-      val oldest = tailSpans.flatMap(s => BatchNames.ulidTimeMs(s.location)).reduceOption(_ min _).getOrElse(Long.MaxValue)
-      val ref = seal(SealedTail(sealedBytes.toByteArray, tailSpans.head.sequence, tailSpans.size, oldest))
-      val folded = foldRefs(refs :+ ref, fanout(maxTail), fold)
+      val first = tailSpans.head.sequence
+      val chunks = SegmentChunks.cutChunks(SegmentChunks.tailRun(raw, tailSpans), maxTail, align.filter(_ <= first).getOrElse(first))
+      val sealedRefs = putAll(chunks.map(_.sealedTail))
+      var folded = current
+      chunks.zip(sealedRefs).foreach { case (c, ref) =>
+        // Only the first chunk of a v1 tail may be a reused object that starts below it (low_water inside).
+        if (ref.lastSequence != c.lastSequence ||
+          !(ref.firstSequence == c.firstSequence || (folded.isEmpty && ref.firstSequence < c.firstSequence)))
+          throw new CorruptManifestException(ref.key, s"sealed as ${c.firstSequence} to ${c.lastSequence}, not as listed")
+        folded = foldRefs(folded :+ ref, fanout(maxTail), fold)
+      }
       val out = new ByteArrayOutputStream(added.size() + folded.size * 128 + 64)
       if (!sections.isEmpty) out.write(HeadSections.encode(sections))
       out.write(encodeRefs(folded))
       added.writeTo(out)
-      out.write(tailEnd(sections, folded, if (isSegmented) lowWater else tailSpans.head.sequence,
-          next.copy(entryCount = entries.size)))
+      out.write(tailEnd(sections, folded, if (isSegmented) lowWater else first, next.copy(entryCount = entries.size)))
       (finish(out.toByteArray, sections), base)
+    }
+  }
+
+  /**
+   * The refs with every segment of more than 2K entries replaced by its chunks (those wholly below
+   * `lowWater` left out), folded among themselves; `refs` itself when there is none.
+   */
+  private def resplit(k: Int, putAll: IndexedSeq[SealedTail] => IndexedSeq[SegmentRef], fold: FoldedIndex => SegmentRef,
+      read: SegmentRef => Array[Byte]): IndexedSeq[SegmentRef] = {
+    def oversized(r: SegmentRef) = r.level == 0 && r.entryCount > 2L * k
+    if (!refs.exists(oversized)) refs
+    else refs.flatMap { r =>
+      if (!oversized(r)) IndexedSeq(r)
+      else {
+        val chunks = SegmentChunks.cutChunks(SegmentChunks.segmentRun(read(r), r.key), k, r.firstSequence, lowWater)
+        putAll(chunks.map(_.sealedTail)).foldLeft(IndexedSeq.empty[SegmentRef])((part, ref) => foldRefs(part :+ ref, fanout(k), fold))
+      }
     }
   }
 

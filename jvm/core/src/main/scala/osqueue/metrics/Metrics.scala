@@ -87,6 +87,7 @@ object MetricNames {
   val SpoolReplayedBatches = "buffer.spool_replayed_batches"
   val SpoolDroppedEntries = "buffer.spool_dropped_entries"
   val SpoolFullWaits = "buffer.spool_full_waits"
+  val SegmentsResplit = "buffer.segments_resplit"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
   val BatchesUnverified = "buffer.batches_unverified"
 }

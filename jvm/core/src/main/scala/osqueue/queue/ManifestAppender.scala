@@ -3,8 +3,8 @@ package osqueue.queue
 import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 
-import osqueue.{AmbiguousCommitException, Clock, RandomSource, StoreException, SystemRandomSource}
-import osqueue.format.{BatchNames, Incarnation, ManifestEntry, ManifestHead, NewEntry}
+import osqueue.{AmbiguousCommitException, Clock, CorruptManifestException, RandomSource, StoreException, SystemRandomSource}
+import osqueue.format.{BatchNames, Incarnation, ManifestCodec, ManifestEntry, ManifestHead, NewEntry, SealedTail, SegmentRef}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -36,9 +36,10 @@ final class ManifestAppender(
   private val reuploaded = metrics.counter(MetricNames.BatchesReuploaded)
   private val resolvedByReceipts = metrics.counter(MetricNames.AmbiguitiesResolvedByReceipts)
   private val segmentsSealed = metrics.counter(MetricNames.SegmentsSealed)
+  private val segmentsResplit = metrics.counter(MetricNames.SegmentsResplit)
   private val tree = new SegmentTree(manifest)
 
-  import ManifestAppender.Attempt
+  import ManifestAppender.{Attempt, SealState}
 
   /** Data prefixes proven to be this queue's, with the queue's grace period (Long.MaxValue: no record yet). */
   private val claimed = new java.util.concurrent.ConcurrentHashMap[String, java.lang.Long]()
@@ -78,13 +79,18 @@ final class ManifestAppender(
    * stale batches are (§6); the objects left behind are orphans for GC. The batches are checked
    * again too: slow PUTs age them as well.
    */
-  private def appendedFresh(head: ManifestHead, group: IndexedSeq[PendingLocation]): (Array[Byte], Long) = {
+  private def appendedFresh(head: ManifestHead, group: IndexedSeq[PendingLocation],
+      state: SealState = new SealState): (Array[Byte], Long) = {
     var tries = 0
+    val maxAge = segmentMaxAgeMs
     while (true) {
       refreshStaleUploads(group)
       val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
-      var firstPutStarted = Option.empty[Long]
-      def putStarted(): Unit = if (firstPutStarted.isEmpty) firstPutStarted = Some(clock.nanoTime())
+      val putStarts = new java.util.concurrent.ConcurrentLinkedQueue[java.lang.Long]()
+      def putStarted(): Unit = putStarts.add(clock.nanoTime())
+      // A retry of a v1 seal keeps its chunk boundaries (ADR 0007), so it can reuse its chunks.
+      val align = state.align.filter { case (a, end) => !head.isSegmented && a <= head.firstSequence && head.firstSequence < end }
+        .map(_._1)
       val result = head.appended(entries, segmentEntries,
         { t =>
           segmentsSealed.increment()
@@ -92,19 +98,89 @@ final class ManifestAppender(
         },
         { f =>
           putStarted(); manifest.writeIndex(f, clock.nowMillis())
-        })
-      if (firstPutStarted.forall(elapsedMs(_) < segmentMaxAgeMs) && !group.exists(isStale)) return result
+        },
+        Some((tails: IndexedSeq[SealedTail]) => sealAll(tails, state, maxAge, putStarts)),
+        Some((ref: SegmentRef) => readOversized(ref, state)), align)
+      if (!head.isSegmented && head.tailSize > 0 && head.tailSize.toLong + entries.size > segmentEntries)
+        state.align = Some((align.getOrElse(head.firstSequence), head.nextSequence))
+      var oldest = Long.MaxValue
+      putStarts.forEach(t => oldest = math.min(oldest, t.longValue))
+      if ((putStarts.isEmpty || elapsedMs(oldest) < maxAge) && !group.exists(isStale)) return result
+      state.stored.clear()
       tries += 1
       if (tries > ManifestAppender.MaxReuploads)
         throw new StoreException(
           s"'${manifest.describe}': ${tries} seals or folds in a row took longer than half the GC grace period " +
-            s"($segmentMaxAgeMs ms); increase the GC grace period or make writes faster")
+            s"($maxAge ms); increase the GC grace period or make writes faster")
     }
     throw new IllegalStateException("unreachable")
   }
 
+  /**
+   * Stores chunks as segments, 8 at a time. A chunk this append already stored (an attempt before a
+   * conflict) is reused while fresh: entries never change once appended, so its bytes are still right; a
+   * first chunk a dequeue took part of since is reused too (low_water then falls inside it).
+   */
+  private def sealAll(tails: IndexedSeq[SealedTail], state: SealState, maxAge: Long,
+      putStarts: java.util.Queue[java.lang.Long]): IndexedSeq[SegmentRef] = {
+    def suffix(a: Array[Byte], b: Array[Byte]): Boolean = {
+      val n = b.length - ManifestCodec.FooterSize
+      val off = a.length - ManifestCodec.FooterSize - n
+      off >= 0 && java.util.Arrays.equals(a, off, off + n, b, 0, n)
+    }
+    val reused: IndexedSeq[Option[SegmentRef]] = tails.zipWithIndex.map { case (t, i) =>
+      state.stored.get(t.firstSequence + t.entryCount - 1).collect {
+        case (old, ref, started)
+            if elapsedMs(started) < maxAge && (java.util.Arrays.equals(old.bytes, t.bytes) ||
+              (i == 0 && old.firstSequence < t.firstSequence && suffix(old.bytes, t.bytes))) =>
+          putStarts.add(started); ref
+      }
+    }
+    val todo = tails.indices.filter(reused(_).isEmpty)
+    val starts = new Array[Long](tails.size)
+    val written = manifest.writeSegments(todo.map(tails), () => clock.nowMillis(),
+      { j =>
+        val now = clock.nanoTime(); starts(todo(j)) = now; putStarts.add(now); segmentsSealed.increment()
+      })
+    todo.zip(written).foreach { case (i, ref) => state.stored(ref.lastSequence) = (tails(i), ref, starts(i)) }
+    val byIndex = todo.zip(written).toMap
+    tails.indices.map(i => reused(i).getOrElse(byIndex(i)))
+  }
+
+  /** An oversized segment's bytes, checked against its ref (once per append), to be split into chunks. */
+  private def readOversized(ref: SegmentRef, state: SealState): Array[Byte] = state.read.getOrElseUpdate(ref.key, {
+      val bytes = manifest.readSegmentBytes(ref).getOrElse(throw new CorruptManifestException(ref.key,
+          s"segment of '${manifest.describe}' is listed but missing"))
+      if (bytes.length.toLong != ref.byteLength || !java.util.Arrays.equals(ManifestHead.sha256(bytes), ref.sha256))
+        throw new CorruptManifestException(ref.key, "segment: its length or SHA-256 differs from the head's ref")
+      segmentsResplit.increment()
+      bytes
+    })
+
+  /**
+   * A CAS that only seals (`osqueue seal`): a tail of more than K entries into segments of K, and
+   * segments of more than 2K entries into their chunks (docs/format.md §2.2). Returns how many entries
+   * it moved (0: nothing to seal, nothing written). Sealing never changes what is queued, so a write of
+   * unknown outcome is simply tried again on what the head then holds.
+   */
+  def seal(): Long = {
+    val state = new SealState
+    val k = segmentEntries.toLong
+    loop.run[Long]({ (snapshot, _) =>
+        if (snapshot.version.isEmpty) CasStep.Done(0L)
+        else {
+          val head = ManifestHead.parse(snapshot.raw, manifest.key)
+          val moved = head.refs.filter(r => r.level == 0 && r.entryCount > 2 * k).map(_.entryCount).sum +
+            (if (head.tailSize > k) head.tailSize.toLong else 0L)
+          if (moved == 0) CasStep.Done(0L)
+          else CasStep.Write(appendedFresh(head, IndexedSeq.empty, state)._1, () => moved)
+        }
+      }, None)
+  }
+
   def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = {
     checkPrefixes(group)
+    val sealState = new SealState
     val attempts = ArrayBuffer.empty[Attempt]
     var lastSent: Option[(Long, IndexedSeq[String], Option[Long])] = None
     /** Records how the last sent write ended, once (the loop may report it to more than one callback). */
@@ -138,7 +214,7 @@ final class ManifestAppender(
             beforeWrite()
             // Creating the manifest starts a new incarnation (docs/format.md §5.2).
             val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
-            val (bytes, base) = appendedFresh(ManifestHead.parse(raw, manifest.key), group)
+            val (bytes, base) = appendedFresh(ManifestHead.parse(raw, manifest.key), group, sealState)
             // A create is judged against whichever incarnation it finds: it made that one if it landed.
             val incarnation = if (snapshot.version.isEmpty) None else Some(Incarnation.of(ManifestHead.parse(raw, manifest.key).epoch))
             lastSent = Some((base, group.map(_.location), incarnation))
@@ -244,6 +320,16 @@ final class ManifestAppender(
 }
 
 private object ManifestAppender {
+  /**
+   * Within one append (or seal): the chunks stored so far by last sequence (with when their PUT started), the
+   * alignment of its seal of a v1 tail (first sequence, next_sequence then), the oversized segments read.
+   */
+  final class SealState {
+    val stored = mutable.Map.empty[Long, (SealedTail, SegmentRef, Long)]
+    var align: Option[(Long, Long)] = None
+    val read = mutable.Map.empty[String, Array[Byte]]
+  }
+
   /** Re-uploads of one stale batch before giving up. */
   val MaxReuploads = 3
 

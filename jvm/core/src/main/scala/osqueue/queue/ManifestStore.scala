@@ -84,6 +84,19 @@ final class ManifestStore(val store: ObjectStore, val key: String) {
     ref
   }
 
+  /**
+   * Stores sealed chunks as segments, [[osqueue.format.SegmentChunks.ParallelPuts]] at a time, each named
+   * right before its PUT; `started(i)` is called as chunk `i`'s PUT starts. The refs, in order.
+   */
+  def writeSegments(tails: IndexedSeq[SealedTail], nowMs: () => Long, started: Int => Unit): IndexedSeq[SegmentRef] =
+    if (tails.size <= 1) tails.indices.map { i => started(i); writeSegment(tails(i), nowMs()) }
+    else tails.indices.map { i =>
+      CompletableFuture.supplyAsync(() => { started(i); writeSegment(tails(i), nowMs()) }, ManifestStore.writers)
+    }.map { f =>
+      try f.join()
+      catch { case e: CompletionException if e.getCause != null => throw e.getCause }
+    }
+
   /** Stores a sealed tail under a fresh segment name (before any head lists it, docs/format.md §2.2). */
   def writeSegment(sealedTail: SealedTail, nowMs: Long): SegmentRef = {
     val ref = SegmentRef.of(sealedTail, SegmentNames.newKey(key, nowMs))
@@ -121,5 +134,9 @@ object ManifestStore {
   private lazy val readers = Executors.newFixedThreadPool(ParallelReads,
     { r =>
       val t = new Thread(r, "osqueue-segment-reader"); t.setDaemon(true); t
+    })
+  private lazy val writers = Executors.newFixedThreadPool(osqueue.format.SegmentChunks.ParallelPuts,
+    { r =>
+      val t = new Thread(r, "osqueue-segment-writer"); t.setDaemon(true); t
     })
 }
