@@ -140,17 +140,9 @@ def test_the_modules_form_no_import_cycle() -> None:
     assert cycles(graph(modules())) == []
 
 
-# Private names still imported across modules, in the queue and stores, which other changes are
-# rewriting: make each public where it is defined (or move it), then drop it here.
-PRIVATE_IMPORTS_LEFT = {
-    "osqueue.queue.queue_producer: osqueue.queue.manifest_appender._Pending",
-}
-
-
 def test_no_module_imports_another_modules_private_name() -> None:
     found = {f"{name}: {p}" for name, m in modules().items() for p in m.private}
-    assert found - PRIVATE_IMPORTS_LEFT == set(), "make the name public where it is defined, or move it"
-    assert PRIVATE_IMPORTS_LEFT - found == set(), "gone: remove them from PRIVATE_IMPORTS_LEFT"
+    assert found == set(), "make the name public where it is defined, or move it"
 
 
 def test_the_scan_sees_a_nested_import_a_cycle_and_a_private_name() -> None:

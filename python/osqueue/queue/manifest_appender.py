@@ -50,7 +50,10 @@ class EnqueueResult:
 
 
 @dataclass(eq=False)
-class _Pending:
+class PendingLocation:
+    """A batch waiting for the manifest: its location, metadata and the future its append resolves
+    (JVM: ``PendingLocation``)."""
+
     location: str
     metadata: list[MetadataItem]
     future: Future[EnqueueResult]
@@ -91,7 +94,7 @@ class ManifestAppender:
         self.refs = 0
         self.shared_as: tuple[object, ...] | None = None  # its key in group_committers, once shared
         self._cond = threading.Condition()
-        self._queue: list[_Pending] = []
+        self._queue: list[PendingLocation] = []
         self._thread: threading.Thread | None = None
         # Data prefixes proven to be this queue's, with the queue's grace period (None: no record yet).
         self._claimed: dict[str, int | None] = {}
@@ -101,7 +104,7 @@ class ManifestAppender:
         self._align: tuple[int, int] | None = None
         self._resplit_read: dict[tuple[str, bytes], bytes] = {}
 
-    def submit(self, pending: _Pending) -> None:
+    def submit(self, pending: PendingLocation) -> None:
         with self._cond:
             self._queue.append(pending)
             if self._thread is None:
@@ -130,14 +133,14 @@ class ManifestAppender:
 
     # -- one group ------------------------------------------------------------------------
 
-    def _max_age_ms(self, p: _Pending) -> int | None:
+    def _max_age_ms(self, p: PendingLocation) -> int | None:
         """Half the queue's grace period if it is shorter than the one the caller was given (§6)."""
         grace = self._claimed.get(p.location.rpartition("/")[0])
         if grace is None:
             return p.max_age_ms
         return grace // 2 if p.max_age_ms is None else min(p.max_age_ms, grace // 2)
 
-    def _age_ms(self, p: _Pending) -> int | None:
+    def _age_ms(self, p: PendingLocation) -> int | None:
         """Since its PUT started: by the producer's monotonic clock (its rate counts, never its offset)
         when known, else by its ULID time, which trusts the uploader's wall clock (docs/format.md §6)."""
         if p.put_started is not None:
@@ -145,12 +148,12 @@ class ManifestAppender:
         created = parse_batch_ulid_ms(p.location)
         return None if created is None else self.clock.now_ms() - created
 
-    def _is_stale(self, p: _Pending) -> bool:
+    def _is_stale(self, p: PendingLocation) -> bool:
         max_age_ms = self._max_age_ms(p)
         age_ms = self._age_ms(p)
         return max_age_ms is not None and p.reupload is not None and age_ms is not None and age_ms >= max_age_ms
 
-    def _refresh_stale(self, group: Sequence[_Pending]) -> None:
+    def _refresh_stale(self, group: Sequence[PendingLocation]) -> None:
         for p in group:
             max_age_ms = self._max_age_ms(p)
             if max_age_ms is None or p.reupload is None:
@@ -172,7 +175,7 @@ class ManifestAppender:
                 self.metrics.counter(m.BATCHES_REUPLOADED).inc()
                 reuploads += 1
 
-    def _appended(self, raw: bytes, group: Sequence[_Pending]) -> tuple[bytes, int]:
+    def _appended(self, raw: bytes, group: Sequence[PendingLocation]) -> tuple[bytes, int]:
         """The head with the group appended: sealing the tail into a segment and folding refs into
         index objects when it passes K. Each object is written right before the head CAS that lists it; if
         the first of their PUTs started half a grace period ago when the edit is done (slow PUTs, by this
@@ -267,7 +270,7 @@ class ManifestAppender:
         put_started.append(self.clock.monotonic())
         return self.manifest.write_index(fold_index(refs), self.clock.now_ms(), self.rng)
 
-    def _segment_max_age_ms(self, group: Sequence[_Pending]) -> int:
+    def _segment_max_age_ms(self, group: Sequence[PendingLocation]) -> int:
         """Half the shortest grace period known: the callers' and the queue's (GC of segments uses the queue's)."""
         known = [p.max_age_ms for p in group if p.max_age_ms is not None]
         known += [g // 2 for g in self._claimed.values() if g is not None]
@@ -421,7 +424,7 @@ class ManifestAppender:
                 a.resolved_not_landed = True
         return None
 
-    def _claim_prefixes(self, group: Sequence[_Pending]) -> None:
+    def _claim_prefixes(self, group: Sequence[PendingLocation]) -> None:
         """Refuses to enqueue into a data prefix another queue owns (docs/format.md §6)."""
         for p in group:
             prefix = p.location.rpartition("/")[0]
@@ -470,13 +473,13 @@ class ManifestAppender:
                 anything is written again, so a write that landed is found, never appended twice.
             on_attempt: Told ``(base, location)`` right before each CAS is sent (the spool records it).
         """
-        pending = _Pending(location, list(metadata), Future(), reupload, max_age_ms, put_started, self.clock)
+        pending = PendingLocation(location, list(metadata), Future(), reupload, max_age_ms, put_started, self.clock)
         seeded = [_Attempt(base, tuple(locs), None, unknown_outcome=True) for base, locs in prior]
         return self._commit([pending], seeded, on_attempt)[0]
 
     def _commit(
         self,
-        group: list[_Pending],
+        group: list[PendingLocation],
         seeded: Sequence[_Attempt] = (),
         on_attempt: Callable[[int, str], None] | None = None,
     ) -> list[EnqueueResult]:

@@ -14,7 +14,7 @@ from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import encode_entry
 from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES, MAX_SEGMENT_ENTRIES
 from osqueue.queue.group_committers import acquire_committer, release_committer
-from osqueue.queue.manifest_appender import EnqueueResult, _Pending
+from osqueue.queue.manifest_appender import EnqueueResult, PendingLocation
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore, validate_key
@@ -117,7 +117,7 @@ class QueueProducer:
                 raise IllegalQueueStateError("this QueueProducer is closed")
             future: Future[EnqueueResult] = Future()
             self._committer.submit(
-                _Pending(location, metadata, future, reupload, max_age_ms, put_started, self._clock, extension)
+                PendingLocation(location, metadata, future, reupload, max_age_ms, put_started, self._clock, extension)
             )
             return future
 
