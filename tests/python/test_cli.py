@@ -70,6 +70,13 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _interruptible() -> None:
+    """Starts the CLI with Ctrl-C's default action, as a terminal does. Run as a background job of a
+    script (the full run's native lane), a child starts with SIGINT ignored, and Python then keeps it
+    ignored: the Ctrl-C tests would test nothing but a hang."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def make_queue(root: pathlib.Path, batches: list[list[tuple[list[bytes], bytes]]]) -> list[DurableWrite]:
     """A queue at ``root`` with one batch per element of ``batches`` (each a list of
     ``produce(entries, metadata)`` calls), ingestion times and ULIDs from a manual clock at T0_MS."""
@@ -363,6 +370,7 @@ def test_tail_follow_picks_up_new_batches(tmp_path: pathlib.Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
+        preexec_fn=_interruptible,
     )
     try:
         assert proc.stdout is not None
@@ -384,6 +392,7 @@ def test_tail_follow_stops_cleanly_on_ctrl_c(queue: tuple[pathlib.Path, list[Dur
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
+        preexec_fn=_interruptible,
     )
     try:
         assert proc.stdout is not None
@@ -406,6 +415,7 @@ def test_tail_ack_follow_dequeues_on_ctrl_c(queue: tuple[pathlib.Path, list[Dura
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
+        preexec_fn=_interruptible,
     )
     try:
         assert proc.stdout is not None
