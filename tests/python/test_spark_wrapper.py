@@ -153,6 +153,7 @@ def test_the_jar_is_chosen_by_the_installed_pyspark(
     assert JAR_REQUESTS == []
 
 
+@pytest.mark.jvm  # the bundled jars exist once sbt has built them
 def test_jar_path_joins_the_bundled_core_and_the_line_connector_once(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
