@@ -269,11 +269,19 @@ object ManifestHead {
     if (segmentsLen > trailerAt) throw corrupt(s"segments_len $segmentsLen runs past the head")
     if (count == 0) throw corrupt("a version 2 head lists no segment (a head without segments is version 1)")
     val refs = decodeRefs(raw, 0, segmentsLen.toInt, count, "segment ref", key)
+    val spans = ManifestCodec.scanSpans(raw, key, footer, segmentsLen.toInt, trailerAt)
+    checkRefsAndTail(refs, lowWater, spans, footer, key)
+    new ManifestHead(raw, key, version, footer, refs, lowWater, HeadSections.Empty, segmentsLen.toInt, trailerAt, spans)
+  }
+
+  /** The refs and the tail of a segmented head agree (§2.2): the first ref is a segment holding `lowWater`, and the tail starts where the last ref ends. */
+  private def checkRefsAndTail(refs: IndexedSeq[SegmentRef], lowWater: Long, spans: IndexedSeq[EntrySpan],
+      footer: ManifestFooter, key: String): Unit = {
+    def corrupt(msg: String) = new CorruptManifestException(key, msg)
     if (refs.head.isIndex)
       throw corrupt(s"its first ref is an index object of level ${refs.head.level} ('${refs.head.key}'), not a segment")
     if (!refs.head.contains(lowWater))
       throw corrupt(s"low_water $lowWater is not in the first segment (${refs.head.firstSequence} to ${refs.head.lastSequence})")
-    val spans = ManifestCodec.scanSpans(raw, key, footer, segmentsLen.toInt, trailerAt)
     val segmentsEnd = refs.last.lastSequence + 1
     spans.headOption match {
       case Some(s) if s.sequence != segmentsEnd =>
@@ -282,7 +290,6 @@ object ManifestHead {
         throw corrupt(s"the segments end at ${segmentsEnd - 1} but next_sequence is ${footer.nextSequence}")
       case _ =>
     }
-    new ManifestHead(raw, key, version, footer, refs, lowWater, HeadSections.Empty, segmentsLen.toInt, trailerAt, spans)
   }
 
   /** A version 3 head (docs/format.md §2.3): sections, refs (0 allowed), tail, 28-byte trailer with the CRC, footer. */
@@ -313,20 +320,8 @@ object ManifestHead {
     } else decodeRefs(raw, refsFrom, segmentsLen.toInt, count, "segment ref", key)
     val tailFrom = refsFrom + segmentsLen.toInt
     val spans = ManifestCodec.scanSpans(raw, key, footer, tailFrom, trailerAt)
-    if (refs.nonEmpty) {
-      if (refs.head.isIndex)
-        throw corrupt(s"its first ref is an index object of level ${refs.head.level} ('${refs.head.key}'), not a segment")
-      if (!refs.head.contains(lowWater))
-        throw corrupt(s"low_water $lowWater is not in the first segment (${refs.head.firstSequence} to ${refs.head.lastSequence})")
-      val segmentsEnd = refs.last.lastSequence + 1
-      spans.headOption match {
-        case Some(s) if s.sequence != segmentsEnd =>
-          throw corrupt(s"the tail starts at ${s.sequence}, not where the last segment ends ($segmentsEnd)")
-        case None if segmentsEnd != footer.nextSequence =>
-          throw corrupt(s"the segments end at ${segmentsEnd - 1} but next_sequence is ${footer.nextSequence}")
-        case _ =>
-      }
-    } else {
+    if (refs.nonEmpty) checkRefsAndTail(refs, lowWater, spans, footer, key)
+    else {
       val first = spans.headOption.map(_.sequence).getOrElse(footer.nextSequence)
       if (lowWater != first) throw corrupt(s"low_water $lowWater is not the tail's first sequence $first (no segments)")
     }
