@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from osqueue.errors import CorruptSpoolError
+from osqueue.store.local_file_system_store import fsync_directory
 
 MAGIC = b"OSQS"
 _HEADER = struct.Struct(">4sIB")  # magic, body_len, type
@@ -209,14 +210,6 @@ def decode_records(data: bytes, name: str) -> tuple[list[SpoolRecord], int]:
     return records, at
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def log_file_name(first_record_no: int) -> str:
     return f"{first_record_no:020d}.log"
 
@@ -276,7 +269,7 @@ class SpoolLog:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._file_size = 0
         self.files.append((self.next_record_no, path))
-        _fsync_dir(self._dir)
+        fsync_directory(self._dir)
 
     def append(self, records: Sequence[SpoolRecord]) -> tuple[int, str]:
         """Writes the records (one write) and returns (ticket, path of their file)."""
@@ -341,7 +334,7 @@ class SpoolLog:
                 os.unlink(p)
             self.files = [f for f in self.files if f[1] not in doomed]
         if doomed:
-            _fsync_dir(self._dir)
+            fsync_directory(self._dir)
 
     def total_bytes(self) -> int:
         return sum(os.path.getsize(p) for _, p in self.files if os.path.exists(p))

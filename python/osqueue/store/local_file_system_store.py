@@ -26,7 +26,8 @@ from osqueue.store.object_store import (
 # Local filesystem (docs/format.md §7)
 
 
-def _fsync_directory(directory: str) -> None:
+def fsync_directory(directory: str) -> None:
+    """Makes a directory's entries (a create, rename or unlink in it) durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -113,7 +114,7 @@ class LocalFileSystemStore:
             if not os.path.isdir(directory):
                 raise
         if parent and parent != directory:
-            _fsync_directory(parent)
+            fsync_directory(parent)
 
     def _write_replace(self, path: str, data: bytes) -> None:
         directory, name = os.path.split(path)
@@ -136,7 +137,7 @@ class LocalFileSystemStore:
             except OSError:
                 pass
             raise
-        _fsync_directory(directory)
+        fsync_directory(directory)
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)

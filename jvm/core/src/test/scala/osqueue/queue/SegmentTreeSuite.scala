@@ -11,7 +11,7 @@ import osqueue.format.{BatchNames, ManifestHead, SegmentNames, SegmentRef}
 import osqueue.gc.GarbageCollector
 import osqueue.metrics.MetricsRegistry
 import osqueue.store.{CasOutcome, InMemoryStore, ObjectInfo, ObjectStore, ObjectVersion, VersionedObject}
-import osqueue.testing.{FaultInjectingStore, ManualClock}
+import osqueue.testing.{FaultInjectingStore, ForwardingStore, ManualClock}
 import osqueue.testing.FaultInjectingStore.Fault
 
 /**
@@ -45,20 +45,14 @@ class SegmentTreeSuite extends AnyFunSuite {
   private def objects(store: ObjectStore) = store.list(SegmentNames.prefix(key)).map(_.key).toSet
 
   /** `inner`, running `race` once just before the first GET of `trigger` (between a reader's head read and that GET). */
-  private def racing(inner: ObjectStore, trigger: String)(race: => Unit): ObjectStore = new ObjectStore {
+  private def racing(inner: ObjectStore, trigger: String)(race: => Unit): ObjectStore = new ForwardingStore(inner) {
     private var raced = false
-    override def uri: String = inner.uri
     override def get(k: String): Option[VersionedObject] = {
       if (k == trigger && !raced) { raced = true; race }
       inner.get(k)
     }
-    override def put(k: String, bytes: Array[Byte]): Unit = inner.put(k, bytes)
-    override def putIfAbsent(k: String, bytes: Array[Byte]): CasOutcome = inner.putIfAbsent(k, bytes)
-    override def putIfVersionMatches(k: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome =
-      inner.putIfVersionMatches(k, bytes, expected)
-    override def list(prefix: String): Seq[ObjectInfo] = inner.list(prefix)
-    override def delete(k: String): Unit = inner.delete(k)
   }
+
 
   /** A consumer dequeues through `through`; the segments and index objects that dropped are deleted, as GC does. */
   private def dequeueAndCollect(store: ObjectStore, through: Long): Unit = {
