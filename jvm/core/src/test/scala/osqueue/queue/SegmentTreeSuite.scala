@@ -53,7 +53,6 @@ class SegmentTreeSuite extends AnyFunSuite {
     }
   }
 
-
   /** A consumer dequeues through `through`; the segments and index objects that dropped are deleted, as GC does. */
   private def dequeueAndCollect(store: ObjectStore, through: Long): Unit = {
     val before = tree(store).reachableKeys(head(store)).toOption.get
