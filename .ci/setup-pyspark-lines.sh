@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # One venv per pyspark of the Spark-line matrix (tests/spark_lines.sh), in .venv-pyspark/<version>,
 # with osqueue's dependencies and what the Spark tests import; cached by version (a stamp per venv).
-# The 4.1 line runs in the project venv (.venv), which has the full suite.
+# The 4.1 line runs in the project venv (.venv), which has the full suite. tests/run_all.sh starts
+# this in the background while the JVM side builds, and tests/spark_lines.sh runs it again: a lock
+# makes the second wait for the first, then find every stamp.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+mkdir -p .venv-pyspark
+exec 9>.venv-pyspark/.setup.lock
+flock 9
 # shellcheck source=/dev/null
 source .ci/pyspark-lines.env
 py="${OSQUEUE_BOOTSTRAP_PYTHON:-python3}"

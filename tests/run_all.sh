@@ -8,8 +8,9 @@
 # Two lanes: the tests that need no jar (pytest -m "not jvm": the native client, CLI, stores and
 # their test servers, then the same on Python 3.10 and 3.13) run in the background from the start,
 # logged to target/test-reports/native.log and shown at the end; the foreground builds and tests the
-# JVM side, then runs the tests that need its jars (pytest -m jvm: Spark, interop, the benchmarks)
-# and the pyspark matrix. Every pytest test runs in exactly one lane (conftest.py's marker).
+# JVM side, then runs the tests that need its jars (pytest -m jvm) in two processes: tests/spark in
+# the foreground, and beside it integration and the benchmarks, then the pyspark matrix (side.log).
+# Every pytest test runs in exactly one lane (conftest.py's marker).
 #   bash tests/run_all.sh --quick         the inner loop (under 3 minutes warm, CONTRIBUTING.md)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -53,6 +54,9 @@ rm -rf "$reports" jvm/*/target/test-reports jvm/spark/target/line-*/test-reports
 mkdir -p "$reports"
 
 status=0
+# The pyspark of every other Spark line (a few hundred MB each on a fresh machine) downloads while the
+# JVM side builds; tests/spark_lines.sh waits for it (a lock in the script).
+bash .ci/setup-pyspark-lines.sh >"$reports/setup-pyspark-lines.log" 2>&1 </dev/null &
 # The native lane. It imports osqueue from the checkout (PYTHONPATH), not from .venv, where the
 # foreground reinstalls the wheel meanwhile.
 native_log="$reports/native.log"
@@ -102,22 +106,33 @@ rm -rf target/wheel
 wheel="$(ls target/wheel/osqueue-*.whl 2>/dev/null | head -1)"
 .venv/bin/python -m pip install -q --no-deps --force-reinstall "$wheel" || status=1
 
-echo "== Python tests that need the jars (pytest -m jvm)"
+# The tests that need the jars, in two processes at once (most of their time is Spark and servers
+# starting and waiting, not CPU): Spark's own tests here, and beside them integration, the
+# benchmarks, the Ceph run and the pyspark matrix, logged to target/test-reports/side.log.
+side_log="$reports/side.log"
+(
+  rc=0
+  echo "== Python tests that need the jars, outside tests/spark (pytest -m jvm: integration, the benchmarks)"
+  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -m jvm --junitxml="$reports/pytest-side.xml" \
+    tests/python tests/s3 tests/faults integration "$@"
+  case $? in 0|5) ;; *) rc=1 ;; esac  # 5: a filter passed in "$@" selected nothing here
+  echo "== Python S3 tests again, against Ceph RGW (skipped with the reason when Ceph is not installed)"
+  OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
+    tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || rc=1
+  echo "== The connector in the pyspark of every other Spark line (.ci/pyspark-lines.env)"
+  bash tests/spark_lines.sh "$wheel" "$reports" || rc=1
+  exit $rc
+) >"$side_log" 2>&1 </dev/null &
+side_pid=$!
+
+echo "== Spark's tests (pytest -m jvm: tests/spark, tests/azure; the rest runs beside them, see side.log)"
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -m jvm --junitxml="$reports/pytest.xml" \
-  tests/python tests/s3 tests/faults tests/spark tests/azure integration "$@"
-rc=$?
-case $rc in
-  0) ;;
-  5) echo "pytest collected no tests" ;;  # only possible with a filter passed in "$@"
-  *) status=1 ;;
-esac
+  tests/spark tests/azure "$@"
+case $? in 0|5) ;; *) status=1 ;; esac
 
-echo "== Python S3 tests again, against Ceph RGW (skipped with the reason when Ceph is not installed)"
-OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
-  tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || status=1
-
-echo "== The connector in the pyspark of every other Spark line (.ci/pyspark-lines.env)"
-bash tests/spark_lines.sh "$wheel" "$reports" || status=1
+echo "== Integration, the benchmarks, Ceph and the pyspark matrix (started beside Spark's tests; their log follows)"
+wait $side_pid || status=1
+cat "$side_log"
 
 echo "== The native lane (started first; its log follows)"
 wait $native_pid || status=1
