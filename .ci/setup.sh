@@ -67,6 +67,13 @@ py="${OSQUEUE_BOOTSTRAP_PYTHON:-python3}"
 "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' || {
   echo "osqueue needs Python >= 3.10 (found $("$py" --version 2>&1)); set OSQUEUE_BOOTSTRAP_PYTHON" >&2; exit 1; }
 
+# LocalStack (S3, in-process) needs Python >= 3.12 and pins of its own: a separate venv, made while
+# the project venv installs (both mostly wait on downloads).
+if [ "$with_s3" = 1 ]; then
+  bash .ci/setup-localstack.sh &
+  localstack_pid=$!
+fi
+
 stamp=".venv/.osqueue-deps-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   log "creating .venv and installing osqueue's dependencies (pyspark is large: a few minutes)"
@@ -105,8 +112,7 @@ PY
 fi
 
 if [ "$with_s3" = 1 ]; then
-  # LocalStack (S3, in-process) needs Python >= 3.12 and pins of its own: a separate venv.
-  bash .ci/setup-localstack.sh
+  wait "$localstack_pid" || { echo "setup.sh: LocalStack's venv could not be made (its log is above)" >&2; exit 1; }
 else
   log "skipping LocalStack's venv (--no-s3)"
 fi

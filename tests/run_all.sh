@@ -48,6 +48,7 @@ if [ "${1:-}" = "--quick" ]; then
 fi
 
 bash .ci/setup.sh || exit 1
+step() { echo "== [$(date +%T)] $*"; }  # each step with its start time: where the run spends it
 export OSQUEUE_PYTHON="$root/.venv/bin/python"
 reports="$root/target/test-reports"
 rm -rf "$reports" jvm/*/target/test-reports jvm/spark/target/line-*/test-reports
@@ -62,11 +63,11 @@ bash .ci/setup-pyspark-lines.sh >"$reports/setup-pyspark-lines.log" 2>&1 </dev/n
 native_log="$reports/native.log"
 (
   rc=0
-  echo "== Python tests that need no jar (pytest -m 'not jvm')"
+  step "Python tests that need no jar (pytest -m 'not jvm')"
   PYTHONPATH="$root/python" .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -m "not jvm" \
     --junitxml="$reports/pytest-native.xml" tests/python tests/s3 tests/faults tests/azure "$@"
   case $? in 0|5) ;; *) rc=1 ;; esac  # 5: a filter passed in "$@" selected nothing here
-  echo "== The native client, the CLI and the wrapper on the oldest and newest Python claimed (3.10, 3.13)"
+  step "The native client, the CLI and the wrapper on the oldest and newest Python claimed (3.10, 3.13)"
   bash tests/python_versions.sh "$reports" || rc=1
   exit $rc
 ) >"$native_log" 2>&1 </dev/null &
@@ -76,7 +77,7 @@ native_pid=$!
 # would otherwise leave its /tmp/spark-* behind. Checked at the end.
 spark_scratch_in_tmp() { ls -d /tmp/spark-* /tmp/temporary-* 2>/dev/null | sort; }
 spark_scratch_before="$(spark_scratch_in_tmp)"
-echo "== Connector jars and the build's Maven repository, then the JVM tests (sbt): the core (Scala 2.13);"
+step "Connector jars and the build's Maven repository, then the JVM tests (sbt): the core (Scala 2.13);"
 echo "   each Spark line's suite, the full one on the newest"
 # The jars first: sbt stops at a failing suite, and the Python tests need the jars and the build
 # repository anyway (else one JVM failure shows up again as every packaging test erroring).
@@ -87,20 +88,20 @@ for d in jvm/spark/target/line-*/test-reports; do  # one per Spark line (the sam
   [ -d "$d" ] || continue
   line="$(basename "$(dirname "$d")")"; mkdir -p "$reports/jvm-$line"; cp "$d"/*.xml "$reports/jvm-$line/" 2>/dev/null || true
 done
-echo "== JVM S3 suites again, against LocalStack's S3 (the run above used moto)"
+step "JVM S3 suites again, against LocalStack's S3 (the run above used moto)"
 OSQUEUE_S3_KIND=localstack OSQUEUE_LOCALSTACK_PYTHON="$root/.venv-localstack/bin/python" \
   bash .ci/sbt "core/testOnly osqueue.store.S3StoreSuite osqueue.queue.QueueProducerSuite" || status=1
 rm -rf "$reports/jvm-localstack"; mkdir -p "$reports/jvm-localstack"
 cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
    jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-localstack/" 2>/dev/null || true
 
-echo "== JVM S3 suites again, against Ceph RGW (cancelled with the reason when Ceph is not installed)"
+step "JVM S3 suites again, against Ceph RGW (cancelled with the reason when Ceph is not installed)"
 OSQUEUE_S3_KIND=ceph bash .ci/sbt "core/testOnly osqueue.store.S3StoreSuite osqueue.queue.QueueProducerSuite" || status=1
 rm -rf "$reports/jvm-ceph"; mkdir -p "$reports/jvm-ceph"
 cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
    jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-ceph/" 2>/dev/null || true
 
-echo "== Building the osqueue wheel (bundles the jars) and installing it into .venv"
+step "Building the osqueue wheel (bundles the jars) and installing it into .venv"
 rm -rf target/wheel
 .venv/bin/python -m pip wheel -q --no-deps -w target/wheel . || status=1
 wheel="$(ls target/wheel/osqueue-*.whl 2>/dev/null | head -1)"
@@ -112,29 +113,29 @@ wheel="$(ls target/wheel/osqueue-*.whl 2>/dev/null | head -1)"
 side_log="$reports/side.log"
 (
   rc=0
-  echo "== Python tests that need the jars, outside tests/spark (pytest -m jvm: integration, the benchmarks)"
+  step "Python tests that need the jars, outside tests/spark (pytest -m jvm: integration, the benchmarks)"
   .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -m jvm --junitxml="$reports/pytest-side.xml" \
     tests/python tests/s3 tests/faults integration "$@"
   case $? in 0|5) ;; *) rc=1 ;; esac  # 5: a filter passed in "$@" selected nothing here
-  echo "== Python S3 tests again, against Ceph RGW (skipped with the reason when Ceph is not installed)"
+  step "Python S3 tests again, against Ceph RGW (skipped with the reason when Ceph is not installed)"
   OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
     tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || rc=1
-  echo "== The connector in the pyspark of every other Spark line (.ci/pyspark-lines.env)"
+  step "The connector in the pyspark of every other Spark line (.ci/pyspark-lines.env)"
   bash tests/spark_lines.sh "$wheel" "$reports" || rc=1
   exit $rc
 ) >"$side_log" 2>&1 </dev/null &
 side_pid=$!
 
-echo "== Spark's tests (pytest -m jvm: tests/spark, tests/azure; the rest runs beside them, see side.log)"
+step "Spark's tests (pytest -m jvm: tests/spark, tests/azure; the rest runs beside them, see side.log)"
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -m jvm --junitxml="$reports/pytest.xml" \
   tests/spark tests/azure "$@"
 case $? in 0|5) ;; *) status=1 ;; esac
 
-echo "== Integration, the benchmarks, Ceph and the pyspark matrix (started beside Spark's tests; their log follows)"
+step "Integration, the benchmarks, Ceph and the pyspark matrix (started beside Spark's tests; their log follows)"
 wait $side_pid || status=1
 cat "$side_log"
 
-echo "== The native lane (started first; its log follows)"
+step "The native lane (started first; its log follows)"
 wait $native_pid || status=1
 cat "$native_log"
 
