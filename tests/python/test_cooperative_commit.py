@@ -257,3 +257,22 @@ def test_entries_carry_a_checked_integrity_record_at_their_sequence() -> None:
     assert [e.location for e in _entries(mem)][-1] == "ingest/w1-0.batch"
     assert decode_manifest  # keep the import: the v1 decoder refuses v3 heads (checked elsewhere)
     qp.close()
+
+
+def test_gc_deletes_intents_a_grace_period_old_and_keeps_younger_ones() -> None:
+    from osqueue.gc import GarbageCollector
+
+    clock = ManualClock()
+    mem = InMemoryStore(clock=clock)
+    _announce(mem, W1, 0, ["ingest/w1-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q1")  # a dead owner's
+    clock.advance(400)
+    _announce(mem, W2, 0, ["ingest/w2-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")
+    mem.put(KEY + ".intents/not-an-intent", b"x")
+    clock.advance(200)
+    qp = _coop(mem, clock=clock)
+    qp.enqueue("ingest/first.batch", timeout=10)  # the head: 600 s after W1's intent, 200 s after W2's
+    result = GarbageCollector(mem, KEY, "ingest", grace_period=600, clock=clock).run_once()
+    assert intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q1", W1, 0, 1) in result.deleted
+    left = {o.key for o in mem.list(KEY + ".intents/")}
+    assert left == {intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1), KEY + ".intents/not-an-intent"}
+    qp.close()
