@@ -150,6 +150,9 @@ def test_a_loser_finds_its_batch_already_appended_by_the_winner() -> None:
     assert ma.counter(m.INTENTS_ANNOUNCED).value == 1
     ids = {sequence_of(bytes(e.extension))[0] for e in _entries(mem)}  # type: ignore[index]
     assert len(ids) == 2 and set(_writers(mem)) == ids
+    coop = a._committer.cooperative
+    assert coop is not None
+    coop._deleter.shutdown(wait=True)  # deletes run off the commit's path
     assert not [o for o in mem.list(KEY + ".intents/")]  # the owner deleted its landed intent
     a.close()
     b.close()
@@ -322,6 +325,7 @@ def test_head_with_a_writers_section_golden_vector() -> None:
     data = (GOLDEN / "head_v3_writers.bin").read_bytes()
     head = decode_head(data, spec["manifest"])
     assert (head.next_sequence, head.epoch, head.low_water) == (spec["next_sequence"], spec["epoch"], spec["low_water"])
+
     def unsealed(ext: bytes) -> bytes:  # the records with entry_crc32 0, as announced in the intent
         return ext[:15] + b"\0\0\0\0" + ext[19:]
 
