@@ -18,7 +18,7 @@ from osqueue.store import LocalFileSystemStore
 
 KEY = "ingest/manifest"
 PROCESSES = 8
-CALLS = 40
+CALLS = 25
 
 CHILD = textwrap.dedent(
     """
