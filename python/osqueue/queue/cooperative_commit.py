@@ -156,10 +156,11 @@ class CooperativeCommitter:
         """Where a group someone else appended landed: its names in the queue or the receipts (sequence -1:
         landed and dequeued before its owner looked, so no record of where)."""
         at = self.a._queued_locations_from(raw, g.start_next or 0)
-        history, _ = self.a._receipts_from(g.start_next or 0)
-        for q, loc in history.items():
-            at.setdefault(q, loc)
         by_name = {loc: q for q, loc in at.items()}
+        if not all(names & by_name.keys() for names in g.names):  # some already dequeued: ask the receipts
+            history, _ = self.a._receipts_from(g.start_next or 0)
+            for q, loc in history.items():
+                by_name.setdefault(loc, q)
         out = []
         for names, p in zip(g.names, g.pending):
             found = [(by_name[n], n) for n in names if n in by_name]
