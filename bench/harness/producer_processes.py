@@ -60,10 +60,14 @@ def _child(spec: dict[str, Any]) -> None:
             puts += 1
             next_at += FLUSH_S
         time.sleep(max(0.0, next_at - time.monotonic()))
+    failure = None
     if producer is not None:
-        producer.close()
+        try:
+            producer.close()
+        except Exception as e:  # e.g. ConflictRetriesExhausted: reported in the row, not a crash
+            failure = f"{type(e).__name__}: {e}"
     elapsed = time.monotonic() - start
-    errors = sum(1 for h in handles if h.exception() is not None)
+    errors = sum(1 for h in handles if h.done() and h.exception() is not None)
     print(
         json.dumps(
             {
@@ -71,6 +75,7 @@ def _child(spec: dict[str, Any]) -> None:
                 "batches": reg.counter(m.BATCHES_FLUSHED).value if producer is not None else puts,
                 "calls": calls,
                 "errors": errors,
+                "failure": failure,
                 "latencies": lat,
                 "writes": reg.counter(m.MANIFEST_WRITES, role="producer").value,
                 "conflicts": reg.counter(m.MANIFEST_CONFLICTS, role="producer").value,
@@ -126,6 +131,7 @@ def _run(env: Env, n: int, mode: str, duration: float) -> dict[str, Any]:
         "p50_ms": percentile(lat, 50) * 1000 if lat else None,
         "p99_ms": percentile(lat, 99) * 1000 if lat else None,
         "errors": sum(o["errors"] for o in outs),
+        "failures": sorted({o["failure"][:160] for o in outs if o.get("failure")}),
         "children_cpu_s": round(
             (cpu1.children_user + cpu1.children_system) - (cpu0.children_user + cpu0.children_system), 2
         ),
@@ -165,9 +171,10 @@ def bench_producers_processes(env: Env, s: Settings) -> dict[str, Any]:
             r["ratio_to_raw_put"] = r["batches_per_s"] / raw_rate if raw_rate else None
             s.log(
                 f"producers_processes[{mode}] {n} process(es): {r['batches_per_s']:.1f} batches/s "
-                f"({r['ratio_to_raw_put']:.2f}x plain PUTs {raw_rate:.1f}/s), p50 {r['p50_ms']:.0f} ms, "
-                f"p99 {r['p99_ms']:.0f} ms, CAS attempts/write {r['cas_attempts_per_write'] or 0:.2f}, "
+                f"({r['ratio_to_raw_put'] or 0:.2f}x plain PUTs {raw_rate:.1f}/s), p50 {r['p50_ms'] or 0:.0f} ms, "
+                f"p99 {r['p99_ms'] or 0:.0f} ms, CAS attempts/write {r['cas_attempts_per_write'] or 0:.2f}, "
                 f"batches/CAS {r['batches_per_cas'] or 0:.2f}, duplicates {r['duplicates']}, missing {r['missing']}"
+                + (f", failures {r['failures']}" if r["failures"] else "")
             )
         rows.append({"processes": n, "loadavg_before": load, **{m: by_mode[m] for m in by_mode}})
     top = rows[-1]
