@@ -20,7 +20,7 @@ def main() -> None:
     "only",
     multiple=True,
     help="Run only these benchmarks (repeatable, or comma-separated): contention, depth, py_depth, deep_v1, jvm_depth, spark_depth, "
-    "spark_depth_s3, py_vs_jvm, requests, raw_put, spark_file, kafka, latency ('-' works for '_').",
+    "spark_depth_s3, py_vs_jvm, requests, raw_put, spark_file, kafka, latency, producers_processes ('-' works for '_').",
 )
 @click.option(
     "--latency-ms",

@@ -897,6 +897,81 @@ def build_spool() -> tuple[dict[str, bytes], dict]:
     return files, meta
 
 
+# -- cooperative commit (docs/format.md §2.1 type 4, §2.3 writers section, §2.4 intents) ---------
+
+WRITER_A = bytes(range(16))
+WRITER_B = bytes(range(0xA0, 0xB0))
+
+
+def writer_record(writer_id: bytes, batch_no: int) -> bytes:
+    """The type-4 writer-sequence record: "OSQ1" | 4 | body_len 24 | writer_id 16 | batch_no u64."""
+    return b"OSQ1" + struct.pack("<BH", 4, 24) + writer_id + struct.pack("<Q", batch_no)
+
+
+def intent(
+    writer_id: bytes, first_batch: int, bodies: list[bytes], magic: bytes = b"OSQI", count: int | None = None
+) -> bytes:
+    """magic | version u8 | writer_id 16 | first_batch u64 | count u16 | (body_len u32 | body)* | crc32 u32."""
+    n = len(bodies) if count is None else count
+    data = magic + struct.pack("<B", 1) + writer_id + struct.pack("<QH", first_batch, n)
+    data += b"".join(struct.pack("<I", len(b)) + b for b in bodies)
+    return data + struct.pack("<I", zlib.crc32(data))
+
+
+def build_intents() -> tuple[dict[str, bytes], dict]:
+    """intent_v1.bin (two batches of one writer, with integrity and writer records), four rejected
+    intents, and head_v3_writers.bin (a v3 head whose only section is the writers section, its tail's
+    entries carrying both records), described in intents.json. Checked by Python only until the JVM has
+    a cooperative committer (tests/golden/parity.json)."""
+    batches = [b"batch-one", b"batch-two!"]
+    locs = [LOC_A, LOC_B]
+    metas = [[meta(0, T0 + 1, b"m1")], [meta(0, T0 + 2, b"")]]
+    exts = [integrity_record(b) + writer_record(WRITER_A, 7 + i) for i, b in enumerate(batches)]
+    bodies = [entry(0, loc, m, ext)[12:] for loc, m, ext in zip(locs, metas, exts)]  # entry_crc32 0
+    good = intent(WRITER_A, 7, bodies)
+    ulid = "01J5T4RTZ9Y8X7W6V5T4S3R2Q1"
+    name = f"ingest/manifest.intents/{ulid}-{WRITER_A.hex()}-7-2.intent"
+    bad_crc = good[:-1] + bytes([good[-1] ^ 1])
+    files = {
+        "intent_v1.bin": good,
+        "intent_bad_crc.bin": bad_crc,
+        "intent_bad_magic.bin": intent(WRITER_A, 7, bodies, magic=b"OSQX"),
+        "intent_count_zero.bin": intent(WRITER_A, 7, [], count=0),
+        "intent_name_mismatch.bin": good,
+    }
+    entries = [
+        {"location": loc, "metadata": [meta_json(0, T0 + 1 + i, p)], "extension_b64": b64(ext)}
+        for i, (loc, ext, p) in enumerate(zip(locs, exts, [b"m1", b""]))
+    ]
+    # The head: the two batches appended at sequences 40 and 41; writers A (last 8) and B (last 3).
+    tail = b"".join(sealed_entry(40 + i, loc, m, ext) for i, (loc, m, ext) in enumerate(zip(locs, metas, exts)))
+    rows = sorted([(WRITER_A, 8, T0 + 5000), (WRITER_B, 3, T0 + 4000)])
+    writers_body = struct.pack("<I", len(rows)) + b"".join(w + struct.pack("<Qq", n, ms) for w, n, ms in rows)
+    files["head_v3_writers.bin"] = head_v3([section(4, writers_body)], b"", 0, tail, 2, 40, 42, 9)
+    meta_out = {
+        "intent_v1.bin": {"name": name, "writer_id": WRITER_A.hex(), "first_batch": 7, "entries": entries},
+        "intent_bad_crc.bin": {"name": name, "error": "CorruptManifest"},
+        "intent_bad_magic.bin": {"name": name, "error": "CorruptManifest"},
+        "intent_count_zero.bin": {
+            "name": f"ingest/manifest.intents/{ulid}-{WRITER_A.hex()}-7-1.intent",
+            "error": "CorruptManifest",
+        },
+        "intent_name_mismatch.bin": {
+            "name": f"ingest/manifest.intents/{ulid}-{WRITER_B.hex()}-7-2.intent",
+            "error": "CorruptManifest",
+        },
+        "head_v3_writers.bin": {
+            "manifest": "ingest/manifest",
+            "next_sequence": 42,
+            "epoch": 9,
+            "low_water": 40,
+            "tail": [{"sequence": 40 + i, **e} for i, e in enumerate(entries)],
+            "writers": [{"writer_id": w.hex(), "last_batch": n, "last_append_ms": ms} for w, n, ms in rows],
+        },
+    }
+    return files, meta_out
+
+
 def main(argv: list[str]) -> None:
     out = pathlib.Path(argv[1]) if len(argv) > 1 else pathlib.Path(__file__).resolve().parent
     out.mkdir(parents=True, exist_ok=True)
@@ -910,6 +985,10 @@ def main(argv: list[str]) -> None:
     for name, data in spool_files.items():
         (out / name).write_bytes(data)
     (out / "spool.json").write_text(json.dumps(spool, indent=2) + "\n", encoding="utf-8")
+    intent_files, intents = build_intents()
+    for name, data in intent_files.items():
+        (out / name).write_bytes(data)
+    (out / "intents.json").write_text(json.dumps(intents, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {len(files)} vectors to {out}")
 
 

@@ -92,7 +92,7 @@ def _python_default(option: dict[str, Any], owner: Any) -> Any:
 
 def _expected(option: dict[str, Any]) -> Any:
     default = option.get("python_default", option["default"])
-    words = ("manifestPath", "dataPathPrefix", "compression", "durability", "spoolFullPolicy")
+    words = ("manifestPath", "dataPathPrefix", "compression", "durability", "spoolFullPolicy", "commitMode")
     if isinstance(default, str) and option["name"] not in words:
         return pytest.approx(_seconds(default))  # durations: seconds in Python
     if option["name"] == "compression" and default == "none":

@@ -42,6 +42,7 @@ from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, OsqueueError
 from osqueue.format.batch_names import parse_batch_ulid_ms
+from osqueue.format.intent_codec import parse_intent_name
 from osqueue.format.segment_names import prefix as segment_prefix
 from osqueue.format.segment_names import ulid_time_ms as segment_ulid_time_ms
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
@@ -158,6 +159,13 @@ class GarbageCollector:
             if created is None:
                 if info.key.startswith(segment_dir):  # looked at below
                     segment_infos.append(info)
+                elif parse_intent_name(self._manifest.key, info.key) is not None:
+                    # An intent is appended only while fresh (< grace / 4 before the head, §5.4): one a grace
+                    # period before t0 can never be; its batches, unlisted, are collected as orphans.
+                    if t0 - info.last_modified_ms < grace_ms:
+                        kept_grace += 1
+                    else:
+                        candidates.append(info.key)
                 elif info.key.startswith(self._prefix):
                     kept_other += 1
             elif info.key in referenced:

@@ -57,6 +57,11 @@ SPOOL_REPLAYED_BATCHES = "buffer.spool_replayed_batches"
 SPOOL_DROPPED_ENTRIES = "buffer.spool_dropped_entries"
 SPOOL_FULL_WAITS = "buffer.spool_full_waits"
 SEGMENTS_RESPLIT = "buffer.segments_resplit"
+# Cooperative commit (docs/adr/0007 part 1)
+INTENTS_ANNOUNCED = "buffer.intents_announced"
+INTENTS_APPENDED_FOR_OTHERS = "buffer.intents_appended_for_others"
+INTENTS_REJECTED = "buffer.intents_rejected"
+COMMIT_ROUNDS = "buffer.commit_rounds"
 
 _LabelKey = tuple[tuple[str, str], ...]
 

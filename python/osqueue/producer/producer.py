@@ -6,10 +6,9 @@ a full buffer blocks the caller) and returns a :class:`WriteHandle`. One daemon 
 ``flush_size_bytes``, when ``flush_interval`` has passed since its first input (measured on the
 real monotonic clock; the injected clock gives ingestion times and batch names), on
 :meth:`Producer.flush` and on :meth:`Producer.close`. A flush uploads the batch under a fresh
-``<data_path_prefix>/<ULID>.batch`` key and hands the location to the process's group
-committer (:class:`osqueue.queue.QueueProducer`: shared by the producers whose committer settings
-are the same, so each producer's K, retry policy, clock and metrics apply); the handles of the batch complete when the
-manifest write lands, or all fail with the same error.
+``<data_path_prefix>/<ULID>.batch`` key and hands the location to the process's group committer
+(:class:`osqueue.queue.QueueProducer`: shared by the producers whose committer settings are the same, so each
+producer's K, retry policy, clock and metrics apply); its handles complete when the manifest write lands, or all fail.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from osqueue.producer.spool import DEFAULT_SPOOL_FULL_TIMEOUT, DEFAULT_SPOOL_MAX
 from osqueue.producer.spool_log import EntriesRecord
 from osqueue.producer.spool_uploader import SpoolUploader
 from osqueue.producer.write_handle import DurableWrite, WriteHandle
+from osqueue.queue.cooperative_commit import check_commit_mode
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_appender import EnqueueResult, ManifestAppender
 from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
@@ -150,8 +150,7 @@ class Producer:
             producer's linger (Kafka's ``linger.ms``). 0 flushes each batch as soon as the flush
             thread has it; inputs that arrive meanwhile form the next batch.
         flush_size_bytes: A batch whose entry and metadata bytes reach this is flushed (64 MiB).
-        max_buffered_inputs: ``produce()`` calls that may wait for the flush thread before
-            ``produce()`` blocks (1000).
+        max_buffered_inputs: ``produce()`` calls that may wait for the flush thread before it blocks (1000).
         compression: ``None``/``"none"`` or ``"zstd"``.
         manifest_path: The manifest's key (``ingest/manifest``).
         data_path_prefix: Batches are ``<data_path_prefix>/<ULID>.batch`` (``ingest``).
@@ -161,8 +160,8 @@ class Producer:
         manifest_segment_entries: K (the JVM's ``manifestSegmentEntries``): a manifest write
             that would grow the manifest's tail past K entries first seals the tail into an
             immutable segment object, so appends cost the same at any depth (docs/format.md §2.2).
-            2048 by default; 2147483647 never seals, keeping the queue RFC v1 (a segmented
-            manifest is refused by RFC v1 readers).
+            2048 by default; 2147483647 never seals, keeping the queue RFC v1 (RFC v1 readers refuse segments).
+        commit_mode: ``"solo"`` or ``"cooperative"`` (docs/adr/0007 part 1; not with a spool or K 2147483647).
         store_options: Store settings, e.g. the ``fs.s3a.*`` keys.
         store: A ready store (not closed by the producer).
         clock: Time seam for ingestion times and ULIDs.
@@ -211,7 +210,9 @@ class Producer:
         spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
         spool_full_policy: str = "backpressure",
         spool_full_timeout: float = DEFAULT_SPOOL_FULL_TIMEOUT,
+        commit_mode: str = "solo",
     ) -> None:
+        check_commit_mode(commit_mode, manifest_segment_entries, spooled=spool_dir is not None)
         if durability not in ("queue", "local"):
             raise InvalidConfigError("durability", durability, "use 'queue' or 'local'")
         if durability == "local" and spool_dir is None:
@@ -264,6 +265,7 @@ class Producer:
                 retry=retry,
                 metrics=self._metrics,
                 manifest_segment_entries=manifest_segment_entries,
+                commit_mode=commit_mode,
             )
             self._spool: Spool | None = None
             self._uploader: SpoolUploader | None = None

@@ -25,6 +25,7 @@ def _settings_key(
     policy: RetryPolicy,
     metrics: m.MetricsRegistry,
     segment_entries: int,
+    commit_mode: str = "solo",
 ) -> tuple[object, ...]:
     """What a group committer uses, as a key: producers share a committer only when all of it is the same
     (the clock, random source and registry by identity; any system clock and "no random source given" are
@@ -35,6 +36,7 @@ def _settings_key(
         policy,
         id(metrics),
         segment_entries,
+        commit_mode,
     )
 
 
@@ -46,12 +48,13 @@ def acquire_committer(
     policy: RetryPolicy,
     metrics: m.MetricsRegistry,
     segment_entries: int,
+    commit_mode: str = "solo",
 ) -> ManifestAppender:
     """The committer of (store, key) with these settings: shared with the producers that have the same
     settings, so their appends group into one write; a producer whose settings differ gets its own (its
     writes then meet the others' through the CAS loop), so every producer's K, retry policy, clock and
     metrics apply to its own appends."""
-    committer_key = (id(store), key, _settings_key(clock, rng, policy, metrics, segment_entries))
+    committer_key = (id(store), key, _settings_key(clock, rng, policy, metrics, segment_entries, commit_mode))
     with _committers_lock:
         found = _committers.get(committer_key)
         if found is None or found[0] is not store:
@@ -62,6 +65,7 @@ def acquire_committer(
                 policy,
                 metrics,
                 segment_entries,
+                commit_mode,
             )
             committer.shared_as = committer_key
             _committers[committer_key] = (store, committer)

@@ -14,6 +14,7 @@ from osqueue import metrics as m
 from osqueue.clock import Clock
 from osqueue.errors import AmbiguousCommitError, CorruptManifestError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
+from osqueue.format.head_sections import HeadSections
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch
 from osqueue.format.index_object import decode_segment, fold_index
 from osqueue.format.manifest import MetadataItem, NewEntry
@@ -27,6 +28,7 @@ from osqueue.format.segment_chunks import PARALLEL_PUTS
 from osqueue.format.segment_ref import SegmentRef
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
 from osqueue.queue.cas_object import Snapshot
+from osqueue.queue.cooperative_commit import COOPERATIVE, SOLO, CooperativeCommitter
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_store import ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
@@ -77,6 +79,8 @@ class ManifestAppender:
         policy: RetryPolicy,
         metrics: m.MetricsRegistry,
         segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
+        commit_mode: str = SOLO,
+        writer_id: bytes | None = None,
     ) -> None:
         self.manifest = manifest
         self.clock = clock
@@ -103,6 +107,11 @@ class ManifestAppender:
         self._stored: dict[int, tuple[SealedTail, SegmentRef, float]] = {}
         self._align: tuple[int, int] | None = None
         self._resplit_read: dict[tuple[str, bytes], bytes] = {}
+        # Cooperative commit (docs/adr/0007 part 1): the writer id is 16 random bytes drawn at start.
+        self.cooperative: CooperativeCommitter | None = None
+        if commit_mode == COOPERATIVE:
+            wid = writer_id if writer_id is not None else rng.getrandbits(128).to_bytes(16, "big")
+            self.cooperative = CooperativeCommitter(self, wid)
 
     def submit(self, pending: PendingLocation) -> None:
         with self._cond:
@@ -122,7 +131,7 @@ class ManifestAppender:
                     return
                 group, self._queue = self._queue, []
             try:
-                results = self._commit(group)
+                results = self._commit(group) if self.cooperative is None else self._commit_cooperative(group)
             except BaseException as e:  # every future of the group gets the same error
                 for p in group:
                     if not p.future.done():
@@ -130,6 +139,10 @@ class ManifestAppender:
                 continue
             for p, r in zip(group, results):
                 p.future.set_result(r)
+
+    def _commit_cooperative(self, group: list[PendingLocation]) -> list[EnqueueResult]:
+        assert self.cooperative is not None
+        return [EnqueueResult(q, loc) for q, loc in self.cooperative.commit(group)]
 
     # -- one group ------------------------------------------------------------------------
 
@@ -175,20 +188,35 @@ class ManifestAppender:
                 self.metrics.counter(m.BATCHES_REUPLOADED).inc()
                 reuploads += 1
 
-    def _appended(self, raw: bytes, group: Sequence[PendingLocation]) -> tuple[bytes, int]:
+    def _appended(
+        self,
+        raw: bytes,
+        group: Sequence[PendingLocation],
+        *,
+        sections: HeadSections | None = None,
+        tagged: Callable[[], list[NewEntry]] | None = None,
+        extra: Sequence[NewEntry] = (),
+    ) -> tuple[bytes, int]:
         """The head with the group appended: sealing the tail into a segment and folding refs into
         index objects when it passes K. Each object is written right before the head CAS that lists it; if
         the first of their PUTs started half a grace period ago when the edit is done (slow PUTs, by this
         clock's monotonic time), GC could delete it before it is listed, so the edit is made again under
         fresh names, as stale batches are re-uploaded (docs/format.md §2.2). The batches are checked again
-        too: slow PUTs age them as well."""
+        too: slow PUTs age them as well. Cooperative commit (``osqueue.queue.cooperative_commit``) passes the
+        head's new ``sections``, the group's entries with their writer sequences (``tagged``) and other
+        writers' announced entries (``extra``), appended after the group."""
         max_age_ms = self._segment_max_age_ms(group)
         tries = 0
         while True:
             self._refresh_stale(group)
-            entries: list[NewEntry] = [(p.location, p.metadata, p.extension) for p in group]
+            entries: list[NewEntry] = (
+                [(p.location, p.metadata, p.extension) for p in group] if tagged is None else tagged()
+            )
+            entries += extra
             put_started: list[float] = []
             head = parse_head(raw, self.manifest.key)
+            if sections is not None:
+                head.sections = sections
             align = None
             if self._align is not None and not head.refs and self._align[0] <= head.first_sequence < self._align[1]:
                 align = self._align[0]  # a retry of a v1 seal keeps its chunk boundaries (ADR 0007)

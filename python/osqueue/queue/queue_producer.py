@@ -13,6 +13,7 @@ from osqueue.errors import IllegalQueueStateError, InvalidConfigError
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import encode_entry
 from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES, MAX_SEGMENT_ENTRIES
+from osqueue.queue.cooperative_commit import SOLO, check_commit_mode
 from osqueue.queue.group_committers import acquire_committer, release_committer
 from osqueue.queue.manifest_appender import EnqueueResult, PendingLocation
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH
@@ -48,6 +49,7 @@ class QueueProducer:
             costs the same at any depth. 2048 by default, as on the JVM; ``MAX_SEGMENT_ENTRIES``
             (2147483647) never seals, keeping the queue RFC v1 (a segmented manifest is refused by
             RFC v1 readers).
+        commit_mode: ``"solo"`` or ``"cooperative"`` (docs/adr/0007 part 1, :func:`check_commit_mode`).
     """
 
     def __init__(
@@ -60,9 +62,11 @@ class QueueProducer:
         retry: RetryPolicy | None = None,
         metrics: m.MetricsRegistry | None = None,
         manifest_segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
+        commit_mode: str = SOLO,
     ) -> None:
         validate_key(manifest_key)
         check_segment_entries(manifest_segment_entries)
+        check_commit_mode(commit_mode, manifest_segment_entries)
         self._key = manifest_key
         self._committer = acquire_committer(
             store,
@@ -72,6 +76,7 @@ class QueueProducer:
             retry or RetryPolicy(),
             metrics or m.REGISTRY,
             manifest_segment_entries,
+            commit_mode,
         )
         # PUT start times are compared with the committer's clock: take its (the same one when given).
         self._clock = self._committer.clock

@@ -88,6 +88,11 @@ object MetricNames {
   val SpoolDroppedEntries = "buffer.spool_dropped_entries"
   val SpoolFullWaits = "buffer.spool_full_waits"
   val SegmentsResplit = "buffer.segments_resplit"
+  // Cooperative commit (docs/adr/0007 part 1; Python only so far)
+  val IntentsAnnounced = "buffer.intents_announced"
+  val IntentsAppendedForOthers = "buffer.intents_appended_for_others"
+  val IntentsRejected = "buffer.intents_rejected"
+  val CommitRounds = "buffer.commit_rounds"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
   val BatchesUnverified = "buffer.batches_unverified"
 }

@@ -1,0 +1,198 @@
+"""``producers_processes``: N producer OS processes on one queue (1, 8, 32), ``solo`` vs ``cooperative``
+commit (docs/adr/0007 part 1) vs the same processes doing plain PUTs of batch-sized objects at the same
+cadence (no manifest). Each process produces one 100-byte entry every 10 ms with ``flush_interval``
+0.1 s for a fixed time; figures: batches/s, the ratio to plain PUTs, p50/p99 produce -> durable, CAS
+attempts per landed write, batches per CAS, duplicates (target 0) and missing.
+
+    python -m bench.harness run --only producers-processes --latency-ms 20
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+from bench.harness.environment import MANIFEST, Env, Settings, loadavg
+from bench.harness.stats import percentile
+
+ENTRY = b"x" * 100
+CADENCE_S = 0.01
+FLUSH_S = 0.1
+
+
+def _child(spec: dict[str, Any]) -> None:
+    """One process: waits for "go" on stdin, then produces (or PUTs) for ``duration`` seconds."""
+    from osqueue import Producer
+    from osqueue import metrics as m
+    from osqueue.metrics import MetricsRegistry
+    from osqueue.store import S3Store
+
+    reg = MetricsRegistry()
+    lat: list[float] = []
+    mode, duration = spec["mode"], spec["duration"]
+    store = S3Store(spec["bucket"], spec["prefix"], spec["options"])
+    producer = None
+    if mode != "raw":
+        producer = Producer(store=store, flush_interval=FLUSH_S, commit_mode=mode, metrics=reg)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    start = time.monotonic()
+    calls = puts = 0
+    handles: list[Any] = []
+    next_at = start
+    while time.monotonic() - start < duration:
+        if producer is not None:
+            t0 = time.monotonic()
+            h = producer.produce([ENTRY], b"bench")
+            h.add_done_callback(lambda f, t0=t0: lat.append(time.monotonic() - t0) if f.exception() is None else None)
+            handles.append(h)
+            calls += 1
+            next_at += CADENCE_S
+        else:  # the same bytes per flush interval, one plain PUT each
+            t0 = time.monotonic()
+            store.put(f"raw/{uuid.uuid4().hex}.batch", ENTRY * int(FLUSH_S / CADENCE_S))
+            lat.append(time.monotonic() - t0)
+            puts += 1
+            next_at += FLUSH_S
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    failure = None
+    if producer is not None:
+        try:
+            producer.close()
+        except Exception as e:  # e.g. ConflictRetriesExhausted: reported in the row, not a crash
+            failure = f"{type(e).__name__}: {e}"
+    elapsed = time.monotonic() - start
+    errors = sum(1 for h in handles if h.done() and h.exception() is not None)
+    print(
+        json.dumps(
+            {
+                "elapsed_s": elapsed,
+                "batches": reg.counter(m.BATCHES_FLUSHED).value if producer is not None else puts,
+                "calls": calls,
+                "errors": errors,
+                "failure": failure,
+                "latencies": lat,
+                "writes": reg.counter(m.MANIFEST_WRITES, role="producer").value,
+                "conflicts": reg.counter(m.MANIFEST_CONFLICTS, role="producer").value,
+                "announced": reg.counter(m.INTENTS_ANNOUNCED).value,
+                "for_others": reg.counter(m.INTENTS_APPENDED_FOR_OTHERS).value,
+            }
+        ),
+        flush=True,
+    )
+
+
+def _run(env: Env, n: int, mode: str, duration: float) -> dict[str, Any]:
+    prefix = f"procs-{mode}-{n}-{uuid.uuid4().hex[:8]}"
+    spec = {"mode": mode, "duration": duration, "bucket": env.bucket, "prefix": prefix, "options": env.options()}
+    cmd = [sys.executable, "-m", "bench.harness.producer_processes", json.dumps(spec)]
+    procs = [
+        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(n)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"producer process failed: {p.stderr.read()[-2000:] if p.stderr else ''}")
+        cpu0 = os.times()
+        for p in procs:  # all at once
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=duration + 300)
+            if p.returncode != 0:
+                raise RuntimeError(f"producer process exited {p.returncode}: {err[-2000:]}")
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    cpu1 = os.times()
+    elapsed = max(o["elapsed_s"] for o in outs)
+    lat = sorted(x for o in outs for x in o["latencies"])
+    batches = sum(o["batches"] for o in outs)
+    writes = sum(o["writes"] for o in outs)
+    conflicts = sum(o["conflicts"] for o in outs)
+    row: dict[str, Any] = {
+        "processes": n,
+        "mode": mode,
+        "elapsed_s": round(elapsed, 2),
+        "batches": batches,
+        "batches_per_s": batches / elapsed,
+        "p50_ms": percentile(lat, 50) * 1000 if lat else None,
+        "p99_ms": percentile(lat, 99) * 1000 if lat else None,
+        "errors": sum(o["errors"] for o in outs),
+        "failures": sorted({o["failure"][:160] for o in outs if o.get("failure")}),
+        "children_cpu_s": round(
+            (cpu1.children_user + cpu1.children_system) - (cpu0.children_user + cpu0.children_system), 2
+        ),
+    }
+    if mode != "raw":
+        store = env.store(prefix)
+        from osqueue.queue import ManifestStore
+
+        raw = store.get(MANIFEST)
+        entries = ManifestStore(store, MANIFEST).decode(raw.data).entries if raw is not None else []
+        locations = [e.location for e in entries]
+        store.close()
+        row.update(
+            {
+                "manifest_writes": writes,
+                "cas_attempts_per_write": (writes + conflicts) / writes if writes else None,
+                "batches_per_cas": batches / writes if writes else None,
+                "intents_announced": sum(o["announced"] for o in outs),
+                "intents_appended_for_others": sum(o["for_others"] for o in outs),
+                "duplicates": len(locations) - len(set(locations)),
+                "missing": int(batches) - len(set(locations)),
+            }
+        )
+    return row
+
+
+def bench_producers_processes(env: Env, s: Settings) -> dict[str, Any]:
+    duration = 2.0 if s.quick else 8.0
+    counts = [1, 4] if s.quick else [1, 8, 32]
+    rows = []
+    for n in counts:
+        load = loadavg()
+        by_mode = {mode: _run(env, n, mode, duration) for mode in ("raw", "solo", "cooperative")}
+        raw_rate = by_mode["raw"]["batches_per_s"]
+        for mode in ("solo", "cooperative"):
+            r = by_mode[mode]
+            r["ratio_to_raw_put"] = r["batches_per_s"] / raw_rate if raw_rate else None
+            s.log(
+                f"producers_processes[{mode}] {n} process(es): {r['batches_per_s']:.1f} batches/s "
+                f"({r['ratio_to_raw_put'] or 0:.2f}x plain PUTs {raw_rate:.1f}/s), p50 {r['p50_ms'] or 0:.0f} ms, "
+                f"p99 {r['p99_ms'] or 0:.0f} ms, CAS attempts/write {r['cas_attempts_per_write'] or 0:.2f}, "
+                f"batches/CAS {r['batches_per_cas'] or 0:.2f}, duplicates {r['duplicates']}, missing {r['missing']}"
+                + (f", failures {r['failures']}" if r["failures"] else "")
+            )
+        rows.append({"processes": n, "loadavg_before": load, **{m: by_mode[m] for m in by_mode}})
+    top = rows[-1]
+    coop = top["cooperative"]
+    return {
+        "description": "N producer OS processes (one 100 B entry every 10 ms each, flush_interval 0.1 s) on one "
+        "queue: solo vs cooperative commit vs the same processes doing one plain PUT of the same bytes per 0.1 s",
+        "duration_s": duration,
+        "rows": rows,
+        "goal": "cooperative at the largest N: >= 0.8x plain-PUT batches/s, p99 <= 1 s, 0 duplicates",
+        "goal_met": bool(
+            coop["ratio_to_raw_put"] is not None
+            and coop["ratio_to_raw_put"] >= 0.8
+            and (coop["p99_ms"] or 1e9) <= 1000
+            and coop["duplicates"] == 0
+        ),
+    }
+
+
+if __name__ == "__main__":
+    _child(json.loads(sys.argv[1]))

@@ -1,0 +1,324 @@
+"""Cooperative commit (docs/adr/0007 part 1, docs/format.md §5.4): producers in separate processes
+announce their batches in intent objects, and whichever producer's CAS wins appends every fresh
+announced batch, so a loser usually finds its batches already in. No batch is appended twice: every
+entry carries its writer sequence ``(writer_id, batch_no)`` and the same CAS sets the head's writers
+section, a run of a writer appended only from ``last_batch + 1`` on (``osqueue.format.writer_sequence``).
+The JVM has no counterpart yet (tests/golden/parity.json).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TYPE_CHECKING
+
+from osqueue import metrics as m
+from osqueue.errors import AmbiguousCommitError, CorruptManifestError, InvalidConfigError, StoreError
+from osqueue.format.batch_names import encode_ulid
+from osqueue.format.head_sections import HeadSections
+from osqueue.format.incarnation import new_incarnation_epoch
+from osqueue.format.intent_codec import (
+    Intent,
+    IntentName,
+    decode_intent,
+    encode_intent,
+    intent_key,
+    intents_prefix,
+    parse_intent_name,
+)
+from osqueue.format.manifest import NewEntry
+from osqueue.format.manifest_codec import empty_manifest
+from osqueue.format.manifest_head import MAX_SEGMENT_ENTRIES, parse_head
+from osqueue.format.writer_sequence import WriterRecord, sequence_record, with_writers, writers_of
+from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
+from osqueue.queue.cas_object import Snapshot
+
+if TYPE_CHECKING:
+    from osqueue.queue.manifest_appender import ManifestAppender, PendingLocation
+
+SOLO = "solo"
+COOPERATIVE = "cooperative"
+COMMIT_MODES = (SOLO, COOPERATIVE)
+SOLO_AFTER_CONFLICT_S = 10.0
+"""After a conflict, a cooperative producer announces its batches at once for this long (step 0)."""
+PARALLEL_INTENT_GETS = 8
+ROUND_DELAY_CAP_S = 0.05
+"""The longest jittered wait between a cooperative producer's rounds (the solo loop's grows to 1 s)."""
+
+
+def check_commit_mode(value: object, segment_entries: int, *, spooled: bool = False) -> str:
+    """``commit_mode`` is ``solo`` or ``cooperative``; cooperative needs v3 heads (the writers section),
+    which a queue kept RFC v1 (K = 2147483647) never writes. InvalidConfigError naming it otherwise."""
+    if value not in COMMIT_MODES:
+        raise InvalidConfigError("commit_mode", value, f"use one of {', '.join(COMMIT_MODES)}")
+    if value == COOPERATIVE and segment_entries == MAX_SEGMENT_ENTRIES:
+        raise InvalidConfigError(
+            "commit_mode",
+            value,
+            "cooperative commit writes v3 heads; manifest_segment_entries 2147483647 keeps the queue RFC v1",
+        )
+    if value == COOPERATIVE and spooled:
+        raise InvalidConfigError(
+            "commit_mode", value, "a spooled producer commits 'solo' (cooperative not built there)"
+        )
+    return str(value)
+
+
+@dataclass(eq=False)
+class _Group:
+    """One group of this writer's batches being committed: its batch numbers and every name it had."""
+
+    first_batch: int
+    pending: Sequence[PendingLocation]
+    start_next: int | None = None  # next_sequence of the first head seen: the group lands at or after it
+    announced: tuple[str, ...] | None = None  # the locations of its last intent
+    intent_keys: list[str] = field(default_factory=list)
+    names: list[set[str]] = field(default_factory=list)
+    sent_unknown: bool = False
+
+    @property
+    def last_batch(self) -> int:
+        return self.first_batch + len(self.pending) - 1
+
+
+class CooperativeCommitter:
+    """The cooperative side of one :class:`ManifestAppender` (``commit_mode="cooperative"``)."""
+
+    def __init__(self, appender: ManifestAppender, writer_id: bytes) -> None:
+        self.a = appender
+        self.writer_id = writer_id
+        self.next_batch = 0
+        self._last_conflict: float | None = None
+        self._intents: dict[str, Intent | None] = {}  # immutable objects: read once (None: rejected)
+        # Its rounds: a loser's next GET usually finds its group in, so the wait between rounds stays near one
+        # round (capped at ROUND_DELAY_CAP_S) instead of growing to the solo loop's 1 s; the budget is the same.
+        policy = appender.policy
+        self.loop = CasLoop(
+            appender.manifest.cas_object,
+            replace(policy, max_delay=min(policy.max_delay, ROUND_DELAY_CAP_S)),
+            appender.clock,
+            appender.rng,
+            CasCounters.manifest(appender.metrics, "producer"),
+            reuse_own_write=False,  # under contention the own last write is stale: a sure conflict
+        )
+        # Landed intents are deleted off the commit's path (one request less before the handles complete).
+        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="osqueue-intent-delete")
+
+    # -- one group -------------------------------------------------------------------------
+
+    def commit(self, group: Sequence[PendingLocation]) -> list[tuple[int, str]]:
+        a = self.a
+        a._claim_prefixes(group)
+        g = _Group(self.next_batch, group, names=[{p.location} for p in group])
+        self.next_batch += len(group)
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[tuple[int, str]]]:
+            if isinstance(previous, Unknown):
+                g.sent_unknown = True
+            elif previous is not None:
+                self._last_conflict = a.clock.monotonic()
+            raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
+            head = parse_head(raw, a.manifest.key)
+            if g.start_next is None:
+                g.start_next = head.next_sequence
+            mine = writers_of(head.sections, a.manifest.key).get(self.writer_id)
+            landed = self._landed(raw, g, mine)
+            if landed is not None:
+                return Done(landed)
+            a.metrics.counter(m.COMMIT_ROUNDS).inc()
+            solo = previous is None and (
+                self._last_conflict is None or a.clock.monotonic() - self._last_conflict >= SOLO_AFTER_CONFLICT_S
+            )
+            if not solo:
+                self._announce(g)
+            others = [] if solo else self._pending_others(head.sections, snapshot.raw is not None)
+            return self._write(raw, g, others)
+
+        results = self.loop.run(step, _CoopSettle(self, g))
+        if g.intent_keys:
+            self._deleter.submit(self._delete, list(g.intent_keys))
+        return results
+
+    def _landed(self, raw: bytes, g: _Group, mine: WriterRecord | None) -> list[tuple[int, str]] | None:
+        """This group's results if the head's writers section says it landed (exact, ADR 0006)."""
+        if mine is None or mine.last_batch < g.first_batch:
+            return None
+        if mine.last_batch < g.last_batch:
+            raise AmbiguousCommitError(
+                f"manifest '{self.a.manifest.key}': writer {self.writer_id.hex()} has batches up to "
+                f"{mine.last_batch} in, inside the group {g.first_batch}..{g.last_batch}: a group lands whole"
+            )
+        return self._locate(raw, g)
+
+    def _locate(self, raw: bytes, g: _Group) -> list[tuple[int, str]]:
+        """Where a group someone else appended landed: its names in the queue or the receipts (sequence -1:
+        landed and dequeued before its owner looked, so no record of where)."""
+        at = self.a._queued_locations_from(raw, g.start_next or 0)
+        by_name = {loc: q for q, loc in at.items()}
+        if not all(names & by_name.keys() for names in g.names):  # some already dequeued: ask the receipts
+            history, _ = self.a._receipts_from(g.start_next or 0)
+            for q, loc in history.items():
+                by_name.setdefault(loc, q)
+        out = []
+        for names, p in zip(g.names, g.pending):
+            found = [(by_name[n], n) for n in names if n in by_name]
+            q, loc = found[0] if found else (-1, p.location)
+            out.append((q, loc))
+        return out
+
+    def _announce(self, g: _Group) -> None:
+        """PUTs the group's intent, after refreshing its batches so that each PUT started less than a
+        quarter grace period ago: a committer then needs only the intent's store time (§5.4)."""
+        a = self.a
+        quarter = a._segment_max_age_ms(g.pending) // 2
+        saved = [p.max_age_ms for p in g.pending]
+        for p in g.pending:
+            p.max_age_ms = quarter if p.max_age_ms is None else min(p.max_age_ms, quarter)
+        try:
+            a._refresh_stale(g.pending)
+        finally:
+            for p, s in zip(g.pending, saved):
+                p.max_age_ms = s
+        locations = tuple(p.location for p in g.pending)
+        for names, loc in zip(g.names, locations):
+            names.add(loc)
+        if g.announced == locations:
+            return
+        ulid = encode_ulid(a.clock.now_ms(), a.rng.getrandbits(80))
+        key = intent_key(a.manifest.key, ulid, self.writer_id, g.first_batch, len(g.pending))
+        a.manifest.store.put(key, encode_intent(self.writer_id, g.first_batch, self._entries(g)))
+        g.announced = locations
+        g.intent_keys.append(key)
+        a.metrics.counter(m.INTENTS_ANNOUNCED).inc()
+
+    def _entries(self, g: _Group) -> list[NewEntry]:
+        return [
+            (p.location, p.metadata, p.extension + sequence_record(self.writer_id, g.first_batch + i))
+            for i, p in enumerate(g.pending)
+        ]
+
+    def _pending_others(self, sections: HeadSections, exists: bool) -> list[Intent]:
+        """Other writers' fresh announced batches, a contiguous run per writer from its ``last_batch + 1``
+        (any first batch for a writer without a record); writers in the order of their oldest intent."""
+        a = self.a
+        key = a.manifest.key
+        listing = a.manifest.store.list(key)
+        head_ms = next((o.last_modified_ms for o in listing if o.key == key), None)
+        if exists and head_ms is None:
+            return []  # the head is not listed (a store that lags): judge nothing fresh
+        quarter = a._segment_max_age_ms([]) // 2
+        writers = writers_of(sections, key)
+        names: list[tuple[str, IntentName]] = []
+        prefix = intents_prefix(key)
+        for o in listing:
+            name = parse_intent_name(key, o.key) if o.key.startswith(prefix) else None
+            if name is None or name.writer_id == self.writer_id:
+                continue
+            rec = writers.get(name.writer_id)
+            if rec is not None and name.first_batch + name.count - 1 <= rec.last_batch:
+                continue  # appended already
+            # Store time only (§6): its batches' PUTs started < grace/4 before it; it is < grace/4 older
+            # than the head this CAS is conditioned on (listed after that head was read: no older).
+            if head_ms is not None and head_ms - o.last_modified_ms >= quarter:
+                continue
+            names.append((o.key, name))
+        self._fetch([k for k, _ in names if k not in self._intents], dict(names))
+        by_writer: dict[bytes, list[tuple[str, Intent]]] = {}
+        for k, name in sorted(names, key=lambda t: t[1].ulid):
+            intent = self._intents.get(k)
+            if intent is not None:
+                by_writer.setdefault(name.writer_id, []).append((name.ulid, intent))
+        out: list[Intent] = []
+        for wid, found in by_writer.items():
+            rec = writers.get(wid)
+            expected = None if rec is None else rec.last_batch + 1
+            taken = {}
+            for _, intent in found:  # oldest first: a newer intent for the same batches replaces it
+                taken[intent.first_batch] = intent
+            start = min(taken) if expected is None else expected
+            while start in taken:
+                out.append(taken[start])
+                start = taken[start].last_batch + 1
+        return out
+
+    def _fetch(self, keys: list[str], names: dict[str, IntentName]) -> None:
+        a = self.a
+
+        def get(k: str) -> None:
+            try:
+                obj = a.manifest.store.get(k)
+            except StoreError:
+                return  # tried again next round
+            if obj is None:
+                return  # deleted: its batches landed
+            try:
+                self._intents[k] = decode_intent(obj.data, k, names[k])
+            except CorruptManifestError:
+                self._intents[k] = None
+                a.metrics.counter(m.INTENTS_REJECTED).inc()
+
+        if len(keys) <= 1:
+            for k in keys:
+                get(k)
+            return
+        with ThreadPoolExecutor(min(PARALLEL_INTENT_GETS, len(keys)), thread_name_prefix="osqueue-intents") as pool:
+            list(pool.map(get, keys))
+
+    def _write(self, raw: bytes, g: _Group, others: list[Intent]) -> Write[list[tuple[int, str]]]:
+        """ONE append: this group, then the other writers' runs, with the writers section updated."""
+        a = self.a
+        key = a.manifest.key
+        head = parse_head(raw, key)
+        writers = dict(writers_of(head.sections, key))
+        now = a.clock.now_ms()
+        writers[self.writer_id] = WriterRecord(self.writer_id, g.last_batch, now)
+        extra: list[NewEntry] = []
+        for intent in others:
+            writers[intent.writer_id] = WriterRecord(intent.writer_id, intent.last_batch, now)
+            extra += intent.entries
+        sections = with_writers(head.sections, writers, now)
+        new_raw, base = a._appended(raw, g.pending, sections=sections, tagged=partial(self._entries, g), extra=extra)
+        locations = [p.location for p in g.pending]
+        for names, loc in zip(g.names, locations):
+            names.add(loc)
+        n_others = len(extra)
+
+        def result() -> list[tuple[int, str]]:
+            if n_others:
+                a.metrics.counter(m.INTENTS_APPENDED_FOR_OTHERS).inc(len(others))
+            return [(base + i, loc) for i, loc in enumerate(locations)]
+
+        return Write(new_raw, result)
+
+    def _delete(self, keys: Sequence[str]) -> None:
+        """Deletes this writer's landed intents (best effort: GC deletes what is left, §6)."""
+        for k in keys:
+            try:
+                self.a.manifest.store.delete(k)
+            except StoreError:
+                pass
+            self._intents.pop(k, None)
+
+
+class _CoopSettle:
+    """Settles a cooperative group when the CAS loop gives up: exact by the writers section."""
+
+    def __init__(self, committer: CooperativeCommitter, g: _Group) -> None:
+        self._c = committer
+        self._g = g
+
+    def landed(self, snapshot: Snapshot, previous: PreviousAttempt | None) -> list[tuple[int, str]] | None:
+        if snapshot.raw is None:
+            return None
+        head = parse_head(snapshot.raw, self._c.a.manifest.key)
+        return self._c._landed(
+            snapshot.raw, self._g, writers_of(head.sections, self._c.a.manifest.key).get(self._c.writer_id)
+        )
+
+    def still_unknown(self, previous: PreviousAttempt | None) -> str | None:
+        if isinstance(previous, Unknown) or self._g.sent_unknown or self._g.announced is not None:
+            # An announced group may still be appended by another committer while its intent is fresh.
+            return f"batches {self._g.first_batch}..{self._g.last_batch} of writer {self._c.writer_id.hex()}"
+        return None

@@ -1,0 +1,345 @@
+"""Cooperative commit (docs/adr/0007 part 1): intents, writer sequences, and many writers with
+injected CAS losses on the in-memory store. No batch may ever be appended twice."""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+import pytest
+from helpers import ManualClock, WrappedStore, assert_well_formed, lost_reply_hook, lying_precondition_hook
+
+from osqueue import metrics as m
+from osqueue.errors import CorruptManifestError, InvalidConfigError
+from osqueue.format import MetadataItem, decode_manifest
+from osqueue.format.batch_integrity import record_of
+from osqueue.format.intent_codec import decode_intent, encode_intent, intent_key, parse_intent_name
+from osqueue.format.manifest_head import parse_head
+from osqueue.format.writer_sequence import (
+    WriterRecord,
+    decode_writers,
+    encode_writers,
+    sequence_of,
+    sequence_record,
+    writers_of,
+)
+from osqueue.metrics import MetricsRegistry
+from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy
+from osqueue.store import InMemoryStore
+
+KEY = "ingest/manifest"
+FAST = RetryPolicy(base_delay=0.0005, max_delay=0.005, max_attempts=200)
+W1 = bytes(range(16))
+W2 = bytes(range(16, 32))
+ULID = "01J5T4RTZ9Y8X7W6V5T4S3R2Q1"
+
+
+def _entries(store: Any) -> list[Any]:
+    obj = store.get(KEY)
+    assert obj is not None
+    return ManifestStore(store, KEY).decode(obj.data).entries
+
+
+def _writers(store: Any) -> dict[bytes, WriterRecord]:
+    obj = store.get(KEY)
+    assert obj is not None
+    return writers_of(parse_head(obj.data, KEY).sections, KEY)
+
+
+# -- bytes -----------------------------------------------------------------------------------------
+
+
+def test_intent_round_trips_and_its_name_matches() -> None:
+    entries = [
+        ("ingest/a.batch", [MetadataItem(0, 5, b"m")], record_of(10, 0xDEADBEEF) + sequence_record(W1, 7)),
+        ("ingest/b.batch", [], record_of(3, 1) + sequence_record(W1, 8)),
+    ]
+    data = encode_intent(W1, 7, entries)
+    key = intent_key(KEY, ULID, W1, 7, 2)
+    name = parse_intent_name(KEY, key)
+    assert name is not None and (name.writer_id, name.first_batch, name.count) == (W1, 7, 2)
+    intent = decode_intent(data, key, name)
+    assert intent.writer_id == W1 and intent.first_batch == 7 and intent.last_batch == 8
+    assert [(e[0], list(e[1]), e[2]) for e in intent.entries] == [(e[0], list(e[1]), e[2]) for e in entries]
+    assert sequence_of(intent.entries[1][2]) == (W1, 8)
+
+
+@pytest.mark.parametrize("damage", ["bad_crc", "bad_magic", "count_zero", "name_mismatch", "trailing"])
+def test_an_intent_that_does_not_decode_exactly_is_rejected(damage: str) -> None:
+    import struct
+    import zlib
+
+    data = bytearray(encode_intent(W1, 0, [("ingest/a.batch", [], record_of(1, 2))]))
+    name = parse_intent_name(KEY, intent_key(KEY, ULID, W1, 0, 1))
+
+    def recrc(b: bytearray) -> bytes:
+        return bytes(b[:-4]) + struct.pack("<I", zlib.crc32(bytes(b[:-4])) & 0xFFFFFFFF)
+
+    if damage == "bad_crc":
+        data[-1] ^= 1
+        raw = bytes(data)
+    elif damage == "bad_magic":
+        data[0:4] = b"OSQX"
+        raw = recrc(data)
+    elif damage == "count_zero":
+        struct.pack_into("<H", data, 29, 0)
+        raw = recrc(data)
+    elif damage == "trailing":
+        raw = recrc(bytearray(bytes(data[:-4]) + b"x" + b"\0\0\0\0"))
+    else:
+        name = parse_intent_name(KEY, intent_key(KEY, ULID, W2, 0, 1))
+        raw = bytes(data)
+    with pytest.raises(CorruptManifestError):
+        decode_intent(raw, "k", name)
+
+
+def test_writers_section_round_trips_and_rejects_unsorted_ids() -> None:
+    recs = [WriterRecord(W2, 3, 10), WriterRecord(W1, 0, 20)]
+    body = encode_writers(recs)
+    assert decode_writers(body, KEY) == {W1: recs[1], W2: recs[0]}
+    swapped = body[:4] + body[4 + 32 :] + body[4 : 4 + 32]
+    with pytest.raises(CorruptManifestError, match="increase"):
+        decode_writers(swapped, KEY)
+
+
+def test_commit_mode_is_validated() -> None:
+    with pytest.raises(InvalidConfigError, match="commit_mode"):
+        QueueProducer(InMemoryStore(), KEY, commit_mode="broker")
+    with pytest.raises(InvalidConfigError, match="RFC v1"):
+        QueueProducer(InMemoryStore(), KEY, commit_mode="cooperative", manifest_segment_entries=2147483647)
+
+
+# -- the protocol ----------------------------------------------------------------------------------
+
+
+def _coop(store: Any, **kw: Any) -> QueueProducer:
+    kw.setdefault("retry", FAST)
+    return QueueProducer(store, KEY, commit_mode="cooperative", **kw)
+
+
+def _force_cooperative(qp: QueueProducer, clock: Any = None) -> None:
+    """As if it saw a conflict just now: it announces before its first CAS (step 0 skipped)."""
+    c = qp._committer.cooperative
+    assert c is not None
+    c._last_conflict = qp._committer.clock.monotonic()
+
+
+def test_a_loser_finds_its_batch_already_appended_by_the_winner() -> None:
+    mem = InMemoryStore()
+    sa, sb = WrappedStore(mem), WrappedStore(mem)
+    ma, mb = MetricsRegistry(), MetricsRegistry()
+    a, b = _coop(sa, metrics=ma), _coop(sb, metrics=mb)
+    b.enqueue("ingest/first.batch", timeout=10)  # the manifest exists
+    _force_cooperative(a)
+    _force_cooperative(b)
+    fired = []
+
+    def b_writes_first(key: str, data: bytes, expected: Any, apply: Any) -> Any:
+        if key == KEY and not fired:
+            fired.append(1)  # A's intent is written: B's round lists it and appends it with its own
+            b.enqueue("ingest/b.batch", timeout=10)
+        return apply()
+
+    sa.on_conditional = b_writes_first
+    result = a.enqueue("ingest/a.batch", timeout=10)
+    assert [e.location for e in _entries(mem)] == ["ingest/first.batch", "ingest/b.batch", "ingest/a.batch"]
+    assert result.sequence == 2 and result.location == "ingest/a.batch"
+    assert mb.counter(m.INTENTS_APPENDED_FOR_OTHERS).value == 1
+    assert ma.counter(m.MANIFEST_WRITES, role="producer").value == 0  # A never landed a write of its own
+    assert ma.counter(m.INTENTS_ANNOUNCED).value == 1
+    ids = {sequence_of(bytes(e.extension))[0] for e in _entries(mem)}  # type: ignore[index]
+    assert len(ids) == 2 and set(_writers(mem)) == ids
+    coop = a._committer.cooperative
+    assert coop is not None
+    coop._deleter.shutdown(wait=True)  # deletes run off the commit's path
+    assert not [o for o in mem.list(KEY + ".intents/")]  # the owner deleted its landed intent
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("fault", ["none", "lost_reply", "lying_precondition"])
+def test_many_cooperative_writers_with_injected_losses_never_append_twice(fault: str) -> None:
+    mem = InMemoryStore()
+    rng = random.Random(11)
+    lock = threading.Lock()
+
+    def flaky() -> bool:
+        with lock:
+            return rng.random() < 0.25
+
+    writers, per_writer = 8, 10
+    errors: list[BaseException] = []
+    metrics = [MetricsRegistry() for _ in range(writers)]
+
+    def work(t: int) -> None:
+        store = WrappedStore(mem)  # one committer each: they race on the CAS as processes do
+        if fault == "lost_reply":
+            store.on_conditional = lost_reply_hook(flaky)
+        elif fault == "lying_precondition":
+            store.on_conditional = lying_precondition_hook(flaky)
+        qp = _coop(store, metrics=metrics[t], manifest_segment_entries=16)
+        try:
+            for i in range(per_writer):
+                qp.enqueue(f"ingest/t{t}-{i}.batch", timeout=60)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+        finally:
+            qp.close()
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(writers)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    locations = assert_well_formed(mem)  # no duplicate location
+    assert sorted(locations) == sorted(f"ingest/t{t}-{i}.batch" for t in range(writers) for i in range(per_writer))
+    seqs = [sequence_of(bytes(e.extension)) for e in _entries(mem)]
+    assert None not in seqs and len(set(seqs)) == len(seqs)  # each (writer, batch_no) once
+    by_writer: dict[bytes, list[int]] = {}
+    for wid, n in seqs:  # type: ignore[misc]
+        by_writer.setdefault(wid, []).append(n)
+    assert all(ns == list(range(per_writer)) for ns in by_writer.values())  # in batch order, no gap
+    assert {w: r.last_batch for w, r in _writers(mem).items()} == {w: per_writer - 1 for w in by_writer}
+    for t in range(writers):  # each writer's own entries in its order
+        assert [x for x in locations if x.startswith(f"ingest/t{t}-")] == [
+            f"ingest/t{t}-{i}.batch" for i in range(per_writer)
+        ]
+
+
+def _announce(mem: InMemoryStore, wid: bytes, first: int, locs: list[str], ulid: str = ULID) -> None:
+    entries = [(loc, [], record_of(1, 1) + sequence_record(wid, first + i)) for i, loc in enumerate(locs)]
+    mem.put(intent_key(KEY, ulid, wid, first, len(locs)), encode_intent(wid, first, entries))
+
+
+def test_a_gap_stops_a_writers_run_and_a_stale_intent_is_never_appended() -> None:
+    clock = ManualClock()
+    mem = InMemoryStore(clock=clock)
+    qp = _coop(mem, clock=clock)
+    _announce(mem, W2, 0, ["ingest/w2-0.batch"])
+    # W2's intent is a quarter grace period (600 s / 4) older than the head, by the store's clock.
+    clock.advance(200)
+    _announce(mem, W1, 0, ["ingest/w1-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q1")
+    _announce(mem, W1, 2, ["ingest/w1-2.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")  # batch 1 missing
+    qp.enqueue("ingest/first.batch", timeout=10)  # solo: the head, written now
+    _force_cooperative(qp)
+    qp.enqueue("ingest/mine.batch", timeout=10)
+    assert [e.location for e in _entries(mem)] == ["ingest/first.batch", "ingest/mine.batch", "ingest/w1-0.batch"]
+    assert _writers(mem)[W1].last_batch == 0 and W2 not in _writers(mem)
+    qp.close()
+
+
+def test_a_rejected_intent_is_counted_and_skipped() -> None:
+    mem = InMemoryStore()
+    metrics = MetricsRegistry()
+    qp = _coop(mem, metrics=metrics)
+    qp.enqueue("ingest/first.batch", timeout=10)
+    mem.put(intent_key(KEY, ULID, W1, 0, 1), b"OSQI not an intent")
+    _force_cooperative(qp)
+    qp.enqueue("ingest/mine.batch", timeout=10)
+    assert [e.location for e in _entries(mem)] == ["ingest/first.batch", "ingest/mine.batch"]
+    assert metrics.counter(m.INTENTS_REJECTED).value == 1
+    qp.close()
+
+
+def test_entries_carry_a_checked_integrity_record_at_their_sequence() -> None:
+    mem = InMemoryStore()
+    qp = _coop(mem)
+    _announce(mem, W1, 0, ["ingest/w1-0.batch"])
+    qp.enqueue("ingest/first.batch", timeout=10)  # creates the manifest (solo)
+    _force_cooperative(qp)
+    qp.enqueue("ingest/mine.batch", timeout=10)
+    obj = mem.get(KEY)
+    assert obj is not None
+    from osqueue.format.batch_integrity import verify_entry
+
+    for e in ManifestStore(mem, KEY).decode(obj.data).entries:
+        if e.extension:
+            verify_entry(e, KEY)  # raises on a wrong entry_crc32
+    assert [e.location for e in _entries(mem)][-1] == "ingest/w1-0.batch"
+    assert decode_manifest  # keep the import: the v1 decoder refuses v3 heads (checked elsewhere)
+    qp.close()
+
+
+def test_gc_deletes_intents_a_grace_period_old_and_keeps_younger_ones() -> None:
+    from osqueue.gc import GarbageCollector
+
+    clock = ManualClock()
+    mem = InMemoryStore(clock=clock)
+    _announce(mem, W1, 0, ["ingest/w1-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q1")  # a dead owner's
+    clock.advance(400)
+    _announce(mem, W2, 0, ["ingest/w2-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")
+    mem.put(KEY + ".intents/not-an-intent", b"x")
+    clock.advance(200)
+    qp = _coop(mem, clock=clock)
+    qp.enqueue("ingest/first.batch", timeout=10)  # the head: 600 s after W1's intent, 200 s after W2's
+    result = GarbageCollector(mem, KEY, "ingest", grace_period=600, clock=clock).run_once()
+    assert intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q1", W1, 0, 1) in result.deleted
+    left = {o.key for o in mem.list(KEY + ".intents/")}
+    assert left == {intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1), KEY + ".intents/not-an-intent"}
+    qp.close()
+
+
+# -- golden vectors (tests/golden/intents.json, written by tests/golden/make_vectors.py) -------------
+
+GOLDEN = __import__("pathlib").Path(__file__).resolve().parents[1] / "golden"
+INTENTS = __import__("json").loads((GOLDEN / "intents.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("file", sorted(f for f in INTENTS if f.startswith("intent_")))
+def test_intent_golden_vectors(file: str) -> None:
+    import base64
+
+    spec = INTENTS[file]
+    data = (GOLDEN / file).read_bytes()
+    name = parse_intent_name(KEY, spec["name"])
+    assert name is not None
+    if "error" in spec:
+        with pytest.raises(CorruptManifestError):
+            decode_intent(data, spec["name"], name)
+        return
+    intent = decode_intent(data, spec["name"], name)
+    assert intent.writer_id.hex() == spec["writer_id"] and intent.first_batch == spec["first_batch"]
+    assert [
+        (e[0], [(x.start_index, x.ingestion_time_ms, bytes(x.payload)) for x in e[1]], e[2]) for e in intent.entries
+    ] == [
+        (
+            e["location"],
+            [(x["start_index"], x["ingestion_time_ms"], base64.b64decode(x["payload_b64"])) for x in e["metadata"]],
+            base64.b64decode(e["extension_b64"]),
+        )
+        for e in spec["entries"]
+    ]
+    # Encoding it again gives the same bytes.
+    assert encode_intent(intent.writer_id, intent.first_batch, list(intent.entries)) == data
+
+
+def test_head_with_a_writers_section_golden_vector() -> None:
+    import base64
+
+    from osqueue.format.batch_integrity import verify_entry
+    from osqueue.format.manifest_head import decode_head, encode_head
+
+    spec = INTENTS["head_v3_writers.bin"]
+    data = (GOLDEN / "head_v3_writers.bin").read_bytes()
+    head = decode_head(data, spec["manifest"])
+    assert (head.next_sequence, head.epoch, head.low_water) == (spec["next_sequence"], spec["epoch"], spec["low_water"])
+
+    def unsealed(ext: bytes) -> bytes:  # the records with entry_crc32 0, as announced in the intent
+        return ext[:15] + b"\0\0\0\0" + ext[19:]
+
+    assert [(e.sequence, e.location, unsealed(bytes(e.extension))) for e in head.tail] == [
+        (t["sequence"], t["location"], base64.b64decode(t["extension_b64"])) for t in spec["tail"]
+    ]
+    for e in head.tail:
+        verify_entry(e, spec["manifest"])
+    assert [sequence_of(bytes(e.extension)) for e in head.tail] == [(W1, 7), (W1, 8)]
+    writers = writers_of(head.sections, spec["manifest"])
+    assert [(w.hex(), r.last_batch, r.last_append_ms) for w, r in sorted(writers.items())] == [
+        (x["writer_id"], x["last_batch"], x["last_append_ms"]) for x in spec["writers"]
+    ]
+    # The writers section as this codec writes it is the vector's, byte for byte.
+    rebuilt = encode_head([], head.low_water, head.tail, head.next_sequence, head.epoch, head.sections)
+    assert rebuilt == data
+    assert encode_writers(writers.values()) == head.sections.opaque[0].body
