@@ -57,6 +57,11 @@ SPOOL_REPLAYED_BATCHES = "buffer.spool_replayed_batches"
 SPOOL_DROPPED_ENTRIES = "buffer.spool_dropped_entries"
 SPOOL_FULL_WAITS = "buffer.spool_full_waits"
 SEGMENTS_RESPLIT = "buffer.segments_resplit"
+DATA_LOSS_EVENTS = "buffer.data_loss_events"
+DROPPED_ENTRIES = "buffer.dropped_entries"
+ENTRIES_DROPPED = "buffer.entries_dropped"
+BYTES_DROPPED = "buffer.bytes_dropped"
+QUEUE_FULL_WAITS = "buffer.queue_full_waits"
 
 _LabelKey = tuple[tuple[str, str], ...]
 

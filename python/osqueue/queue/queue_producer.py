@@ -16,6 +16,7 @@ from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES, MAX_SEGMENT_EN
 from osqueue.queue.group_committers import acquire_committer, release_committer
 from osqueue.queue.manifest_appender import EnqueueResult, PendingLocation
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH
+from osqueue.queue.queue_retention import QueueFullWait
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore, validate_key
 
@@ -48,6 +49,7 @@ class QueueProducer:
             costs the same at any depth. 2048 by default, as on the JVM; ``MAX_SEGMENT_ENTRIES``
             (2147483647) never seals, keeping the queue RFC v1 (a segmented manifest is refused by
             RFC v1 readers).
+        queue_full_wait: How long an append waits for room under a ``backpressure`` size cap (§2.3).
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class QueueProducer:
         retry: RetryPolicy | None = None,
         metrics: m.MetricsRegistry | None = None,
         manifest_segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
+        queue_full_wait: QueueFullWait | None = None,
     ) -> None:
         validate_key(manifest_key)
         check_segment_entries(manifest_segment_entries)
@@ -72,6 +75,7 @@ class QueueProducer:
             retry or RetryPolicy(),
             metrics or m.REGISTRY,
             manifest_segment_entries,
+            queue_full_wait or QueueFullWait(),
         )
         # PUT start times are compared with the committer's clock: take its (the same one when given).
         self._clock = self._committer.clock
