@@ -4,9 +4,12 @@ and ``drop_oldest`` cutting the oldest entries, reported to each lagging reader 
 
 from __future__ import annotations
 
+import json
+import pathlib
 import threading
 
 import pytest
+from helpers import ManualClock
 
 from osqueue import Consumer
 from osqueue import metrics as m
@@ -210,3 +213,60 @@ def test_a_reader_opened_behind_low_water_raises_data_loss_once_then_reads_on(me
     assert (lost.value.subscription, lost.value.first, lost.value.count) == ("late", 0, 6)
     assert _read_all(c) == [f"row-{i}".encode() * (1 + i % 3) for i in range(6, 9)]
     c.close()
+
+
+def test_enforce_cuts_by_store_time_never_early(mem_store: InMemoryStore, clock: ManualClock) -> None:
+    _produce(mem_store, 0, 3)  # batches 0..2 at T0 by the store's clock
+    clock.advance(60)
+    _produce(mem_store, 3, 2)  # 3, 4 a minute later; the head is written now too
+    Subscriptions(mem_store, KEY).create("r")
+    retention = QueueRetention(mem_store, KEY)
+    retention.set(max_age_ms=60_000)
+    assert retention.enforce() == 0  # exactly max_age old is not older than it
+    clock.advance(1)
+    _produce(mem_store, 5, 1)  # the head's last-modified moves on: 0..2 are now past max_age, 3.. are not
+    assert retention.enforce() == 3
+    head = _head(mem_store)
+    assert head.first_sequence == 3 and head.sections.retention.queued_bytes == _size(3, 6)
+    c = Consumer(store=mem_store, run_gc=False, subscription="r", fail_on_data_loss=False)
+    assert _read_all(c) == [f"row-{i}".encode() * (1 + i % 3) for i in range(3, 6)]
+    assert c.last_acked_sequence == 5
+    c.close()
+
+
+def test_the_cli_sets_shows_and_clears_retention_and_a_producer_gets_queue_full(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue import Producer
+    from osqueue.cli import cli
+
+    with Producer(str(tmp_path), flush_interval=3600) as p:
+        for i in range(3):
+            p.produce([f"r{i}".encode()])
+            p.flush(timeout=30)
+    v1 = (tmp_path / "ingest" / "manifest").read_bytes()
+
+    def run(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        assert result.exit_code == code, result.output
+        return result.output
+
+    out = run("retention", "set", str(tmp_path), "--max-entries", "3", "--max-bytes", "1MiB")
+    assert "policy backpressure, max_entries 3, max_bytes 1048576" in out
+    inspected = json.loads(run("inspect", str(tmp_path), "--json"))
+    r = inspected["readers"]["retention"]
+    assert (r["max_entries"], r["max_bytes"], r["policy"]) == (3, 1 << 20, 0) and r["queued_bytes"] > 0
+    assert "backpressure, max_entries 3, max_bytes 1048576" in run("inspect", str(tmp_path))
+    with Producer(str(tmp_path), flush_interval=3600, queue_full_timeout=0) as p:
+        h = p.produce([b"r3"])
+        with pytest.raises(QueueFullError, match="max_entries 3"):
+            p.flush(timeout=30)
+        with pytest.raises(QueueFullError, match="max_entries 3"):
+            h.wait_durable(timeout=30)
+    assert (tmp_path / "ingest" / "manifest").read_bytes()[-2:] == b"\x03\x00"  # nothing appended, nothing dropped
+    assert "invalid value for '--max-bytes'" in run(
+        "retention", "set", str(tmp_path), "--max-bytes", "5 parsecs", code=2
+    )
+    assert "retention cleared" in run("retention", "clear", str(tmp_path))
+    assert (tmp_path / "ingest" / "manifest").read_bytes() == v1  # RFC v1 again, byte for byte
+    assert "had no retention" in run("retention", "clear", str(tmp_path))

@@ -19,14 +19,17 @@ Size caps, per policy:
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, replace
 from functools import partial
 
 from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
-from osqueue.errors import IllegalQueueStateError, InvalidConfigError, QueueFullError
+from osqueue.errors import IllegalQueueStateError, InvalidConfigError, QueueFullError, StoreError
+from osqueue.format.dequeue_receipts import MAX_RECEIPTS, DequeueReceipts
 from osqueue.format.head_sections import BACKPRESSURE, DROP_OLDEST, Retention
+from osqueue.format.incarnation import incarnation_of
 from osqueue.format.manifest_head import RawHead, entry_byte_length, parse_head
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Write
 from osqueue.queue.cas_object import Snapshot
@@ -34,6 +37,8 @@ from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import ObjectStore
+
+_log = logging.getLogger(__name__)
 
 POLICIES = {"backpressure": BACKPRESSURE, "drop_oldest": DROP_OLDEST}
 """A retention policy's name -> its byte in the retention section."""
@@ -131,6 +136,7 @@ def drop_oldest(appended: bytes, key: str, base: int, tree: SegmentTree) -> Cut 
             new_first = e.sequence + 1
     if new_first <= first:
         return None
+    write_cut_receipts(tree, head, new_first - 1)
     raw, removed = head.with_sections(
         head.sections,
         tree.children,
@@ -139,6 +145,46 @@ def drop_oldest(appended: bytes, key: str, base: int, tree: SegmentTree) -> Cut 
         removed_bytes=partial(tree.bytes_between, head),
     )
     return Cut(raw, removed, r.queued_bytes - bytes_left)
+
+
+def write_cut_receipts(tree: SegmentTree, head: RawHead, through: int) -> None:
+    """Before a retention cut through ``through``: the receipts of what it removes (docs/format.md §5.1, the last
+    ``MAX_RECEIPTS``), so a producer whose write had an unknown outcome can still tell whether it landed. Best
+    effort, as a dequeue's: without them such a producer reports ``AmbiguousCommitError``, never a duplicate."""
+    start = max(head.first_sequence, through - MAX_RECEIPTS + 1)
+    removed = []
+    for e in tree.entries(head, start):
+        if e.sequence > through:
+            break
+        removed.append((e.sequence, e.location))
+    if not removed:
+        return
+    try:
+        receipts = tree.manifest.read_receipts() or DequeueReceipts()
+        tree.manifest.write_receipts(receipts.extended(removed, incarnation_of(head.epoch)))
+    except StoreError as e:
+        _log.warning("could not write the dequeue receipts of a retention cut of '%s': %s", head.key, e)
+
+
+def age_cut(store: ObjectStore, tree: SegmentTree, head: RawHead, head_modified_ms: int) -> int:
+    """The first sequence ``max_age`` keeps: entries are expired from the first on while their batch object's
+    last-modified is more than ``max_age_ms`` before the head's (``head_modified_ms``), both by the STORE's clock
+    (docs/format.md §6: never a writer's clock). One listing per batch prefix."""
+    r = head.sections.retention
+    first = head.first_sequence
+    if r is None or not r.max_age_ms:
+        return first
+    listed: dict[str, dict[str, int]] = {}
+    cut = first
+    for e in tree.entries(head, first):
+        prefix = e.location.rpartition("/")[0]
+        if prefix not in listed:
+            listed[prefix] = {i.key: i.last_modified_ms for i in store.list(prefix + "/" if prefix else "")}
+        modified = listed[prefix].get(e.location)
+        if modified is None or head_modified_ms - modified <= r.max_age_ms:
+            break
+        cut = e.sequence + 1
+    return cut
 
 
 class QueueRetention:
@@ -205,6 +251,36 @@ class QueueRetention:
                 return Done(r)
             written, _ = head.with_sections(replace(head.sections, retention=r), self._tree.children, cut=False)
             return Write(written, lambda: r)
+
+        return self._loop.run(step)
+
+    def enforce(self) -> int:
+        """Applies ``max_age`` now (``osqueue retention enforce``, e.g. from cron): one CAS that removes the
+        entries whose batch is older than ``max_age`` by the store's clock, measured against the head's
+        last-modified as listed before the CAS (so never early: the head only gets newer). Readers that had
+        not read them report the range as data loss. Returns how many entries it removed."""
+        key = self.manifest.key
+        store = self.manifest.store
+        head_modified = next((i.last_modified_ms for i in store.list(key) if i.key == key), None)
+        if head_modified is None:
+            return 0
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[int]:
+            if snapshot.raw is None:
+                return Done(0)
+            head = parse_head(snapshot.raw, key)
+            cut = age_cut(store, self._tree, head, head_modified)
+            if cut <= head.first_sequence:
+                return Done(0)
+            write_cut_receipts(self._tree, head, cut - 1)
+            written, removed = head.with_sections(
+                head.sections,
+                self._tree.children,
+                cut=False,
+                through=cut - 1,
+                removed_bytes=partial(self._tree.bytes_between, head),
+            )
+            return Write(written, lambda: removed)
 
         return self._loop.run(step)
 
