@@ -495,7 +495,7 @@ def with_added_bytes(sections: HeadSections, entries: Sequence[NewEntry]) -> Hea
     r = sections.retention
     if r is None:
         return sections
-    added = sum(entry_byte_length(e[2]) for e in entries if len(e) > 2)  # type: ignore[misc]
+    added = sum(entry_byte_length(e[2]) for e in entries if len(e) > 2)
     return replace(sections, retention=replace(r, queued_bytes=r.queued_bytes + added))
 
 

@@ -520,13 +520,13 @@ class ManifestAppender:
                 for i, loc in enumerate(locations):
                     on_attempt(base + i, loc)
 
-            def landed() -> list[EnqueueResult]:
+            def on_landed() -> list[EnqueueResult]:
                 if cut is not None:
                     self.metrics.counter(m.ENTRIES_DROPPED).inc(cut.entries)
                     self.metrics.counter(m.BYTES_DROPPED).inc(cut.byte_count)
                 return [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)]
 
-            return Write(new_raw, landed)
+            return Write(new_raw, on_landed)
 
         settle = _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts)
         waited_since = self.clock.monotonic()
