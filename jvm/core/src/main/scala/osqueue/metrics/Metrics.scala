@@ -88,6 +88,11 @@ object MetricNames {
   val SpoolDroppedEntries = "buffer.spool_dropped_entries"
   val SpoolFullWaits = "buffer.spool_full_waits"
   val SegmentsResplit = "buffer.segments_resplit"
+  val DataLossEvents = "buffer.data_loss_events"
+  val DroppedEntries = "buffer.dropped_entries"
+  val EntriesDropped = "buffer.entries_dropped"
+  val BytesDropped = "buffer.bytes_dropped"
+  val QueueFullWaits = "buffer.queue_full_waits"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
   val BatchesUnverified = "buffer.batches_unverified"
 }
