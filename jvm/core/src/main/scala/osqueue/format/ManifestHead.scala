@@ -212,7 +212,7 @@ final class ManifestHead private (
     val newSections = sectionsIn.retention match {
       case Some(r) if newFirst > firstSequence =>
         val gone = removedBytes.getOrElse(throw new CorruptManifestException(key,
-          "a cut of a head with retention needs the removed entries' bytes"))(firstSequence, newFirst)
+            "a cut of a head with retention needs the removed entries' bytes"))(firstSequence, newFirst)
         sectionsIn.copy(retention = Some(r.copy(queuedBytes = math.max(0L, r.queuedBytes - gone))))
       case _ => sectionsIn
     }
