@@ -18,6 +18,7 @@ from osqueue.errors import (
     AmbiguousCommitError,
     ConflictRetriesExhaustedError,
     CorruptSpoolError,
+    DataLossError,
     ErrorKind,
     FencedError,
     InvalidConfigError,
@@ -45,6 +46,7 @@ __all__ = [
     "StoreError",
     "ConflictRetriesExhaustedError",
     "AmbiguousCommitError",
+    "DataLossError",
     "QueueFullError",
     "CorruptSpoolError",
 ]

@@ -240,6 +240,27 @@ class QueueFullError(OsqueueError):
         super().__init__(message, ErrorKind.TRANSIENT)
 
 
+class DataLossError(OsqueueError):
+    """Retention removed entries a reader had not read (docs/format.md §2.3, ADR 0005): ``count``
+    entries from sequence ``first`` on. The reader has moved past them; reading again goes on.
+
+    Attributes:
+        subscription: The reader's subscription (None: the unnamed reader).
+        first: The first lost sequence.
+        count: How many consecutive entries were lost.
+    """
+
+    def __init__(self, subscription: str | None, first: int, count: int) -> None:
+        self.subscription = subscription
+        self.first = first
+        self.count = count
+        who = "the unnamed reader" if subscription is None else f"subscription '{subscription}'"
+        super().__init__(
+            f"data loss: retention removed {count} entries ({first}..{first + count - 1}) before {who} read them",
+            ErrorKind.PERSISTENT_STATE,
+        )
+
+
 class StoreError(OsqueueError):
     """The object store failed (I/O error, 5xx, timeout, unreachable endpoint).
 

@@ -186,6 +186,7 @@ def test_the_top_level_is_the_user_api_and_each_name_is_in_its_layer() -> None:
         "AmbiguousCommitError",
         "QueueFullError",
         "CorruptSpoolError",
+        "DataLossError",  # a Consumer raises it (fail_on_data_loss) and passes it to on_data_loss: users catch it
     }, "the user API grows only with a reason: the layers are osqueue.format, .store, .queue, .gc, .metrics"
     layers = [vars(m) for m in (consumer, errors, producer)]
     for name in osqueue.__all__:

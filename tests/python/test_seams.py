@@ -27,6 +27,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("queue/data_prefix_owner.py", "random.Random("): (1, "the default rng when none is injected"),
     ("queue/queue_consumer.py", "random.Random("): (1, "the default rng when none is injected"),
     ("queue/subscriptions.py", "random.Random("): (1, "the default rng when none is injected"),
+    ("queue/queue_retention.py", "random.Random("): (1, "the default rng when none is injected"),
     ("queue/group_committers.py", "random.Random("): (1, "the default rng of a committer when none is injected"),
     ("producer/producer.py", "random.Random("): (1, "the default rng of a spooled producer's appender"),
     ("producer/spool.py", "random.Random("): (1, "writer.id's 16 random bytes when no rng is injected"),

@@ -76,6 +76,7 @@ def test_error_conditions_and_their_kinds_are_the_shared_ones() -> None:
         "ConflictRetriesExhausted": ("k", 3, 4),
         "ConditionalWritesNotHonoured": ("http://x", "d"),
         "CorruptSpool": ("p", 1, "d"),
+        "DataLoss": ("s", 1, 2),
     }
     for condition, cls in python_errors.items():
         error = cls(*samples.get(condition, ("message",)))

@@ -11,7 +11,7 @@ own errors (bad path, unreachable store, corrupt manifest, ...), 1 for anything 
 ``osqueue --debug ...`` adds the traceback.
 """
 
-from osqueue.cli import gc, inspect, produce, seal, subscriptions, tail  # noqa: F401  (each module adds its command to the group)
+from osqueue.cli import gc, inspect, produce, retention, seal, subscriptions, tail  # noqa: F401  (each module adds its command to the group)
 from osqueue.cli.app import cli, main
 
 __all__ = ["cli", "main"]

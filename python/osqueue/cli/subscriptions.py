@@ -95,6 +95,12 @@ def reader_rows(head: RawHead, now_ms: int, manifest: ManifestStore | None = Non
     if info["unnamed_reader"] is not None:
         u = info["unnamed_reader"]
         rows.append(("unnamed reader", f"next {u['next']}, lag {u['lag_entries']} entries"))
+    r = head.sections.retention
+    if r is not None:
+        caps = [f"{n} {v}" for n, v in (("max_entries", r.max_entries), ("max_bytes", r.max_bytes)) if v]
+        caps += [f"max_age {r.max_age_ms / 1000:g}s"] if r.max_age_ms else []
+        policy = "drop_oldest" if r.policy else "backpressure"
+        rows.append(("retention", f"{policy}, {', '.join(caps) or 'no cap'}; {r.queued_bytes} bytes queued"))
     return rows
 
 

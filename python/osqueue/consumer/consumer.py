@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
 from osqueue.consumer.batch_fetcher import ConsumedBatch, FetchHandle
 from osqueue.errors import (
+    DataLossError,
     FencedError,
     IllegalQueueStateError,
     InvalidConfigError,
@@ -94,6 +95,12 @@ class Consumer:
             every reader passed them. None: the queue's unnamed consumer.
         create_subscription: Create ``subscription`` at the queue's first entry if it is missing
             (else a missing one is :class:`IllegalQueueStateError`).
+        fail_on_data_loss: When retention removed entries this reader had not read (a range below the
+            queue's ``low_water``, docs/format.md §2.3), the read that finds it raises
+            :class:`DataLossError` naming the first lost sequence and the exact count (True, the default);
+            False: nothing is raised. Either way the range is reported once (``on_data_loss``, the
+            ``buffer.data_loss_events`` / ``buffer.dropped_entries`` metrics) and reading goes on after it.
+        on_data_loss: Called with the :class:`DataLossError` of each lost range (before it is raised).
 
     Raises:
         ResumePointError: ``last_acked_sequence`` is ahead of the queue or entries after it
@@ -119,6 +126,8 @@ class Consumer:
         metrics: m.MetricsRegistry | None = None,
         subscription: str | None = None,
         create_subscription: bool = False,
+        fail_on_data_loss: bool = True,
+        on_data_loss: Callable[[DataLossError], None] | None = None,
     ) -> None:
         for option, value in (("manifest_path", manifest_path), ("data_path_prefix", data_path_prefix)):
             try:
@@ -188,6 +197,10 @@ class Consumer:
         # With a segmented head it holds one segment (or the tail) at a time (docs/format.md §2.2).
         self._buffer: list[ManifestEntry] = []
         self._buffer_start = 0
+        self._fail_on_data_loss = fail_on_data_loss
+        self._on_data_loss = on_data_loss
+        self._lost: deque[tuple[int, int]] = deque()  # [first, end) ranges retention cut, not yet acked past
+        self._pending_loss = self._queue.initial_loss  # cut before initialize: reported by the first read
         self._metrics.gauge(m.QUEUE_LENGTH).set(manifest.depth)
         if run_gc:
             self._gc = GarbageCollector(
@@ -248,12 +261,21 @@ class Consumer:
     def _buffered(self) -> list[ManifestEntry]:
         """The entries after the last one handed out: those already read, or (when none are left)
         those of a fresh, epoch-checked manifest read."""
+        if self._pending_loss is not None:
+            first_lost, count = self._pending_loss
+            self._pending_loss = None
+            self._report_loss(first_lost, first_lost + count)
         if self._buffer_start >= len(self._buffer):
             # One segment or the tail at a time: memory stays bounded at any depth (docs/format.md §2.2).
             head = self._queue.read_head()
             self._metrics.gauge(m.QUEUE_LENGTH).set(head.depth)
             after = self._last_handed_out
             first = head.first_sequence
+            expected = after + 1 if after is not None else self._next_ack
+            if first > expected:  # retention cut entries this reader had not read (ADR 0005 step 3)
+                self._buffer, self._buffer_start = [], 0
+                self._report_loss(expected, first)
+                after = self._last_handed_out
             start = first if after is None else max(first, after + 1)
             ref = self._queue.segment_tree.leaf_for(head, start)
             entries = self._queue.read_segment(ref) if ref is not None else head.tail_entries()
@@ -299,12 +321,34 @@ class Consumer:
     def _absorb_skipped(self) -> None:
         """Skipped copies count as acked: the frontier moves over those right after it (the
         next dequeue removes them), so ``ack`` expects the next delivered sequence."""
-        skipped = self._skipped
-        while skipped and skipped[0] < self._next_ack:
-            skipped.popleft()
-        while skipped and self._last_acked is not None and skipped[0] == self._next_ack:
-            self._last_acked = skipped.popleft()
-            self._next_ack = self._last_acked + 1
+        skipped, lost = self._skipped, self._lost
+        moved = True
+        while moved:
+            moved = False
+            while skipped and skipped[0] < self._next_ack:
+                skipped.popleft()
+            while skipped and self._last_acked is not None and skipped[0] == self._next_ack:
+                self._last_acked = skipped.popleft()
+                self._next_ack = self._last_acked + 1
+            while lost and lost[0][0] <= self._next_ack:  # a lost range is passed as if acked (never delivered)
+                end = lost.popleft()[1]
+                if end > self._next_ack:
+                    self._last_acked, self._next_ack, moved = end - 1, end, True
+
+    def _report_loss(self, first: int, end: int) -> None:
+        """Reports the range ``[first, end)`` retention removed, once, and moves the read cursor (and the
+        ack frontier, when it reaches the range) past it; raises it when ``fail_on_data_loss``."""
+        if self._last_handed_out is None or self._last_handed_out < end - 1:
+            self._last_handed_out = end - 1
+        self._lost.append((first, end))
+        self._absorb_skipped()
+        self._metrics.counter(m.DATA_LOSS_EVENTS).inc()
+        self._metrics.counter(m.DROPPED_ENTRIES).inc(end - first)
+        error = DataLossError(self._queue.subscription, first, end - first)
+        if self._on_data_loss is not None:
+            self._on_data_loss(error)
+        if self._fail_on_data_loss:
+            raise error
 
     def _check_contiguous(self, first: int) -> None:
         expected = self._last_handed_out + 1 if self._last_handed_out is not None else self._next_ack

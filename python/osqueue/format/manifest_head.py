@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from osqueue.errors import CorruptManifestError
+from osqueue.format.batch_integrity import integrity_of
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.head_sections import (
     HEAD_SECTIONS_VERSION,
@@ -172,6 +173,8 @@ def _check_first_ref(refs: list[SegmentRef], low_water: int, key: str) -> None:
 
 _Children = Callable[[SegmentRef], Sequence[SegmentRef]]
 """Reads an index object's refs (the dequeue's expansion)."""
+_RemovedBytes = Callable[[int, int], int]
+"""Σ ``byte_length`` (entry integrity records) of the entries in ``[start, end)``: a cut's ``queued_bytes``."""
 
 # -- the raw head: what writers and lazy readers work on ----------------------------------------
 
@@ -367,6 +370,7 @@ class RawHead:
         if base + k > MAX_SEQUENCE:
             raise CorruptManifestError(self.key, "appending would take sequences past 2^63")
         added = b"".join(encode_new_entry(base + i, e) for i, e in enumerate(entries))
+        sections = with_added_bytes(self.sections, entries)
         put_all = seal_all or (lambda tails: [seal(t) for t in tails])
         refs = self.refs if read_segment is None else self._resplit(max_tail, put_all, fold, read_segment)
         if self.tail_size == 0 or self.tail_size + k <= max_tail:
@@ -375,7 +379,7 @@ class RawHead:
             else:
                 body = encode_refs(refs) + self.raw[self._tail_from : self._tail_until] + added
             low = self.first_sequence if self.refs or self.tail_size else base
-            return _framed(self.sections, refs, body, low, self.tail_size + k, base + k, self.epoch), base
+            return _framed(sections, refs, body, low, self.tail_size + k, base + k, self.epoch), base
         first, spans = self.tail_first_sequence, self._spans
         run = EntryRun(self.raw, [s.start for s in spans], self._tail_until, [s.location for s in spans], first)
         chunks = cut_chunks(run, max_tail, first if align is None or align > first else align)
@@ -387,7 +391,7 @@ class RawHead:
                 raise CorruptManifestError(ref.key, f"sealed as {c.first_sequence} to {c.last_sequence}, not as listed")
             refs = _folded([*refs, ref], fanout(max_tail), fold)
         low_water = self.low_water if self.refs else first
-        return _framed(self.sections, refs, encode_refs(refs) + added, low_water, k, base + k, self.epoch), base
+        return _framed(sections, refs, encode_refs(refs) + added, low_water, k, base + k, self.epoch), base
 
     def _resplit(
         self,
@@ -424,14 +428,25 @@ class RawHead:
         return self._rebuild(self.epoch, through, children)
 
     def with_sections(
-        self, sections: HeadSections, children: _Children, epoch: int | None = None, *, cut: bool = True
+        self,
+        sections: HeadSections,
+        children: _Children,
+        epoch: int | None = None,
+        *,
+        cut: bool = True,
+        removed_bytes: _RemovedBytes | None = None,
+        through: int | None = None,
     ) -> tuple[bytes, int]:
         """The head with ``sections`` (and ``epoch``); with ``cut``, entries below the slowest reader's
-        ``next`` are removed (``low_water`` never decreases). Empty sections write v2 (refs) or v1, byte
-        for byte as a head that never had any (§2.3). Returns the bytes and how many entries were removed."""
+        ``next`` are removed (``low_water`` never decreases), and with ``through`` those up to it too (a
+        retention cut). Empty sections write v2 (refs) or v1, byte for byte as a head that never had any
+        (§2.3). With a retention section, ``queued_bytes`` loses the removed entries' ``byte_length``
+        (``removed_bytes(start, end)`` sums them; needed when the retention section is there).
+        Returns the bytes and how many entries were removed."""
         slowest = sections.slowest_next() if cut else None
-        through = self.first_sequence - 1 if slowest is None else max(self.first_sequence, slowest) - 1
-        return self._rebuild(self.epoch if epoch is None else epoch, through, children, sections)
+        upto = self.first_sequence - 1 if slowest is None else max(self.first_sequence, slowest) - 1
+        upto = upto if through is None else max(upto, through)
+        return self._rebuild(self.epoch if epoch is None else epoch, upto, children, sections, removed_bytes)
 
     def with_epoch(
         self, epoch: int, through: int | None, children: Callable[[SegmentRef], Sequence[SegmentRef]]
@@ -442,9 +457,22 @@ class RawHead:
         return self._rebuild(epoch, self.first_sequence - 1 if through is None else through, children)
 
     def _rebuild(
-        self, epoch: int, through: int, children: _Children, sections: HeadSections | None = None
+        self,
+        epoch: int,
+        through: int,
+        children: _Children,
+        sections: HeadSections | None = None,
+        removed_bytes: _RemovedBytes | None = None,
     ) -> tuple[bytes, int]:
         new_first = min(max(self.first_sequence, through + 1), self.next_sequence)
+        secs = self.sections if sections is None else sections
+        if secs.retention is not None and new_first > self.first_sequence:
+            if removed_bytes is None:
+                raise CorruptManifestError(self.key, "a cut of a head with retention needs the removed entries' bytes")
+            gone = removed_bytes(self.first_sequence, new_first)
+            secs = replace(
+                secs, retention=replace(secs.retention, queued_bytes=max(0, secs.retention.queued_bytes - gone))
+            )
         refs = [r for r in self.refs if r.last_sequence >= new_first]
         while refs and refs[0].level > 0:  # the first ref is always a segment (§2.2)
             refs = [r for r in children(refs[0]) if r.last_sequence >= new_first] + refs[1:]
@@ -453,8 +481,22 @@ class RawHead:
         cut = self._tail_from if dropped_tail == 0 else self._walk(dropped_tail)[-1].end
         kept = self.tail_size - dropped_tail
         body = (encode_refs(refs) if refs else b"") + self.raw[cut : self._tail_until]
-        secs = self.sections if sections is None else sections
         return _framed(secs, refs, body, new_first, kept, self.next_sequence, epoch), new_first - self.first_sequence
+
+
+def entry_byte_length(extension: bytes) -> int:
+    """An entry's ``byte_length`` per its integrity record (§2.1 type 3); 0 without one."""
+    rec = integrity_of(extension)
+    return 0 if rec is None else rec.byte_length
+
+
+def with_added_bytes(sections: HeadSections, entries: Sequence[NewEntry]) -> HeadSections:
+    """``sections`` with the new entries' ``byte_length`` added to ``queued_bytes`` (with a retention section)."""
+    r = sections.retention
+    if r is None:
+        return sections
+    added = sum(entry_byte_length(e[2]) for e in entries if len(e) > 2)
+    return replace(sections, retention=replace(r, queued_bytes=r.queued_bytes + added))
 
 
 def _folded(refs: list[SegmentRef], f: int, fold: Callable[[Sequence[SegmentRef]], SegmentRef]) -> list[SegmentRef]:

@@ -62,6 +62,11 @@ INTENTS_ANNOUNCED = "buffer.intents_announced"
 INTENTS_APPENDED_FOR_OTHERS = "buffer.intents_appended_for_others"
 INTENTS_REJECTED = "buffer.intents_rejected"
 COMMIT_ROUNDS = "buffer.commit_rounds"
+DATA_LOSS_EVENTS = "buffer.data_loss_events"
+DROPPED_ENTRIES = "buffer.dropped_entries"
+ENTRIES_DROPPED = "buffer.entries_dropped"
+BYTES_DROPPED = "buffer.bytes_dropped"
+QUEUE_FULL_WAITS = "buffer.queue_full_waits"
 
 _LabelKey = tuple[tuple[str, str], ...]
 

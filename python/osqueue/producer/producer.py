@@ -32,6 +32,7 @@ from osqueue.format.batch_integrity import record as integrity_record
 from osqueue.format.batch_names import new_batch_key
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_head import DEFAULT_SEGMENT_ENTRIES
+from osqueue.producer.shared_stores import SHARED_STORES
 from osqueue.producer.spool import DEFAULT_SPOOL_FULL_TIMEOUT, DEFAULT_SPOOL_MAX_BYTES, Spool
 from osqueue.producer.spool_log import EntriesRecord
 from osqueue.producer.spool_uploader import SpoolUploader
@@ -41,9 +42,9 @@ from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_da
 from osqueue.queue.manifest_appender import EnqueueResult, ManifestAppender
 from osqueue.queue.manifest_store import DEFAULT_DATA_PATH_PREFIX, DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.queue_producer import QueueProducer, check_segment_entries
+from osqueue.queue.queue_retention import QueueFullWait
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore, validate_key
-from osqueue.store.object_stores import open_store
 
 _MAX_UNCOMMITTED_BATCHES = 8
 """Uploaded batches that may wait for their manifest write before the flush thread pauses."""
@@ -79,44 +80,6 @@ class _Batch:
 
     def __bool__(self) -> bool:
         return bool(self.handles)
-
-
-class _SharedStores:
-    """Stores opened from a path, shared by the producers of a process (so those with the same
-    committer settings also share one group committer) and closed with the last of them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._stores: dict[tuple[str, tuple[tuple[str, str], ...]], list[Any]] = {}
-
-    @staticmethod
-    def _key(path: str, options: Mapping[str, Any] | None) -> tuple[str, tuple[tuple[str, str], ...]]:
-        return path, tuple(sorted((str(k).lower(), str(v)) for k, v in (options or {}).items()))
-
-    def acquire(self, path: str, options: Mapping[str, Any] | None) -> ObjectStore:
-        key = self._key(path, options)
-        with self._lock:
-            found = self._stores.get(key)
-            if found is None:
-                found = self._stores[key] = [open_store(path, options), 0]
-            found[1] += 1
-            store: ObjectStore = found[0]
-            return store
-
-    def release(self, path: str, options: Mapping[str, Any] | None) -> None:
-        key = self._key(path, options)
-        with self._lock:
-            found = self._stores.get(key)
-            if found is None:
-                return
-            found[1] -= 1
-            if found[1] > 0:
-                return
-            del self._stores[key]
-        found[0].close()
-
-
-_SHARED_STORES = _SharedStores()
 
 
 def _positive(option: str, value: float) -> float:
@@ -182,6 +145,8 @@ class Producer:
             after ``spool_full_timeout``) or ``"drop_oldest"`` (the oldest calls in no batch are
             dropped, counted in ``buffer.spool_dropped_entries``; their handles fail with ``QueueFullError``).
         spool_full_timeout: Seconds ``backpressure`` waits (30).
+        queue_full_timeout, queue_full_retry_interval: Seconds an append waits for room under a queue's
+            ``backpressure`` cap (§2.3), reading the head every interval, before ``QueueFullError`` (30, 1).
 
     Raises:
         InvalidConfigError: An option is invalid.
@@ -211,6 +176,8 @@ class Producer:
         spool_full_policy: str = "backpressure",
         spool_full_timeout: float = DEFAULT_SPOOL_FULL_TIMEOUT,
         commit_mode: str = "solo",
+        queue_full_timeout: float = 30.0,
+        queue_full_retry_interval: float = 1.0,
     ) -> None:
         check_commit_mode(commit_mode, manifest_segment_entries, spooled=spool_dir is not None)
         if durability not in ("queue", "local"):
@@ -227,6 +194,7 @@ class Producer:
         self._max_buffered = max_buffered_inputs
         self._compression = _compression(compression)
         self._grace_ms = int(_positive("gc_grace_period", gc_grace_period) * 1000)
+        full_wait = QueueFullWait.of(queue_full_timeout, queue_full_retry_interval)
         check_segment_entries(manifest_segment_entries)
         for option, value in (("manifest_path", manifest_path), ("data_path_prefix", data_path_prefix)):
             try:
@@ -239,7 +207,7 @@ class Producer:
         self._path = path
         self._store_options = store_options
         self._owns_store = store is None
-        self._store: ObjectStore = store if store is not None else _SHARED_STORES.acquire(path or "", store_options)
+        self._store: ObjectStore = store if store is not None else SHARED_STORES.acquire(path or "", store_options)
         self._clock = clock or SystemClock()
         self._rng = rng
         self._metrics = metrics or m.REGISTRY
@@ -266,6 +234,7 @@ class Producer:
                 metrics=self._metrics,
                 manifest_segment_entries=manifest_segment_entries,
                 commit_mode=commit_mode,
+                queue_full_wait=full_wait,
             )
             self._spool: Spool | None = None
             self._uploader: SpoolUploader | None = None
@@ -291,6 +260,7 @@ class Producer:
                     self._metrics,
                     manifest_segment_entries,
                 )
+                appender.queue_full_wait = full_wait
                 self._uploader = SpoolUploader(
                     self._store,
                     self._spool,
@@ -457,7 +427,7 @@ class Producer:
     def _release_store(self) -> None:
         if self._owns_store:
             self._owns_store = False
-            _SHARED_STORES.release(self._path or "", self._store_options)
+            SHARED_STORES.release(self._path or "", self._store_options)
 
     def _wait(self, handles: list[WriteHandle], timeout: float | None) -> None:
         if not self._replayed.wait(timeout):

@@ -11,6 +11,7 @@ from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
 from osqueue.queue.manifest_appender import ManifestAppender
 from osqueue.queue.manifest_store import ManifestStore
+from osqueue.queue.queue_retention import QueueFullWait
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore
 
@@ -25,6 +26,7 @@ def _settings_key(
     policy: RetryPolicy,
     metrics: m.MetricsRegistry,
     segment_entries: int,
+    queue_full_wait: QueueFullWait,
     commit_mode: str = "solo",
 ) -> tuple[object, ...]:
     """What a group committer uses, as a key: producers share a committer only when all of it is the same
@@ -36,6 +38,7 @@ def _settings_key(
         policy,
         id(metrics),
         segment_entries,
+        queue_full_wait,
         commit_mode,
     )
 
@@ -48,13 +51,15 @@ def acquire_committer(
     policy: RetryPolicy,
     metrics: m.MetricsRegistry,
     segment_entries: int,
+    queue_full_wait: QueueFullWait | None = None,
     commit_mode: str = "solo",
 ) -> ManifestAppender:
     """The committer of (store, key) with these settings: shared with the producers that have the same
     settings, so their appends group into one write; a producer whose settings differ gets its own (its
     writes then meet the others' through the CAS loop), so every producer's K, retry policy, clock and
     metrics apply to its own appends."""
-    committer_key = (id(store), key, _settings_key(clock, rng, policy, metrics, segment_entries, commit_mode))
+    wait = queue_full_wait or QueueFullWait()
+    committer_key = (id(store), key, _settings_key(clock, rng, policy, metrics, segment_entries, wait, commit_mode))
     with _committers_lock:
         found = _committers.get(committer_key)
         if found is None or found[0] is not store:
@@ -67,6 +72,7 @@ def acquire_committer(
                 segment_entries,
                 commit_mode,
             )
+            committer.queue_full_wait = wait
             committer.shared_as = committer_key
             _committers[committer_key] = (store, committer)
         else:

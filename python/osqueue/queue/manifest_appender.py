@@ -12,7 +12,7 @@ from functools import partial
 
 from osqueue import metrics as m
 from osqueue.clock import Clock
-from osqueue.errors import AmbiguousCommitError, CorruptManifestError, StoreError
+from osqueue.errors import AmbiguousCommitError, CorruptManifestError, QueueFullError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.head_sections import HeadSections
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch
@@ -22,6 +22,7 @@ from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import (
     DEFAULT_SEGMENT_ENTRIES,
     SealedTail,
+    entry_byte_length,
     parse_head,
 )
 from osqueue.format.segment_chunks import PARALLEL_PUTS
@@ -31,6 +32,7 @@ from osqueue.queue.cas_object import Snapshot
 from osqueue.queue.cooperative_commit import COOPERATIVE, SOLO, CooperativeCommitter
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_store import ManifestStore
+from osqueue.queue.queue_retention import QueueFullWait, check_room, drop_oldest
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.queue.segment_tree import SegmentTree
 
@@ -112,6 +114,7 @@ class ManifestAppender:
         if commit_mode == COOPERATIVE:
             wid = writer_id if writer_id is not None else rng.getrandbits(128).to_bytes(16, "big")
             self.cooperative = CooperativeCommitter(self, wid)
+        self.queue_full_wait = QueueFullWait()  # set by the producer (its queue_full_* options)
 
     def submit(self, pending: PendingLocation) -> None:
         with self._cond:
@@ -533,7 +536,10 @@ class ManifestAppender:
                 return Done(landed)
             # Creating the manifest starts a new incarnation (docs/format.md §5.2).
             raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
+            check_room(self.manifest.head(raw), len(group), sum(entry_byte_length(p.extension) for p in group))
             new_raw, base = self._appended(raw, group)
+            cut = drop_oldest(new_raw, self.manifest.key, base, self.segment_tree)
+            new_raw = new_raw if cut is None else cut.raw
             locations = tuple(p.location for p in group)
             # A create is judged against whichever incarnation it finds: it made that one if it landed.
             incarnation = None if snapshot.raw is None else incarnation_of(self.manifest.head(raw).epoch)
@@ -541,9 +547,26 @@ class ManifestAppender:
             if on_attempt is not None:
                 for i, loc in enumerate(locations):
                     on_attempt(base + i, loc)
-            return Write(new_raw, lambda: [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)])
 
-        return self.loop.run(step, _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts))
+            def on_landed() -> list[EnqueueResult]:
+                if cut is not None:
+                    self.metrics.counter(m.ENTRIES_DROPPED).inc(cut.entries)
+                    self.metrics.counter(m.BYTES_DROPPED).inc(cut.byte_count)
+                return [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)]
+
+            return Write(new_raw, on_landed)
+
+        settle = _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts)
+        waited_since = self.clock.monotonic()
+        while True:  # backpressure: the head is read again until the group fits, up to queue_full_wait
+            try:
+                return self.loop.run(step, settle)
+            except QueueFullError:
+                wait = self.queue_full_wait
+                if (self.clock.monotonic() - waited_since) * 1000 >= wait.timeout_ms:
+                    raise
+                self.metrics.counter(m.QUEUE_FULL_WAITS).inc()
+                self.clock.sleep(wait.retry_interval_ms / 1000)
 
 
 @dataclass(eq=False)

@@ -6,6 +6,7 @@ import logging
 import random
 import threading
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
@@ -92,6 +93,7 @@ class QueueConsumer:
             raise InvalidConfigError("create_subscription", create_subscription, "needs a subscription name")
         self._create_subscription = create_subscription
         self._start: int | None = None
+        self.initial_loss: tuple[int, int] | None = None  # (first, count) retention cut before initialize (§2.3)
         self.manifest = ManifestStore(store, manifest_key)
         self._clock = clock or SystemClock()
         self._rng = rng or random.Random()
@@ -148,7 +150,7 @@ class QueueConsumer:
         key = self.manifest.key
         recorded = self.manifest.read_recorded_incarnation()
 
-        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[tuple[int, bytes, int]]:
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[tuple[int, bytes, int, int]]:
             # After an unknown outcome we bump again rather than guess: the epoch only grows, and
             # fencing our own earlier try is harmless.
             raw = snapshot.raw
@@ -175,15 +177,17 @@ class QueueConsumer:
                 nxt = reader.next if last_acked is None else max(reader.next, last_acked + 1)
                 unnamed = UnnamedReader(nxt, self._clock.now_ms() if nxt != reader.next else reader.last_ack_ms)
                 written = self._sections_edit(current, replace(current.sections, unnamed_reader=unnamed), new_epoch)
-                start = max(parse_head(written, key).first_sequence, nxt if last_acked is None else last_acked + 1)
-                return Write(written, lambda: (new_epoch, written, start))
+                wanted = nxt if last_acked is None else last_acked + 1
+                start = max(parse_head(written, key).first_sequence, wanted)
+                return Write(written, lambda: (new_epoch, written, start, wanted))
             if last_acked is not None and last_acked >= current.first_sequence:
                 self._record_receipts(current, last_acked)
             written, _ = current.with_epoch(new_epoch, last_acked, self.segment_tree.children)
             first = current.first_sequence if last_acked is None else last_acked + 1
-            return Write(written, lambda: (new_epoch, written, first))
+            return Write(written, lambda: (new_epoch, written, first, first))
 
-        new_epoch, written, self._start = self._loop.run(step)
+        new_epoch, written, self._start, wanted = self._loop.run(step)
+        self.initial_loss = None if self._start <= wanted else (wanted, self._start - wanted)
         self._epoch = new_epoch
         self._fenced = None
         if recorded != incarnation_of(new_epoch):
@@ -198,7 +202,7 @@ class QueueConsumer:
         its record's epoch, fencing its earlier reader only, and moves its ``next`` past a resume point."""
         key = self.manifest.key
 
-        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[tuple[int, bytes, int]]:
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[tuple[int, bytes, int, int]]:
             raw = snapshot.raw
             head = parse_head(empty_manifest(new_incarnation_epoch()) if raw is None else raw, key)
             sections = head.sections
@@ -227,17 +231,22 @@ class QueueConsumer:
             new_epoch = next_subscription_epoch(record.epoch)
             sections = sections.with_subscription(replace(record, epoch=new_epoch, next=nxt))
             written = self._sections_edit(head, sections, None)
-            start = max(parse_head(written, key).first_sequence, nxt if last_acked is None else last_acked + 1)
-            return Write(written, lambda: (new_epoch, written, start))
+            wanted = nxt if last_acked is None else last_acked + 1
+            start = max(parse_head(written, key).first_sequence, wanted)
+            return Write(written, lambda: (new_epoch, written, start, wanted))
 
-        self._epoch, written, self._start = self._loop.run(step)
+        self._epoch, written, self._start, wanted = self._loop.run(step)
+        # Retention cut [wanted, start) before this reader read it (ADR 0005 step 3): its consumer reports it.
+        self.initial_loss = None if self._start <= wanted else (wanted, self._start - wanted)
         self._fenced = None
         return parse_head(written, key)
 
     def _sections_edit(self, head: RawHead, sections: HeadSections, epoch: int | None) -> bytes:
         """``head`` with ``sections`` (and ``epoch``), cut to the slowest reader; the receipts of the
         range the cut removes are written first (§5.1)."""
-        written, removed = head.with_sections(sections, self.segment_tree.children, epoch)
+        written, removed = head.with_sections(
+            sections, self.segment_tree.children, epoch, removed_bytes=partial(self.segment_tree.bytes_between, head)
+        )
         if removed:
             self._record_receipts(head, head.first_sequence + removed - 1)
         return written

@@ -17,6 +17,7 @@ from osqueue.queue.cooperative_commit import SOLO, check_commit_mode
 from osqueue.queue.group_committers import acquire_committer, release_committer
 from osqueue.queue.manifest_appender import EnqueueResult, PendingLocation
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH
+from osqueue.queue.queue_retention import QueueFullWait
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore, validate_key
 
@@ -50,6 +51,7 @@ class QueueProducer:
             (2147483647) never seals, keeping the queue RFC v1 (a segmented manifest is refused by
             RFC v1 readers).
         commit_mode: ``"solo"`` or ``"cooperative"`` (docs/adr/0007 part 1, :func:`check_commit_mode`).
+        queue_full_wait: How long an append waits for room under a ``backpressure`` size cap (§2.3).
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class QueueProducer:
         metrics: m.MetricsRegistry | None = None,
         manifest_segment_entries: int = DEFAULT_SEGMENT_ENTRIES,
         commit_mode: str = SOLO,
+        queue_full_wait: QueueFullWait | None = None,
     ) -> None:
         validate_key(manifest_key)
         check_segment_entries(manifest_segment_entries)
@@ -76,6 +79,7 @@ class QueueProducer:
             retry or RetryPolicy(),
             metrics or m.REGISTRY,
             manifest_segment_entries,
+            queue_full_wait or QueueFullWait(),
             commit_mode,
         )
         # PUT start times are compared with the committer's clock: take its (the same one when given).

@@ -18,7 +18,7 @@ from osqueue.errors import CorruptManifestError
 from osqueue.format.incarnation import incarnation_of
 from osqueue.format.index_object import decode_segment
 from osqueue.format.manifest import ManifestEntry
-from osqueue.format.manifest_head import RawHead
+from osqueue.format.manifest_head import RawHead, entry_byte_length
 from osqueue.format.segment_ref import SegmentRef
 
 if TYPE_CHECKING:
@@ -151,6 +151,19 @@ class SegmentTree:
         for e in head.tail_entries():
             if e.sequence >= lo:
                 yield e
+
+    def bytes_between(self, head: RawHead, start: int, end: int) -> int:
+        """Σ ``byte_length`` of the entries in ``[start, end)`` per their integrity records (0 for an entry
+        without one): what a cut removes from ``queued_bytes`` (docs/format.md §2.3). Reads the segments
+        holding such entries (one GET each)."""
+        total = 0
+        for leaf in self.leaves(head, start, min(end, head.tail_first_sequence)):
+            total += sum(
+                entry_byte_length(e.extension) for e in self.manifest.read_segment(leaf) if start <= e.sequence < end
+            )
+        if end > head.tail_first_sequence:
+            total += sum(entry_byte_length(e.extension) for e in head.tail_entries() if start <= e.sequence < end)
+        return total
 
     def entries_following(
         self, head: RawHead, from_sequence: int, reread: Callable[[int], RawHead | None]

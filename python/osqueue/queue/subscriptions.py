@@ -9,7 +9,9 @@ entry while any reader record's ``next`` has not passed it (``low_water`` = the 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
@@ -145,6 +147,9 @@ class Subscriptions:
 
         return self._loop.run(step)
 
+    def _removed(self, head: RawHead) -> Callable[[int, int], int]:
+        return partial(self._tree.bytes_between, head)
+
     def list(self) -> list[SubscriptionPosition]:
         """The queue's subscriptions with their positions (none for a missing queue)."""
         return positions(self.head())
@@ -167,7 +172,9 @@ class Subscriptions:
             head = parse_head(snapshot.raw, key)
             if head.sections.subscription(name) is None:
                 return Done(False)
-            written, _ = head.with_sections(head.sections.without_subscription(name), self._tree.children)
+            written, _ = head.with_sections(
+                head.sections.without_subscription(name), self._tree.children, removed_bytes=self._removed(head)
+            )
             return Write(written, lambda: True)
 
         return self._loop.run(step)
@@ -181,7 +188,9 @@ class Subscriptions:
             head = None if snapshot.raw is None else parse_head(snapshot.raw, key)
             if head is None or head.sections.unnamed_reader is None:
                 return Done(False)
-            written, _ = head.with_sections(replace(head.sections, unnamed_reader=None), self._tree.children)
+            written, _ = head.with_sections(
+                replace(head.sections, unnamed_reader=None), self._tree.children, removed_bytes=self._removed(head)
+            )
             return Write(written, lambda: True)
 
         return self._loop.run(step)

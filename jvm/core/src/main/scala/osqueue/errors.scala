@@ -101,6 +101,17 @@ final class CorruptSpoolException(val path: String, val offset: Long, detail: St
 /** A cap was reached: a producer spool's `spoolMaxBytes` (or a queue's size cap, ADR 0005). */
 final class QueueFullException(message: String) extends OsqueueException(message, ErrorKind.Transient)
 
+/**
+ * Retention removed `count` entries from `first` on before the reader (`subscription`, None: the unnamed reader) read
+ * them (docs/format.md §2.3, ADR 0005).
+ */
+final class DataLossException(val subscription: Option[String], val first: Long, val count: Long)
+    extends OsqueueException(
+      s"data loss: retention removed $count entries ($first..${first + count - 1}) before " +
+        subscription.fold("the unnamed reader")(s => s"subscription '$s'") + " read them",
+      ErrorKind.PersistentState
+    )
+
 /** The object store failed (I/O error, 5xx, timeout, unreachable endpoint). */
 final class StoreException(message: String, cause: Throwable = null)
     extends OsqueueException(message, ErrorKind.Transient, cause)

@@ -61,6 +61,7 @@ class VocabularySuite extends AnyFunSuite {
       "Store" -> new StoreException("m"),
       "CorruptSpool" -> new CorruptSpoolException("p", 1, "d"),
       "QueueFull" -> new QueueFullException("m"),
+      "DataLoss" -> new DataLossException(Some("s"), 1, 2),
       "ConditionalWritesNotHonoured" -> new ConditionalWritesNotHonouredException("http://x", "d"),
       "IllegalQueueState" -> new IllegalQueueStateException("m"))
     // Every exception class declared in errors.scala (the sealed hierarchy) has a sample above.

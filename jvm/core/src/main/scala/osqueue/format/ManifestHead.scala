@@ -122,6 +122,7 @@ final class ManifestHead private (
     if (footer.nextSequence > Long.MaxValue - entries.size)
       throw new CorruptManifestException(key, s"sequence space exhausted: next_sequence ${footer.nextSequence} + ${entries.size}")
     val base = footer.nextSequence
+    val sections = withAddedBytes(this.sections, entries) // queued_bytes (§2.3): the new entries' byte_length
     val added = new ByteArrayOutputStream(entries.size * 128)
     entries.zipWithIndex.foreach { case (e, i) => ManifestCodec.encodeEntry(added, base + i, e.location, e.metadata, e.extension) }
     val next = footer.copy(nextSequence = base + entries.size)
@@ -129,7 +130,7 @@ final class ManifestHead private (
     val current = readSegment.fold(refs)(read => resplit(maxTail, putAll, fold, read))
     if (tailSpans.isEmpty || tailSpans.size.toLong + entries.size <= maxTail) {
       val out = new ByteArrayOutputStream(raw.length + added.size())
-      if (current eq refs) out.write(raw, 0, tailUntil)
+      if ((current eq refs) && (sections eq this.sections)) out.write(raw, 0, tailUntil)
       else {
         if (!sections.isEmpty) out.write(HeadSections.encode(sections))
         out.write(encodeRefs(current))
@@ -195,15 +196,26 @@ final class ManifestHead private (
    * empty write a v2 head (refs) or an RFC v1 manifest, byte for byte what those writers write.
    */
   def withReaders(epoch: Long, newSections: HeadSections, children: SegmentRef => IndexedSeq[SegmentRef],
-      cut: Boolean = true): Array[Byte] =
-    rebuild(epoch, (if (cut) lowWaterFor(newSections) else firstSequence) - 1, children, newSections)
+      cut: Boolean = true, removedBytes: Option[(Long, Long) => Long] = None): Array[Byte] =
+    rebuild(epoch, (if (cut) lowWaterFor(newSections) else firstSequence) - 1, children, newSections, removedBytes)
 
   /** `L` of ADR 0005 (without retention) under `s`: the slowest reader record's `next`, never below the first entry. */
   def lowWaterFor(s: HeadSections): Long = s.slowestNext.fold(firstSequence)(n => math.max(firstSequence, math.min(n, nextSequence)))
 
+  /**
+   * `removedBytes(start, end)`: Σ byte_length of the entries in `[start, end)` (their integrity records), which
+   * a cut subtracts from a retention section's `queued_bytes` (§2.3); needed when that section is there.
+   */
   private def rebuild(epoch: Long, through: Long, children: SegmentRef => IndexedSeq[SegmentRef],
-      newSections: HeadSections): Array[Byte] = {
+      sectionsIn: HeadSections, removedBytes: Option[(Long, Long) => Long] = None): Array[Byte] = {
     val newFirst = math.min(math.max(firstSequence, through + 1), nextSequence)
+    val newSections = sectionsIn.retention match {
+      case Some(r) if newFirst > firstSequence =>
+        val gone = removedBytes.getOrElse(throw new CorruptManifestException(key,
+            "a cut of a head with retention needs the removed entries' bytes"))(firstSequence, newFirst)
+        sectionsIn.copy(retention = Some(r.copy(queuedBytes = math.max(0L, r.queuedBytes - gone))))
+      case _ => sectionsIn
+    }
     var kept = refs.dropWhile(_.lastSequence < newFirst)
     // The first ref must be a segment: expand the index the dequeue reached, level by level (§2.2).
     while (kept.nonEmpty && kept.head.isIndex) kept = children(kept.head).dropWhile(_.lastSequence < newFirst) ++ kept.tail
@@ -237,6 +249,15 @@ object ManifestHead {
    * the refs a head holds weigh a few percent of its tail. A writer's choice: readers accept any tree.
    */
   def fanout(k: Int): Int = math.max(2, k / 32)
+
+  /** An entry's `byte_length` per its integrity record (§2.1 type 3); 0 without one. */
+  def entryByteLength(extension: Array[Byte]): Long = BatchIntegrity.of(extension).fold(0L)(_.byteLength)
+
+  /** `s` with the new entries' `byte_length` added to `queued_bytes` (with a retention section; else `s` itself). */
+  def withAddedBytes(s: HeadSections, entries: Seq[NewEntry]): HeadSections = s.retention match {
+    case Some(r) => s.copy(retention = Some(r.copy(queuedBytes = r.queuedBytes + entries.map(e => entryByteLength(e.extension)).sum)))
+    case None => s
+  }
 
   /** Folds the last `f` refs into an index while they share a level and the first ref is not among them. */
   private def foldRefs(refs: IndexedSeq[SegmentRef], f: Int, fold: FoldedIndex => SegmentRef): IndexedSeq[SegmentRef] = {

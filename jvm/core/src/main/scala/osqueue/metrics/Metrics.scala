@@ -93,6 +93,11 @@ object MetricNames {
   val IntentsAppendedForOthers = "buffer.intents_appended_for_others"
   val IntentsRejected = "buffer.intents_rejected"
   val CommitRounds = "buffer.commit_rounds"
+  val DataLossEvents = "buffer.data_loss_events"
+  val DroppedEntries = "buffer.dropped_entries"
+  val EntriesDropped = "buffer.entries_dropped"
+  val BytesDropped = "buffer.bytes_dropped"
+  val QueueFullWaits = "buffer.queue_full_waits"
   val DuplicateCopiesSkipped = "buffer.duplicate_copies_skipped"
   val BatchesUnverified = "buffer.batches_unverified"
 }

@@ -91,7 +91,8 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
         val sections = head.sections.copy(unnamedReader = Some(reader))
         val l = head.lowWaterFor(sections)
         if (l > head.firstSequence) recordReceipts(head, l - 1)
-        CasStep.Write(head.withReaders(next, sections, segmentTree.children), () => { readerNextSeen = Some(reader.next); next })
+        CasStep.Write(head.withReaders(next, sections, segmentTree.children, removedBytes = Some(segmentTree.bytesBetween(head, _, _))),
+          () => { readerNextSeen = Some(reader.next); next })
       } else {
         lastAcked.foreach(recordReceipts(head, _))
         CasStep.Write(head.withEpoch(next, lastAcked, segmentTree.children), () => { readerNextSeen = None; next })
@@ -212,7 +213,8 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
   private def readerEdit(head: ManifestHead, through: Long): Option[(Array[Byte], Long)] = {
     val now = clock.nowMillis()
     def moved(sections: HeadSections) =
-      (head.withReaders(head.epoch, sections, segmentTree.children), head.lowWaterFor(sections) - 1)
+      (head.withReaders(head.epoch, sections, segmentTree.children, removedBytes = Some(segmentTree.bytesBetween(head, _, _))),
+        head.lowWaterFor(sections) - 1)
     subscription match {
       case Some(name) =>
         val r = head.subscription(name).get // checkHead found it
@@ -257,7 +259,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
       val sections = Subscriptions.turningV3(head).withSubscription(updated)
       val l = head.lowWaterFor(sections)
       if (l > head.firstSequence) recordReceipts(head, l - 1)
-      CasStep.Write(head.withReaders(head.epoch, sections, segmentTree.children),
+      CasStep.Write(head.withReaders(head.epoch, sections, segmentTree.children, removedBytes = Some(segmentTree.bytesBetween(head, _, _))),
         () => {
           readerNextSeen = Some(updated.next); updated.epoch
         })

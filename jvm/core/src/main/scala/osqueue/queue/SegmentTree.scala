@@ -101,6 +101,21 @@ final class SegmentTree(manifest: ManifestStore, cachedIndexes: Int = SegmentTre
     if (from >= until) Iterator.empty else under(head.refs.iterator)
   }
 
+  /**
+   * Σ `byte_length` of the entries in `[start, end)` per their integrity records (0 for one without): what a cut
+   * removes from `queued_bytes` (docs/format.md §2.3). Reads the segments holding such entries (one GET each).
+   */
+  def bytesBetween(head: ManifestHead, start: Long, end: Long): Long = {
+    val inSegments = leaves(head, start, math.min(end, head.tailFirstSequence)).map { leaf =>
+      manifest.readSegment(leaf).iterator.filter(e => e.sequence >= start && e.sequence < end)
+        .map(e => ManifestHead.entryByteLength(e.extension)).sum
+    }.sum
+    val inTail = if (end <= head.tailFirstSequence) 0L
+    else head.tailEntries.iterator.filter(e => e.sequence >= start && e.sequence < end)
+      .map(e => ManifestHead.entryByteLength(e.extension)).sum
+    inSegments + inTail
+  }
+
   /** A segment's entries, checked against its ref; [[SegmentTree.Gone]] if it is missing (see [[leavesOrGone]]). */
   def readSegmentOrGone(ref: SegmentRef): IndexedSeq[ManifestEntry] =
     ManifestHead.decodeSegment(manifest.readSegmentBytes(ref).getOrElse(throw new SegmentTree.Gone(ref)), ref)

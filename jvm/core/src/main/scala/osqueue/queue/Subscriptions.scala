@@ -54,7 +54,8 @@ final class Subscriptions(manifest: ManifestStore, policy: RetryPolicy, clock: C
     else {
       val head = manifest.head(snapshot)
       if (head.sections.unnamedReader.isEmpty) CasStep.Done(false)
-      else CasStep.Write(head.withReaders(head.epoch, head.sections.copy(unnamedReader = None), tree.children), () => true)
+      else CasStep.Write(head.withReaders(head.epoch, head.sections.copy(unnamedReader = None), tree.children,
+          removedBytes = Some(tree.bytesBetween(head, _, _))), () => true)
     }
   }
 
@@ -65,7 +66,8 @@ final class Subscriptions(manifest: ManifestStore, policy: RetryPolicy, clock: C
     else {
       val head = manifest.head(snapshot)
       if (head.subscription(name).isEmpty) CasStep.Done(previous.isDefined)
-      else CasStep.Write(head.withReaders(head.epoch, head.sections.withoutSubscription(name), tree.children), () => true)
+      else CasStep.Write(head.withReaders(head.epoch, head.sections.withoutSubscription(name), tree.children,
+          removedBytes = Some(tree.bytesBetween(head, _, _))), () => true)
     }
   }
 }

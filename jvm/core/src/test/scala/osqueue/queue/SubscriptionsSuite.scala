@@ -6,7 +6,7 @@ import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue.{FencedException, IllegalQueueStateException, InvalidConfigException, ResumePointException, SystemClock}
 import osqueue.consumer.{ConsumedBatch, Consumer, ConsumerConfig}
-import osqueue.format.{HeadSections, ManifestHead}
+import osqueue.format.{HeadSections, ManifestHead, Retention}
 import osqueue.metrics.MetricsRegistry
 import osqueue.producer.{Producer, ProducerConfig}
 import osqueue.store.InMemoryStore
@@ -66,6 +66,28 @@ class SubscriptionsSuite extends AnyFunSuite {
     // Once its record is dropped, only the subscription (at 3) pins anything: entry 2 leaves.
     assert(subs(store).dropUnnamed() && !subs(store).dropUnnamed())
     assert(head(store).firstSequence == 3 && head(store).sections.unnamedReader.isEmpty)
+  }
+
+  test("JVM writers keep a retention section's queued_bytes: appends add, an ack's cut subtracts") {
+    val store = InMemoryStore.fresh()
+    subs(store).create("a")
+    produce(store, Seq("0", "11", "222"))
+    def sizeOf(h: ManifestHead) = new SegmentTree(new ManifestStore(store, Key)).bytesBetween(h, h.firstSequence, h.nextSequence)
+    val h0 = head(store)
+    val total = sizeOf(h0)
+    assert(total > 0, "the producer writes integrity records")
+    // The retention section as QueueRetention.set (Python) writes it: queued_bytes from the retained entries.
+    val withRetention = h0.withReaders(h0.epoch,
+      h0.sections.copy(retention = Some(Retention(0L, 1L << 20, 100L, 0, total))), _ => IndexedSeq.empty, cut = false)
+    store.put(Key, withRetention)
+    produce(store, Seq("3333"))
+    assert(head(store).sections.retention.get.queuedBytes == sizeOf(head(store)), "the append added its bytes")
+    val c = consumer(store, "a")
+    c.initialize()
+    readAll(c).take(2).foreach(b => c.ack(b.sequence))
+    val h = head(store)
+    assert(h.firstSequence == 2 && h.sections.retention.get.queuedBytes == sizeOf(h), "the cut subtracted its bytes")
+    c.close()
   }
 
   test("two subscriptions each read every entry once; entries leave only after both passed them") {

@@ -14,17 +14,25 @@ import osqueue.format.{Incarnation, ManifestHead}
  */
 private[spark] final class DataLossReporter(queue: String, failOnDataLoss: Boolean) extends Logging {
   private val events = new AtomicLong()
+  private val dropped = new AtomicLong()
   /** Events already reported, so one event seen by several calls is counted once. */
   private val reported = ConcurrentHashMap.newKeySet[(String, Long)]()
 
   /** The events reported so far (failOnDataLoss=false). */
   def count: Long = events.get()
 
-  /** Fails (failOnDataLoss=true), or warns and counts the event `(kind, sequence)` the first time it is seen. */
-  def report(kind: String, sequence: Long, message: String): Unit = {
+  /** The entries the [[DataLossReporter.Removed]] events lost (failOnDataLoss=false): retention cuts, exact. */
+  def droppedEntries: Long = dropped.get()
+
+  /**
+   * Fails (failOnDataLoss=true), or warns and counts the event `(kind, sequence)` the first time it is seen,
+   * with the `entries` it lost (0 where that is not known).
+   */
+  def report(kind: String, sequence: Long, message: String, entries: Long = 0L): Unit = {
     if (failOnDataLoss) throw OsqueueExceptions.dataLoss(message)
     if (reported.add((kind, sequence))) {
       events.incrementAndGet()
+      val _ = dropped.addAndGet(entries)
       logWarning(s"$message (continuing: failOnDataLoss=false)")
     }
   }
@@ -38,7 +46,8 @@ private[spark] final class DataLossReporter(queue: String, failOnDataLoss: Boole
       s"'$queue', but the manifest is incarnation ${Incarnation.of(m.epoch)}: the queue was reset or recreated"
 
   def removedMessage(from: Long, through: Long): String =
-    s"entries $from to $through of '$queue' were removed before this query read them"
+    s"entries $from to $through of '$queue' were removed before this query read them " +
+      s"(${through - from + 1} entries, e.g. by a retention cut)"
 }
 
 private[spark] object DataLossReporter {

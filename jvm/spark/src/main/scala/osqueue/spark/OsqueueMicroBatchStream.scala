@@ -144,7 +144,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       queue.ignoreCommitOf(start)
       (m.firstSequence, EntryTag.Delivered.Empty) // a new queue: the old writers' copies mean nothing
     } else if (start < m.firstSequence) {
-      dataLoss.report(DataLossReporter.Removed, start, dataLoss.removedMessage(start, m.firstSequence - 1))
+      dataLoss.report(DataLossReporter.Removed, start, dataLoss.removedMessage(start, m.firstSequence - 1),
+        m.firstSequence - start)
       (m.firstSequence, startAt.delivered)
     } else (start, startAt.delivered)
   }
@@ -172,7 +173,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
         if (from > m.nextSequence) dataLoss.report(DataLossReporter.Ahead, from, dataLoss.aheadMessage(from, m))
         val firstPresent = Some(math.max(from, m.firstSequence)).filter(_ < math.min(to, m.nextSequence)).getOrElse(to)
         if (firstPresent > from && from < m.nextSequence)
-          dataLoss.report(DataLossReporter.Removed, from, dataLoss.removedMessage(from, firstPresent - 1))
+          dataLoss.report(DataLossReporter.Removed, from, dataLoss.removedMessage(from, firstPresent - 1),
+            firstPresent - from)
         (from, startAt.delivered)
       }
     // A start inside a batch file (a real-time batch ended there): its first entries were read.
@@ -221,7 +223,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       val oldestUnreadMs = queue.entryAt(m, SourceProgressMetrics.oldestUnread(m, consumed))
         .flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
       SourceProgressMetrics(m, consumed, oldestUnreadMs, clock.nowMillis(), queue.ownEpoch, dataLoss.count,
-        missingBatches.fold(0L)(_.value.longValue), duplicateCopiesSkipped.get(), corruptBatches.fold(0L)(_.value.longValue))
+        missingBatches.fold(0L)(_.value.longValue), duplicateCopiesSkipped.get(), corruptBatches.fold(0L)(_.value.longValue),
+        dataLoss.droppedEntries)
     }.getOrElse(Map.empty[String, String]).asJava
 
   override def toString: String = s"OsqueueMicroBatchStream[${location.identity}]"

@@ -13,7 +13,8 @@ private[spark] object SourceProgressMetrics {
    * entry); `oldestUnreadMs`: the ingestion time of the entry there, if queued.
    */
   def apply(m: ManifestHead, consumed: Option[Long], oldestUnreadMs: Option[Long], nowMs: Long, epoch: Option[Long],
-      dataLossEvents: Long, missingBatches: Long, duplicateCopiesSkipped: Long, corruptBatches: Long = 0): Map[String, String] = {
+      dataLossEvents: Long, missingBatches: Long, duplicateCopiesSkipped: Long, corruptBatches: Long = 0,
+      droppedEntries: Long = 0): Map[String, String] = {
     val next = consumed.getOrElse(m.firstSequence)
     val behind = math.max(0L, m.nextSequence - next)
     val lagSeconds = oldestUnreadMs.map(t => math.max(0L, nowMs - t) / 1000.0).getOrElse(0.0)
@@ -26,6 +27,7 @@ private[spark] object SourceProgressMetrics {
       "dataLossEvents" -> (dataLossEvents + missingBatches + corruptBatches).toString,
       "missingBatches" -> missingBatches.toString,
       "corruptBatches" -> corruptBatches.toString,
+      "droppedEntries" -> droppedEntries.toString, // entries removed before they were read (retention), exact
       "duplicateCopiesSkipped" -> duplicateCopiesSkipped.toString)
   }
 

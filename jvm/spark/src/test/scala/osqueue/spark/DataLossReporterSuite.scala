@@ -29,6 +29,19 @@ class DataLossReporterSuite extends AnyFunSuite {
     assert(r.count == 3)
   }
 
+  test("a range retention cut is OSQUEUE_DATA_LOSS with its count, or (failOnDataLoss=false) dataLossEvents + droppedEntries") {
+    val failing = new DataLossReporter(queue, failOnDataLoss = true)
+    val e = intercept[Exception](failing.report(DataLossReporter.Removed, 2, failing.removedMessage(2, 7), 6))
+    assert(e.asInstanceOf[SparkThrowable].getCondition == "OSQUEUE_DATA_LOSS" && e.getMessage.contains("(6 entries"))
+    val r = new DataLossReporter(queue, failOnDataLoss = false)
+    r.report(DataLossReporter.Removed, 2, r.removedMessage(2, 7), 6)
+    r.report(DataLossReporter.Removed, 2, r.removedMessage(2, 7), 6) // a replayed micro-batch: the same range, once
+    r.report(DataLossReporter.Removed, 20, r.removedMessage(20, 20), 1)
+    assert(r.count == 2 && r.droppedEntries == 7)
+    val m = SourceProgressMetrics(empty, None, None, 0L, None, r.count, 0, 0, droppedEntries = r.droppedEntries)
+    assert(m("dataLossEvents") == "2" && m("droppedEntries") == "7")
+  }
+
   test("the messages name the queue, the sequences and the incarnations") {
     val r = new DataLossReporter(queue, failOnDataLoss = false)
     assert(r.aheadMessage(7, empty) ==
