@@ -12,7 +12,7 @@ from functools import partial
 
 from osqueue import metrics as m
 from osqueue.clock import Clock
-from osqueue.errors import AmbiguousCommitError, CorruptManifestError, QueueFullError, StoreError
+from osqueue.errors import AmbiguousCommitError, CorruptManifestError, StoreError
 from osqueue.format.batch_names import parse_batch_ulid_ms
 from osqueue.format.head_sections import HeadSections
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch
@@ -550,23 +550,13 @@ class ManifestAppender:
 
             def on_landed() -> list[EnqueueResult]:
                 if cut is not None:
-                    self.metrics.counter(m.ENTRIES_DROPPED).inc(cut.entries)
-                    self.metrics.counter(m.BYTES_DROPPED).inc(cut.byte_count)
+                    cut.count(self.metrics)
                 return [EnqueueResult(base + i, loc) for i, loc in enumerate(locations)]
 
             return Write(new_raw, on_landed)
 
         settle = _AppendSettle(lambda raw: self._resolve(raw, attempts), register, attempts)
-        waited_since = self.clock.monotonic()
-        while True:  # backpressure: the head is read again until the group fits, up to queue_full_wait
-            try:
-                return self.loop.run(step, settle)
-            except QueueFullError:
-                wait = self.queue_full_wait
-                if (self.clock.monotonic() - waited_since) * 1000 >= wait.timeout_ms:
-                    raise
-                self.metrics.counter(m.QUEUE_FULL_WAITS).inc()
-                self.clock.sleep(wait.retry_interval_ms / 1000)
+        return self.queue_full_wait.run(lambda: self.loop.run(step, settle), self.clock, self.metrics)
 
 
 @dataclass(eq=False)
@@ -582,26 +572,21 @@ class _Attempt:
     resolved_not_landed: bool = False
 
 
+@dataclass(eq=False)
 class _AppendSettle:
     """How a group commit settles its writes of unknown outcome when the CAS loop gives up."""
 
-    def __init__(
-        self,
-        resolve: Callable[[bytes | None], list[EnqueueResult] | None],
-        register: Callable[[PreviousAttempt | None], None],
-        attempts: list[_Attempt],
-    ) -> None:
-        self._resolve = resolve
-        self._register = register
-        self._attempts = attempts
+    resolve: Callable[[bytes | None], list[EnqueueResult] | None]
+    register: Callable[[PreviousAttempt | None], None]
+    attempts: list[_Attempt]
 
     def landed(self, snapshot: Snapshot, previous: PreviousAttempt | None) -> list[EnqueueResult] | None:
-        self._register(previous)
-        return self._resolve(snapshot.raw)
+        self.register(previous)
+        return self.resolve(snapshot.raw)
 
     def still_unknown(self, previous: PreviousAttempt | None) -> str | None:
-        self._register(previous)
-        for a in self._attempts:
+        self.register(previous)
+        for a in self.attempts:
             if a.unknown_outcome and not a.resolved_not_landed:
                 return f"a write of {len(a.locations)} entries at sequence {a.base}"
         return None

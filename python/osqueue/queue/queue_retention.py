@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import TypeVar
 
 from osqueue import metrics as m
 from osqueue.clock import Clock, SystemClock
@@ -37,6 +39,8 @@ from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import ObjectStore
+
+T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
@@ -71,6 +75,19 @@ class QueueFullWait:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least:
                 raise InvalidConfigError(option, value, "use a number of seconds" + (" > 0" if least else " >= 0"))
         return QueueFullWait(int(timeout_s * 1000), max(1, int(retry_interval_s * 1000)))
+
+    def run(self, attempt: Callable[[], T], clock: Clock, metrics: m.MetricsRegistry) -> T:
+        """``attempt()``, run again every retry interval while it raises ``QueueFullError`` (backpressure:
+        each run reads the head again), until the timeout; then that error."""
+        waited_since = clock.monotonic()
+        while True:
+            try:
+                return attempt()
+            except QueueFullError:
+                if (clock.monotonic() - waited_since) * 1000 >= self.timeout_ms:
+                    raise
+                metrics.counter(m.QUEUE_FULL_WAITS).inc()
+                clock.sleep(self.retry_interval_ms / 1000)
 
 
 def policy_of(name: object) -> int:
@@ -114,6 +131,10 @@ class Cut:
     raw: bytes
     entries: int
     byte_count: int
+
+    def count(self, metrics: m.MetricsRegistry) -> None:
+        metrics.counter(m.ENTRIES_DROPPED).inc(self.entries)
+        metrics.counter(m.BYTES_DROPPED).inc(self.byte_count)
 
 
 def drop_oldest(appended: bytes, key: str, base: int, tree: SegmentTree) -> Cut | None:
