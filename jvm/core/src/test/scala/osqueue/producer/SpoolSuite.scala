@@ -10,7 +10,7 @@ import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue.{AmbiguousCommitException, CorruptSpoolException, InvalidConfigException, QueueFullException,
   StoreException, SystemClock}
-import osqueue.format.{BatchCodec, Compression, ManifestCodec, ManifestFooter, MetadataItem}
+import osqueue.format.{BatchCodec, BatchIntegrity, Compression, ManifestCodec, ManifestFooter, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{ManifestStore, PendingLocation, QueueProducer, RetryPolicy}
 import osqueue.store._
@@ -108,6 +108,11 @@ class SpoolSuite extends AnyFunSuite {
     assert(spool.logFiles.size == 1 && Files.size(spool.logFiles.head) == 0)
     p.close()
     assert(values(store) == (0 until 40).map(i => s"e$i"))
+    ManifestCodec.decode(store.get(Key).get.bytes, Key).entries.foreach { e => // each carries its integrity record
+      val data = store.get(e.location).get.bytes
+      assert(BatchIntegrity.of(e.extension).map(i => (i.byteLength, i.batchCrc32)) ==
+        Some((data.length.toLong, SpoolUploader.crc(data))))
+    }
   }
 
   test("should need a spool for durability local and check the spool options") {
