@@ -86,24 +86,22 @@ class VocabularySuite extends AnyFunSuite {
       "retry" -> fields(RetryPolicy()))
     list(vocabulary.get("options")).foreach { option =>
       val name = option.get("name").asText
-      if (!option.has("python_only")) { // the JVM spool is not built yet (vocabulary.json says why)
-        val default = option.get("default")
-        list(option.get("of")).map(_.asText).foreach { of =>
-          val values = owners(of)
-          val actual = values.getOrElse(name,
-            values.getOrElse(name + "Ms",
-              fail(s"$of has no option $name (nor ${name}Ms)")))
-          val expected: Any =
-            if (name == "compression") Compression.parse(name, default.asText)
-            else if (values.contains(name + "Ms")) Durations.parse(name, default.asText).toMillis
-            else if (actual.isInstanceOf[FiniteDuration]) Durations.parse(name, default.asText)
-            else if (default.isNull) None
-            else if (default.isBoolean) default.asBoolean
-            else if (default.isNumber && actual.isInstanceOf[Int]) default.asInt
-            else if (default.isNumber) default.asLong
-            else default.asText
-          assert(actual == expected, s"$of.$name")
-        }
+      val default = option.get("default")
+      list(option.get("of")).map(_.asText).foreach { of =>
+        val values = owners(of)
+        val actual = values.getOrElse(name,
+          values.getOrElse(name + "Ms",
+            fail(s"$of has no option $name (nor ${name}Ms)")))
+        val expected: Any =
+          if (name == "compression") Compression.parse(name, default.asText)
+          else if (values.contains(name + "Ms")) Durations.parse(name, default.asText).toMillis
+          else if (actual.isInstanceOf[FiniteDuration]) Durations.parse(name, default.asText)
+          else if (default.isNull) None
+          else if (default.isBoolean) default.asBoolean
+          else if (default.isNumber && actual.isInstanceOf[Int]) default.asInt
+          else if (default.isNumber) default.asLong
+          else default.asText
+        assert(actual == expected, s"$of.$name")
       }
     }
   }
