@@ -5,8 +5,15 @@ import java.util.concurrent.{CompletableFuture, LinkedBlockingQueue, Semaphore, 
 import scala.collection.mutable.ArrayBuffer
 import scala.util.control.NonFatal
 
-import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException, QueueFullException, RandomSource, SystemClock,
-  SystemRandomSource}
+import osqueue.{
+  Clock,
+  IllegalQueueStateException,
+  InvalidConfigException,
+  QueueFullException,
+  RandomSource,
+  SystemClock,
+  SystemRandomSource
+}
 import osqueue.format.{BatchCodec, BatchIntegrity, BatchNames, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{DataPrefixOwner, ManifestAppender, ManifestStore, PendingLocation, QueueProducer}

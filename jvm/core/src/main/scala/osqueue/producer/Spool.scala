@@ -180,7 +180,8 @@ final class Spool(
   def unbatchedCalls(): Seq[EntriesRecord] =
     lock.synchronized(calls.valuesIterator.filter(_.batchNo.isEmpty).map(_.record).toSeq)
 
-  def attemptsOf(batchNo: Long): Seq[AttemptRecord] = lock.synchronized(batches.get(batchNo).fold(Seq.empty[AttemptRecord])(_.attempts.toSeq))
+  def attemptsOf(batchNo: Long): Seq[AttemptRecord] =
+    lock.synchronized(batches.get(batchNo).fold(Seq.empty[AttemptRecord])(_.attempts.toSeq))
 
   def batchCalls(batchNo: Long): Seq[EntriesRecord] = lock.synchronized {
     val b = batches(batchNo).record

@@ -102,7 +102,7 @@ final class SpoolUploader(
       // Other bytes (another compression or zstd build): a fresh name, recorded before its PUT.
       location = newKey()
       spool.renameBatch(BatchRecord(r.batchNo, r.firstCall, r.lastCall, data.length.toLong, SpoolUploader.crc(data),
-        location))
+          location))
     }
     ship(r.batchNo, data, location, metadata)
     metrics.counter(MetricNames.SpoolReplayedBatches).increment()

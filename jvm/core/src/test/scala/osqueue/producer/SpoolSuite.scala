@@ -8,8 +8,14 @@ import scala.util.Try
 
 import org.scalatest.funsuite.AnyFunSuite
 
-import osqueue.{AmbiguousCommitException, CorruptSpoolException, InvalidConfigException, QueueFullException,
-  StoreException, SystemClock}
+import osqueue.{
+  AmbiguousCommitException,
+  CorruptSpoolException,
+  InvalidConfigException,
+  QueueFullException,
+  StoreException,
+  SystemClock
+}
 import osqueue.format.{BatchCodec, BatchIntegrity, Compression, ManifestCodec, ManifestFooter, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{ManifestStore, PendingLocation, QueueProducer, RetryPolicy}
