@@ -103,8 +103,8 @@ class SpoolSuite extends AnyFunSuite {
     again.close()
   }
 
-  test("should deliver everything once with durability local and truncate the log") {
-    val store = InMemoryStore.fresh()
+  test("should deliver everything once with durability local and truncate the log (local store)") {
+    val store = new LocalFileSystemStore(tmp())
     val p = producer(store, tmp(), config = _.copy(durability = "local"))
     val handles = (0 until 40).map(i => p.produce(Seq(s"e$i".getBytes), "m".getBytes))
     p.flush()
