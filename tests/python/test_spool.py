@@ -22,6 +22,7 @@ from osqueue.clock import SystemClock
 from osqueue.errors import AmbiguousCommitError, CorruptSpoolError, InvalidConfigError, QueueFullError, StoreError
 from osqueue.format import decode_batch, decode_manifest
 from osqueue.format.batch_codec import Compression, encode_batch
+from osqueue.format.batch_integrity import integrity_of
 from osqueue.format.manifest import MetadataItem
 from osqueue.format.manifest_codec import footer_bytes
 from osqueue.metrics import (
@@ -168,6 +169,10 @@ def test_local_durability_delivers_everything_once_and_truncates_the_log(tmp_pat
         assert spool is not None and spool.live_bytes() == 0
         assert len(spool.log_files()) == 1 and os.path.getsize(spool.log_files()[0]) == 0
     assert _values(store) == [f"e{i}".encode() for i in range(40)]
+    for e in decode_manifest(store.get(KEY).data, KEY).entries:  # each spooled batch carries its integrity record
+        integrity = integrity_of(e.extension)
+        data = store.get(e.location).data
+        assert integrity is not None and (integrity.byte_length, integrity.batch_crc32) == (len(data), zlib.crc32(data))
 
 
 def test_durability_local_needs_a_spool_and_options_are_checked(tmp_path: pathlib.Path) -> None:

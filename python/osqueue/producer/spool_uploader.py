@@ -21,6 +21,7 @@ from osqueue import metrics as m
 from osqueue.clock import Clock
 from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, StoreError
 from osqueue.format.batch_codec import Compression, encode_batch
+from osqueue.format.batch_integrity import record as integrity_record
 from osqueue.format.batch_names import new_batch_key
 from osqueue.format.manifest import MetadataItem
 from osqueue.producer.spool import Spool
@@ -126,6 +127,7 @@ class SpoolUploader:
                 reupload=lambda: self._reupload(data),
                 max_age_ms=self._grace_ms // 2,
                 put_started=put_started if not prior else None,
+                extension=integrity_record(data),
             )
 
         result = self._forever(f"appending batch {batch_no}", commit)

@@ -495,6 +495,7 @@ class ManifestAppender:
         reupload: Callable[[], str] | None = None,
         max_age_ms: int | None = None,
         put_started: float | None = None,
+        extension: bytes = b"",
     ) -> EnqueueResult:
         """Appends one location now, in the calling thread, through the CAS loop (a producer spool's uploader).
 
@@ -503,8 +504,11 @@ class ManifestAppender:
                 spool's ATTEMPT records, possibly of a process that died): resolved as §5 does before
                 anything is written again, so a write that landed is found, never appended twice.
             on_attempt: Told ``(base, location)`` right before each CAS is sent (the spool records it).
+            extension: The entry's extension records (its batch's integrity record, docs/format.md §2.1).
         """
-        pending = PendingLocation(location, list(metadata), Future(), reupload, max_age_ms, put_started, self.clock)
+        pending = PendingLocation(
+            location, list(metadata), Future(), reupload, max_age_ms, put_started, self.clock, extension
+        )
         seeded = [_Attempt(base, tuple(locs), None, unknown_outcome=True) for base, locs in prior]
         return self._commit([pending], seeded, on_attempt)[0]
 

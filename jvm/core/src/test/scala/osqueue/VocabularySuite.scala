@@ -87,7 +87,7 @@ class VocabularySuite extends AnyFunSuite {
       "retry" -> fields(RetryPolicy()))
     list(vocabulary.get("options")).foreach { option =>
       val name = option.get("name").asText
-      if (!option.has("python_only")) { // the JVM spool is not built yet (vocabulary.json says why)
+      if (!option.has("python_only")) { // not built on the JVM yet (vocabulary.json says why)
         val default = option.get("default")
         list(option.get("of")).map(_.asText).foreach { of =>
           val values = owners(of)

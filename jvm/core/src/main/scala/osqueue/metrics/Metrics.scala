@@ -81,7 +81,7 @@ object MetricNames {
   val AmbiguousWrites = "buffer.manifest_ambiguous_writes"
   val BatchesReuploaded = "buffer.batches_reuploaded"
   val SegmentsSealed = "buffer.segments_sealed"
-  // The producer spool (docs/adr/0006 part 2; Python only so far)
+  // The producer spool (docs/adr/0006 part 2)
   val SpoolBytes = "buffer.spool_bytes"
   val SpoolOldestEntryAgeSeconds = "buffer.spool_oldest_entry_age_seconds"
   val SpoolReplayedBatches = "buffer.spool_replayed_batches"

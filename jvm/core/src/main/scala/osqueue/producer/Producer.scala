@@ -5,10 +5,18 @@ import java.util.concurrent.{CompletableFuture, LinkedBlockingQueue, Semaphore, 
 import scala.collection.mutable.ArrayBuffer
 import scala.util.control.NonFatal
 
-import osqueue.{Clock, IllegalQueueStateException, InvalidConfigException, RandomSource, SystemClock, SystemRandomSource}
+import osqueue.{
+  Clock,
+  IllegalQueueStateException,
+  InvalidConfigException,
+  QueueFullException,
+  RandomSource,
+  SystemClock,
+  SystemRandomSource
+}
 import osqueue.format.{BatchCodec, BatchIntegrity, BatchNames, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.queue.{DataPrefixOwner, ManifestStore, PendingLocation, QueueProducer}
+import osqueue.queue.{DataPrefixOwner, ManifestAppender, ManifestStore, PendingLocation, QueueProducer}
 import osqueue.store.ObjectStore
 
 /**
@@ -19,6 +27,13 @@ import osqueue.store.ObjectStore
  * input, when it reaches `flushSizeBytes`, on `flush()` and on `close()`. Inputs wait in an
  * unbounded queue whose admission is bounded by `maxBufferedInputs` permits: a full buffer
  * blocks `produce()` (backpressure). Uploading batch N+1 overlaps the manifest write of batch N.
+ *
+ * With `spoolDir` (docs/adr/0006 part 2), `produce()` first writes the call to the [[Spool]]'s log (forced
+ * before it returns with `durability = "local"`; the spool's cap bounds what waits, not
+ * `maxBufferedInputs`), and the flush thread ships one batch at a time through a [[SpoolUploader]]
+ * with its own appender, so each write can be resolved against its ATTEMPT records. At start the
+ * flush thread first replays what the spool holds (a batch named but not landed; calls in no batch
+ * join the next batch).
  */
 final class Producer(
     store: ObjectStore,
@@ -39,6 +54,22 @@ final class Producer(
     DataPrefixOwner.claim(store,
       config.manifestPath, config.dataPathPrefix, clock, Some(config.gcGracePeriod.toMillis), config.retry).fold(Long.MaxValue)(
       _.gcGracePeriodMs))
+  // Before the committer's thread starts: a spool owned by another producer fails the constructor.
+  private val byCall = new java.util.concurrent.ConcurrentHashMap[java.lang.Long, WriteHandle]()
+  private[producer] val spool: Option[Spool] = config.spoolDir.map { dir =>
+    new Spool(java.nio.file.Paths.get(dir), config.spoolMaxBytes, config.spoolFullPolicy, config.spoolFullTimeout,
+      clock, random, metrics, dropped)
+  }
+  private val durableLocal = config.durability == "local"
+  // Its own appender, written to from the flush thread: each write is resolved against the spool's
+  // ATTEMPT records (a shared group write could not be).
+  private val uploader: Option[SpoolUploader] = spool.map { s =>
+    val appender = new ManifestAppender(new ManifestStore(store, config.manifestPath), config.retry, clock, metrics,
+      gracePeriodMs, random = random, segmentEntries = config.manifestSegmentEntries)
+    new SpoolUploader(store, s, appender, config.dataPathPrefix, config.compression, clock, random, config.retry, metrics)
+  }
+  @volatile private var replayError: Throwable = null
+  private val spoolOrder = new Object
   private val queueProducer = new QueueProducer(
     new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs, random = random,
     segmentEntries = config.manifestSegmentEntries)
@@ -56,6 +87,7 @@ final class Producer(
   def produce(entries: Seq[Array[Byte]], metadata: Array[Byte] = Array.emptyByteArray): WriteHandle = {
     if (entries.isEmpty) throw new InvalidConfigException("entries", "[]", "produce() needs at least one entry")
     if (closed) throw new IllegalQueueStateException("producer is closed")
+    if (spool.isDefined) return produceSpooled(entries, metadata)
     permits.acquire()
     val handle = WriteHandle()
     // The read lock orders this input before a concurrent close()'s Close message (or refuses it).
@@ -70,6 +102,35 @@ final class Producer(
     handle
   }
 
+  /** Step 1: the call goes to the spool's log (forced before returning with durability local), then to the batch. */
+  private def produceSpooled(entries: Seq[Array[Byte]], metadata: Array[Byte]): WriteHandle = {
+    val handle = WriteHandle()
+    val timeMs = clock.nowMillis()
+    // Call numbers enter the inbox in their order; the read lock orders the input before a Close, as above.
+    val ticket = spoolOrder.synchronized {
+      lifecycle.readLock().lock()
+      try {
+        if (closed) throw new IllegalQueueStateException("producer is closed")
+        val (callNo, ticket) = spool.get.appendEntries(entries, metadata, timeMs)
+        byCall.put(callNo, handle)
+        inbox.put(Input(entries.toIndexedSeq, metadata, timeMs, handle, callNo))
+        ticket
+      } finally lifecycle.readLock().unlock()
+    }
+    if (durableLocal) spool.get.sync(ticket)
+    handle
+  }
+
+  /** `drop_oldest` dropped these calls (none in a batch): their handles fail. */
+  private def dropped(callNos: Seq[Long]): Unit = {
+    val error = new QueueFullException(s"dropped by drop_oldest: calls ${callNos.head}..${callNos.last} of the full " +
+      s"producer spool '${config.spoolDir.getOrElse("")}'")
+    callNos.foreach(n => Option(byCall.remove(n)).foreach(_.future.completeExceptionally(error)))
+  }
+
+  /** A spooled batch replay could not append (it stays in the spool): flush() and close() throw it. */
+  private def throwReplayError(): Unit = if (replayError != null) throw replayError
+
   /** Flushes the open batch and waits until everything produced before this call is durable. */
   def flush(): Unit = {
     val done = new CompletableFuture[Void]()
@@ -80,6 +141,7 @@ final class Producer(
       inbox.put(Flush(done))
     } finally lifecycle.readLock().unlock()
     awaitControl(done)
+    throwReplayError()
   }
 
   /** Flushes, waits for every pending write, and stops the threads. Idempotent. */
@@ -91,9 +153,13 @@ final class Producer(
         closed = true
         inbox.put(Close(done))
       } finally lifecycle.writeLock().unlock()
-      awaitControl(done)
-      flusher.join()
-      queueProducer.close()
+      try awaitControl(done)
+      finally {
+        flusher.join()
+        queueProducer.close()
+        spool.foreach(_.close())
+      }
+      throwReplayError()
     }
   }
 
@@ -119,6 +185,13 @@ final class Producer(
   private var batchDeadlineNanos = 0L
   private val inFlight = ArrayBuffer.empty[CompletableFuture[_]]
 
+  // Replay: calls in no batch are batched again with the new ones.
+  spool.foreach(_.unbatchedCalls().foreach { r =>
+    val handle = WriteHandle()
+    byCall.put(r.callNo, handle)
+    inbox.put(Input(r.entries.toIndexedSeq, r.metadata, r.ingestionTimeMs, handle, r.callNo))
+  })
+
   // Started last: the loop uses every field above.
   private val flusher = new Thread(() => flushLoop(), "osqueue-producer-flush")
   flusher.setDaemon(true)
@@ -126,6 +199,14 @@ final class Producer(
 
   private def flushLoop(): Unit =
     try {
+      uploader.foreach { u =>
+        try u.replay()
+        catch {
+          case NonFatal(e) => // the spool keeps them; flush() and close() throw it
+            org.slf4j.LoggerFactory.getLogger(classOf[Producer]).error(s"spool replay failed: $e")
+            replayError = e
+        }
+      }
       runFlushLoop()
       // After Close: fail what a racing flush() put behind it (produce() refuses once closed).
       failQueued(new IllegalQueueStateException("producer is closed"))
@@ -156,7 +237,7 @@ final class Producer(
       msg match {
         case null => if (batchRecords.nonEmpty && clock.nanoTime() >= batchDeadlineNanos) flushBatch()
         case in: Input =>
-          permits.release()
+          if (spool.isEmpty) permits.release()
           add(in)
           if (batchBytes >= config.flushSizeBytes) flushBatch()
         case Flush(done) =>
@@ -180,6 +261,7 @@ final class Producer(
 
   /** Encodes and uploads the open batch, then hands its location to the group committer. */
   private def flushBatch(): Unit = if (batchRecords.nonEmpty) {
+    if (spool.isDefined) return flushSpooled()
     awaitUncommittedBelowCap()
     val started = clock.nanoTime()
     val inputs = batchInputs.toIndexedSeq
@@ -216,6 +298,34 @@ final class Producer(
     }
   }
 
+  /** Steps 2-6: name the batch in the spool, PUT it, append it (ATTEMPT before each CAS), LANDED. */
+  private def flushSpooled(): Unit = {
+    val started = clock.nanoTime()
+    val all = batchInputs.map(_._1).toIndexedSeq
+    try {
+      // drop_oldest took the oldest of them meanwhile (their handles failed then)
+      val gone = spool.get.claimBatch(all.head.callNo, all.last.callNo).toSet
+      val inputs = all.filterNot(in => gone.contains(in.callNo))
+      if (inputs.nonEmpty)
+        try {
+          val calls = inputs.map(in => EntriesRecord(in.callNo, in.ingestionTimeMs, in.metadata, in.entries))
+          val (sequence, location, size) = uploader.get.shipCalls(calls)
+          batchesFlushed.increment(); entriesFlushed.add(inputs.map(_.entries.size.toLong).sum)
+          bytesFlushed.add(inputs.map(in => in.entries.foldLeft(0L)(_ + _.length) + in.metadata.length).sum)
+          bytesWritten.add(size.toLong)
+          flushDuration.observe((clock.nanoTime() - started) / 1e9)
+          var index = 0
+          inputs.foreach { in =>
+            in.handle.future.complete(DurableWrite(sequence, location, index, in.ingestionTimeMs))
+            index += in.entries.size
+          }
+        } catch { case NonFatal(e) => inputs.foreach(_.handle.future.completeExceptionally(e)) }
+    } finally {
+      all.foreach(in => byCall.remove(in.callNo))
+      batchRecords.clear(); batchMetadata.clear(); batchInputs.clear(); batchBytes = 0
+    }
+  }
+
   /**
    * At most [[MaxUncommittedBatches]] uploaded batches wait for their manifest write, as in Python
    * (docs/format.md §5): while the manifest is slow, the flush thread pauses (and `produce()` blocks
@@ -242,8 +352,9 @@ private object Producer {
   val MaxUncommittedBatches = 8
 
   sealed trait Message
-  final case class Input(entries: IndexedSeq[Array[Byte]], metadata: Array[Byte], ingestionTimeMs: Long, handle: WriteHandle)
-      extends Message
+  /** `callNo`: its ENTRIES record in the spool (-1: no spool). */
+  final case class Input(entries: IndexedSeq[Array[Byte]], metadata: Array[Byte], ingestionTimeMs: Long, handle: WriteHandle,
+      callNo: Long = -1) extends Message
   final case class Flush(done: CompletableFuture[Void]) extends Message
   final case class Close(done: CompletableFuture[Void]) extends Message
 

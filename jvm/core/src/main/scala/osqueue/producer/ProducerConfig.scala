@@ -25,7 +25,30 @@ final case class ProducerConfig(
      * K: once more than this many entries are queued, the oldest ones are sealed into segment
      * objects so each manifest write stays bounded (docs/format.md §2.2); below it the manifest is RFC v1.
      */
-    manifestSegmentEntries: Int = ManifestHead.DefaultSegmentEntries) {
+    manifestSegmentEntries: Int = ManifestHead.DefaultSegmentEntries,
+    /**
+     * A local directory for the producer's spool (docs/adr/0006 part 2; None: no spool). Every
+     * `produce()` call is written to a log there first; batches are named in it before their PUT and
+     * marked landed after their manifest write, so a producer started again on the same directory
+     * (after a crash or kill -9, in either language) appends what had not landed, each entry exactly
+     * once. One producer owns a directory at a time. With a spool, uploads and manifest writes are
+     * retried without a budget: an outage only delays delivery.
+     */
+    spoolDir: Option[String] = None,
+    /**
+     * `queue` (`produce()` returns at once; the handle completes when the entries are in the manifest)
+     * or `local` (needs `spoolDir`: `produce()` returns once its entries are forced to the spool).
+     */
+    durability: String = "queue",
+    /** The cap on the spooled bytes not yet in the queue. */
+    spoolMaxBytes: Long = Spool.DefaultMaxBytes,
+    /**
+     * `backpressure` (`produce()` blocks, then throws `QueueFullException` after `spoolFullTimeout`) or
+     * `drop_oldest` (the oldest calls in no batch are dropped, counted in `buffer.spool_dropped_entries`;
+     * their handles fail with `QueueFullException`).
+     */
+    spoolFullPolicy: String = "backpressure",
+    spoolFullTimeout: FiniteDuration = Spool.DefaultFullTimeout) {
   if (flushInterval < Duration.Zero)
     throw new InvalidConfigException("flushInterval", flushInterval.toString, "must be >= 0 (the linger)")
   if (flushSizeBytes <= 0) throw new InvalidConfigException("flushSizeBytes", flushSizeBytes.toString, "must be > 0")
@@ -33,6 +56,16 @@ final case class ProducerConfig(
     throw new InvalidConfigException("maxBufferedInputs", maxBufferedInputs.toString, "must be > 0")
   if (gcGracePeriod <= Duration.Zero)
     throw new InvalidConfigException("gcGracePeriod", gcGracePeriod.toString, "must be > 0")
+  if (durability != "queue" && durability != "local")
+    throw new InvalidConfigException("durability", durability, "use 'queue' or 'local'")
+  if (durability == "local" && spoolDir.isEmpty)
+    throw new InvalidConfigException("durability", durability, "'local' needs a spoolDir")
+  if (spoolMaxBytes <= 0)
+    throw new InvalidConfigException("spoolMaxBytes", spoolMaxBytes.toString, "must be a positive number of bytes")
+  if (!Spool.FullPolicies.contains(spoolFullPolicy))
+    throw new InvalidConfigException("spoolFullPolicy", spoolFullPolicy, "use 'backpressure' or 'drop_oldest'")
+  if (spoolFullTimeout < Duration.Zero)
+    throw new InvalidConfigException("spoolFullTimeout", spoolFullTimeout.toString, "must be >= 0")
   if (manifestSegmentEntries < 1)
     throw new InvalidConfigException("manifestSegmentEntries", manifestSegmentEntries.toString, "must be >= 1")
 }

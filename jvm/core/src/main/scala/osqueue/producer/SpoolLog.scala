@@ -14,8 +14,8 @@ import osqueue.CorruptSpoolException
 
 /**
  * A producer spool's log records (docs/adr/0006 part 2, docs/format.md §9; Python:
- * `osqueue.producer.spool_log`). Only the log is on the JVM so far: the spool directory, its lock,
- * replay and the producer's `spoolDir` option are Python's (tests/golden/parity.json).
+ * `osqueue.producer.spool_log`). The directory, its lock and replay are [[Spool]]'s; shipping is
+ * [[SpoolUploader]]'s.
  */
 sealed trait SpoolRecord {
   def recordType: Int

@@ -178,10 +178,25 @@ final class ManifestAppender(
       }, None)
   }
 
-  def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = {
+  /**
+   * Appends one location now, in the calling thread (a producer spool's uploader). `prior`: (base,
+   * locations) of earlier writes of this entry whose outcome is unknown (a spool's ATTEMPT records,
+   * possibly of a process that died), resolved as §5 does before anything is written again, so a
+   * write that landed is found, never appended twice. `onAttempt` is told (base, location) right
+   * before each CAS is sent (the spool records it). Returns the entry's sequence; `p.location` is
+   * the location that landed.
+   */
+  def commitOne(p: PendingLocation, prior: Seq[(Long, IndexedSeq[String])],
+      onAttempt: (Long, String) => Unit): Long = append(IndexedSeq(p), prior, onAttempt).head
+
+  def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = append(group, Seq.empty, (_, _) => ())
+
+  private def append(group: IndexedSeq[PendingLocation], prior: Seq[(Long, IndexedSeq[String])],
+      onAttempt: (Long, String) => Unit): IndexedSeq[Long] = {
     checkPrefixes(group)
     val sealState = new SealState
     val attempts = ArrayBuffer.empty[Attempt]
+    prior.foreach { case (base, locations) => attempts += new Attempt(base, locations, true, None) }
     var lastSent: Option[(Long, IndexedSeq[String], Option[Long])] = None
     /** Records how the last sent write ended, once (the loop may report it to more than one callback). */
     def register(previous: Option[PreviousAttempt]): Unit = (previous, lastSent) match {
@@ -218,6 +233,7 @@ final class ManifestAppender(
             // A create is judged against whichever incarnation it finds: it made that one if it landed.
             val incarnation = if (snapshot.version.isEmpty) None else Some(Incarnation.of(ManifestHead.parse(raw, manifest.key).epoch))
             lastSent = Some((base, group.map(_.location), incarnation))
+            group.zipWithIndex.foreach { case (p, i) => onAttempt(base + i, p.location) }
             CasStep.Write(bytes, () => base until base + group.size)
         }
       }, Some(settle))

@@ -15,8 +15,11 @@ import osqueue.store.ObjectStores
  *
  * {{{
  * QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression zstd] [--sync true]
- *     [--keep-going true] [--segment-entries K] [--opt k=v]...
- *                                           with --keep-going: one durable/failed line per entry, exit 3 if any failed
+ *     [--keep-going true] [--segment-entries K] [--spool-dir D] [--durability local] [--print-returned true]
+ *     [--opt k=v]...
+ *                                           with --keep-going: one durable/failed line per entry, exit 3 if any failed;
+ *                                           with --print-returned: each entry's index once its produce() returned
+ *                                           (a spool's replay: `produce <uri> <tag> 0 --spool-dir D`)
  * QueueTool consume <uri> [--opt k=v]...    prints "sequence<TAB>index<TAB>utf8 value" per entry, acks all
  * }}}
  *
@@ -42,11 +45,14 @@ object QueueTool {
         flushInterval = flags.get("flush-ms").map(_.toLong.millis).getOrElse(20.millis),
         compression = flags.get("compression").map(Compression.parse("compression", _)).getOrElse(Compression.None),
         // a segmented manifest above K queued entries (docs/format.md §2.2); off unless given
-        manifestSegmentEntries = flags.get("segment-entries").map(_.toInt).getOrElse(ManifestHead.DefaultSegmentEntries))
+        manifestSegmentEntries = flags.get("segment-entries").map(_.toInt).getOrElse(ManifestHead.DefaultSegmentEntries),
+        spoolDir = flags.get("spool-dir"),
+        durability = flags.getOrElse("durability", "queue"))
       val perCall = flags.get("per-call").map(_.toInt).getOrElse(1)
       val store = ObjectStores.open(uri, storeOptions(rest))
       val producer = new Producer(store, config, SystemClock)
       val sync = flags.get("sync").contains("true")
+      val printReturned = flags.get("print-returned").contains("true")
       if (flags.get("keep-going").contains("true")) {
         keepGoing(producer, tag, count.toInt, perCall, sync)
         store.close()
@@ -55,6 +61,7 @@ object QueueTool {
       val handles = (0 until count.toInt).grouped(perCall).map { is =>
         val h = producer.produce(is.map(i => s"$tag-$i".getBytes(UTF_8)), tag.getBytes(UTF_8))
         if (sync) h.awaitDurable(5.minutes)
+        if (printReturned) { is.foreach(i => println(i)); Console.flush() }
         h
       }.toVector
       handles.foreach(_.awaitDurable(5.minutes))
