@@ -18,6 +18,7 @@ from bench.harness.depth_benchmarks import bench_py_depth
 from bench.harness.environment import Settings, environment, loadavg, machine_facts
 from bench.harness.jvm_benchmarks import bench_jvm_depth, bench_py_vs_jvm, bench_raw_put
 from bench.harness.kafka import bench_kafka, kafka_jars
+from bench.harness.python_source_bench import bench_python_source
 from bench.harness.report import markdown_report, write_plots
 from bench.harness.spark_benchmarks import SparkHolder, bench_latency, bench_spark_file
 from bench.harness.spark_depth import bench_spark_depth, bench_spark_depth_s3
@@ -36,9 +37,10 @@ BENCHMARKS = (
     "spark_file",
     "kafka",
     "latency",
+    "python_source",
 )
-SPARK_BENCHMARKS = ("spark_file", "kafka", "latency")
-QUICK_SKIPS = ("kafka", "py_depth", "deep_v1", "jvm_depth", "spark_depth", "spark_depth_s3")
+SPARK_BENCHMARKS = ("spark_file", "kafka", "latency", "python_source")
+QUICK_SKIPS = ("kafka", "py_depth", "deep_v1", "jvm_depth", "spark_depth", "spark_depth_s3", "python_source")
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
 
@@ -97,6 +99,7 @@ def run_benchmarks(
         "spark_file": bench_spark_file,
         "kafka": bench_kafka,
         "latency": bench_latency,
+        "python_source": bench_python_source,
     }
     # Spark's Kafka connector jars must be on the session's class path from the start.
     if "kafka" in names:
