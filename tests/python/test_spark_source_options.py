@@ -97,3 +97,13 @@ def test_micro_batch_limits_and_subscriptions_parse_where_pyspark_has_admission_
     assert o.BatchReadOptions.parse({"path": "/q", "subscription": "audit"}).subscription == "audit"
     with pytest.raises(o.OsqueueSparkError, match=r"pyspark 4\.2"):
         o.StreamOptions.parse({"path": "/q", "maxBatchesPerTrigger": "5"}, admission_control=False)
+
+
+def test_admission_control_is_detected_from_the_pyspark_that_runs_the_source() -> None:
+    """4.2 added latestOffset(start, limit) and the read limits; 4.0 and 4.1 refuse the limit options."""
+    pyspark = pytest.importorskip("pyspark")
+    major_minor = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
+    assert o.admission_control_supported() is (major_minor >= (4, 2))
+    if major_minor < (4, 2):
+        with pytest.raises(o.OsqueueSparkError, match=r"OSQUEUE_INVALID_OPTION_VALUE.*pyspark 4\.2"):
+            o.StreamOptions.parse({"path": "/q", "maxBatchesPerTrigger": "2"})
