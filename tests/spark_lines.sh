@@ -24,7 +24,10 @@ source .ci/pyspark-lines.env
 select="test_kill_dash_nine_mid_stream"
 select="$select or test_spark_submit_packages_resolves_the_connector"
 select="$select or test_spark_lines"
-select="$select or test_connect"  # every entry point in a Spark Connect session
+select="$select or test_connect"  # every entry point in a Spark Connect session (and the Python data source there)
+# The Python data source (osqueue_python, pyspark 4.0+; skipped on 3.5) in a classic session: batch read,
+# df.write, AvailableNow through its sink, admission control on 4.2+ (tests/spark/python_source_scenario.py).
+select="$select or test_python_source_on_this_line"
 status=0
 for version in $PYSPARK_LINE_VERSIONS; do
   venv=".venv-pyspark/$version"
@@ -32,12 +35,13 @@ for version in $PYSPARK_LINE_VERSIONS; do
   case "$version" in
     "${PYSPARK_LINE_VERSIONS%% *}") k="$k or test_checkpoint_on_s3a or test_packages" ;;  # the oldest: also the Scala 2.12 artifact from Maven
   esac
+  k="($k) and not (test_python_source.py and test_kill_dash_nine)"  # the Python source's kill -9: 4.1 only (jvm lane)
   echo "== pyspark $version"
   "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$wheel" || { status=1; continue; }
   "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$reports/pyspark-$version.xml" \
     -o junit_suite_name="pyspark-$version" \
     tests/spark/test_source.py tests/spark/test_source_end_of_run.py tests/spark/test_sink.py \
     tests/spark/test_spark_lines.py tests/spark/test_s3a_checkpoint.py tests/spark/test_packages.py \
-    tests/spark/test_connect.py -k "$k" "$@" || status=1
+    tests/spark/test_connect.py tests/spark/test_python_source.py -k "$k" "$@" || status=1
 done
 exit $status

@@ -54,6 +54,11 @@ def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         if rtj:
             add("5", "real-time mode → JVM foreach: produce → seen, p50", rtj["p50_ms"], 150, " ms", higher=False)
             add("5", "real-time mode → JVM foreach: produce → seen, p99", rtj["p99_ms"], 400, " ms", higher=False)
+    if "python_source" in b and "stores" in b["python_source"]:
+        for store, sides in b["python_source"]["stores"].items():
+            for side in ("source", "sink"):
+                what = f"Python data source {side} rows/s ÷ JVM connector's ({store})"
+                add("27", what, sides[side]["ratio_python_to_jvm"], 0.5)
     if "jvm_depth" in b:
         add(
             "15",
@@ -440,6 +445,24 @@ def markdown_report(result: dict[str, Any]) -> str:
                         + ", ".join(f"{k} {fmt(v, ' ms', 0)}" for k, v in m["batch_phase_p50_ms"].items())
                     )
             lines.append("")
+    if "python_source" in b and "stores" in b["python_source"]:
+        ps = b["python_source"]
+        lines += [
+            "## Python data source vs the JVM connector",
+            "",
+            ps["description"] + ".",
+            "",
+            "| store | side | JVM rows/s | Python rows/s | Python ÷ JVM |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for store, sides in ps["stores"].items():
+            for side in ("source", "sink"):
+                r = sides[side]
+                lines.append(
+                    f"| {store} | {side} | {fmt(r['jvm_rows_per_s'], '', 0)} | {fmt(r['python_rows_per_s'], '', 0)} | "
+                    f"{fmt(r['ratio_python_to_jvm'], 'x', 2)} |"
+                )
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from bench.harness.environment import Settings, environment, loadavg, machine_fa
 from bench.harness.jvm_benchmarks import bench_jvm_depth, bench_py_vs_jvm, bench_raw_put
 from bench.harness.kafka import bench_kafka, kafka_jars
 from bench.harness.producer_processes import bench_producers_processes
+from bench.harness.python_source_bench import bench_python_source
 from bench.harness.report import markdown_report, write_plots
 from bench.harness.spark_benchmarks import SparkHolder, bench_latency, bench_spark_file
 from bench.harness.spark_depth import bench_spark_depth, bench_spark_depth_s3
@@ -38,9 +39,19 @@ BENCHMARKS = (
     "kafka",
     "latency",
     "producers_processes",
+    "python_source",
 )
-SPARK_BENCHMARKS = ("spark_file", "kafka", "latency")
-QUICK_SKIPS = ("kafka", "py_depth", "deep_v1", "jvm_depth", "spark_depth", "spark_depth_s3", "producers_processes")
+SPARK_BENCHMARKS = ("spark_file", "kafka", "latency", "python_source")
+QUICK_SKIPS = (
+    "kafka",
+    "py_depth",
+    "deep_v1",
+    "jvm_depth",
+    "spark_depth",
+    "spark_depth_s3",
+    "producers_processes",
+    "python_source",
+)
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
 
@@ -100,6 +111,7 @@ def run_benchmarks(
         "kafka": bench_kafka,
         "latency": bench_latency,
         "producers_processes": bench_producers_processes,
+        "python_source": bench_python_source,
     }
     # Spark's Kafka connector jars must be on the session's class path from the start.
     if "kafka" in names:

@@ -7,6 +7,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -35,6 +36,7 @@ class SparkHolder:
     def spark(self) -> Any:
         if self._spark is None:
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import osqueue (python_source)
             from pyspark.sql import SparkSession
 
             from osqueue import jar_path

@@ -38,6 +38,7 @@ def main() -> None:
         .config("spark.connect.grpc.binding.port", port)
         .config("spark.connect.grpc.binding.address", "127.0.0.1")
         .config("spark.ui.enabled", "false")
+        .config("spark.python.authenticate.socketTimeout", "120s")  # Python workers under load (support.py)
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
     )

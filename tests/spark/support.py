@@ -29,6 +29,9 @@ def spark_builder(app: str, master: str = "local[2]"):
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        # A Python worker (a Python data source's planner or stream reader) must connect back within this;
+        # Spark's 15 s default fails queries with "Python worker failed to connect back" on a loaded machine.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
     )

@@ -54,6 +54,7 @@ def connect(tmp_path_factory):
     token = uuid.uuid4().hex if SPARK >= (4, 0) else None  # 3.5's server has no authentication
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["PYSPARK_PYTHON"] = sys.executable  # the server's Python workers import osqueue (the Python data source)
     if token:
         env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
     log = work / "server.log"
@@ -263,3 +264,15 @@ def test_an_osqueue_error_condition_reaches_the_connect_exception(connect, queue
         return
     assert err.getCondition() == "OSQUEUE_INVALID_OPTION_VALUE", (err.getCondition(), str(err))
     assert err.getMessageParameters().get("option", "").lower() == "startingsequence", err.getMessageParameters()
+
+
+def test_python_data_source_in_a_connect_session(connect, tmp_path):
+    """The Python data source (osqueue_python) registered from a Connect client, run by the server's
+    Python workers: batch read, df.write replayed, AvailableNow through the Python sink
+    (tests/spark/python_source_scenario.py; the classic case is in test_python_source.py)."""
+    if SPARK < (4, 0):
+        pytest.skip(f"pyspark {pyspark.__version__} has no Python data source API (4.0+)")
+    pytest.importorskip("pyspark.sql.datasource")
+    from . import python_source_scenario
+
+    python_source_scenario.run(connect, tmp_path)

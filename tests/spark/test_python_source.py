@@ -4,6 +4,7 @@ queues shared with the JVM connector in both directions. One session for the mod
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pathlib
@@ -15,11 +16,13 @@ import time
 import pytest
 
 pytest.importorskip("pyarrow", reason="the Python data source needs pyarrow (osqueue[spark])")
+pytest.importorskip("pyspark.sql.datasource", reason="the Python data source API (pyspark 4.0 on)")
 
 from osqueue.spark_source import register  # noqa: E402
 from osqueue.spark_source.options import SinkOptions  # noqa: E402
 from osqueue.spark_source.writer import OsqueueStreamWriter, write_task  # noqa: E402
 
+from . import python_source_scenario  # noqa: E402
 from .support import manifest, native_values, produce_entries  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -33,6 +36,11 @@ def pyspark_session(spark):
     """conftest's session (the JVM connector jar on it) with the Python source registered."""
     assert register(spark) == "osqueue_python"
     return spark
+
+
+def test_python_source_on_this_line(pyspark_session, tmp_path):
+    """The matrix's classic case (tests/spark_lines.sh): batch read, df.write, AvailableNow through the sink."""
+    python_source_scenario.run(pyspark_session, tmp_path)
 
 
 def _values(df) -> list[str]:
@@ -95,32 +103,22 @@ def _wait_until_empty(queue_dir, timeout: float = 30.0) -> None:
     assert manifest(queue_dir).entries == []
 
 
-def test_available_now_reads_a_jvm_sink_queue_once_and_leaves_nothing_queued(pyspark_session, queue_dir, tmp_path):
-    rows = [(f"v{i}",) for i in range(20)]
-    df = pyspark_session.createDataFrame(rows, "value string").repartition(2)
-    df.write.format("osqueue").mode("append").save(str(queue_dir))  # the JVM sink
-    first = _available_now(pyspark_session, queue_dir, tmp_path / "ckpt")
-    assert sorted(first) == sorted(v for (v,) in rows)
-    _wait_until_empty(queue_dir)  # the last batch is dequeued when the query stops
-    produce_entries(str(queue_dir), batches=2, per_batch=2, tag="late")
-    second = _available_now(pyspark_session, queue_dir, tmp_path / "ckpt")
-    assert second == ["late0-0", "late0-1", "late1-0", "late1-1"]
-    _wait_until_empty(queue_dir)
-
-
-def test_python_sink_queue_read_by_the_jvm_source_and_a_replayed_write_adds_nothing(
-    pyspark_session, queue_dir, tmp_path
-):
-    df = pyspark_session.createDataFrame([(f"p{i}", b"m") for i in range(30)], "value string, metadata binary")
-    write = df.repartition(3).write.format("osqueue_python").option("writerId", "etl").option("writerBatchId", "7")
-    write.mode("append").save(str(queue_dir))
-    write.mode("append").save(str(queue_dir))  # the same (writerId, batchId): skipped
-    assert len(manifest(queue_dir).entries) == 3
-    state = json.loads((queue_dir / "ingest" / "manifest.writers" / "ZXRs").read_text())
-    assert state == {"version": 1, "writerId": "etl", "lastCommittedBatch": 7, "generation": 0, "owner": "df.write"}
-    seen = _available_now(pyspark_session, queue_dir, tmp_path / "ckpt", fmt="osqueue")  # the JVM source
-    assert sorted(seen) == sorted(f"p{i}" for i in range(30))
-    assert manifest(queue_dir).entries == []
+def test_a_queue_written_by_either_sink_is_read_exactly_once_by_either_source(pyspark_session, tmp_path):
+    """JVM and Python sinks and sources share queues: each sink's df.write, replayed with the same
+    (writerId, writerBatchId), enqueues once, and each source's AvailableNow run then reads every entry
+    exactly once and leaves nothing it delivered queued (the 4 combinations)."""
+    for sink, source in itertools.product(("osqueue", "osqueue_python"), repeat=2):
+        queue = tmp_path / f"{sink}-{source}-queue"
+        rows = [(f"{sink}-{source}-{i}", b"m") for i in range(12)]
+        df = pyspark_session.createDataFrame(rows, "value string, metadata binary").repartition(3)
+        for _ in range(2):  # the replay of (etl, 7) adds nothing
+            df.write.format(sink).mode("append").option("writerId", "etl").option("writerBatchId", "7").save(str(queue))
+        assert len(manifest(queue).entries) == 3
+        state = json.loads((queue / "ingest" / "manifest.writers" / "ZXRs").read_text())  # one format, both sinks
+        assert (state["writerId"], state["lastCommittedBatch"], state["owner"]) == ("etl", 7, "df.write")
+        seen = _available_now(pyspark_session, queue, tmp_path / f"{sink}-{source}-ckpt", fmt=source)
+        assert sorted(seen) == sorted(v for v, _ in rows), (sink, source)
+        _wait_until_empty(queue)
 
 
 def test_a_replayed_stream_epoch_adds_nothing(queue_dir):

@@ -17,7 +17,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from osqueue.spark_source.options import BatchReadOptions, SinkOptions, StreamOptions
-from osqueue.spark_source.reader import OsqueueBatchReader, OsqueueStreamReader
+from osqueue.spark_source.reader import OsqueueBatchReader, stream_reader
 from osqueue.spark_source.writer import OsqueueStreamWriter, OsqueueWriter
 
 PYTHON_SOURCE_NAME = "osqueue_python"
@@ -38,7 +38,7 @@ class OsqueueDataSource(DataSource):
         return OsqueueBatchReader(BatchReadOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return OsqueueStreamReader(StreamOptions.parse(self.options))
+        return stream_reader(StreamOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> OsqueueWriter:
         return OsqueueWriter(SinkOptions.parse(self.options), schema)

@@ -10,13 +10,20 @@ from dataclasses import dataclass, field
 from osqueue.durations import parse_duration
 from osqueue.errors import InvalidConfigError, InvalidObjectKeyError
 from osqueue.format.batch_codec import Compression
+from osqueue.format.head_sections import valid_subscription_name
 from osqueue.store.object_store import validate_key
+
+try:  # pyspark >= 4.2: the Python data source API's admission control
+    from pyspark.sql.streaming.datasource import ReadMaxFiles
+except ImportError:  # older pyspark (or none: the options parse without Spark too)
+    ReadMaxFiles = None
 
 DEFAULT_MANIFEST_PATH = "ingest/manifest"
 DEFAULT_DATA_PATH_PREFIX = "ingest"
 DEFAULT_FLUSH_SIZE_BYTES = 64 << 20
 DEFAULT_SEGMENT_ENTRIES = 2048
 DEFAULT_GC_GRACE_PERIOD_S = 600.0
+DEFAULT_MAX_TRIGGER_DELAY_S = 900.0
 
 STORE_OPTION_PREFIXES = ("fs.s3a.", "fs.azure.", "fs.gs.")
 # Keys Spark itself passes along with the user's options; checkpointLocation is also the source's
@@ -75,17 +82,22 @@ def invalid_option_value(key: str, value: object, hint: str) -> OsqueueSparkErro
     return OsqueueSparkError("OSQUEUE_INVALID_OPTION_VALUE", f"Invalid value '{value}' for option '{key}': {hint}.")
 
 
-def refuse_subscriptions(options: Mapping[str, str]) -> None:
-    """Named subscriptions (docs/adr/0005) are read by the JVM connector and the native client; this
-    source reads as the RFC's one consumer, so a subscription it was asked for is refused, not ignored."""
-    for key in ("subscription", "createsubscription"):
-        if key in options:
-            raise invalid_option_value(
-                key,
-                options[key],
-                "the Python data source does not read named subscriptions yet; leave it unset, or use the JVM "
-                "connector (format('osqueue')) or osqueue.Consumer(path, subscription=...)",
-            )
+def admission_control_supported() -> bool:
+    """Whether this process's pyspark offers the Python data source API's admission control (4.2 on):
+    ``latestOffset(start, limit)``, ``getDefaultReadLimit`` and ``SupportsTriggerAvailableNow``. Checked
+    where the source runs (the driver's Python worker; under Spark Connect, the server's)."""
+    return ReadMaxFiles is not None
+
+
+def subscription_name(options: Mapping[str, str]) -> str | None:
+    """The ``subscription`` option: 1 to 128 characters of [A-Za-z0-9._-] (JVM: ``OsqueueOptions.subscription``)."""
+    value = options.get("subscription")
+    if value is None:
+        return None
+    name = value.strip()
+    if not valid_subscription_name(name):
+        raise invalid_option_value("subscription", name, "expected 1 to 128 characters of [A-Za-z0-9._-]")
+    return name
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -203,12 +215,12 @@ class BatchReadOptions:
     starting_sequence: int | None
     ending_sequence: int | None
     fail_on_data_loss: bool
+    subscription: str | None = None  # start at its position (read only: nothing acked, nobody fenced)
 
     @staticmethod
     def parse(raw: Mapping[str, str]) -> BatchReadOptions:
         options = _lower(raw)
         check_known(options, "batch read")
-        refuse_subscriptions(options)
         start = non_negative(options, "startingsequence")
         end = non_negative(options, "endingsequence")
         if start is not None and end is not None and end < start:
@@ -217,7 +229,9 @@ class BatchReadOptions:
                 f"endingSequence {end} is below startingSequence {start}: the window is [startingSequence, "
                 "endingSequence).",
             )
-        return BatchReadOptions(location(options), start, end, boolean(options, "failondataloss", True))
+        return BatchReadOptions(
+            location(options), start, end, boolean(options, "failondataloss", True), subscription_name(options)
+        )
 
 
 @dataclass(frozen=True)
@@ -226,35 +240,72 @@ class StreamOptions:
     ``file:`` URI), given as the source option ``checkpointLocation``: the Python data source API does
     not tell a source where its query's checkpoint is, and the source reads the commit log there when the
     query stops, to dequeue the last committed micro-batch (as the JVM source does). Without it that
-    batch stays queued until the query's next run dequeues it."""
+    batch stays queued until the query's next run dequeues it.
+
+    The micro-batch limits (``maxBatchesPerTrigger``, ``minBatchesPerTrigger``, ``maxTriggerDelay``) need
+    the API's admission control (pyspark 4.2 on, :func:`admission_control_supported`); on older pyspark
+    they are refused, never ignored."""
 
     location: QueueLocation
     fail_on_data_loss: bool
     checkpoint_location: str | None
+    max_batches_per_trigger: int | None = None
+    min_batches_per_trigger: int | None = None
+    max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
+    subscription: str | None = None
+    create_subscription: bool = False
 
     @staticmethod
-    def parse(raw: Mapping[str, str]) -> StreamOptions:
+    def parse(raw: Mapping[str, str], admission_control: bool | None = None) -> StreamOptions:
+        """``admission_control``: whether the pyspark running the source has it (None: this process's)."""
         options = _lower(raw)
         check_known(options, "source")
-        refuse_subscriptions(options)
-        positive_int(options, "maxbatchespertrigger")
-        positive_int(options, "minbatchespertrigger")
+        max_batches = positive_int(options, "maxbatchespertrigger")
+        min_batches = positive_int(options, "minbatchespertrigger")
+        if min_batches is not None and max_batches is not None and min_batches > max_batches:
+            raise OsqueueSparkError(
+                "OSQUEUE_OPTIONS_OUT_OF_ORDER",
+                f"option 'minBatchesPerTrigger' ({min_batches}) must not exceed 'maxBatchesPerTrigger' ({max_batches})",
+            )
+        if "maxtriggerdelay" in options and min_batches is None:
+            raise OsqueueSparkError(
+                "OSQUEUE_OPTION_NEEDS_OPTION",
+                "option 'maxTriggerDelay' needs option 'minBatchesPerTrigger': it bounds how long a trigger waits "
+                "for that many batches",
+            )
         limits = sorted(k for k in ("maxbatchespertrigger", "minbatchespertrigger", "maxtriggerdelay") if k in options)
-        if limits:
+        supported = admission_control_supported() if admission_control is None else admission_control
+        if limits and not supported:
             raise OsqueueSparkError(
                 "OSQUEUE_INVALID_OPTION_VALUE",
                 f"Invalid value '{options[limits[0]]}' for option '{limits[0]}': micro-batch limits need Spark's "
-                "admission control, which the Python data source API offers from pyspark 4.2 on and this source "
-                "does not use yet; leave it unset, or use the JVM connector (format('osqueue')).",
+                "admission control, which the Python data source API offers from pyspark 4.2 on (this pyspark is "
+                f"{_pyspark_version()}); leave it unset, upgrade pyspark, or use the JVM connector (format('osqueue')).",
             )
+        delay = duration_s(options, "maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY_S)
         for key in ("gcinterval", "gcgraceperiod", "pollinterval", "maxpollinterval"):
             duration_s(options, key, 1.0)
         boolean(options, "gc", True)
+        subscription = subscription_name(options)
+        create = boolean(options, "createsubscription", False) and subscription is not None  # as the JVM: else unused
         return StreamOptions(
             location(options),
             boolean(options, "failondataloss", True),
             options.get("checkpointlocation"),
+            max_batches,
+            min_batches,
+            delay,
+            subscription,
+            create,
         )
+
+
+def _pyspark_version() -> str:
+    try:
+        from pyspark import __version__
+    except ImportError:
+        return "not installed"
+    return str(__version__)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from osqueue.clock import SystemClock
+from osqueue.clock import Clock, SystemClock
 from osqueue.errors import BatchNotFoundError, CorruptBatchError, FencedError
 from osqueue.format.batch_codec import decode_batch
 from osqueue.format.batch_integrity import EntryIntegrity, verify, verify_entry
@@ -35,9 +35,16 @@ from osqueue.queue.cas_object import CasObject, Snapshot
 from osqueue.queue.manifest_store import ManifestStore
 from osqueue.queue.queue_consumer import QueueConsumer
 from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.spark_source.admission_control import AdmissionControl
 from osqueue.spark_source.options import BatchReadOptions, OsqueueSparkError, QueueLocation, StreamOptions
+from osqueue.spark_source.source_offset import SourceOffset
 from osqueue.store.object_store import ObjectStore
 from osqueue.store.object_stores import open_store
+
+try:  # pyspark >= 4.2: the stream reader offers Trigger.AvailableNow's target (prepareForTriggerAvailableNow)
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:
+    SupportsTriggerAvailableNow = None
 
 _log = logging.getLogger(__name__)
 
@@ -51,7 +58,6 @@ ARROW_SCHEMA = pa.schema(
         ("metadata", pa.binary()),
     ]
 )
-OFFSET_VERSION = 1
 
 _stores: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}
 
@@ -125,6 +131,14 @@ def read_partition(partition: BatchPartition) -> Iterator[pa.RecordBatch]:
     )
 
 
+def no_subscription(name: str, location: QueueLocation) -> OsqueueSparkError:
+    return OsqueueSparkError(
+        "OSQUEUE_NO_SUBSCRIPTION",
+        f"queue '{location.identity}' has no subscription '{name}': create it first (osqueue subscriptions create), "
+        "or set createSubscription=true on a stream",
+    )
+
+
 def data_loss(location: QueueLocation, reason: str) -> OsqueueSparkError:
     return OsqueueSparkError(
         "OSQUEUE_DATA_LOSS",
@@ -168,6 +182,12 @@ class OsqueueBatchReader(DataSourceReader):
         manifest = manifests.decode(raw)
         first = manifest.entries[0].sequence if manifest.entries else manifest.next_sequence
         start = first if o.starting_sequence is None else o.starting_sequence
+        if o.subscription is not None:  # its position (docs/adr/0005): read only, nothing acked, nobody fenced
+            record = manifests.head(raw).sections.subscription(o.subscription)
+            if record is None:
+                raise no_subscription(o.subscription, o.location)
+            if o.starting_sequence is None:
+                start = max(record.next, first)
         end = manifest.next_sequence if o.ending_sequence is None else o.ending_sequence
         if o.fail_on_data_loss and start < first and start < end:
             raise data_loss(o.location, f"entries {start}..{min(first, end) - 1} of the window were dequeued")
@@ -202,84 +222,45 @@ def queue_id(store: ObjectStore, location: QueueLocation, rng: random.Random) ->
     return loop.run(step)
 
 
-@dataclass(frozen=True)
-class SourceOffset:
-    """The JVM source's offset (``OsqueueSourceOffset``, format version 1): queue, queue id, next
-    sequence, incarnation and the sink copies delivered per writer."""
-
-    queue: str
-    queue_id: str
-    next_sequence: int
-    incarnation: int | None
-    delivered: Delivered
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "version": OFFSET_VERSION,
-            "queue": self.queue,
-            "queueId": self.queue_id,
-            "nextSequence": self.next_sequence,
-        }
-        if self.incarnation is not None:
-            out["incarnation"] = self.incarnation
-        if self.delivered.writers:
-            out["writers"] = {w: [b, a] for w, (b, a) in sorted(self.delivered.writers.items())}
-        return out
-
-    @staticmethod
-    def parse(offset: Any, own_queue_id: str, identity: str) -> SourceOffset:
-        def bad(reason: str) -> OsqueueSparkError:
-            return OsqueueSparkError(
-                "OSQUEUE_BAD_OFFSET", f"cannot read offset '{json.dumps(offset)}' from the checkpoint: {reason}"
-            )
-
-        if not isinstance(offset, dict) or not {"version", "queue", "queueId", "nextSequence"} <= offset.keys():
-            raise bad("expected {version, queue, queueId, nextSequence}")
-        if offset["version"] != OFFSET_VERSION:
-            raise bad(f"offset format version {offset['version']} is not read by the Python data source")
-        nxt = offset["nextSequence"]
-        if not isinstance(nxt, int) or nxt < 0:
-            raise bad("nextSequence is not a sequence")
-        if offset["queueId"] != own_queue_id:
-            raise OsqueueSparkError(
-                "OSQUEUE_FOREIGN_CHECKPOINT",
-                f"the checkpoint's offsets belong to queue '{offset['queue']}' (id {offset['queueId']}), but this "
-                f"query reads '{identity}' (id {own_queue_id}). The queue was recreated, or the checkpoint is "
-                "another query's: use a new checkpoint location for this queue.",
-            )
-        writers = {str(w): (int(v[0]), str(v[1])) for w, v in dict(offset.get("writers", {})).items()}
-        return SourceOffset(offset["queue"], offset["queueId"], nxt, offset.get("incarnation"), Delivered(writers))
-
-
 class _DriverSide:
     """What only the driver's stream reader holds: the store, the queue id and the consumer that took over."""
 
-    def __init__(self, options: StreamOptions, rng: random.Random) -> None:
+    def __init__(self, options: StreamOptions, rng: random.Random, clock: Clock) -> None:
         store = store_of(options.location)
+        self.store = store
         self.queue_id = queue_id(store, options.location, rng)
-        self.consumer = QueueConsumer(store, options.location.manifest_path, rng=rng)
+        self.consumer = QueueConsumer(
+            store,
+            options.location.manifest_path,
+            rng=rng,
+            clock=clock,
+            subscription=options.subscription,
+            create_subscription=options.create_subscription,
+        )
         self.taken_over = False
         self.last: Manifest | None = None
+        self.admission = AdmissionControl(options, clock.now_ms())
 
 
 class OsqueueStreamReader(DataSourceStreamReader):
     """``spark.readStream``: micro-batches of whole batch files, dequeued when Spark commits them."""
 
-    def __init__(self, options: StreamOptions, rng: random.Random | None = None) -> None:
+    def __init__(self, options: StreamOptions, rng: random.Random | None = None, clock: Clock | None = None) -> None:
         self.options = options
         self.location = options.location
         self._rng = rng
+        self._clock = clock
         self._driver: _DriverSide | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to run read() in its workers: they need only the options.
-        return {"options": self.options, "location": self.location, "_rng": None, "_driver": None}
+        return {"options": self.options, "location": self.location, "_rng": None, "_clock": None, "_driver": None}
 
     @property
     def driver(self) -> _DriverSide:
         """The driver's store, queue id and consumer, made at first use (never pickled)."""
         if self._driver is None:
-            self._driver = _DriverSide(self.options, self._rng or random.Random())
+            self._driver = _DriverSide(self.options, self._rng or random.Random(), self._clock or SystemClock())
         return self._driver
 
     @property
@@ -308,35 +289,86 @@ class OsqueueStreamReader(DataSourceStreamReader):
 
     def _read(self) -> Manifest:
         if not self._taken_over:
-            self.consumer.initialize()  # epoch bump: fences any other reader of the queue
+            name = self.options.subscription
+            if name is not None and not self.options.create_subscription:
+                raw, _ = self.consumer.manifest.read_raw()
+                if raw is None or self.consumer.manifest.head(raw).sections.subscription(name) is None:
+                    raise no_subscription(name, self.location)
+            self.consumer.initialize()  # epoch bump: fences any other reader of the queue (or of the subscription)
             self._taken_over = True
-            _log.info("osqueue Python source took over '%s'", self.location.identity)
+            _log.info(
+                "osqueue Python source took over %s of '%s'",
+                "the queue" if name is None else f"subscription '{name}'",
+                self.location.identity,
+            )
             self._stop_on_sigterm()
         self._last = self.consumer.read()  # FencedError once another reader took over
         return self._last
 
     def _offset(self, nxt: int, m: Manifest, delivered: Delivered) -> dict[str, Any]:
-        return SourceOffset(self.location.identity, self.queue_id, nxt, incarnation_of(m.epoch), delivered).to_json()
+        subscription = self.options.subscription
+        return SourceOffset(
+            self.location.identity,
+            self.queue_id,
+            nxt,
+            incarnation_of(m.epoch),
+            delivered,
+            subscription,
+            None if subscription is None else self.consumer.incarnation,
+        ).to_json()
 
     def _parse(self, offset: Any) -> SourceOffset:
-        return SourceOffset.parse(offset, self.queue_id, self.location.identity)
+        return SourceOffset.parse(offset, self.queue_id, self.location.identity, self.options.subscription)
+
+    def _reader_start(self, m: Manifest) -> int:
+        """Where this reader's record said to start when it took over (a subscription's or, on a v3 head,
+        the unnamed reader's ``next``), within the queue; else its first entry."""
+        first = m.entries[0].sequence if m.entries else m.next_sequence
+        start = self.consumer.start_sequence
+        return first if start is None else min(max(start, first), m.next_sequence)
 
     def initialOffset(self) -> dict[str, Any]:
         m = self._read()
-        first = m.entries[0].sequence if m.entries else m.next_sequence
-        return self._offset(first, m, Delivered())
+        return self._offset(self._reader_start(m), m, Delivered())
+
+    def getDefaultReadLimit(self) -> Any:
+        """pyspark 4.2+: the limit of the micro-batch options (:class:`AdmissionControl`)."""
+        return self.driver.admission.default_read_limit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """pyspark 4.2+ (Trigger.AvailableNow): read up to the queue's end now, read without taking it over."""
+        raw, _ = self.consumer.manifest.read_raw()
+        target = self.consumer.manifest.head(raw).next_sequence
+        self.driver.admission.available_now_up_to(target)
+        _log.info("Trigger.AvailableNow: reading '%s' up to sequence %d", self.location.identity, target)
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        """Everything queued. pyspark 4.2+ passes ``start`` and a read limit (admission control); no limit
-        option is accepted yet (:class:`StreamOptions`), so the end is the same either way."""
+        """The end of the next micro-batch. pyspark 4.2+ passes ``start`` and a read limit (admission
+        control: ``maxBatchesPerTrigger`` and friends, Trigger.AvailableNow's target); older pyspark
+        passes neither, and the end is everything queued."""
         m = self._read()
-        # Without admission control (pyspark < 4.2) Spark gives no start: everything queued is the end.
-        # The sink-copy state at the end is that of every queued entry admitted from the first.
-        entries = m.entries
-        delivered = Delivered()
-        for a in delivered.admit_all(entries):
+        if start is None:
+            # The sink-copy state at the end is that of every queued entry admitted from the first.
+            delivered = Delivered()
+            for a in delivered.admit_all(m.entries):
+                delivered = a.after
+            return self._offset(m.next_sequence, m, delivered)
+        s = self._parse(start)
+        frm, delivered = s.next_sequence, s.delivered
+        first = m.entries[0].sequence if m.entries else m.next_sequence
+        if frm > m.next_sequence or (s.incarnation is not None and s.incarnation != incarnation_of(m.epoch)):
+            frm, delivered = first, Delivered()  # partitions() reports it (data loss)
+        elif frm < first:
+            frm = first
+        admission = self.driver.admission
+        now = (self._clock or SystemClock()).now_ms()
+        end = admission.end(frm, m.next_sequence, limit, now)
+        if end is None or end <= s.next_sequence and frm == s.next_sequence:
+            return start  # nothing to read yet (or holding for minBatchesPerTrigger)
+        admission.planned(frm, end, now)
+        for a in delivered.admit_all(x for x in m.entries if frm <= x.sequence < end):
             delivered = a.after
-        return self._offset(m.next_sequence, m, delivered)
+        return self._offset(end, m, delivered)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         s, e = self._parse(start), self._parse(end)
@@ -348,14 +380,25 @@ class OsqueueStreamReader(DataSourceStreamReader):
             )
             return []
         first = m.entries[0].sequence if m.entries else m.next_sequence
-        frm = s.next_sequence
-        if frm > m.next_sequence:
+        frm, delivered = s.next_sequence, s.delivered
+        now_sub = self.consumer.incarnation if self.options.subscription is not None else None
+        if s.subscription_incarnation is not None and now_sub is not None and s.subscription_incarnation != now_sub:
+            frm, delivered = self._reader_start(m), Delivered()
+            self._loss(
+                s.next_sequence,
+                f"subscription '{self.options.subscription}' was dropped and recreated since the checkpoint (incarnation "
+                f"{s.subscription_incarnation}, now {now_sub}); continuing at its position {frm}",
+            )
+        elif s.incarnation is not None and s.incarnation != current:
+            self._loss(frm, f"the queue was reset since the checkpoint (incarnation {s.incarnation}, now {current})")
+            frm, delivered = first, Delivered()
+        elif frm > m.next_sequence:
             self._loss(frm, f"the checkpoint is ahead of the queue (next sequence {m.next_sequence})")
-            frm = first
+            frm, delivered = first, Delivered()
         elif frm < first and frm < e.next_sequence:
             self._loss(frm, f"entries {frm}..{min(first, e.next_sequence) - 1} were removed before they were read")
         out = []
-        for a in s.delivered.admit_all(x for x in m.entries if frm <= x.sequence < e.next_sequence):
+        for a in delivered.admit_all(x for x in m.entries if frm <= x.sequence < e.next_sequence):
             if a.admitted:
                 out.append(a.entry)
         return partitions_of(self.location, out, self.options.fail_on_data_loss)
@@ -444,3 +487,16 @@ def last_committed_end(checkpoint: str | None, own_queue_id: str) -> dict[str, A
         if isinstance(offset, dict) and offset.get("queueId") == own_queue_id:
             return offset
     return None
+
+
+if SupportsTriggerAvailableNow is not None:
+
+    class OsqueueAvailableNowStreamReader(OsqueueStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+        """pyspark 4.2+: the stream reader with admission control and Trigger.AvailableNow in several micro-batches."""
+
+
+def stream_reader(options: StreamOptions) -> DataSourceStreamReader:
+    """The stream reader for this process's pyspark (:class:`OsqueueAvailableNowStreamReader` on 4.2+)."""
+    if SupportsTriggerAvailableNow is not None:
+        return OsqueueAvailableNowStreamReader(options)
+    return OsqueueStreamReader(options)

@@ -1,0 +1,133 @@
+"""Benchmark: the Python data source (format "osqueue_python") vs the JVM connector on the same queue,
+source and sink, on the local filesystem and on the S3 test server behind the latency proxy.
+
+Source: the same queue (the manifest restored between runs) read by a streaming query with
+trigger(availableNow=True) into the noop sink, alternating which side goes first; rows/s = records /
+wall time from start() to the query's end. Sink: the same cached DataFrame written with df.write to a
+fresh queue by each sink; rows/s = records / wall time of the write. Goal (issue 27): Python >= 0.5x
+JVM, each."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from bench.harness.environment import MANIFEST, Env, Settings
+from bench.harness.spark_benchmarks import SparkHolder, stream_to_noop
+from bench.harness.stats import summarize
+from osqueue.producer import Producer
+from osqueue.store import LocalFileSystemStore, ObjectStore
+from osqueue.store.object_stores import open_store
+
+GOAL = 0.5
+
+
+def _build(uri: str, options: dict[str, str] | None, records: int, record_bytes: int, per_batch: int) -> None:
+    filler = bytes(random.Random(7).choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(record_bytes))
+    with Producer(uri, flush_interval=3600, flush_size_bytes=1 << 40, store_options=options) as p:
+        for start in range(0, records, per_batch):
+            p.produce([(b"%010d" % i + filler)[:record_bytes] for i in range(start, min(start + per_batch, records))])
+            p.flush()
+
+
+def _pair(
+    s: Settings, name: str, expected: int, jvm: Callable[[], dict[str, Any]], python: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """Repeats alternating which side goes first; the ratio is Python rows/s over JVM rows/s."""
+    runs = []
+    for r in range(s.ratio_repeats):
+        pair: dict[str, dict[str, Any]] = {}
+        for side in ("jvm", "python") if r % 2 == 0 else ("python", "jvm"):
+            pair[side] = jvm() if side == "jvm" else python()
+            if pair[side]["rows"] != expected:
+                raise RuntimeError(f"{name}: the {side} side handled {pair[side]['rows']} rows, expected {expected}")
+        ratio = pair["jvm"]["wall_s"] / pair["python"]["wall_s"]
+        runs.append({**pair, "ratio": ratio})
+        s.log(
+            f"{name} run {r + 1}: JVM {expected / pair['jvm']['wall_s']:,.0f} rows/s, Python "
+            f"{expected / pair['python']['wall_s']:,.0f} rows/s, ratio {ratio:.2f}"
+        )
+    return {
+        "jvm_rows_per_s": summarize([expected / r["jvm"]["wall_s"] for r in runs]),
+        "python_rows_per_s": summarize([expected / r["python"]["wall_s"] for r in runs]),
+        "ratio_python_to_jvm": summarize([r["ratio"] for r in runs]),
+        "raw_runs": runs,
+    }
+
+
+def bench_python_source(env: Env, s: Settings) -> dict[str, Any]:
+    holder: SparkHolder = s.spark
+    spark = holder.spark
+    from osqueue.spark_source import register
+
+    fmt = register(spark)
+    records = 5_000 if s.quick else 50_000
+    record_bytes = s.record_bytes
+    per_batch = max(1, (1 << 20) // record_bytes)  # 1 MiB batch files
+    rows = spark.range(records).selectExpr(f"cast(lpad(cast(id as string), {record_bytes}, 'x') as binary) as value")
+    rows = rows.repartition(2).cache()
+    rows.count()
+    stores: dict[str, tuple[Callable[[str], str], dict[str, str]]] = {
+        "local": (lambda name: str(holder.tmp / name), {}),
+        "s3": (lambda name: env.uri(f"pysource-{name}"), env.options()),
+    }
+    out: dict[str, Any] = {}
+    for store_name, (uri_of, options) in stores.items():
+        queue = uri_of(f"source-{uuid.uuid4().hex[:8]}")
+        s.log(f"python_source[{store_name}]: building a queue of {records} records of {record_bytes} B ...")
+        direct = {**options, "fs.s3a.endpoint": env.server_endpoint} if options else None
+        _build(queue, direct, records, record_bytes, per_batch)
+        store: ObjectStore = LocalFileSystemStore(queue) if not options else open_store(queue, options)
+        written = store.get(MANIFEST)
+        assert written is not None
+        manifest = written.data
+
+        def read(
+            source: str,
+            queue: str = queue,
+            options: dict[str, str] = options,
+            store: ObjectStore = store,
+            manifest: bytes = manifest,
+        ) -> Any:
+            def run() -> dict[str, Any]:
+                store.put(MANIFEST, manifest)  # every batch queued again
+                ckpt = holder.checkpoint(f"pysource-{source}")
+                reader = spark.readStream.format(source).options(**options)
+                reader = (
+                    reader.option("gc", "false") if source == "osqueue" else reader.option("checkpointLocation", ckpt)
+                )
+                return stream_to_noop(spark, reader.load(queue).select("value"), ckpt)
+
+            return run
+
+        def write(sink: str, uri_of: Callable[[str], str] = uri_of, options: dict[str, str] = options) -> Any:
+            def run() -> dict[str, Any]:
+                target = uri_of(f"sink-{sink}-{uuid.uuid4().hex[:8]}")
+                t0 = time.monotonic()
+                rows.write.format(sink).options(**options).mode("append").save(target)
+                return {"wall_s": time.monotonic() - t0, "rows": records}
+
+            return run
+
+        s.log(f"python_source[{store_name}]: source, JVM vs Python ...")
+        source = _pair(s, f"source[{store_name}]", records, read("osqueue"), read(fmt))
+        s.log(f"python_source[{store_name}]: sink, JVM vs Python ...")
+        sink = _pair(s, f"sink[{store_name}]", records, write("osqueue"), write(fmt))
+        out[store_name] = {"source": source, "sink": sink}
+    rows.unpersist()
+    met = all(out[st][side]["ratio_python_to_jvm"]["median"] >= GOAL for st in out for side in ("source", "sink"))
+    return {
+        "description": f"{records} records of {record_bytes} B in {per_batch}-record batch files; source: the same "
+        "queue read by format('osqueue') (JVM) and format('osqueue_python') (the Python data source) into the noop "
+        "sink with trigger(availableNow=True) (manifest restored between runs); sink: the same cached DataFrame "
+        "(2 partitions) written by df.write to a fresh queue; local filesystem, and the S3 test server through the "
+        f"latency proxy (+{env.latency_ms:g} ms per request); local[2]",
+        "records": records,
+        "record_bytes": record_bytes,
+        "stores": out,
+        "goal": f"Python source and sink rows/s >= {GOAL}x the JVM's, on each store",
+        "goal_met": bool(met),
+    }

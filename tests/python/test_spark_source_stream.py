@@ -1,0 +1,201 @@
+"""The Python data source's stream reader driven as Spark drives it, without a Spark session: named
+subscriptions (their position, their own fence, OSQUEUE_NO_SUBSCRIPTION / OSQUEUE_FOREIGN_SUBSCRIPTION as
+the JVM source) and admission control (pyspark 4.2's latestOffset(start, limit): maxBatchesPerTrigger,
+minBatchesPerTrigger with maxTriggerDelay, Trigger.AvailableNow's target)."""
+
+from __future__ import annotations
+
+import pathlib
+import random
+from dataclasses import dataclass
+
+import pytest
+
+pytest.importorskip("pyarrow", reason="osqueue.spark_source needs pyarrow (osqueue[spark])")
+pytest.importorskip("pyspark.sql.datasource", reason="the Python data source API (pyspark 4)")
+
+from helpers import ManualClock  # noqa: E402
+
+from osqueue import Producer  # noqa: E402
+from osqueue.errors import FencedError  # noqa: E402
+from osqueue.queue import ManifestStore  # noqa: E402
+from osqueue.queue.subscriptions import Subscriptions  # noqa: E402
+from osqueue.spark_source.options import BatchReadOptions, OsqueueSparkError, StreamOptions  # noqa: E402
+from osqueue.spark_source.reader import OsqueueBatchReader, OsqueueStreamReader, store_of  # noqa: E402
+
+
+@dataclass
+class ReadMaxFiles:  # pyspark 4.2's limits, as its registry rebuilds them (type name and fields)
+    max_files: int
+
+
+@dataclass
+class ReadMinRows:
+    min_rows: int
+
+
+@dataclass
+class ReadAllAvailable:
+    pass
+
+
+def _produce(root: pathlib.Path, batches: int, tag: str = "v") -> list[str]:
+    """``batches`` queue entries of one record each."""
+    values = []
+    with Producer(str(root), flush_interval=3600) as producer:
+        for i in range(batches):
+            values.append(f"{tag}{i}")
+            handle = producer.produce([values[-1].encode()])
+            producer.flush()
+            handle.wait_durable(30)
+    return values
+
+
+def _reader(root: pathlib.Path, clock: ManualClock | None = None, **options: str) -> OsqueueStreamReader:
+    parsed = StreamOptions.parse({"path": str(root), **options}, admission_control=True)
+    return OsqueueStreamReader(parsed, random.Random(7), clock or ManualClock())
+
+
+def _values(reader: OsqueueStreamReader, start: dict, end: dict) -> list[str]:
+    return [
+        v.decode()
+        for p in reader.partitions(start, end)
+        for batch in reader.read(p)
+        for v in batch.column(0).to_pylist()
+    ]
+
+
+def _head(root: pathlib.Path):  # type: ignore[no-untyped-def]
+    store = store_of(StreamOptions.parse({"path": str(root)}).location)
+    manifests = ManifestStore(store, "ingest/manifest")
+    raw, _ = manifests.read_raw()
+    return manifests.head(raw)
+
+
+def _run_batch(reader: OsqueueStreamReader, start: dict, limit: object = None) -> tuple[dict, list[str]]:
+    end = reader.latestOffset(start, limit)
+    values = _values(reader, start, end)
+    reader.commit(end)
+    return end, values
+
+
+def test_each_subscription_reads_every_entry_and_entries_leave_after_both(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "q"
+    _produce(root, 0)
+    subs = Subscriptions(store_of(StreamOptions.parse({"path": str(root)}).location), "ingest/manifest")
+    subs.create("audit")
+    subs.create("billing")
+    expected = _produce(root, 3)
+    audit, billing = _reader(root, subscription="audit"), _reader(root, subscription="billing")
+
+    start = audit.initialOffset()
+    assert start["subscription"] == "audit" and isinstance(start["subscriptionIncarnation"], int)
+    end, values = _run_batch(audit, start, ReadAllAvailable())
+    assert values == expected
+    assert len(_head(root).tail_entries()) == 3, "billing has not read them: they stay queued"
+    assert _head(root).sections.subscription("audit").next == end["nextSequence"]
+
+    b_start = billing.initialOffset()
+    b_end, b_values = _run_batch(billing, b_start, ReadAllAvailable())
+    assert b_values == expected and b_end["nextSequence"] == end["nextSequence"]
+    assert _head(root).tail_entries() == [], "both subscriptions passed: the entries left the queue"
+
+    # A checkpoint of one reader is refused by another, as the JVM source refuses it.
+    with pytest.raises(OsqueueSparkError) as foreign:
+        billing.partitions(start, end)
+    assert foreign.value.condition == "OSQUEUE_FOREIGN_SUBSCRIPTION"
+    assert "subscription 'audit'" in str(foreign.value) and "subscription 'billing'" in str(foreign.value)
+    unnamed = _reader(root)
+    with pytest.raises(OsqueueSparkError, match=r"OSQUEUE_FOREIGN_SUBSCRIPTION.*the unnamed reader"):
+        unnamed.latestOffset(start, ReadAllAvailable())
+
+
+def test_a_second_reader_of_a_subscription_fences_only_that_subscription(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "q"
+    _produce(root, 0)
+    subs = Subscriptions(store_of(StreamOptions.parse({"path": str(root)}).location), "ingest/manifest")
+    subs.create("audit")
+    subs.create("billing")
+    _produce(root, 2)
+    first, other = _reader(root, subscription="audit"), _reader(root, subscription="billing")
+    start, other_start = first.initialOffset(), other.initialOffset()
+    second = _reader(root, subscription="audit")
+    second.initialOffset()
+    with pytest.raises(FencedError):
+        first.latestOffset(start, ReadAllAvailable())
+    _, values = _run_batch(other, other_start, ReadAllAvailable())  # billing's reader is not fenced
+    assert values == ["v0", "v1"]
+
+
+def test_a_missing_subscription_is_refused_unless_created(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "q"
+    expected = _produce(root, 2)
+    with pytest.raises(OsqueueSparkError) as missing:
+        _reader(root, subscription="audit").initialOffset()
+    assert missing.value.condition == "OSQUEUE_NO_SUBSCRIPTION" and "'audit'" in str(missing.value)
+    with pytest.raises(OsqueueSparkError, match="OSQUEUE_NO_SUBSCRIPTION"):
+        OsqueueBatchReader(BatchReadOptions.parse({"path": str(root), "subscription": "audit"})).partitions()
+    created = _reader(root, subscription="audit", createSubscription="true")
+    start = created.initialOffset()
+    _, values = _run_batch(created, start, ReadAllAvailable())
+    assert values == expected  # created at the queue's first entry
+    # A batch read from the subscription's position: nothing left for it, and it acks nothing.
+    later = _produce(root, 1, tag="late")
+    batch = OsqueueBatchReader(BatchReadOptions.parse({"path": str(root), "subscription": "audit"}))
+    assert [p.sequence for p in batch.partitions()] == [_head(root).next_sequence - 1]
+    assert later == ["late0"] and _head(root).sections.subscription("audit").next == _head(root).next_sequence - 1
+
+
+def test_max_batches_per_trigger_caps_each_micro_batch(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "q"
+    expected = _produce(root, 5)
+    reader = _reader(root, maxBatchesPerTrigger="2")
+    start = reader.initialOffset()
+    seen, sizes = [], []
+    for _ in range(4):
+        end, values = _run_batch(reader, start, ReadMaxFiles(2))
+        if end == start:
+            break
+        sizes.append(end["nextSequence"] - start["nextSequence"])
+        seen += values
+        start = end
+    assert sizes == [2, 2, 1] and seen == expected
+    assert _head(root).tail_entries() == []
+    # Spark's ReadAllAvailable overrides the options.
+    more = _produce(root, 3, tag="w")
+    end, values = _run_batch(reader, start, ReadAllAvailable())
+    assert values == more
+
+
+def test_min_batches_per_trigger_waits_up_to_max_trigger_delay(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "q"
+    clock = ManualClock()
+    _produce(root, 2)
+    reader = _reader(root, clock, minBatchesPerTrigger="3", maxTriggerDelay="10s")
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadMinRows(3)) == start, "2 < 3 queued and no delay passed: wait"
+    clock.advance(11)
+    end = reader.latestOffset(start, ReadMinRows(3))
+    assert end["nextSequence"] - start["nextSequence"] == 2, "the delay passed: read what there is"
+    reader.commit(end)
+    _produce(root, 3, tag="w")
+    after = reader.latestOffset(end, ReadMinRows(3))
+    assert after["nextSequence"] - end["nextSequence"] == 3
+
+
+def test_available_now_reads_up_to_the_queue_end_when_the_run_began(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "q"
+    expected = _produce(root, 3)
+    reader = _reader(root, minBatchesPerTrigger="10", maxBatchesPerTrigger="20")
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    _produce(root, 2, tag="after")  # lands after the run began: not this run's
+    seen = []
+    for _ in range(3):
+        end, values = _run_batch(reader, start, ReadMaxFiles(2))
+        if end == start:
+            break
+        seen += values
+        start = end
+    assert seen == expected, "capped at 2 per batch, never waiting for minBatchesPerTrigger, stopping at the target"
+    assert [e.sequence for e in _head(root).tail_entries()] == [3, 4]
