@@ -21,6 +21,7 @@ from bench.harness.kafka import bench_kafka, kafka_jars
 from bench.harness.report import markdown_report, write_plots
 from bench.harness.spark_benchmarks import SparkHolder, bench_latency, bench_spark_file
 from bench.harness.spark_depth import bench_spark_depth, bench_spark_depth_s3
+from bench.harness.spool_benchmarks import bench_spool, bench_verify_read
 
 BENCHMARKS = (
     "contention",
@@ -36,11 +37,14 @@ BENCHMARKS = (
     "spark_file",
     "kafka",
     "latency",
+    "spool",
+    "verify_read",
 )
 SPARK_BENCHMARKS = ("spark_file", "kafka", "latency")
 QUICK_SKIPS = ("kafka", "py_depth", "deep_v1", "jvm_depth", "spark_depth", "spark_depth_s3")
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
+QUICK_SKIPS += ("spool", "verify_read")  # issue 28's rows: run with --only (smoke: tests/python/test_bench.py)
 
 
 def normalize_names(only: Sequence[str]) -> list[str]:
@@ -97,6 +101,8 @@ def run_benchmarks(
         "spark_file": bench_spark_file,
         "kafka": bench_kafka,
         "latency": bench_latency,
+        "spool": bench_spool,
+        "verify_read": bench_verify_read,
     }
     # Spark's Kafka connector jars must be on the session's class path from the start.
     if "kafka" in names:
