@@ -423,7 +423,7 @@ object ManifestHead {
 
   /** A version 3 head's bytes with head_crc32 filled in; a v1 manifest as it is. */
   private def finish(bytes: Array[Byte], sections: HeadSections): Array[Byte] = {
-    val version = (bytes(bytes.length - 2) & 0xff) | ((bytes(bytes.length - 1) & 0xff) << 8)
+    val version = (bytes(bytes.length - 2) & 0xFF) | ((bytes(bytes.length - 1) & 0xFF) << 8)
     if (version == HeadSections.Version) {
       val crcAt = bytes.length - FooterSize - 4
       ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).putInt(crcAt, HeadSections.headCrc32(bytes, crcAt).toInt)
