@@ -198,7 +198,7 @@ def test_python_consumer_reads_a_jvm_producers_segmented_queue_exactly(shared_qu
         "produce", path, "jvm", "40", "--sync", "true", "--flush-ms", "5", "--segment-entries", "3", store_options=opts
     )
     head = _head(path, opts)
-    assert head.version == 2 and _sealed(head) >= 30 and len(head.tail) <= 3, "the JVM sealed past K = 3"
+    assert head.version == 3 and _sealed(head) >= 30 and len(head.tail) <= 3, "the JVM sealed past K = 3"
     c = osqueue.Consumer(path, store_options=opts)
     values, n = [], 0
     while (b := c.next_batch()) is not None:
@@ -219,7 +219,7 @@ def test_jvm_consumer_reads_a_python_producers_segmented_queue_exactly(shared_qu
         for i in range(25):
             p.produce([f"py-{i}".encode()], metadata=b"py").wait_durable(120)
     head = _head(path, opts)
-    assert head.version == 2 and _sealed(head) >= 18 and len(head.tail) <= 3, "Python sealed past K = 3"
+    assert head.version == 3 and _sealed(head) >= 18 and len(head.tail) <= 3, "Python sealed past K = 3"
     lines = jvm_tool.run("consume", path, store_options=opts).splitlines()
     assert [line.split("\t")[2] for line in lines] == [f"py-{i}" for i in range(25)]
     head = _head(path, opts)

@@ -23,6 +23,7 @@ from bench.harness.python_source_bench import bench_python_source
 from bench.harness.report import markdown_report, write_plots
 from bench.harness.spark_benchmarks import SparkHolder, bench_latency, bench_spark_file
 from bench.harness.spark_depth import bench_spark_depth, bench_spark_depth_s3
+from bench.harness.spool_benchmarks import bench_spool, bench_verify_read
 
 BENCHMARKS = (
     "contention",
@@ -51,9 +52,12 @@ QUICK_SKIPS = (
     "spark_depth_s3",
     "producers_processes",
     "python_source",
+    "spool",
+    "verify_read",
 )
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
+QUICK_SKIPS += ("spool", "verify_read")  # issue 28's rows: run with --only (smoke: tests/python/test_bench.py)
 
 
 def normalize_names(only: Sequence[str]) -> list[str]:
@@ -112,6 +116,8 @@ def run_benchmarks(
         "latency": bench_latency,
         "producers_processes": bench_producers_processes,
         "python_source": bench_python_source,
+        "spool": bench_spool,
+        "verify_read": bench_verify_read,
     }
     # Spark's Kafka connector jars must be on the session's class path from the start.
     if "kafka" in names:

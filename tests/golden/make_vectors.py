@@ -665,6 +665,13 @@ def head_v3(
     return before + struct.pack("<I", crc) + foot
 
 
+def flip(data: bytes, at: int) -> bytes:
+    """``data`` with the lowest bit of the byte at ``at`` flipped."""
+    out = bytearray(data)
+    out[at] ^= 1
+    return bytes(out)
+
+
 def build_heads_v3(files: dict[str, bytes]) -> dict:
     """Version 3 heads (docs/format.md §2.3): valid ones with their decoded sections, and heads that
     break one rule each (every one with a correct CRC but head_v3_bad_crc, so the rule is what fails)."""
@@ -764,6 +771,8 @@ def build_heads_v3(files: dict[str, bytes]) -> dict:
             15,
             5,
         ),
+        # head_v2 as writers write it since docs/adr/0006 item 3: version 3, no section, head_crc32
+        "head_v3_from_v2": (head_v3([], refs, 2, tail, 2, 11, 17, 5), sections_js(), refs_js, 11, 5),
     }
     heads = []
     for name, (data, secs, refs_list, low_water, epoch) in valid.items():
@@ -835,6 +844,10 @@ def build_heads_v3(files: dict[str, bytes]) -> dict:
         "head_v3_no_sections_no_refs": (head_v3([], b"", 0, tail, 2, 15, 17, 5), "CorruptManifest"),
         # no segment, but low_water 14 is not the tail's first sequence (15)
         "head_v3_low_water_not_tail_start": (head_v3([subs], b"", 0, tail, 2, 14, 17, 5), "CorruptManifest"),
+        # head_v3_from_v2 with one byte flipped where no other invariant looks (ADR 0006 item 3): the
+        # footer's epoch, and the first ref's oldest_batch_ms (GC's rule 3); only head_crc32 catches them
+        "head_v3_from_v2_epoch_flipped": (flip(head_v3([], refs, 2, tail, 2, 11, 17, 5), -10), "CorruptManifest"),
+        "head_v3_from_v2_oldest_flipped": (flip(head_v3([], refs, 2, tail, 2, 11, 17, 5), 21), "CorruptManifest"),
     }
     for name, (data, _) in rejected.items():
         files[name + ".bin"] = data

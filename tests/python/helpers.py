@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import struct
 import threading
+import zlib
 from collections.abc import Callable
 
 from osqueue.errors import StoreError
@@ -160,3 +162,20 @@ def assert_well_formed(store: ObjectStore, key: str = "ingest/manifest") -> list
     seqs = [e.sequence for e in manifest.entries]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else True
     return locations
+
+
+def v2_as_v3(v2: bytes) -> bytes:
+    """A version 2 head (docs/format.md §2.2) as writers now write it: version 3 without sections, with
+    ``head_crc32`` (§2.3, docs/adr/0006 item 3). Built from the bytes, not by the encoder under test."""
+    segments_len, count, low_water = struct.unpack_from("<IIQ", v2, len(v2) - 38)
+    footer = v2[-22:-2] + struct.pack("<H", 3)
+    before = v2[:-38] + struct.pack("<IIIIQ", 0, 0, segments_len, count, low_water)
+    return before + struct.pack("<I", zlib.crc32(before + footer)) + footer
+
+
+def with_head_crc(head: bytes | bytearray) -> bytes:
+    """A version 3 head with its ``head_crc32`` computed again (a test that damages another field on
+    purpose, so that the field's own check is what fails)."""
+    at = len(head) - 26
+    crc = zlib.crc32(bytes(head[:at]) + bytes(head[at + 4 :]))
+    return bytes(head[:at]) + struct.pack("<I", crc) + bytes(head[at + 4 :])

@@ -236,3 +236,24 @@ def test_deep_v1_bench_reports_the_chunked_and_the_one_segment_head(monkeypatch:
     assert rows["one_segment"]["segments"] == 1 and rows["one_segment"]["largest_segment_entries"] == 1_000
     assert rows["v1_100"]["segments"] == 0
     assert set(result["open_first_3_extra_s_vs_100"]) == {"chunked", "one_segment"}
+
+
+def test_spool_and_verify_read_rows_run_on_the_in_memory_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/harness/spool_benchmarks.py (issue 28's rows), small, on the in-memory store: every figure."""
+    from bench.harness import spool_benchmarks
+    from bench.harness.environment import Settings
+
+    monkeypatch.setattr(spool_benchmarks, "SPOOL_CALLS", (40, 40))
+    monkeypatch.setattr(spool_benchmarks, "VERIFY_BATCHES", (10, 10))
+
+    class _Env:
+        def store(self, prefix: str) -> InMemoryStore:
+            return InMemoryStore(prefix)
+
+    settings = Settings(True, 0.0, lambda _: None)
+    spool = spool_benchmarks.bench_spool(_Env(), settings)  # type: ignore[arg-type]
+    for key in ("unspooled_mb_s", "spooled_mb_s", "ratio", "durable_p50_ms", "durable_p99_ms"):
+        assert spool[key]["n"] == settings.ratio_repeats and spool[key]["median"] > 0, key
+    read = spool_benchmarks.bench_verify_read(_Env(), settings)  # type: ignore[arg-type]
+    assert 0 < read["verification_share"]["median"] < 1
+    assert read["rows_s_without_checks"]["median"] > read["rows_s"]["median"] > 0

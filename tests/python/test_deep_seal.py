@@ -80,7 +80,7 @@ def test_a_10k_entry_v1_queue_with_k_64_becomes_segments_of_at_most_64_read_in_o
         assert p.enqueue(new).sequence == 10_005
     h = _head(store)
     leaves = _leaves(store)
-    assert h.version == 2 and h.low_water == 5 and h.tail_size == 1
+    assert h.version == 3 and h.low_water == 5 and h.tail_size == 1
     assert all(r.entry_count <= 64 for r in leaves)
     assert [r.first_sequence for r in leaves] == list(range(5, 10_005, 64))  # aligned on s0 = 5
     assert sum(r.entry_count for r in leaves) == 10_000

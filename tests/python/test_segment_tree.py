@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from functools import partial
 
 import pytest
-from helpers import ManualClock, WrappedStore
+from helpers import ManualClock, WrappedStore, v2_as_v3, with_head_crc
 from segmented_queue_helpers import FAST, GRACE_MS, KEY, recording_gets
 from segmented_queue_helpers import all_locations as _all_locations
 from segmented_queue_helpers import head as _head
@@ -103,7 +103,7 @@ def test_golden_tree_head_re_encodes_and_lists_mixed_levels() -> None:
     assert head.refs == [_ref(r) for r in vector["head"]["refs"]]
     assert [r.level for r in head.refs] == [0, 2, 0]
     assert head.tail == [_entry(e) for e in vector["head"]["tail"]]
-    assert encode_head(head.refs, head.low_water, head.tail, head.next_sequence, head.epoch) == data
+    assert encode_head(head.refs, head.low_water, head.tail, head.next_sequence, head.epoch) == v2_as_v3(data)
     assert parse_head(data, KEY).depth == len(vector["head"]["queued_sequences"])
 
 
@@ -176,8 +176,10 @@ def test_a_ref_above_level_32_or_an_index_first_is_refused() -> None:
     assert parse_head(encode_head([seg, index], 0, [], 6, 0), "m").refs == [seg, index]
     bad = bytearray(encode_head([seg, index], 0, [], 6, 0))
     bad[63 + len(seg.key) + 16] = 33  # the second ref's level byte (after first_sequence and entry_count)
+    with pytest.raises(CorruptManifestError, match="head_crc32"):
+        parse_head(bytes(bad), "m")  # the head's CRC catches it first
     with pytest.raises(CorruptManifestError, match="level 33"):
-        parse_head(bytes(bad), "m")
+        parse_head(with_head_crc(bad), "m")
     with pytest.raises(CorruptManifestError, match="is an index"):
         parse_head(encode_head([index], 2, [], 6, 0), "m")
 
@@ -315,7 +317,7 @@ def test_appends_and_dequeues_with_folding_and_expansion_match_a_model(k: int) -
             model = [(s, loc) for s, loc in model if s > through]
         decoded = decode_head(raw, "m")
         assert decoded.next_sequence == next_seq and decoded.epoch == 7
-        assert decoded.version == (2 if decoded.refs else 1), "v1 whenever no ref is left"
+        assert decoded.version == (3 if decoded.refs else 1), "v1 whenever no ref is left (v3 with refs: ADR 0006)"
         assert len(decoded.tail) <= k + (3 if k < 64 else 70)
         if decoded.refs:
             assert decoded.refs[0].level == 0
@@ -348,7 +350,7 @@ def test_with_epoch_expands_too_and_without_a_dequeue_reads_no_index() -> None:
         raise AssertionError(f"read {ref.key}")
 
     raw, removed = parse_head(data, KEY).with_epoch(9, None, no_reads)
-    assert removed == 0 and raw[:-22] == data[:-22]
+    assert removed == 0 and raw[:-50] == data[:-38]  # v2 read, v3 written: refs and tail kept
     raw, removed = parse_head(data, KEY).with_epoch(9, 14, tree.children)
     head = decode_head(raw, KEY)
     # a dropped; top expanded to bc and de, bc to b and c, b (13..14) dropped: c, de, f

@@ -237,7 +237,7 @@ def test_cli_produce_seals_past_its_k_and_tail_and_inspect_read_the_segmented_qu
     inspected = json.loads(runner.invoke(cli, ["inspect", root, "--json"], catch_exceptions=False).stdout)
     # K = 2, F = 2: segments sealed at the 3rd, 5th, 7th and 9th run; the 2nd and 3rd were folded into a
     # level-1 index (the first ref never is), the 4th stays beside it (their levels differ)
-    assert inspected["format_version"] == 2 and inspected["depth"] == 9
+    assert inspected["format_version"] == 3 and inspected["depth"] == 9
     assert [r["level"] for r in inspected["refs"]] == [0, 1, 0] and inspected["refs_per_level"] == {"0": 2, "1": 1}
     tail = runner.invoke(cli, ["tail", root], catch_exceptions=False)
     assert tail.stdout.split("\n")[:-1] == [f"v{i}" for i in range(9)], "tail walks the index objects"

@@ -394,3 +394,21 @@ def _local_store(path: pathlib.Path) -> Any:
     from osqueue.store import open_store
 
     return open_store(str(path))
+
+
+def test_a_spooled_producer_starts_in_an_outage_and_replays_when_the_store_is_back(tmp_path: pathlib.Path) -> None:
+    # Issue 28's chaos case: a producer restarted on its spool while the store is unreachable. It used to
+    # fail in its constructor (the data prefix's owner claim, a GET); it now claims from its upload thread.
+    store = _Outage(InMemoryStore())
+    with _producer(store, tmp_path, durability="local") as p:
+        p.produce([b"first"]).wait_durable(5)
+    store.down.set()
+    with _producer(store, tmp_path, durability="local") as p:
+        handle = p.produce([b"in the outage"])  # returned: fsync'd locally
+        deadline = time.monotonic() + 5
+        while store.failed < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.failed >= 2 and not handle.done()
+        store.down.clear()
+        handle.wait_durable(10)
+    assert _values(store) == [b"first", b"in the outage"]

@@ -1,7 +1,7 @@
 """The osqueue Spark source on a segmented queue (docs/format.md §2.2, issue 15): real Spark, real files.
 
 The queues are written by the JVM producer (QueueTool, from the connector jar) with a small K
-(`--segment-entries`), so their manifests are version 2 heads listing segments; each test checks it
+(`--segment-entries`), so their manifests are segmented heads (version 3, docs/adr/0006 item 3) listing segments; each test checks it
 is so before reading. Delivery must be exact and in order across segment boundaries: micro-batches,
 the batch read, a real-time query, and a query killed with -9 and restarted. Micro-batches and
 AvailableNow across segments are tested in Scala (SegmentedSourceSuite, OsqueueMicroBatchStreamSuite).
@@ -67,7 +67,7 @@ def assert_segmented(queue: pathlib.Path, at_least: int) -> None:
         segments = len(list(SegmentTree(ms).leaves(head, head.refs[0].first_sequence))) if head.refs else 0
     finally:
         store.close()
-    assert head.version == 2 and segments >= at_least, f"not segmented: {segments} segments"
+    assert head.version == 3 and segments >= at_least, f"not segmented: {segments} segments"  # v3: docs/adr/0006 item 3
 
 
 def test_kill_dash_nine_mid_stream_on_a_segmented_queue_and_restart_delivers_each_entry_exactly_once(

@@ -63,7 +63,7 @@ def inspect(target: QueueTarget, as_json: bool) -> None:
             head = decode_head(raw, target.manifest_path)
             readers = (
                 readers_json(parse_head(raw, target.manifest_path), CLOCK.now_ms(), manifest_store)
-                if version == 3
+                if not head.sections.is_empty
                 else None
             )
             if as_json:
@@ -126,7 +126,7 @@ def _print_head_summary(
     table.add_row(
         "manifest",
         f"{target.manifest_path} ({human_bytes(head_bytes)}, format version {head.version}: "
-        + ("a segmented head)" if head.version == HEAD_VERSION else "a head with subscriptions or retention)"),
+        + ("a segmented head)" if head.sections.is_empty else "a head with subscriptions or retention)"),
     )
     table.add_row("entries (depth)", f"{head.depth} (from the head: no segment read)")
     table.add_row("sequences", f"{head.first_sequence}..{head.next_sequence - 1}" if head.depth else "-")
@@ -138,7 +138,7 @@ def _print_head_summary(
         for level, n in _levels(head).items()
     )
     table.add_row("refs", f"{len(head.refs)} in the head ({levels}), low water {head.low_water}")
-    if head.version == 3:
+    if not head.sections.is_empty:
         for field, value in reader_rows(
             parse_head(raw, target.manifest_path), CLOCK.now_ms(), ManifestStore(store, target.manifest_path)
         ):

@@ -179,7 +179,7 @@ class Consumer:
         start = self._queue.start_sequence
         if (
             start
-            and (manifest.version == 3 or subscription is not None)
+            and (not manifest.sections.is_empty or subscription is not None)
             and start > (-1 if last_acked_sequence is None else last_acked_sequence) + 1
         ):
             # A reader record's position (docs/format.md §2.3): what it acknowledged is behind it.

@@ -332,14 +332,11 @@ def frame_head(
     next_sequence: int,
     epoch: int,
 ) -> bytes:
-    """A head from ``body`` (its refs region, then its tail): version 3 with sections (the sections,
-    ``body``, the trailer with its CRC, the footer); else version 2 with refs, version 1 without,
-    byte for byte as a writer that knows no sections writes them."""
-    if sections.is_empty:
-        if segment_count == 0:
-            return body + MANIFEST_FOOTER.pack(entry_count, next_sequence, epoch, 1)
-        trailer = HEAD_TRAILER.pack(segments_len, segment_count, low_water)
-        return body + trailer + MANIFEST_FOOTER.pack(entry_count, next_sequence, epoch, 2)
+    """A head from ``body`` (its refs region, then its tail): version 1 (RFC bytes) without refs or
+    sections; else version 3 (the sections, ``body``, the trailer with its CRC, the footer), so every
+    segmented head carries ``head_crc32`` (docs/adr/0006 item 3; version 2 is read, never written)."""
+    if sections.is_empty and segment_count == 0:
+        return body + MANIFEST_FOOTER.pack(entry_count, next_sequence, epoch, 1)
     secs = encode_sections(sections)
     trailer = SECTIONS_TRAILER.pack(len(secs), section_count(sections), segments_len, segment_count, low_water, 0)
     out = bytearray(

@@ -14,6 +14,7 @@ producer's K, retry policy, clock and metrics apply); its handles complete when 
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import random
 import threading
@@ -212,19 +213,17 @@ class Producer:
         self._rng = rng
         self._metrics = metrics or m.REGISTRY
         try:
-            # Claimed before the first upload, so GC can prove this producer's files are its queue's (§6).
-            owner = claim_data_prefix(
-                self._store,
-                manifest_path,
-                data_path_prefix,
-                self._clock,
-                create_with_grace_ms=self._grace_ms,
-                retry=retry,
-                rng=rng,
-            )
-            assert owner is not None
-            # The queue's grace period is the one GC uses: a longer option of ours must not count (§6).
-            self._grace_ms = min(self._grace_ms, owner.gc_grace_period_ms)
+            # Claimed before the first upload, so GC can prove this producer's files are its queue's (§6);
+            # a spooled producer claims from its upload thread (retried: it starts in an outage, issue 28).
+            claim = functools.partial(
+                claim_data_prefix, self._store, manifest_path, data_path_prefix, self._clock,
+                create_with_grace_ms=self._grace_ms, retry=retry, rng=rng,
+            )  # fmt: skip
+            if spool_dir is None:
+                owner = claim()
+                assert owner is not None
+                # The queue's grace period is the one GC uses: a longer option of ours must not count (§6).
+                self._grace_ms = min(self._grace_ms, owner.gc_grace_period_ms)
             self._queue = QueueProducer(
                 self._store,
                 manifest_path,
@@ -268,6 +267,7 @@ class Producer:
                     prefix=data_path_prefix,
                     compression=self._compression,
                     grace_ms=self._grace_ms,
+                    claim=claim,
                     clock=self._clock,
                     rng=rng,
                     retry=policy,

@@ -16,6 +16,7 @@ import logging
 import random
 import zlib
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from osqueue import metrics as m
 from osqueue.clock import Clock
@@ -26,6 +27,7 @@ from osqueue.format.batch_names import new_batch_key
 from osqueue.format.manifest import MetadataItem
 from osqueue.producer.spool import Spool
 from osqueue.producer.spool_log import BatchRecord, EntriesRecord
+from osqueue.queue.data_prefix_owner import DataPrefixOwner
 from osqueue.queue.manifest_appender import EnqueueResult, ManifestAppender
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore
@@ -34,6 +36,7 @@ _log = logging.getLogger("osqueue.producer.spool")
 
 # A store error is retried; so is a CAS loop that ran out of budget against other writers.
 _RETRIED = (StoreError, ConflictRetriesExhaustedError)
+_T = TypeVar("_T")
 
 
 def assemble(calls: Sequence[EntriesRecord]) -> tuple[list[bytes], list[MetadataItem]]:
@@ -62,7 +65,11 @@ class SpoolUploader:
         rng: random.Random | None,
         retry: RetryPolicy,
         metrics: m.MetricsRegistry,
+        claim: Callable[[], DataPrefixOwner | None] | None = None,
     ) -> None:
+        """``claim``: the data prefix's owner claim (docs/format.md §6), made by :meth:`replay` before any
+        upload and retried like an upload, so a producer started while the store is unreachable starts."""
+        self._claim = claim
         self._store = store
         self._spool = spool
         self._appender = appender
@@ -75,7 +82,7 @@ class SpoolUploader:
         self._metrics = metrics
         self._jitter = rng or random.Random(0)
 
-    def _forever(self, what: str, action: Callable[[], EnqueueResult | None]) -> EnqueueResult | None:
+    def _forever(self, what: str, action: Callable[[], _T]) -> _T:
         failures = 0
         while True:
             try:
@@ -147,7 +154,12 @@ class SpoolUploader:
         return encode_batch(records, self._compression), metadata
 
     def replay(self) -> int:
-        """Ships every batch the spool named but did not see land (step 2 on); how many."""
+        """Ships every batch the spool named but did not see land (step 2 on); how many. The data prefix
+        is claimed first (the queue's grace period, if shorter than ours, is the one kept)."""
+        if self._claim is not None:
+            owner = self._forever("claiming the data prefix", self._claim)
+            if owner is not None:
+                self._grace_ms = min(self._grace_ms, owner.gc_grace_period_ms)
         shipped = 0
         for b in self._spool.pending_batches():
             r = b.record

@@ -13,7 +13,7 @@ from osqueue.clock import Clock, SystemClock
 from osqueue.errors import FencedError, IllegalQueueStateError, InvalidConfigError, ResumePointError, StoreError
 from osqueue.format.batch_integrity import EntryIntegrity, verify_entry
 from osqueue.format.dequeue_receipts import MAX_RECEIPTS, DequeueReceipts
-from osqueue.format.head_sections import HEAD_SECTIONS_VERSION, HeadSections, UnnamedReader
+from osqueue.format.head_sections import HeadSections, UnnamedReader
 from osqueue.format.incarnation import incarnation_of, new_incarnation_epoch, next_epoch
 from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
 from osqueue.format.manifest_codec import empty_manifest
@@ -172,7 +172,7 @@ class QueueConsumer:
                         "resume point (data loss)"
                     )
             new_epoch = next_epoch(base_epoch)
-            if current.version == HEAD_SECTIONS_VERSION:  # the unnamed reader's record moves, not the queue (§2.3)
+            if not current.sections.is_empty:  # the unnamed reader's record moves, not the queue (§2.3)
                 reader = current.sections.unnamed_reader or UnnamedReader(current.first_sequence, 0)
                 nxt = reader.next if last_acked is None else max(reader.next, last_acked + 1)
                 unnamed = UnnamedReader(nxt, self._clock.now_ms() if nxt != reader.next else reader.last_ack_ms)
@@ -254,7 +254,7 @@ class QueueConsumer:
     @property
     def start_sequence(self) -> int | None:
         """Where this reader's delivery starts after :meth:`initialize` (its resume point + 1, its
-        record's ``next`` on a version 3 head, else the queue's first sequence)."""
+        record's ``next`` on a head with sections, else the queue's first sequence)."""
         return self._start
 
     def reader_epoch(self, head: RawHead) -> int:
@@ -434,7 +434,7 @@ class QueueConsumer:
             if sections is not None:
                 written = self._sections_edit(head, sections, None)
                 return Write(written, lambda: parse_head(written, key).first_sequence - head.first_sequence)
-            if self.subscription is not None or head.version == HEAD_SECTIONS_VERSION:
+            if self.subscription is not None or not head.sections.is_empty:
                 return Done(0)  # the reader's next is already past sequence
             edited = head.dequeued_through(sequence, self.segment_tree.children)
             if edited is None:
@@ -448,15 +448,16 @@ class QueueConsumer:
         return self._loop.run(step)
 
     def _reader_moved(self, head: RawHead, sequence: int) -> HeadSections | None:
-        """On a version 3 head (or for a subscription), the sections with this reader's ``next`` moved
-        past ``sequence``; None when it is already there or the head is v1/v2 and unnamed."""
+        """On a head with sections (or for a subscription), the sections with this reader's ``next`` moved
+        past ``sequence``; None when it is already there or the head has no section and the reader is unnamed
+        (a segmented head is version 3 without sections since docs/adr/0006 item 3: it dequeues as v2 did)."""
         now = self._clock.now_ms()
         if self.subscription is not None:
             record = head.sections.subscription(self.subscription)
             if record is None or record.next > sequence:
                 return None
             return head.sections.with_subscription(replace(record, next=sequence + 1, last_ack_ms=now))
-        if head.version != HEAD_SECTIONS_VERSION:
+        if head.sections.is_empty:
             return None
         reader = head.sections.unnamed_reader
         if reader is not None and reader.next > sequence:

@@ -49,11 +49,11 @@ def next_subscription_epoch(epoch: int) -> int:
 
 
 def with_new_subscription(head: RawHead, name: str, start: str, epoch: int, now_ms: int) -> HeadSections:
-    """The head's sections with a new record for ``name`` at ``start``. A v1/v2 head whose footer
-    epoch shows a takeover (its unnamed consumer took part) also gets the unnamed reader's record,
+    """The head's sections with a new record for ``name`` at ``start``. A head without sections (v1, v2, or v3 since
+    docs/adr/0006 item 3) whose footer epoch shows a takeover (its unnamed consumer took part) also gets the unnamed reader's record,
     at the queue's first sequence (what that consumer had left)."""
     sections = head.sections
-    if head.version < 3 and sections.unnamed_reader is None and head.epoch & 0xFFFFFFFF:
+    if sections.is_empty and head.epoch & 0xFFFFFFFF:
         sections = replace(sections, unnamed_reader=UnnamedReader(head.first_sequence, now_ms))
     nxt = head.first_sequence if start == "earliest" else head.next_sequence
     return sections.with_subscription(Subscription(name, epoch, nxt, now_ms, now_ms))

@@ -428,26 +428,24 @@ object ManifestHead {
   }
 
   /**
-   * What follows the tail: the v1 footer, or (with refs) the trailer and the version 2 footer, or
-   * (with sections) the version 3 trailer and footer, its CRC left 0 for [[finish]] to fill in.
+   * What follows the tail: the v1 footer (no refs, no sections), or the version 3 trailer and
+   * footer, its CRC left 0 for [[finish]] to fill in. A segmented head without sections is version
+   * 3 too (docs/adr/0006 item 3: every segmented head carries head_crc32); version 2 is read only.
    */
   private def tailEnd(sections: HeadSections, refs: Seq[SegmentRef], lowWater: Long, footer: ManifestFooter): Array[Byte] = {
     val refsLen = refs.iterator.map(r => RefFixedSize + r.key.getBytes(StandardCharsets.UTF_8).length).sum
-    if (!sections.isEmpty) {
-      val sectionsLen = HeadSections.encode(sections).length
+    if (!sections.isEmpty || refs.nonEmpty) {
+      val sectionsLen = if (sections.isEmpty) 0 else HeadSections.encode(sections).length
       ByteBuffer.allocate(HeadSections.TrailerSize + FooterSize).order(ByteOrder.LITTLE_ENDIAN)
         .putInt(sectionsLen).putInt(HeadSections.sectionCount(sections)).putInt(refsLen).putInt(refs.size)
         .putLong(lowWater).putInt(0).put(ManifestCodec.encodeFooter(footer, HeadSections.Version)).array()
-    } else if (refs.isEmpty) ManifestCodec.encodeFooter(footer)
-    else
-      ByteBuffer.allocate(TrailerSize + FooterSize).order(ByteOrder.LITTLE_ENDIAN)
-        .putInt(refsLen).putInt(refs.size).putLong(lowWater)
-        .put(ManifestCodec.encodeFooter(footer, Version)).array()
+    } else ManifestCodec.encodeFooter(footer)
   }
 
-  /** A version 3 head's bytes with head_crc32 filled in; other heads as they are. */
+  /** A version 3 head's bytes with head_crc32 filled in; a v1 manifest as it is. */
   private def finish(bytes: Array[Byte], sections: HeadSections): Array[Byte] = {
-    if (!sections.isEmpty) {
+    val version = (bytes(bytes.length - 2) & 0xFF) | ((bytes(bytes.length - 1) & 0xFF) << 8)
+    if (version == HeadSections.Version) {
       val crcAt = bytes.length - FooterSize - 4
       ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).putInt(crcAt, HeadSections.headCrc32(bytes, crcAt).toInt)
     }

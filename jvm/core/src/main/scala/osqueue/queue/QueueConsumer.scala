@@ -84,8 +84,8 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
         checkResumePoint(l, head.firstSequence, head.nextSequence)
       }
       val next = QueueConsumer.nextEpoch(head.epoch)
-      if (head.version == HeadSections.Version) {
-        // The unnamed reader's record on a version 3 head (ADR 0005): created by its first takeover.
+      if (!head.sections.isEmpty) {
+        // The unnamed reader's record on a head with sections (ADR 0005): created by its first takeover.
         val own = head.sections.unnamedReader.map(_.next).getOrElse(head.firstSequence)
         val reader = UnnamedReader(math.max(own, lastAcked.fold(own)(_ + 1)), clock.nowMillis())
         val sections = head.sections.copy(unnamedReader = Some(reader))
@@ -189,8 +189,8 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
     before.foreach { h => checkHead(h); checkAssigned(through, h) }
     if (before.exists(h => through < h.firstSequence || h.isEmpty)) return false // nothing to remove
     var receiptsWritten = false
-    // On a version 3 head what leaves is decided by every reader's record: its receipts are written in the attempt.
-    before.filter(_.version != HeadSections.Version).foreach { h => recordReceipts(h, through); receiptsWritten = true }
+    // On a head with sections what leaves is decided by every reader's record: its receipts are written in the attempt.
+    before.filter(_.sections.isEmpty).foreach { h => recordReceipts(h, through); receiptsWritten = true }
     loop.run[Boolean] { (snapshot, _) =>
       val head = manifest.head(snapshot)
       checkHead(head)
@@ -205,8 +205,8 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
   }
 
   /**
-   * The dequeue through `through` on `head`: on a v1/v2 head it removes entries as the RFC does; on
-   * a version 3 head it moves this reader's record (the subscription's, or the unnamed reader's)
+   * The dequeue through `through` on `head`: on a head without sections (v1, v2, or a v3 of refs
+   * only: docs/adr/0006 item 3) it removes entries as the RFC does; on a head with sections it moves this reader's record (the subscription's, or the unnamed reader's)
    * and removes what every reader has passed (ADR 0005). None: nothing to write; else the bytes and
    * the last sequence they remove.
    */
@@ -220,7 +220,7 @@ final class QueueConsumer(manifest: ManifestStore, policy: RetryPolicy, clock: C
         val r = head.subscription(name).get // checkHead found it
         if (r.next > through) None
         else Some(moved(head.sections.withSubscription(r.copy(next = through + 1, lastAckMs = now))))
-      case None if head.version == HeadSections.Version =>
+      case None if !head.sections.isEmpty =>
         val own = head.sections.unnamedReader.map(_.next).getOrElse(head.firstSequence)
         if (own > through) None
         else Some(moved(head.sections.copy(unnamedReader = Some(UnnamedReader(through + 1, now)))))

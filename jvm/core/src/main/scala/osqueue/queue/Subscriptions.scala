@@ -86,7 +86,7 @@ object Subscriptions {
    * first sequence, so the RFC consumer that read it keeps its entries (ADR 0005).
    */
   private[queue] def turningV3(head: ManifestHead): HeadSections =
-    if (head.version == HeadSections.Version || (head.epoch & 0xFFFFFFFFL) == 0) head.sections
+    if (!head.sections.isEmpty || (head.epoch & 0xFFFFFFFFL) == 0) head.sections
     else head.sections.copy(unnamedReader = Some(UnnamedReader(head.firstSequence, 0L)))
 
   /** The next epoch of a subscription: takeovers + 1 in the low 32 bits (wrapping), the incarnation kept. */

@@ -12,7 +12,7 @@ import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import org.scalatest.funsuite.AnyFunSuite
 
 import osqueue.{CorruptManifestException, UnsupportedFormatVersionException}
-import osqueue.testing.RepoFiles
+import osqueue.testing.{HeadVersions, RepoFiles}
 
 /** The segmented head (docs/format.md §2.2): v1 below K, sealing, dequeues, and the decoder's checks. */
 class SegmentedManifestSuite extends AnyFunSuite {
@@ -78,7 +78,7 @@ class SegmentedManifestSuite extends AnyFunSuite {
           val ref = SegmentRef.of(t, SegmentNames.newKey(key, 1L)); stored(ref.key) = t.bytes; ref
         }, _ => fail("one segment: nothing to fold"))._1
     }
-    assert(version(raw) == 2)
+    assert(version(raw) == 3) // a segmented head is v3 without sections (docs/adr/0006 item 3)
     intercept[UnsupportedFormatVersionException](ManifestCodec.decode(raw, key)) // what a v1 reader does
     val h = ManifestHead.parse(raw, key)
     assert(h.refs.size == 1 && h.tailSize == 1 && h.lowWater == 0 && h.nextSequence == 5 && h.depth == 5)
@@ -135,7 +135,8 @@ class SegmentedManifestSuite extends AnyFunSuite {
 
   test("the decoder refuses heads that break the invariants") {
     val stored = mutable.Map.empty[String, Array[Byte]]
-    val raw = build(8, k = 3, stored) // segments [0..2] [3..5], tail 6, 7
+    // the v2 decoder's invariants, on the v2 form of a written head (v3's CRC would catch these first)
+    val raw = HeadVersions.asV2(build(8, k = 3, stored)) // segments [0..2] [3..5], tail 6, 7
     val h = ManifestHead.parse(raw, key)
     val refsLen = ManifestHead.encodeRefs(h.refs).length
     def withTrailer(segmentsLen: Int, count: Int, lowWater: Long): Array[Byte] = {
@@ -204,7 +205,7 @@ class SegmentedManifestSuite extends AnyFunSuite {
       assert(h.tailEntries.head.metadata.head.payload.sameElements(
           Base64.getDecoder.decode(tail.head.get("metadata").get(0).get("payload_b64").asText)))
       // an edit that changes nothing re-encodes the same bytes
-      assert(h.withEpoch(h.epoch, None, _ => fail("no index read")).sameElements(bytes))
+      assert(h.withEpoch(h.epoch, None, _ => fail("no index read")).sameElements(HeadVersions.asV3(bytes))) // v2 read, v3 written
       assert(v.get("v1_error").asText == "UnsupportedFormatVersion")
       intercept[UnsupportedFormatVersionException](ManifestCodec.decode(bytes, name))
     }

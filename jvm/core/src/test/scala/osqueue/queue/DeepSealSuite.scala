@@ -73,7 +73,7 @@ class DeepSealSuite extends AnyFunSuite {
     assert(appender(store, 64).append(IndexedSeq(pending(extra))) == IndexedSeq(10000L))
     val h = head(store)
     val ls = leaves(store)
-    assert(h.version == 2 && h.lowWater == 0 && h.tailSize == 1)
+    assert(h.version == 3 && h.lowWater == 0 && h.tailSize == 1)
     assert(ls.map(_.firstSequence) == (0L until 10000L by 64L))
     assert(ls.forall(_.entryCount <= 64) && ls.map(_.entryCount).sum == 10000)
     assert(h.refs.size <= 2 * 63)

@@ -7,8 +7,8 @@ import scala.concurrent.duration._
 
 import org.scalatest.funsuite.AnyFunSuite
 
-import osqueue.{Clock, FencedException, SystemClock}
-import osqueue.format.{Incarnation, ManifestHead}
+import osqueue.{Clock, CorruptManifestException, FencedException, SystemClock}
+import osqueue.format.{EntryTag, Incarnation, ManifestHead}
 import osqueue.producer.{Producer, ProducerConfig}
 import osqueue.store.{ConditionalRead, InMemoryStore, ObjectStore, ObjectVersion, VersionedObject}
 import osqueue.testing.ForwardingStore
@@ -186,5 +186,33 @@ class DriverQueueSuite extends AnyFunSuite {
     assert(q.entryAt(m, 1).map(_.sequence).contains(1L))
     assert(q.entryAt(m, 3).isEmpty)
     q.stop(() => None)
+  }
+
+  test("a flipped byte in the head or in an index object fails the driver naming the object, before anything is planned") {
+    // docs/adr/0006 items 1 and 3 (issue 28): the segmented head carries head_crc32, an index object
+    // is checked against its ref's SHA-256. K = 2 (F = 2): 12 one-entry batches make index objects.
+    val store = InMemoryStore.fresh()
+    val p = new Producer(store, ProducerConfig(flushInterval = 1.hour, manifestSegmentEntries = 2))
+    try (0 until 12).foreach { b => p.produce(Seq(s"v$b".getBytes(UTF_8))); p.flush() }
+    finally p.close()
+    val key = location.manifestPath
+    val good = store.get(key).get.bytes
+    val m = head(store)
+    val index = m.refs.find(_.isIndex).get
+    def flipped(bytes: Array[Byte], at: Int) = { val b = bytes.clone(); b(at) = (b(at) ^ 1).toByte; b }
+    for (at <- Seq(21, good.length - 10)) { // a ref's oldest_batch_ms, the footer's epoch: no other check sees them
+      store.put(key, flipped(good, at))
+      val (q, _) = driverQueue(store)
+      val e = intercept[CorruptManifestException](q.peek())
+      assert(e.key == key && e.getMessage.contains("head_crc32"))
+      assert(intercept[CorruptManifestException](q.read()).key == key)
+    }
+    store.put(key, good)
+    val indexBytes = store.get(index.key).get.bytes
+    store.put(index.key, flipped(indexBytes, indexBytes.length / 2))
+    val (q, _) = driverQueue(store)
+    val e = intercept[CorruptManifestException](
+      q.plan(q.peek(), index.firstSequence, index.lastSequence + 1, EntryTag.Delivered.Empty, failOnDataLoss = false, 0))
+    assert(e.key == index.key)
   }
 }

@@ -1,0 +1,131 @@
+"""Issue 28's rows (docs/adr/0006): the producer spool's cost and the readers' verification cost.
+
+``spool``: a Python producer's MB/s to the S3 server (through the latency proxy) with and without
+a spool (``durability="local"``), paired runs; and ``produce()`` to locally durable (its return, once
+the call is fsync'd) p50/p99 in the spooled runs.
+
+``verify_read``: a native Consumer reading the queue, rows/s, and the time its integrity checks
+take (``verify_entry`` and the batch CRC over the same entries and batch bytes, timed on their own):
+the cost is that time over the read's. No switch turns verification off in the library.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+import zlib
+from typing import Any
+
+from bench.harness.environment import MANIFEST, Env, Settings
+from bench.harness.stats import percentile, summarize
+
+SPOOL_CALLS = (200, 2_000)
+"""produce() calls per spool run: --quick, full."""
+VERIFY_BATCHES = (50, 200)
+"""Batches of 500 records per verify_read run: --quick, full."""
+
+
+def _produce_run(env: Env, s: Settings, spooled: bool, calls: int, per_call: int) -> dict[str, Any]:
+    from osqueue.producer import Producer
+
+    record = b"s" * s.record_bytes
+    store = env.store(f"spool-{'on' if spooled else 'off'}-{uuid.uuid4().hex[:8]}")
+    returns: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="osq-bench-spool-") as spool:
+        kwargs: dict[str, Any] = {"spool_dir": spool, "durability": "local"} if spooled else {}
+        t0 = time.perf_counter()
+        with Producer(store=store, flush_interval=0.05, **kwargs) as p:
+            for _ in range(calls):
+                c0 = time.perf_counter()
+                p.produce([record] * per_call)
+                returns.append(time.perf_counter() - c0)
+        elapsed = time.perf_counter() - t0  # close() included: every call in the queue
+    store.close()
+    returns.sort()
+    mb = calls * per_call * len(record) / 1e6
+    return {
+        "mb_s": mb / elapsed,
+        "produce_p50_ms": percentile(returns, 50) * 1000,
+        "produce_p99_ms": percentile(returns, 99) * 1000,
+    }
+
+
+def bench_spool(env: Env, s: Settings) -> dict[str, Any]:
+    calls = SPOOL_CALLS[0] if s.quick else SPOOL_CALLS[1]
+    per_call = 16
+    pairs = []
+    for _ in range(s.ratio_repeats):
+        off = _produce_run(env, s, False, calls, per_call)
+        on = _produce_run(env, s, True, calls, per_call)
+        pairs.append((off, on))
+    out: dict[str, Any] = {
+        "description": f"{calls} produce() calls of {per_call} × {s.record_bytes} B as fast as they return, "
+        "flush_interval 0.05 s, then close() (every call in the queue); MB/s over the whole run, unspooled "
+        "and spooled (durability local, spool in the temp directory) in pairs; produce() latency in the "
+        "spooled runs is the time to locally durable (fsync'd)",
+        "unspooled_mb_s": summarize([a["mb_s"] for a, _ in pairs]),
+        "spooled_mb_s": summarize([b["mb_s"] for _, b in pairs]),
+        "ratio": summarize([b["mb_s"] / a["mb_s"] for a, b in pairs]),
+        "durable_p50_ms": summarize([b["produce_p50_ms"] for _, b in pairs]),
+        "durable_p99_ms": summarize([b["produce_p99_ms"] for _, b in pairs]),
+        "unspooled_produce_p99_ms": summarize([a["produce_p99_ms"] for a, _ in pairs]),
+    }
+    s.log(
+        f"spool: {out['spooled_mb_s']['median']:.1f} vs {out['unspooled_mb_s']['median']:.1f} MB/s "
+        f"(ratio {out['ratio']['median']:.3f}); produce() to locally durable p99 "
+        f"{out['durable_p99_ms']['median']:.2f} ms"
+    )
+    return out
+
+
+def bench_verify_read(env: Env, s: Settings) -> dict[str, Any]:
+    from osqueue.consumer import Consumer
+    from osqueue.format.batch_integrity import verify_entry
+    from osqueue.format.manifest_head import decode_head
+    from osqueue.producer import Producer
+
+    batches = VERIFY_BATCHES[0] if s.quick else VERIFY_BATCHES[1]
+    per_batch = 500
+    record = b"v" * s.record_bytes
+    runs = []
+    for _ in range(s.repeats):
+        store = env.store(f"verify-{uuid.uuid4().hex[:8]}")
+        with Producer(store=store, flush_interval=3600) as p:
+            for _b in range(batches):
+                p.produce([record] * per_batch)
+                p.flush()
+        t0 = time.perf_counter()
+        rows = 0
+        with Consumer(store=store, run_gc=False) as c:
+            while (batch := c.next_batch()) is not None:
+                rows += len(batch.entries)
+        read_s = time.perf_counter() - t0
+        # The same checks on their own, over the same entries and bytes (held in memory: no I/O).
+        head = decode_head(store.get(MANIFEST).data, MANIFEST)  # type: ignore[union-attr]
+        data = [(e, store.get(e.location).data) for e in head.tail]  # type: ignore[union-attr]
+        c0 = time.perf_counter()
+        for e, d in data:
+            rec = verify_entry(e, MANIFEST)
+            if rec is None or (len(d), zlib.crc32(d)) != (rec.byte_length, rec.batch_crc32):
+                raise RuntimeError(f"verify_read: {e.location} does not check")
+        verify_s = time.perf_counter() - c0
+        store.close()
+        if rows != batches * per_batch:
+            raise RuntimeError(f"verify_read: read {rows} of {batches * per_batch} rows")
+        runs.append(
+            {"rows_s": rows / read_s, "verify_share": verify_s / read_s, "rows_s_without": rows / (read_s - verify_s)}
+        )
+    out: dict[str, Any] = {
+        "description": f"{batches} batches of {per_batch} × {s.record_bytes} B (uncompressed), read by a native "
+        "Consumer (no ack); the entry and batch CRC checks it makes, timed alone over the same entries and "
+        "bytes, as a share of the read's time; rows/s without them = rows / (read time - check time)",
+        "rows_s": summarize([r["rows_s"] for r in runs]),
+        "rows_s_without_checks": summarize([r["rows_s_without"] for r in runs]),
+        "verification_share": summarize([r["verify_share"] for r in runs]),
+    }
+    s.log(
+        f"verify_read: {out['rows_s']['median']:.0f} rows/s, checks {100 * out['verification_share']['median']:.2f} % "
+        "of the read"
+    )
+    return out
