@@ -14,6 +14,7 @@ from typing import Any
 
 from bench.harness.client_benchmarks import bench_contention, bench_depth, bench_requests
 from bench.harness.deep_v1 import bench_deep_v1
+from bench.harness.delta import DELTA_SESSION_CONF, bench_delta, delta_jars
 from bench.harness.depth_benchmarks import bench_py_depth
 from bench.harness.environment import Settings, environment, loadavg, machine_facts
 from bench.harness.jvm_benchmarks import bench_jvm_depth, bench_py_vs_jvm, bench_raw_put
@@ -36,9 +37,10 @@ BENCHMARKS = (
     "spark_file",
     "kafka",
     "latency",
+    "delta",
 )
-SPARK_BENCHMARKS = ("spark_file", "kafka", "latency")
-QUICK_SKIPS = ("kafka", "py_depth", "deep_v1", "jvm_depth", "spark_depth", "spark_depth_s3")
+SPARK_BENCHMARKS = ("spark_file", "kafka", "latency", "delta")
+QUICK_SKIPS = ("kafka", "delta", "py_depth", "deep_v1", "jvm_depth", "spark_depth", "spark_depth_s3")
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
 
@@ -97,6 +99,7 @@ def run_benchmarks(
         "spark_file": bench_spark_file,
         "kafka": bench_kafka,
         "latency": bench_latency,
+        "delta": bench_delta,
     }
     # Spark's Kafka connector jars must be on the session's class path from the start.
     if "kafka" in names:
@@ -104,8 +107,16 @@ def run_benchmarks(
             settings.kafka = kafka_jars(log)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             settings.kafka_error = f"could not fetch the Kafka jars with Maven: {e}"
+    # So must Delta's (delta-spark for the pinned pyspark's line).
+    if "delta" in names:
+        try:
+            settings.delta = delta_jars(log)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            settings.delta_error = f"could not fetch the delta-spark jars with Maven: {e}"
     if any(n in SPARK_BENCHMARKS for n in names):
-        settings.spark = SparkHolder(settings, settings.kafka[1] if settings.kafka else ())
+        extra = [*(settings.kafka[1] if settings.kafka else ()), *(settings.delta or ())]
+        conf = DELTA_SESSION_CONF if settings.delta else {}
+        settings.spark = SparkHolder(settings, extra, conf)
     with contextlib.ExitStack() as stack:
         if settings.spark is not None:
             stack.callback(settings.spark.close)
