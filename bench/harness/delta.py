@@ -81,11 +81,11 @@ def _run(s: Settings, kind: str, producers: int, rate: float, duration: float) -
         .start()
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # a loaded machine: Delta's first batch loads the log, many jobs
         while time.monotonic() < deadline and not batches and q.isActive:
             time.sleep(0.05)
         if not batches:
-            raise RuntimeError(f"delta ({kind}): the query saw no warm-up row in 120 s: {q.exception()}")
+            raise RuntimeError(f"delta ({kind}): the query saw no warm-up row in 600 s: {q.exception()}")
         start_at = time.time() + 4.0  # every child imported and waiting before the first row is due
         env = {"PYTHONPATH": f"{REPO_ROOT / 'python'}:{REPO_ROOT}", "PATH": "/usr/bin:/bin"}
         procs = [
