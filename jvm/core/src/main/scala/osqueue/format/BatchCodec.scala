@@ -69,11 +69,12 @@ object BatchCodec {
     val bodyLen = bytes.length - FooterSize
     // An uncompressed block is read in place (its first bodyLen bytes): each record is copied once,
     // out of the fetched bytes, not the whole block first.
-    val (block, blockLen) = compressionId match {
-      case 0 => (bytes, bodyLen)
-      case 1 => val d = decompress(bytes, bodyLen, corrupt(_, _)); (d, d.length)
+    val block: Array[Byte] = compressionId match {
+      case 0 => bytes
+      case 1 => decompress(bytes, bodyLen, corrupt(_, _))
       case other => throw corrupt(f"unknown compression type 0x$other%02x")
     }
+    val blockLen = if (compressionId == 0) bodyLen else block.length
     val b = ByteBuffer.wrap(block).order(ByteOrder.LITTLE_ENDIAN)
     if (count > blockLen / 4L) throw corrupt(s"record_count $count cannot fit in a $blockLen-byte block")
     val records = new Array[Array[Byte]](count.toInt)
