@@ -198,6 +198,8 @@ class Settings:
     spark: Any = None  # a SparkHolder while Spark benchmarks run
     kafka: Any = None  # (broker jars, connector jars, versions) when the Kafka benchmark runs
     kafka_error: str | None = None
+    delta: Any = None  # the delta-spark jars when the delta benchmark runs
+    delta_error: str | None = None
 
     def __post_init__(self) -> None:
         self.repeats = 2 if self.quick else 3

@@ -463,6 +463,29 @@ def markdown_report(result: dict[str, Any]) -> str:
                     f"{fmt(r['ratio_python_to_jvm'], 'x', 2)} |"
                 )
         lines.append("")
+    if "delta" in b and "results" in b["delta"]:
+        r = b["delta"]
+        lines += [
+            "## osqueue vs delta-rs -> Spark's Delta source",
+            "",
+            r["description"],
+            "",
+            "| load | side | produce → seen p50 ms | p99 ms | rows/s delivered | producer durable p50 ms | failed appends |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for load, sides in r["results"].items():
+            for side, m in sides.items():
+                lines.append(
+                    f"| {load} | {side} | {fmt(m['p50_ms'], '', 0)} | {fmt(m['p99_ms'], '', 0)} | "
+                    f"{fmt(m['rows_per_s_delivered'], '', 0)} | {fmt(m['producer_durable_p50_ms'], '', 0)} | "
+                    f"{m['producer_failed_appends']} |"
+                )
+        lines += [
+            "",
+            f"p50 osqueue ÷ Delta (latency load): {r['p50_ratio_osqueue_over_delta']:.2f} (goal ≤ 0.5); rows/s osqueue ÷ "
+            f"Delta (throughput load): {r['rows_per_s_ratio_osqueue_over_delta']:.2f} (goal ≥ 1).",
+            "",
+        ]
     return "\n".join(lines)
 
 

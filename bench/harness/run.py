@@ -14,6 +14,7 @@ from typing import Any
 
 from bench.harness.client_benchmarks import bench_contention, bench_depth, bench_requests
 from bench.harness.deep_v1 import bench_deep_v1
+from bench.harness.delta import DELTA_SESSION_CONF, bench_delta, delta_jars
 from bench.harness.depth_benchmarks import bench_py_depth
 from bench.harness.environment import Settings, environment, loadavg, machine_facts
 from bench.harness.jvm_benchmarks import bench_jvm_depth, bench_py_vs_jvm, bench_raw_put
@@ -41,10 +42,12 @@ BENCHMARKS = (
     "latency",
     "producers_processes",
     "python_source",
+    "delta",
 )
-SPARK_BENCHMARKS = ("spark_file", "kafka", "latency", "python_source")
+SPARK_BENCHMARKS = ("spark_file", "kafka", "latency", "python_source", "delta")
 QUICK_SKIPS = (
     "kafka",
+    "delta",
     "py_depth",
     "deep_v1",
     "jvm_depth",
@@ -118,6 +121,7 @@ def run_benchmarks(
         "python_source": bench_python_source,
         "spool": bench_spool,
         "verify_read": bench_verify_read,
+        "delta": bench_delta,
     }
     # Spark's Kafka connector jars must be on the session's class path from the start.
     if "kafka" in names:
@@ -125,8 +129,16 @@ def run_benchmarks(
             settings.kafka = kafka_jars(log)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             settings.kafka_error = f"could not fetch the Kafka jars with Maven: {e}"
+    # So must Delta's (delta-spark for the pinned pyspark's line).
+    if "delta" in names:
+        try:
+            settings.delta = delta_jars(log)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            settings.delta_error = f"could not fetch the delta-spark jars with Maven: {e}"
     if any(n in SPARK_BENCHMARKS for n in names):
-        settings.spark = SparkHolder(settings, settings.kafka[1] if settings.kafka else ())
+        extra = [*(settings.kafka[1] if settings.kafka else ()), *(settings.delta or ())]
+        conf = DELTA_SESSION_CONF if settings.delta else {}
+        settings.spark = SparkHolder(settings, extra, conf)
     with contextlib.ExitStack() as stack:
         if settings.spark is not None:
             stack.callback(settings.spark.close)

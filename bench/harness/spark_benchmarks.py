@@ -23,9 +23,10 @@ class SparkHolder:
     """A local[2] SparkSession with the connector jar (and the Kafka connector's jars when the
     Kafka benchmark runs), created on first use, stopped at the end if this created it."""
 
-    def __init__(self, s: Settings, extra_jars: Sequence[str] = ()) -> None:
+    def __init__(self, s: Settings, extra_jars: Sequence[str] = (), extra_conf: dict[str, str] | None = None) -> None:
         self.s = s
         self.extra_jars = list(extra_jars)
+        self.extra_conf = dict(extra_conf or {})  # e.g. Delta's session extension and catalog
         self._spark: Any = None
         self._created = False
         self.dataset: SparkDataset | None = None  # built once, shared by spark_file and kafka
@@ -48,8 +49,11 @@ class SparkHolder:
                 self.s.log("starting a local[2] SparkSession ...")
                 self.seen_writer_jar = _compile_seen_writer(self.tmp)
                 jars = [jar_path(), *self.extra_jars, *([self.seen_writer_jar] if self.seen_writer_jar else [])]
+                builder = SparkSession.builder
+                for k, v in self.extra_conf.items():
+                    builder = builder.config(k, v)
                 self._spark = (
-                    SparkSession.builder.appName("osqueue-bench")
+                    builder.appName("osqueue-bench")
                     .master("local[2]")
                     .config("spark.jars", ",".join(jars))
                     .config("spark.driver.memory", "4g")

@@ -67,26 +67,29 @@ object BatchCodec {
     val version = java.lang.Short.toUnsignedInt(f.getShort())
     if (version != Version) throw new UnsupportedFormatVersionException(key, "data batch", version)
     val bodyLen = bytes.length - FooterSize
+    // An uncompressed block is read in place (its first bodyLen bytes): each record is copied once,
+    // out of the fetched bytes, not the whole block first.
     val block: Array[Byte] = compressionId match {
-      case 0 => java.util.Arrays.copyOf(bytes, bodyLen)
+      case 0 => bytes
       case 1 => decompress(bytes, bodyLen, corrupt(_, _))
       case other => throw corrupt(f"unknown compression type 0x$other%02x")
     }
+    val blockLen = if (compressionId == 0) bodyLen else block.length
     val b = ByteBuffer.wrap(block).order(ByteOrder.LITTLE_ENDIAN)
-    if (count > block.length / 4L) throw corrupt(s"record_count $count cannot fit in a ${block.length}-byte block")
+    if (count > blockLen / 4L) throw corrupt(s"record_count $count cannot fit in a $blockLen-byte block")
     val records = new Array[Array[Byte]](count.toInt)
     var pos = 0
     var i = 0
     while (i < count) {
-      if (block.length - pos < 4) throw corrupt(s"record $i of $count: length field runs past the block")
+      if (blockLen - pos < 4) throw corrupt(s"record $i of $count: length field runs past the block")
       val len = Integer.toUnsignedLong(b.getInt(pos))
       pos += 4
-      if (len > block.length - pos) throw corrupt(s"record $i of $count: $len bytes run past the block")
+      if (len > blockLen - pos) throw corrupt(s"record $i of $count: $len bytes run past the block")
       records(i) = java.util.Arrays.copyOfRange(block, pos, pos + len.toInt)
       pos += len.toInt
       i += 1
     }
-    if (pos != block.length) throw corrupt(s"${block.length - pos} trailing bytes after $count records")
+    if (pos != blockLen) throw corrupt(s"${blockLen - pos} trailing bytes after $count records")
     records.toIndexedSeq
   }
 

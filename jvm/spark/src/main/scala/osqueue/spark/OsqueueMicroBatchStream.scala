@@ -114,8 +114,10 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       case Some(end) if !(startAt.entryIndex > 0 && end <= startAt.nextSequence) =>
         admission.planned(start, end, now)
         val skip = if (start == startAt.nextSequence) startAt.entryIndex else 0
-        stamped(OsqueueSourceOffset(location.identity, queueId, end, planOf(m, start, end, delivered, skip).delivered,
+        val endAt = stamped(OsqueueSourceOffset(location.identity, queueId, end, planOf(m, start, end, delivered, skip).delivered,
             Some(Incarnation.of(m.epoch))))
+        plannedWith = Some((endAt, m))
+        endAt
       case _ => startOffset
     }
   }
@@ -152,11 +154,20 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
 
   override def reportLatestOffset(): Offset = queue.last.map(m => offset(m.nextSequence, m)).orNull
 
+  /**
+   * The end offset latestOffset returned last and the head it planned it from: planInputPartitions of
+   * that batch plans from the same head (no second manifest read, a round trip off every micro-batch;
+   * the plan is the one [[PlanCache]] kept). A batch replayed from the offset log after a restart,
+   * or any other end, reads the head.
+   */
+  @volatile private var plannedWith: Option[(OsqueueSourceOffset, ManifestHead)] = None
+
   override def planInputPartitions(start: Offset, end: Offset): Array[InputPartition] = {
     val startAt = ours(start)
     val endAt = ours(end)
     val to = endAt.nextSequence
-    val m = readManifest()
+    val m = plannedWith.collect { case (o, head) if o == endAt => head }.getOrElse(readManifest())
+    plannedWith = None
     // A batch planned against an earlier incarnation (replayed after a reset) reads nothing: its entries are gone.
     if (fromAnotherIncarnation(endAt, m)) {
       dataLoss.report(DataLossReporter.Reset, to, dataLoss.resetMessage(endAt, m))

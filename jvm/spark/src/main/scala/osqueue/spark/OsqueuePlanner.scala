@@ -5,13 +5,14 @@ import java.util.concurrent.{CompletableFuture, CompletionException, Executors}
 import org.apache.spark.sql.connector.read.InputPartition
 
 import osqueue.consumer.BatchDescriptor
-import osqueue.format.{EntryTag, ManifestEntry, ManifestHead, SegmentRef}
+import osqueue.format.{BatchIntegrity, EntryTag, ManifestEntry, ManifestHead, SegmentRef}
 import osqueue.queue.SegmentTree
 
 /**
  * Plans the read of sequences [from, to) of a queue with the driver's memory bounded by the head
  * and a few segments, at any depth (docs/adr/0004, "The Spark source"). Entries of a segment
- * become slices of at most [[OsqueuePlanner.SliceEntries]] sequences ([[OsqueueSlicePartition]]),
+ * become slices of at most [[OsqueuePlanner.SliceEntries]] sequences and [[OsqueuePlanner.SliceBytes]]
+ * bytes ([[OsqueueSlicePartition]]),
  * each carrying the segment's ref and the sink-copy state at its start, and the executor reads the
  * segment and its batch files; the admitted entries of the head's tail (or of a v1 manifest) are
  * listed in partitions of at most as many batch files ([[OsqueueInputPartition]]): one Spark task
@@ -21,6 +22,37 @@ import osqueue.queue.SegmentTree
 private[spark] object OsqueuePlanner {
   /** Sequences per partition: a task fetches this many batch files at most. */
   val SliceEntries = 128
+  /**
+   * Batch-file bytes per partition at most, counted from the entries' integrity records (an entry
+   * without one counts 0; a batch file larger than this is a partition of its own): a large
+   * backlog of big batch files is spread over several tasks, so every core reads, as Spark's file
+   * source splits its files (`spark.sql.files.maxPartitionBytes`). A micro-batch of a few small
+   * batch files stays one task.
+   */
+  val SliceBytes: Long = 32L << 20
+
+  /** The bytes of an entry's batch file by its integrity record, 0 without one. */
+  private def entryBytes(e: ManifestEntry): Long = BatchIntegrity.of(e.extension).fold(0L)(_.byteLength)
+
+  /**
+   * `entries` in order, cut into runs of at most [[SliceEntries]] entries and [[SliceBytes]] bytes
+   * (`bytes` of each); an entry larger than [[SliceBytes]] is a run of its own.
+   */
+  def runs[A](entries: IndexedSeq[A], bytes: A => Long): Iterator[IndexedSeq[A]] = new Iterator[IndexedSeq[A]] {
+    private var at = 0
+    override def hasNext: Boolean = at < entries.size
+    override def next(): IndexedSeq[A] = {
+      if (!hasNext) throw new NoSuchElementException("no more runs")
+      val start = at
+      var total = bytes(entries(at))
+      at += 1
+      while (at < entries.size && at - start < SliceEntries && total + bytes(entries(at)) <= SliceBytes) {
+        total += bytes(entries(at))
+        at += 1
+      }
+      entries.slice(start, at)
+    }
+  }
   /** Segments read ahead of the one walked (GETs in flight; also the most segments held at once). */
   val SegmentReadAhead = 4
 
@@ -53,7 +85,7 @@ private[spark] object OsqueuePlanner {
       try {
         readInOrder(leaves, read).foreach { case (ref, entries) =>
           val inRange = entries.filter(e => e.sequence >= position && e.sequence < hi)
-          inRange.grouped(SliceEntries).foreach { slice =>
+          runs(inRange, entryBytes).foreach { slice =>
             val start = state
             val admissions = start.admitAll(slice.iterator).toIndexedSeq
             state = admissions.last.after
@@ -71,7 +103,7 @@ private[spark] object OsqueuePlanner {
           state = tail.lastOption.fold(state)(_.after)
           val admitted = tail.filter(_.admitted).map(_.entry)
           skipped += tail.size - admitted.size
-          admitted.grouped(SliceEntries).foreach { group =>
+          runs(admitted, entryBytes).foreach { group =>
             parts += OsqueueInputPartition(location, group.map(BatchDescriptor.of(_, location.manifestPath)), failOnDataLoss,
               skipAt(group.head.sequence))
           }

@@ -30,7 +30,9 @@ private[spark] object OsqueueSchema {
     var item = -1
     val values = new Array[Any](fields.length)
     val row = new GenericInternalRow(values)
-    batch.entries.iterator.zipWithIndex.map { case (value, index) =>
+    var index = -1
+    batch.entries.iterator.map { value =>
+      index += 1
       while (item + 1 < items.size && items(item + 1).startIndex <= index) item += 1
       val meta = if (item >= 0) items(item) else null
       var i = 0
