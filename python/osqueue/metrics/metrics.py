@@ -57,6 +57,10 @@ SPOOL_REPLAYED_BATCHES = "buffer.spool_replayed_batches"
 SPOOL_DROPPED_ENTRIES = "buffer.spool_dropped_entries"
 SPOOL_FULL_WAITS = "buffer.spool_full_waits"
 SEGMENTS_RESPLIT = "buffer.segments_resplit"
+# Per reader (label ``subscription``, "" for the unnamed consumer; docs/adr/0005 "Ack coalescing"):
+# the manifest writes its acks made, and its lag in entries (next_sequence - its next unacked) at its last head read.
+ACK_WRITES = "buffer.ack_writes"
+CONSUMER_LAG_ENTRIES = "buffer.consumer_lag_entries"
 
 _LabelKey = tuple[tuple[str, str], ...]
 
