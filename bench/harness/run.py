@@ -21,6 +21,7 @@ from bench.harness.kafka import bench_kafka, kafka_jars
 from bench.harness.report import markdown_report, write_plots
 from bench.harness.spark_benchmarks import SparkHolder, bench_latency, bench_spark_file
 from bench.harness.spark_depth import bench_spark_depth, bench_spark_depth_s3
+from bench.harness.subscription_benchmarks import bench_subscriptions
 
 BENCHMARKS = (
     "contention",
@@ -36,9 +37,10 @@ BENCHMARKS = (
     "spark_file",
     "kafka",
     "latency",
+    "subscriptions",
 )
 SPARK_BENCHMARKS = ("spark_file", "kafka", "latency")
-QUICK_SKIPS = ("kafka", "py_depth", "deep_v1", "jvm_depth", "spark_depth", "spark_depth_s3")
+QUICK_SKIPS = ("kafka", "py_depth", "deep_v1", "jvm_depth", "spark_depth", "spark_depth_s3", "subscriptions")
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
 
@@ -97,6 +99,7 @@ def run_benchmarks(
         "spark_file": bench_spark_file,
         "kafka": bench_kafka,
         "latency": bench_latency,
+        "subscriptions": bench_subscriptions,
     }
     # Spark's Kafka connector jars must be on the session's class path from the start.
     if "kafka" in names:
