@@ -221,7 +221,8 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
       val oldestUnreadMs = queue.entryAt(m, SourceProgressMetrics.oldestUnread(m, consumed))
         .flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
       SourceProgressMetrics(m, consumed, oldestUnreadMs, clock.nowMillis(), queue.ownEpoch, dataLoss.count,
-        missingBatches.fold(0L)(_.value.longValue), duplicateCopiesSkipped.get(), corruptBatches.fold(0L)(_.value.longValue))
+        missingBatches.fold(0L)(_.value.longValue), duplicateCopiesSkipped.get(), corruptBatches.fold(0L)(_.value.longValue),
+        options.subscription, queue.ackWrites)
     }.getOrElse(Map.empty[String, String]).asJava
 
   override def toString: String = s"OsqueueMicroBatchStream[${location.identity}]"
