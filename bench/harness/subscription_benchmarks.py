@@ -11,8 +11,8 @@ latency proxy: ``subscriptions``.
 
 Targets (issue 26): each of 4 readers ≥ 0.8× the single reader's rows/s; append p50 with 4 active
 subscriptions ≤ 1.3× its value with 1. Each reader of the read rows is its own
-process; the append rows' readers are threads of the benchmark's process. The machine's cores bound
-four CPU-busy readers: read the load average in the row.
+process, and so is each tailing reader of the append rows. The machine's cores bound four CPU-busy
+readers: read the load average in the row.
 """
 
 from __future__ import annotations
@@ -106,10 +106,35 @@ def _read_run(env: Env, batches: int, ack_interval: float) -> dict[str, Any]:
     }
 
 
+def _tail(env: Env, prefix: str, name: str, ack_interval: float, stop: Any) -> dict[str, Any]:
+    """Tails the queue as subscription ``name`` until ``stop`` is set, acking every batch (``ack_interval``
+    0: one manifest write per batch; else at most one per interval). Runs in a child process."""
+    from osqueue import Consumer
+
+    s = env.store(prefix)
+    reg = m.MetricsRegistry()
+    read, errors = 0, []
+    try:
+        with Consumer(store=s, subscription=name, run_gc=False, ack_interval=ack_interval, metrics=reg) as c:
+            while not stop.is_set():
+                ds = c.next_descriptors(100)
+                if not ds:
+                    time.sleep(0.01)
+                    continue
+                for d in ds:
+                    c.fetch(d)
+                    read += 1
+                    c.ack_through(d.sequence)
+    except Exception as e:  # reported in the row, never hidden
+        errors.append(repr(e))
+    finally:
+        s.close()
+    return {"read": read, "ack_writes": reg.counter(m.ACK_WRITES, subscription=name).value, "errors": errors}
+
+
 def _append_run(env: Env, readers: int, ack_interval: float | None, duration: float) -> dict[str, Any]:
     """A producer producing a batch every 10 ms while ``readers`` subscriptions tail the queue.
     ``ack_interval`` None: every batch is acknowledged with its own manifest write (``ack_through``)."""
-    from osqueue import Consumer
     from osqueue.producer import Producer
     from osqueue.queue.subscriptions import Subscriptions
 
@@ -119,35 +144,13 @@ def _append_run(env: Env, readers: int, ack_interval: float | None, duration: fl
     subs = Subscriptions(store)
     for n in names:
         subs.create(n)
-    stop = threading.Event()
     errors: list[str] = []
-    read = dict.fromkeys(names, 0)
-    writes_reg = m.MetricsRegistry()
-
-    def tail(name: str) -> None:
-        s = env.store(prefix)
-        try:
-            with Consumer(
-                store=s, subscription=name, run_gc=False, ack_interval=ack_interval or 0.0, metrics=writes_reg
-            ) as c:
-                while not stop.is_set():
-                    ds = c.next_descriptors(100)
-                    if not ds:
-                        time.sleep(0.01)
-                        continue
-                    for d in ds:
-                        c.fetch(d)
-                        read[name] += 1
-                        # ack_interval 0: one manifest write per batch; else at most one per interval
-                        c.ack_through(d.sequence)
-        except BaseException as e:
-            errors.append(repr(e))
-        finally:
-            s.close()
-
-    tails = [threading.Thread(target=tail, args=(n,), name=f"bench-sub-{n}") for n in names]
-    for t in tails:
-        t.start()
+    ctx = multiprocessing.get_context("spawn")
+    manager = ctx.Manager()
+    stop = manager.Event()
+    # Each tailing reader in its own process, so the producer's latency is not the GIL's.
+    pool = concurrent.futures.ProcessPoolExecutor(readers, mp_context=ctx)
+    tails = [pool.submit(_tail, env, prefix, n, ack_interval or 0.0, stop) for n in names]
     latencies: list[float] = []
     lock = threading.Lock()
     row = b"r" * ROW_BYTES
@@ -168,9 +171,11 @@ def _append_run(env: Env, readers: int, ack_interval: float | None, duration: fl
         p.flush(timeout=120)
     time.sleep(0.5)
     stop.set()
-    for t in tails:
-        t.join()
+    tailed = [t.result() for t in tails]
+    pool.shutdown()
+    manager.shutdown()
     store.close()
+    errors += [e for t in tailed for e in t["errors"]]
     lat = sorted(latencies)
     return {
         "readers": readers,
@@ -178,8 +183,8 @@ def _append_run(env: Env, readers: int, ack_interval: float | None, duration: fl
         "appends": len(lat),
         "p50_ms": percentile(lat, 50) * 1000,
         "p99_ms": percentile(lat, 99) * 1000,
-        "batches_read_each": [read[n] for n in names],
-        "reader_ack_writes": sum(writes_reg.counter(m.ACK_WRITES, subscription=n).value for n in names),
+        "batches_read_each": [t["read"] for t in tailed],
+        "reader_ack_writes": sum(t["ack_writes"] for t in tailed),
         "errors": errors,
     }
 
