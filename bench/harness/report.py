@@ -8,7 +8,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-from bench.harness.stats import fmt
+from bench.harness.stats import fmt, summarize
 
 
 def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -39,6 +39,17 @@ def goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         add("3", "osqueue source rows/s ÷ text file source", b["spark_file"].get("ratio_osqueue_to_text"), 1.0)
     if "kafka" in b:
         add("4", "osqueue source rows/s ÷ Kafka source", b["kafka"].get("ratio_osqueue_to_kafka"), 1.0)
+    if "subscriptions" in b and "skipped" not in b["subscriptions"]:
+        sb = b["subscriptions"]
+        add("26a", "slowest of 4 subscriptions ÷ 1 reader (rows/s)", sb.get("min_ratio_4_vs_1"), 0.8, "x")
+        add(
+            "26b",
+            "append p50, 4 active subscriptions ÷ 1 (coalesced acks)",
+            sb.get("append_p50_ratio_4_vs_1"),
+            1.3,
+            "x",
+            higher=False,
+        )
     if "latency" in b:
         add("5", "produce → visible in foreachBatch, p50", b["latency"]["p50_ms"], 400, " ms", higher=False)
         add("5", "produce → visible in foreachBatch, p99", b["latency"]["p99_ms"], 1000, " ms", higher=False)
@@ -484,6 +495,34 @@ def markdown_report(result: dict[str, Any]) -> str:
             "",
             f"p50 osqueue ÷ Delta (latency load): {r['p50_ratio_osqueue_over_delta']:.2f} (goal ≤ 0.5); rows/s osqueue ÷ "
             f"Delta (throughput load): {r['rows_per_s_ratio_osqueue_over_delta']:.2f} (goal ≥ 1).",
+            "",
+        ]
+    if "subscriptions" in b and "skipped" not in b["subscriptions"]:
+        sb = b["subscriptions"]
+        lines += [
+            "## Named subscriptions (issue 26)",
+            "",
+            f"{sb['batches']} batches of {sb['rows_per_batch']} × {sb['row_bytes']} B rows; each reader acks every "
+            "batch (coalesced, `ack_interval` 1 s); readers of the read rows are processes.",
+            "",
+            f"- one reader: {fmt(sb['single_rows_per_s'], ' rows/s')}; slowest of 4 at once ÷ one: "
+            f"{fmt(sb['min_ratio_4_vs_1'], 'x', 2)}",
+            "",
+            "| producer append (produce → durable) | p50 ms | p99 ms | reader ack writes (per run) |",
+            "| --- | --- | --- | --- |",
+        ]
+        for label, runs in sb["appends"].items():
+            readers, acks = label.split("_", 1)
+            lines.append(
+                f"| {readers} subscription(s), acks {acks.replace('_', ' ')} | "
+                f"{fmt(summarize([r['p50_ms'] for r in runs]), '', 0)} | "
+                f"{fmt(summarize([r['p99_ms'] for r in runs]), '', 0)} | "
+                f"{', '.join(str(int(r['reader_ack_writes'])) for r in runs)} |"
+            )
+        lines += [
+            "",
+            f"- append p50, 4 ÷ 1: {fmt(sb['append_p50_ratio_4_vs_1'], 'x', 2)} with coalesced acks, "
+            f"{fmt(sb['append_p50_ratio_4_vs_1_per_batch_acks'], 'x', 2)} with a write per ack; errors {sb['errors']}",
             "",
         ]
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from bench.harness.report import markdown_report, write_plots
 from bench.harness.spark_benchmarks import SparkHolder, bench_latency, bench_spark_file
 from bench.harness.spark_depth import bench_spark_depth, bench_spark_depth_s3
 from bench.harness.spool_benchmarks import bench_spool, bench_verify_read
+from bench.harness.subscription_benchmarks import bench_subscriptions
 
 BENCHMARKS = (
     "contention",
@@ -43,6 +44,7 @@ BENCHMARKS = (
     "producers_processes",
     "python_source",
     "delta",
+    "subscriptions",
 )
 SPARK_BENCHMARKS = ("spark_file", "kafka", "latency", "python_source", "delta")
 QUICK_SKIPS = (
@@ -57,6 +59,7 @@ QUICK_SKIPS = (
     "python_source",
     "spool",
     "verify_read",
+    "subscriptions",
 )
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
@@ -122,6 +125,7 @@ def run_benchmarks(
         "spool": bench_spool,
         "verify_read": bench_verify_read,
         "delta": bench_delta,
+        "subscriptions": bench_subscriptions,
     }
     # Spark's Kafka connector jars must be on the session's class path from the start.
     if "kafka" in names:

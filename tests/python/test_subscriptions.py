@@ -424,3 +424,39 @@ def test_tail_reads_and_consumes_as_a_subscription(tmp_path: pathlib.Path) -> No
     assert [s["next"] for s in info["subscriptions"]] == [2, 0]
     result = CliRunner().invoke(cli, ["tail", root, "--subscription", "nope"])
     assert result.exit_code == 2 and "no subscription 'nope'" in result.output
+
+
+def test_inspect_shows_each_readers_lag_in_bytes_from_integrity_records(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from osqueue import Producer
+    from osqueue.cli import cli
+    from osqueue.cli.formatting import human_bytes
+
+    with Producer(str(tmp_path), flush_interval=3600) as p:
+        for i in range(3):
+            p.produce([f"row-{i}".encode() * (i + 1)])
+            p.flush(timeout=30)
+    created = CliRunner().invoke(cli, ["subscriptions", "create", str(tmp_path), "a"], catch_exceptions=False)
+    assert created.exit_code == 0, created.output
+    head = parse_head((tmp_path / KEY).read_bytes(), KEY)
+    sizes = [(tmp_path / e.location).stat().st_size for e in head.tail_entries()]
+    with Consumer(str(tmp_path), subscription="a", run_gc=False) as c:
+        b = c.next_batch()
+        assert b is not None
+        c.ack(b.sequence)
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path), "--json"], catch_exceptions=False)
+    reader = json.loads(result.output)["readers"]["subscriptions"][0]
+    assert (reader["lag_entries"], reader["lag_bytes"], reader["lag_bytes_unknown_entries"]) == (2, sum(sizes[1:]), 0)
+    summary = CliRunner().invoke(cli, ["inspect", str(tmp_path)], catch_exceptions=False).output
+    assert f"lag 2 entries ({human_bytes(sum(sizes[1:]))})" in summary
+
+
+def test_lag_bytes_say_unknown_for_entries_without_a_record(mem_store: InMemoryStore) -> None:
+    from osqueue.cli.subscriptions import human_lag_bytes, readers_json
+
+    _produce(mem_store, 0, 2)  # QueueProducer.enqueue of bare locations: no integrity record
+    Subscriptions(mem_store, KEY).create("a")
+    reader = readers_json(_head(mem_store), 0)["subscriptions"][0]
+    assert (reader["lag_bytes"], reader["lag_bytes_unknown_entries"]) == (0, 2)
+    assert human_lag_bytes(reader) == "unknown bytes (no integrity records)"

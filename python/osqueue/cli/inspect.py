@@ -50,7 +50,13 @@ def manifest_to_json(manifest: Manifest, version: int | None) -> dict[str, Any]:
 @cli.command()
 @queue_options
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of a summary.")
-def inspect(target: QueueTarget, as_json: bool) -> None:
+@click.option(
+    "--bytes",
+    "walk_segments",
+    is_flag=True,
+    help="Readers' lag in bytes also over entries in segments (reads them: one GET per segment).",
+)
+def inspect(target: QueueTarget, as_json: bool, walk_segments: bool) -> None:
     """Summarize a queue: entries, sequences, epoch, queued bytes, oldest entry age."""
     store = target.open(must_exist=True)
     try:
@@ -62,7 +68,7 @@ def inspect(target: QueueTarget, as_json: bool) -> None:
             # alone, no segment or index is read.
             head = decode_head(raw, target.manifest_path)
             readers = (
-                readers_json(parse_head(raw, target.manifest_path), CLOCK.now_ms(), manifest_store)
+                readers_json(parse_head(raw, target.manifest_path), CLOCK.now_ms(), manifest_store, walk_segments)
                 if not head.sections.is_empty
                 else None
             )
@@ -72,7 +78,7 @@ def inspect(target: QueueTarget, as_json: bool) -> None:
                     out["readers"] = readers
                 click.echo(json.dumps(out, indent=2))
             else:
-                _print_head_summary(target, store, head, len(raw), raw)
+                _print_head_summary(target, store, head, len(raw), raw, walk_segments)
             return
         manifest = manifest_store.decode(raw)
         if as_json:
@@ -115,7 +121,7 @@ def head_to_json(head: ManifestHead, head_bytes: int) -> dict[str, Any]:
 
 
 def _print_head_summary(
-    target: QueueTarget, store: ObjectStore, head: ManifestHead, head_bytes: int, raw: bytes
+    target: QueueTarget, store: ObjectStore, head: ManifestHead, head_bytes: int, raw: bytes, walk_segments: bool
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -140,7 +146,10 @@ def _print_head_summary(
     table.add_row("refs", f"{len(head.refs)} in the head ({levels}), low water {head.low_water}")
     if not head.sections.is_empty:
         for field, value in reader_rows(
-            parse_head(raw, target.manifest_path), CLOCK.now_ms(), ManifestStore(store, target.manifest_path)
+            parse_head(raw, target.manifest_path),
+            CLOCK.now_ms(),
+            ManifestStore(store, target.manifest_path),
+            walk_segments,
         ):
             table.add_row(field, value)
     table.add_row("tail", f"{len(head.tail)} entries in the head")

@@ -4,7 +4,8 @@ Constructing a :class:`Consumer` initializes the queue: it bumps the manifest's 
 every older consumer) and applies the resume point (docs/format.md §5). Then:
 
 * serial path: :meth:`Consumer.next_batch` returns the next batch; :meth:`Consumer.ack` acks
-  in order and dequeues every 100 acks; :meth:`Consumer.flush` dequeues what was acked;
+  in order and dequeues every 100 acks (or, with ``ack_interval``, at most once per interval:
+  docs/adr/0005, "Ack coalescing"); :meth:`Consumer.flush` dequeues what was acked;
 * read-ahead path: :meth:`Consumer.next_descriptors` hands out manifest entries without
   fetching them, :meth:`Consumer.fetch_handle` fetches them from any thread, and
   :meth:`Consumer.ack_through` moves the ack frontier in one dequeue write.
@@ -101,6 +102,11 @@ class Consumer:
             False: nothing is raised. Either way the range is reported once (``on_data_loss``, the
             ``buffer.data_loss_events`` / ``buffer.dropped_entries`` metrics) and reading goes on after it.
         on_data_loss: Called with the :class:`DataLossError` of each lost range (before it is raised).
+        ack_interval: Seconds; above 0, acks are coalesced: :meth:`ack` and :meth:`ack_through`
+            write the manifest at most once per interval (the first ack after an interval carries
+            every ack before it), a read (:meth:`next_batch`, :meth:`next_descriptors`) writes the
+            acks still pending once the interval has passed, and :meth:`flush` / :meth:`close`
+            write at once. 0 (default): ``ack`` writes every 100 acks and ``ack_through`` at once.
 
     Raises:
         ResumePointError: ``last_acked_sequence`` is ahead of the queue or entries after it
@@ -128,12 +134,15 @@ class Consumer:
         create_subscription: bool = False,
         fail_on_data_loss: bool = True,
         on_data_loss: Callable[[DataLossError], None] | None = None,
+        ack_interval: float = 0.0,
     ) -> None:
         for option, value in (("manifest_path", manifest_path), ("data_path_prefix", data_path_prefix)):
             try:
                 validate_key(value)
             except InvalidObjectKeyError as e:
                 raise InvalidConfigError(option, value, str(e)) from e
+        if isinstance(ack_interval, bool) or not isinstance(ack_interval, (int, float)) or not ack_interval >= 0:
+            raise InvalidConfigError("ack_interval", ack_interval, "use a number of seconds >= 0 (0: no coalescing)")
         for option, number in (("gc_interval", gc_interval), ("gc_grace_period", gc_grace_period)):
             if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
                 raise InvalidConfigError(option, number, "must be a positive number of seconds")
@@ -189,6 +198,12 @@ class Consumer:
         self._last_handed_out = last_acked_sequence
         self._next_ack = last_acked_sequence + 1 if last_acked_sequence is not None else manifest.first_sequence
         self._acks_since_dequeue = 0
+        self._ack_interval = float(ack_interval)
+        self._last_ack_write = self._clock.monotonic()  # initialize wrote the head
+        # Per reader: each subscription's consumer counts its own ack writes and lag (docs/adr/0005).
+        reader = {"subscription": subscription or ""}
+        self._ack_writes = self._metrics.counter(m.ACK_WRITES, **reader)
+        self._lag_entries = self._metrics.gauge(m.CONSUMER_LAG_ENTRIES, **reader)
         self._delivered = Delivered()
         # Sequences read and skipped as replayed copies, ascending, not yet passed by the ack frontier.
         self._skipped: deque[int] = deque()
@@ -269,6 +284,7 @@ class Consumer:
             # One segment or the tail at a time: memory stays bounded at any depth (docs/format.md §2.2).
             head = self._queue.read_head()
             self._metrics.gauge(m.QUEUE_LENGTH).set(head.depth)
+            self._lag_entries.set(max(0, head.next_sequence - self._next_ack))
             after = self._last_handed_out
             first = head.first_sequence
             expected = after + 1 if after is not None else self._next_ack
@@ -375,6 +391,7 @@ class Consumer:
         """
         with self._lock:
             self._check_usable()
+            self._write_due_acks()
             scan = self._scan(1)
             # Only skipped copies (if any) were left in what was read. With a segmented manifest that is
             # the end of one segment, not of the queue: read on rather than report an empty queue.
@@ -408,7 +425,9 @@ class Consumer:
             self._absorb_skipped()
             self._acks_since_dequeue += 1
             self._metrics.counter(m.ACKS).inc()
-            if self._acks_since_dequeue >= ACK_DEQUEUE_INTERVAL:
+            if self._ack_interval > 0:
+                self._write_due_acks()
+            elif self._acks_since_dequeue >= ACK_DEQUEUE_INTERVAL:
                 self._dequeue_acked()
 
     def _dequeue_acked(self) -> None:
@@ -416,6 +435,19 @@ class Consumer:
         self._queue.dequeue_through(self._last_acked)
         self._last_dequeued = self._last_acked
         self._acks_since_dequeue = 0
+        self._last_ack_write = self._clock.monotonic()
+        self._ack_writes.inc()
+
+    def _write_due_acks(self) -> None:
+        """With ``ack_interval``: writes the pending acks once an interval has passed since the
+        last ack write (at most one manifest write per interval; docs/adr/0005)."""
+        if (
+            self._ack_interval > 0
+            and self._last_acked is not None
+            and self._last_acked != self._last_dequeued
+            and self._clock.monotonic() - self._last_ack_write >= self._ack_interval
+        ):
+            self._dequeue_acked()
 
     def flush(self) -> None:
         """Dequeues everything acknowledged now (checking the epoch even when there is
@@ -447,6 +479,7 @@ class Consumer:
             self._check_usable()
             if max_count == 0:
                 return []
+            self._write_due_acks()
             scan = self._scan(max_count)
             self._commit(scan)
             while not scan.descriptors and scan.skipped:  # read on past a segment's end (see next_batch)
@@ -478,7 +511,9 @@ class Consumer:
         """Moves the ack frontier to ``sequence`` with one dequeue write.
 
         The caller must have processed every sequence up to it. The dequeue runs first; the
-        consumer's state changes only when it succeeds, so the call is safe to retry.
+        consumer's state changes only when it succeeds, so the call is safe to retry. With
+        ``ack_interval``, the write is coalesced as :meth:`ack`'s: the frontier moves at once and
+        the write carries it when due (a failure of that write is raised by a later call).
 
         Raises:
             IllegalQueueStateError: ``sequence`` does not move the frontier forward, or is past
@@ -494,16 +529,23 @@ class Consumer:
             if self._last_handed_out is None or sequence > self._last_handed_out:
                 # As on the JVM (docs/format.md §5): acking what was never handed out would dequeue it unread.
                 raise IllegalQueueStateError(f"cannot ack_through({sequence}): it was not handed out yet")
-            self._queue.dequeue_through(sequence)
+            coalesce = self._ack_interval > 0
+            if not coalesce:
+                self._queue.dequeue_through(sequence)
             acked = sequence - self._next_ack + 1
             self._last_acked = sequence
-            self._last_dequeued = sequence
             self._next_ack = sequence + 1
-            self._acks_since_dequeue = 0
+            if not coalesce:
+                self._last_dequeued = sequence
+                self._acks_since_dequeue = 0
+                self._last_ack_write = self._clock.monotonic()
+                self._ack_writes.inc()
             if self._last_handed_out is None or self._last_handed_out < sequence:
                 self._last_handed_out = sequence
             self._absorb_skipped()
             self._metrics.counter(m.ACKS).inc(acked)
+            if coalesce:
+                self._write_due_acks()
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Metrics (JVM: ``osqueue.metrics``): the registry and the metric names in metrics.py."""
 
 from osqueue.metrics.metrics import (
+    ACK_WRITES,
     ACKS,
     AMBIGUITIES_RESOLVED_BY_RECEIPTS,
     BATCHES_COLLECTED,
@@ -13,6 +14,7 @@ from osqueue.metrics.metrics import (
     BYTES_WRITTEN,
     COMMIT_ROUNDS,
     CONSUMER_LAG,
+    CONSUMER_LAG_ENTRIES,
     DATA_LOSS_EVENTS,
     DESCRIPTORS_HANDED_OUT,
     DROPPED_ENTRIES,
@@ -58,6 +60,8 @@ __all__ = [
     "ENTRIES_COLLECTED",
     "BYTES_COLLECTED",
     "ACKS",
+    "ACK_WRITES",
+    "CONSUMER_LAG_ENTRIES",
     "DESCRIPTORS_HANDED_OUT",
     "BATCHES_UNVERIFIED",
     "DUPLICATE_COPIES_SKIPPED",

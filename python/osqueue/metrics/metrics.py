@@ -67,6 +67,10 @@ DROPPED_ENTRIES = "buffer.dropped_entries"
 ENTRIES_DROPPED = "buffer.entries_dropped"
 BYTES_DROPPED = "buffer.bytes_dropped"
 QUEUE_FULL_WAITS = "buffer.queue_full_waits"
+# Per reader (label ``subscription``, "" for the unnamed consumer; docs/adr/0005 "Ack coalescing"):
+# the manifest writes its acks made, and its lag in entries (next_sequence - its next unacked) at its last head read.
+ACK_WRITES = "buffer.ack_writes"
+CONSUMER_LAG_ENTRIES = "buffer.consumer_lag_entries"
 
 _LabelKey = tuple[tuple[str, str], ...]
 

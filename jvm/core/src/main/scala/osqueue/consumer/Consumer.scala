@@ -48,6 +48,13 @@ final class Consumer(
   private val queueLength = metrics.gauge(MetricNames.QueueLength)
   private val lagSeconds = metrics.gauge(MetricNames.ConsumerLagSeconds)
   private val duplicatesSkipped = metrics.counter(MetricNames.DuplicateCopiesSkipped)
+  // Per reader: each subscription's consumer counts its own ack writes and lag (docs/adr/0005).
+  private val reader = "subscription" -> config.subscription.getOrElse("")
+  private val ackWrites = metrics.counter(MetricNames.AckWrites, reader)
+  private val lagEntries = metrics.gauge(MetricNames.ConsumerLagEntries, reader)
+  private val ackIntervalNanos = config.ackInterval.toNanos
+  /** When an ack last wrote the manifest (initialize counts: it wrote the head), on `clock.nanoTime`. */
+  private var lastAckWrite = clock.nanoTime()
 
   private var lastAcked: Option[Long] = None
   private var lastDequeued: Option[Long] = None
@@ -72,6 +79,7 @@ final class Consumer(
     lastAcked = from
     lastDequeued = from
     lastHandedOut = from
+    lastAckWrite = clock.nanoTime()
     if (config.runGc && gcExecutor.isEmpty) startGc()
     epoch
   }
@@ -90,6 +98,7 @@ final class Consumer(
     checkUsable()
     if (max <= 0) IndexedSeq.empty
     else {
+      writeDueAcks()
       var s = scan(lastHandedOut, max)
       commit(s)
       while (s.descriptors.isEmpty && s.skipped.nonEmpty) { s = scan(lastHandedOut, max); commit(s) }
@@ -104,6 +113,7 @@ final class Consumer(
   /** The next batch in order, or None when the queue has nothing more. Cursor moves on success only. */
   def nextBatch(): Option[ConsumedBatch] = synchronized {
     checkUsable()
+    writeDueAcks()
     var s = scan(lastHandedOut, 1)
     // Only skipped copies (if any) were left in what was read. With a segmented manifest that is the
     // end of one segment, not of the queue: read on rather than report an empty queue.
@@ -131,22 +141,33 @@ final class Consumer(
     absorbSkipped()
     acks.increment()
     acksSinceDequeue += 1
-    if (acksSinceDequeue >= config.ackBatchSize) flushAcks()
+    if (ackIntervalNanos > 0) writeDueAcks()
+    else if (acksSinceDequeue >= config.ackBatchSize) flushAcks()
   }
 
-  /** Moves the durable frontier through `sequence` in one write; state changes only on success. */
+  /**
+   * Moves the durable frontier through `sequence` in one write; state changes only on success. With
+   * `ackInterval`, coalesced as `ack`: the frontier moves at once and the write carries it when due
+   * (a failure of that write is raised by a later call).
+   */
   def ackThrough(sequence: Long): Unit = synchronized {
     checkUsable()
     if (lastAcked.exists(sequence <= _))
       throw new IllegalQueueStateException(s"non-monotonic ack_through($sequence): already acked through ${lastAcked.get}")
     requireHandedOut(sequence)
-    queue.dequeueThrough(sequence)
+    val coalesce = ackIntervalNanos > 0
+    if (!coalesce) queue.dequeueThrough(sequence)
     val from = lastAcked.map(_ + 1).orElse(firstHandedOut).getOrElse(sequence)
     acks.add(sequence - from + 1)
     lastAcked = Some(sequence)
-    lastDequeued = Some(sequence)
-    acksSinceDequeue = 0
+    if (!coalesce) {
+      lastDequeued = Some(sequence)
+      acksSinceDequeue = 0
+      lastAckWrite = clock.nanoTime()
+      ackWrites.increment()
+    }
     absorbSkipped()
+    if (coalesce) writeDueAcks()
   }
 
   /**
@@ -187,6 +208,7 @@ final class Consumer(
       // One segment or the tail at a time: memory stays bounded at any depth (docs/format.md §2.2).
       val head = queue.readHead()
       queueLength.set(head.depth)
+      lagEntries.set(math.max(0L, head.nextSequence - lastAcked.map(_ + 1).getOrElse(head.firstSequence)))
       val start = math.max(head.firstSequence, after.fold(head.firstSequence)(_ + 1))
       buffer = queue.segmentTree.leafFor(head, start) match {
         case Some(ref) => queue.readSegment(ref).filter(_.sequence >= head.firstSequence)
@@ -245,7 +267,14 @@ final class Consumer(
     lastAcked.foreach(queue.dequeueThrough)
     lastDequeued = lastAcked
     acksSinceDequeue = 0
+    lastAckWrite = clock.nanoTime()
+    ackWrites.increment()
   }
+
+  /** With `ackInterval`: writes the pending acks once an interval passed since the last ack write. */
+  private def writeDueAcks(): Unit =
+    if (ackIntervalNanos > 0 && lastAcked != lastDequeued && clock.nanoTime() - lastAckWrite >= ackIntervalNanos)
+      flushAcks()
 
   /** Closed, or fenced before (a fence is remembered: every later call fails with it, as in Python). */
   private def checkUsable(): Unit = {

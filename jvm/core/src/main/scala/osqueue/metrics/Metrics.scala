@@ -67,6 +67,10 @@ object MetricNames {
   val EntriesCollected = "buffer.entries_collected"
   val BytesCollected = "buffer.bytes_collected"
   val Acks = "buffer.acks"
+  /** Per reader (label `subscription`, "" for the unnamed consumer): the manifest writes its acks made. */
+  val AckWrites = "buffer.ack_writes"
+  /** Per reader (label `subscription`): next_sequence minus its next unacked sequence at its last head read. */
+  val ConsumerLagEntries = "buffer.consumer_lag_entries"
   val GcFilesDeleted = "buffer.gc_files_deleted"
   val GcFilesFailed = "buffer.gc_files_failed"
   val GcDuration = "buffer.gc_duration_seconds"

@@ -51,6 +51,9 @@ private[spark] final class DriverQueue(store: ObjectStore, location: QueueLocati
     e
   }
 
+  /** The manifest writes this reader's commits made so far (coalesced: docs/adr/0005, "Ack coalescing"). */
+  def ackWrites: Long = dequeuer.dequeueRuns
+
   /** Where this reader's record in the head said to start when it took over (a subscription's `next`). */
   def readerNext: Option[Long] = consumer.readerNext
 

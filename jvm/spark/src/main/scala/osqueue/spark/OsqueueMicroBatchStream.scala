@@ -235,7 +235,7 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
         .flatMap(_.metadata.headOption).map(_.ingestionTimeMs)
       SourceProgressMetrics(m, consumed, oldestUnreadMs, clock.nowMillis(), queue.ownEpoch, dataLoss.count,
         missingBatches.fold(0L)(_.value.longValue), duplicateCopiesSkipped.get(), corruptBatches.fold(0L)(_.value.longValue),
-        dataLoss.droppedEntries)
+        dataLoss.droppedEntries, options.subscription, queue.ackWrites)
     }.getOrElse(Map.empty[String, String]).asJava
 
   override def toString: String = s"OsqueueMicroBatchStream[${location.identity}]"

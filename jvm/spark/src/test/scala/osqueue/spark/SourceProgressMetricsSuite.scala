@@ -35,4 +35,16 @@ class SourceProgressMetricsSuite extends AnyFunSuite {
     assert(r("dataLossEvents") == "5" && r("missingBatches") == "3" && r("duplicateCopiesSkipped") == "4")
     assert(SourceProgressMetrics(m, None, Some(20000L), 12500L, None, 0, 0, 0)("lagSeconds") == "0.000", "never negative")
   }
+
+  test("per subscription: its name, the position its record holds, its lag from there and its ack writes") {
+    val name = "billing"
+    val base = head(2, 10)
+    val sections = base.sections.withSubscription(osqueue.format.Subscription(name, 1L << 32, 4L, 0L, 0L))
+    val m = ManifestHead.parse(base.withReaders(base.epoch, sections, _ => fail("no index"), cut = false), "m")
+    val r = SourceProgressMetrics(m, Some(7L), None, 0L, None, 0, 0, 0, subscription = Some(name), ackWrites = 3)
+    assert(r("subscription") == name && r("subscriptionAcked") == "4" && r("subscriptionLag") == "6")
+    assert(r("ackWrites") == "3" && r("queueLength") == "3")
+    val unnamed = SourceProgressMetrics(head(2, 10), Some(7L), None, 0L, None, 0, 0, 0)
+    assert(unnamed("subscription") == "" && unnamed("subscriptionAcked") == "" && unnamed("subscriptionLag") == "")
+  }
 }
