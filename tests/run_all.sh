@@ -51,7 +51,8 @@ bash .ci/setup.sh || exit 1
 step() { echo "== [$(date +%T)] $*"; }  # each step with its start time: where the run spends it
 export OSQUEUE_PYTHON="$root/.venv/bin/python"
 reports="$root/target/test-reports"
-rm -rf "$reports" jvm/*/target/test-reports jvm/spark/target/line-*/test-reports
+# The build's Maven repository too: sbt refuses to publish a version over an existing one.
+rm -rf "$reports" jvm/*/target/test-reports jvm/spark/target/line-*/test-reports target/maven-repo
 mkdir -p "$reports"
 
 status=0
