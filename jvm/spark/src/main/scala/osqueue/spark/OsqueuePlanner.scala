@@ -38,21 +38,20 @@ private[spark] object OsqueuePlanner {
    * `entries` in order, cut into runs of at most [[SliceEntries]] entries and [[SliceBytes]] bytes
    * (`bytes` of each); an entry larger than [[SliceBytes]] is a run of its own.
    */
-  def runs[A](entries: IndexedSeq[A], bytes: A => Long): Iterator[IndexedSeq[A]] = new Iterator[IndexedSeq[A]] {
-    private var at = 0
-    override def hasNext: Boolean = at < entries.size
-    override def next(): IndexedSeq[A] = {
-      if (!hasNext) throw new NoSuchElementException("no more runs")
-      val start = at
-      var total = bytes(entries(at))
-      at += 1
+  def runs[A](entries: IndexedSeq[A], bytes: A => Long): Iterator[IndexedSeq[A]] = {
+    // Each run's end, from the previous one's: an entry always fits in an empty run.
+    def end(start: Int): Int = {
+      var at = start + 1
+      var total = bytes(entries(start))
       while (at < entries.size && at - start < SliceEntries && total + bytes(entries(at)) <= SliceBytes) {
         total += bytes(entries(at))
         at += 1
       }
-      entries.slice(start, at)
+      at
     }
+    Iterator.iterate(0)(end).takeWhile(_ < entries.size).map(start => entries.slice(start, end(start)))
   }
+
   /** Segments read ahead of the one walked (GETs in flight; also the most segments held at once). */
   val SegmentReadAhead = 4
 
