@@ -338,10 +338,17 @@ def test_backpressure_raises_queue_full_naming_the_spool_and_drops_nothing(tmp_p
 def test_drop_oldest_drops_exactly_what_it_counts(tmp_path: pathlib.Path) -> None:
     store = _Outage(InMemoryStore())
     metrics = MetricsRegistry()
-    # One batch in flight at a time: the calls behind it stay unbatched, so droppable.
+    # One batch in flight at a time: the calls behind it stay unbatched, so droppable. The first call
+    # alone is that batch (its PUT failing) before the others come; else a slow uploader could batch
+    # every call the cap holds, leaving nothing to drop.
     with _producer(store, tmp_path, spool_max_bytes=300, spool_full_policy="drop_oldest", metrics=metrics) as p:
         store.down.set()
-        handles = [p.produce([f"{i:03d}".encode() + b"x" * 37]) for i in range(30)]
+        handles = [p.produce([b"000" + b"x" * 37])]
+        deadline = time.monotonic() + 10
+        while store.failed == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert store.failed > 0, "the first batch's PUT was never tried"
+        handles += [p.produce([f"{i:03d}".encode() + b"x" * 37]) for i in range(1, 30)]
         store.down.clear()
         with pytest.raises(QueueFullError, match="dropped by drop_oldest"):
             p.flush(10)

@@ -259,10 +259,16 @@ class SpoolSuite extends AnyFunSuite {
   test("should drop exactly what drop_oldest counts") {
     val store = new Outage(InMemoryStore.fresh())
     val metrics = new MetricsRegistry
-    // One batch in flight at a time: the calls behind it stay unbatched, so droppable.
+    // One batch in flight at a time: the calls behind it stay unbatched, so droppable. The first call
+    // alone is that batch (its PUT failing) before the others come; else a slow uploader could batch
+    // every call the cap holds, leaving nothing to drop.
     val p = producer(store, tmp(), metrics, _.copy(spoolMaxBytes = 300, spoolFullPolicy = "drop_oldest"))
     store.down = true
-    val handles = (0 until 30).map(i => p.produce(Seq((f"$i%03d" + "x" * 37).getBytes)))
+    val first = p.produce(Seq(("000" + "x" * 37).getBytes))
+    val deadline = System.nanoTime() + 10.seconds.toNanos
+    while (store.failed.get() == 0 && System.nanoTime() < deadline) Thread.sleep(5)
+    assert(store.failed.get() > 0, "the first batch's PUT was never tried")
+    val handles = first +: (1 until 30).map(i => p.produce(Seq((f"$i%03d" + "x" * 37).getBytes)))
     store.down = false
     p.flush(); p.close()
     val dropped = handles.filter(h => h.result().exists(_.isFailure))

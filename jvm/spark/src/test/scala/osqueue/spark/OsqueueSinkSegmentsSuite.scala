@@ -60,14 +60,14 @@ class OsqueueSinkSegmentsSuite extends AnyFunSuite with LocalSparkSuite {
     write(path, 1, "manifestSegmentEntries" -> "2147483647")
     write(path, 1, "MANIFESTSEGMENTENTRIES" -> Int.MaxValue.toString)
     assert(version(path) == 1 && depth(path) == ManifestHead.DefaultSegmentEntries + 4)
-    write(path, 1) // the default K seals the tail, as a producer's would
-    assert(version(path) == 2 && depth(path) == ManifestHead.DefaultSegmentEntries + 6)
+    write(path, 1) // the default K seals the tail, as a producer's would (a segmented head is v3, §2.3)
+    assert(version(path) == 3 && depth(path) == ManifestHead.DefaultSegmentEntries + 6)
   }
 
-  test("a small manifestSegmentEntries segments the queue the sink writes (v2), every row still read once") {
-    val path = queue("v2")
+  test("a small manifestSegmentEntries segments the queue the sink writes, every row still read once") {
+    val path = queue("segmented")
     write(path, 3, "manifestSegmentEntries" -> "2")
-    assert(version(path) == 2)
+    assert(version(path) == 3) // segmented, with the head checksum (docs/format.md §2.3)
     assert(values(path).sorted == (0 until 3).flatMap(w => (0 until 4).map(i => s"w$w-$i")).sorted)
   }
 
