@@ -127,7 +127,10 @@ public class ProducerVsRawPut {
         ProducerConfig$.MODULE$.apply$default$1(), ProducerConfig$.MODULE$.apply$default$2(), flush,
         ProducerConfig$.MODULE$.apply$default$4(), ProducerConfig$.MODULE$.apply$default$5(),
         ProducerConfig$.MODULE$.apply$default$6(), ProducerConfig$.MODULE$.apply$default$7(),
-        ProducerConfig$.MODULE$.apply$default$8(), ProducerConfig$.MODULE$.apply$default$9());
+        ProducerConfig$.MODULE$.apply$default$8(), ProducerConfig$.MODULE$.apply$default$9(),
+        ProducerConfig$.MODULE$.apply$default$10(), ProducerConfig$.MODULE$.apply$default$11(),
+        ProducerConfig$.MODULE$.apply$default$12(), ProducerConfig$.MODULE$.apply$default$13(),
+        ProducerConfig$.MODULE$.apply$default$14());
     FiniteDuration wait = Duration.create(10, TimeUnit.MINUTES);
     System.gc(); // the previous phase's garbage is not this phase's cost
     long t0 = System.nanoTime();

@@ -159,7 +159,8 @@ public class SegmentedDepth {
       long heapBefore = usedHeap();
       Consumer c = new Consumer(store, new ConsumerConfig(MANIFEST, "ingest", 100, false,
           Duration.create(5, java.util.concurrent.TimeUnit.MINUTES), Duration.create(10, java.util.concurrent.TimeUnit.MINUTES),
-          new RetryPolicy(10, 1000, 1000, 30000), scala.Option.empty(), false), SystemClock$.MODULE$, new MetricsRegistry());
+          new RetryPolicy(10, 1000, 1000, 30000), scala.Option.empty(), false,
+          scala.concurrent.duration.Duration.Zero()), SystemClock$.MODULE$, new MetricsRegistry());
       long t0 = System.nanoTime();
       c.initialize(scala.Option.empty(), scala.Option.empty());
       initMs = (System.nanoTime() - t0) / 1e6;
