@@ -3,7 +3,7 @@
 # the JVM tests (sbt, against real files and a real S3 server), the connector jar build,
 # and the Python tests (pytest, incl. Spark and S3 servers) — and prints one closing line.
 #
-#   bash tests/run_all.sh [pytest args]   everything (CI, .ci/run; about 45 minutes cold)
+#   bash tests/run_all.sh [pytest args]   everything (CI, .ci/run; about 35 minutes cold on 2 cores)
 #
 # Two lanes: the tests that need no jar (pytest -m "not jvm": the native client, CLI, stores and
 # their test servers, then the same on Python 3.10 and 3.13) run in the background from the start,
