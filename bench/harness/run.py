@@ -27,25 +27,29 @@ from bench.harness.spark_depth import bench_spark_depth, bench_spark_depth_s3
 from bench.harness.spool_benchmarks import bench_spool, bench_verify_read
 from bench.harness.subscription_benchmarks import bench_subscriptions
 
-BENCHMARKS = (
-    "contention",
-    "depth",
-    "py_depth",
-    "deep_v1",
-    "jvm_depth",
-    "spark_depth",
-    "spark_depth_s3",
-    "py_vs_jvm",
-    "requests",
-    "raw_put",
-    "spark_file",
-    "kafka",
-    "latency",
-    "producers_processes",
-    "python_source",
-    "delta",
-    "subscriptions",
-)
+FUNCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "contention": bench_contention,
+    "depth": bench_depth,
+    "py_depth": bench_py_depth,
+    "deep_v1": bench_deep_v1,
+    "jvm_depth": bench_jvm_depth,
+    "spark_depth": bench_spark_depth,
+    "spark_depth_s3": bench_spark_depth_s3,
+    "py_vs_jvm": bench_py_vs_jvm,
+    "requests": bench_requests,
+    "raw_put": bench_raw_put,
+    "spark_file": bench_spark_file,
+    "kafka": bench_kafka,
+    "latency": bench_latency,
+    "producers_processes": bench_producers_processes,
+    "python_source": bench_python_source,
+    "spool": bench_spool,
+    "verify_read": bench_verify_read,
+    "delta": bench_delta,
+    "subscriptions": bench_subscriptions,
+}
+"""Every benchmark by name, in the order a full run takes them."""
+BENCHMARKS = tuple(FUNCTIONS)
 SPARK_BENCHMARKS = ("spark_file", "kafka", "latency", "python_source", "delta")
 QUICK_SKIPS = (
     "kafka",
@@ -63,7 +67,6 @@ QUICK_SKIPS = (
 )
 """Not run by ``--quick`` unless named with ``--only`` (fetching jars and starting a broker, or building
 a 1M-entry queue, is not fast)."""
-QUICK_SKIPS += ("spool", "verify_read")  # issue 28's rows: run with --only (smoke: tests/python/test_bench.py)
 
 
 def normalize_names(only: Sequence[str]) -> list[str]:
@@ -106,27 +109,6 @@ def run_benchmarks(
         "machine": machine_facts(),
         "benchmarks": {},
     }
-    functions = {
-        "contention": bench_contention,
-        "depth": bench_depth,
-        "py_depth": bench_py_depth,
-        "deep_v1": bench_deep_v1,
-        "jvm_depth": bench_jvm_depth,
-        "spark_depth": bench_spark_depth,
-        "spark_depth_s3": bench_spark_depth_s3,
-        "py_vs_jvm": bench_py_vs_jvm,
-        "requests": bench_requests,
-        "raw_put": bench_raw_put,
-        "spark_file": bench_spark_file,
-        "kafka": bench_kafka,
-        "latency": bench_latency,
-        "producers_processes": bench_producers_processes,
-        "python_source": bench_python_source,
-        "spool": bench_spool,
-        "verify_read": bench_verify_read,
-        "delta": bench_delta,
-        "subscriptions": bench_subscriptions,
-    }
     # Spark's Kafka connector jars must be on the session's class path from the start.
     if "kafka" in names:
         try:
@@ -152,7 +134,7 @@ def run_benchmarks(
             log(f"== {name}")
             b0 = time.monotonic()
             load0 = loadavg()
-            result["benchmarks"][name] = functions[name](env, settings)
+            result["benchmarks"][name] = FUNCTIONS[name](env, settings)
             result["benchmarks"][name]["elapsed_s"] = round(time.monotonic() - b0, 1)
             result["benchmarks"][name]["loadavg_before_after"] = [load0, loadavg()]
     result["elapsed_s"] = time.monotonic() - t0
