@@ -42,3 +42,11 @@ def test_a_writer_id_of_batch_writes_is_refused_to_a_stream(tmp_path: pathlib.Pa
     with pytest.raises(Exception, match=r"\[OSQUEUE_WRITER_OWNED_BY_ANOTHER_QUERY\] sink writer 'w' belongs to batch"):
         SinkCommitter(stream, "python:/ckpt").commit(0, [write_task(stream, iter([(b"x", None)]))])
     assert _values(tmp_path) == ["a"]
+
+
+def test_a_df_write_without_a_writer_id_appends_once_and_writes_no_state(tmp_path: pathlib.Path) -> None:
+    # df.write with no writerId: a plain append (no replay detection), as the JVM sink does.
+    options = SinkOptions.parse({"path": str(tmp_path)})
+    assert SinkCommitter(options, None).commit(0, [write_task(options, iter([(b"a", None), (b"b", None)]))])
+    assert _values(tmp_path) == ["a", "b"]
+    assert not list(tmp_path.rglob("*.writers*"))

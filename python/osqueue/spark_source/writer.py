@@ -21,6 +21,7 @@ import logging
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -212,13 +213,24 @@ class SinkCommitter:
         self.clock = SystemClock()
         self.rng = rng or random.Random()
         self.manifests = ManifestStore(self.store, options.location.manifest_path)
-        writer = options.writer_id or ""
-        self.state_key = state_key(options.location.manifest_path, writer)
-        self._state = CasObject(self.store, self.state_key)
-        self._state_loop = CasLoop(self._state, RetryPolicy(), self.clock, self.rng, CasCounters.uncounted())
         self._manifest_loop = CasLoop(
             self.manifests.cas_object, RetryPolicy(), self.clock, self.rng, CasCounters.uncounted()
         )
+
+    # The writer state exists only for a write with a writer id (one without is a plain append).
+    @cached_property
+    def state_key(self) -> str:
+        if self.options.writer_id is None:
+            raise AssertionError("a write without a writer id has no writer state")
+        return state_key(self.options.location.manifest_path, self.options.writer_id)
+
+    @cached_property
+    def _state(self) -> CasObject:
+        return CasObject(self.store, self.state_key)
+
+    @cached_property
+    def _state_loop(self) -> CasLoop:
+        return CasLoop(self._state, RetryPolicy(), self.clock, self.rng, CasCounters.uncounted())
 
     def _read_state(self) -> WriterState | None:
         snapshot = self._state.read()
