@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
 
 from osqueue import metrics as m
+from osqueue.clock import SystemClock
 from osqueue.errors import AmbiguousCommitError, ConflictRetriesExhaustedError, OsqueueError, StoreError
 from osqueue.queue.cas_object import Snapshot
+from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import Written
 
 if TYPE_CHECKING:
     from osqueue.clock import Clock
     from osqueue.queue.cas_object import CasObject
-    from osqueue.queue.retry_policy import RetryPolicy
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -252,3 +253,21 @@ class CasLoop:
             f"manifest '{self.obj.key}': gave up ({error}) while {write} had an unknown outcome; "
             "it may still land, so it is neither reported as written nor as failed"
         ) from error
+
+
+def admin_loop(
+    obj: CasObject,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    retry: RetryPolicy | None = None,
+    metrics: m.MetricsRegistry | None = None,
+) -> CasLoop:
+    """The CAS loop of an administrative manifest write (subscriptions, retention): the defaults a
+    caller leaves out, and its writes counted under the role ``consumer``."""
+    return CasLoop(
+        obj,
+        retry or RetryPolicy(),
+        clock or SystemClock(),
+        rng or random.Random(),
+        CasCounters.manifest(metrics or m.REGISTRY, "consumer"),
+    )

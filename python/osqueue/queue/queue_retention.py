@@ -27,13 +27,13 @@ from functools import partial
 from typing import TypeVar
 
 from osqueue import metrics as m
-from osqueue.clock import Clock, SystemClock
+from osqueue.clock import Clock
 from osqueue.errors import IllegalQueueStateError, InvalidConfigError, QueueFullError, StoreError
 from osqueue.format.dequeue_receipts import MAX_RECEIPTS, DequeueReceipts
 from osqueue.format.head_sections import BACKPRESSURE, DROP_OLDEST, Retention
 from osqueue.format.incarnation import incarnation_of
 from osqueue.format.manifest_head import RawHead, entry_byte_length, parse_head
-from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Write
+from osqueue.queue.cas_loop import CasStep, Done, PreviousAttempt, Write, admin_loop
 from osqueue.queue.cas_object import Snapshot
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
@@ -231,13 +231,7 @@ class QueueRetention:
         metrics: m.MetricsRegistry | None = None,
     ) -> None:
         self.manifest = ManifestStore(store, manifest_key)
-        self._loop = CasLoop(
-            self.manifest.cas_object,
-            retry or RetryPolicy(),
-            clock or SystemClock(),
-            rng or random.Random(),
-            CasCounters.manifest(metrics or m.REGISTRY, "consumer"),
-        )
+        self._loop = admin_loop(self.manifest.cas_object, clock, rng, retry, metrics)
         self._tree = SegmentTree(self.manifest)
 
     def get(self) -> Retention | None:

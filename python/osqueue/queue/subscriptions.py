@@ -20,7 +20,7 @@ from osqueue.format.head_sections import HeadSections, Subscription, UnnamedRead
 from osqueue.format.incarnation import new_incarnation_epoch
 from osqueue.format.manifest_codec import empty_manifest
 from osqueue.format.manifest_head import RawHead, parse_head
-from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Write
+from osqueue.queue.cas_loop import CasStep, Done, PreviousAttempt, Write, admin_loop
 from osqueue.queue.cas_object import Snapshot
 from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
@@ -107,13 +107,7 @@ class Subscriptions:
     ) -> None:
         self.manifest = ManifestStore(store, manifest_key)
         self._clock = clock or SystemClock()
-        self._loop = CasLoop(
-            self.manifest.cas_object,
-            retry or RetryPolicy(),
-            self._clock,
-            rng or random.Random(),
-            CasCounters.manifest(metrics or m.REGISTRY, "consumer"),
-        )
+        self._loop = admin_loop(self.manifest.cas_object, self._clock, rng, retry, metrics)
         self._tree = SegmentTree(self.manifest)
 
     def create(self, name: str, start: str = "earliest") -> Subscription:
