@@ -239,3 +239,75 @@ def test_checker_reads_a_final_manifest_that_is_segmented(tmp_path: pathlib.Path
     (tmp_path / "manifest-final.bin").write_bytes((golden / "manifest_after_dequeue.bin").read_bytes())
     v1 = _manifest_footer(tmp_path)
     assert v1 is not None and v1["entries"] == v1["next_sequence"] - v1["first_sequence"]
+
+
+def _subscriptions_head(tmp_path: pathlib.Path, acked: dict[str, int]) -> bytes:
+    """A real head (local store) with 4 sequences and subscriptions s0, s1 acknowledged through
+    ``acked[name]`` (-1: nothing)."""
+    import osqueue
+    from osqueue.queue.subscriptions import Subscriptions
+    from osqueue.store import open_store
+
+    q = tmp_path / "q"
+    q.mkdir(parents=True)
+    store = open_store(str(q))
+    for name in acked:
+        Subscriptions(store, "ingest/manifest").create(name)
+    with osqueue.Producer(store=store, flush_interval=3600) as p:
+        for i in range(4):
+            p.produce([f"x{i}".encode()])
+            p.flush()
+    for name, through in acked.items():
+        with osqueue.Consumer(store=store, subscription=name, run_gc=False) as c:
+            while through >= 0 and (b := c.next_batch()) is not None:
+                c.ack(b.sequence)
+                if b.sequence >= through:
+                    break
+    return (q / "ingest" / "manifest").read_bytes()
+
+
+def _subscriptions_run(run: pathlib.Path, head: bytes, final_gc: dict | None) -> None:
+    """The clean run's producers and sink, read by two subscriptions s0 and s1 (out/s0, out/s1)."""
+    _clean_run(run)
+    for name in ("s0", "s1"):
+        shutil.copytree(run / "out", run / "out-copy" / name)
+    shutil.rmtree(run / "out")
+    (run / "out-copy").rename(run / "out")
+    (run / "zombie.log").unlink()
+    (run / "manifest-final.bin").write_bytes(head)
+    meta = {"args": {"subscriptions": 2}, **({"final_gc": final_gc} if final_gc else {})}
+    (run / "run.json").write_text(json.dumps(meta))
+
+
+GC_CLEAN = {"deleted": 3, "failed": 0, "kept_referenced": 0, "kept_in_grace": 1, "kept_newer_than_oldest": 0,
+            "grace_period_ms": 600000, "batch_files_left": 1}  # fmt: skip
+
+
+def test_checker_checks_each_subscription_its_position_the_head_and_the_gc(tmp_path: pathlib.Path) -> None:
+    caught_up = _subscriptions_head(tmp_path / "h1", {"s0": 3, "s1": 3})
+    run = tmp_path / "run"
+    _subscriptions_run(run, caught_up, GC_CLEAN)
+    r = checker.check(run)
+    assert r["verdict"] == "PASS", r
+    subs = r["subscriptions"]
+    assert subs["positions"] == {"s0": 4, "s1": 4} and subs["head_entries"] == 0
+    assert {n: s["total"]["delivered"] for n, s in subs["per_subscription"].items()} == {"s0": 7, "s1": 7}
+    assert r["total"]["delivered"] == 14 and "| s1 | 4 |" in checker.markdown(r)
+
+    # s1's sink lost a micro-batch: s1 fails with exactly those entries lost, s0 still passes.
+    (run / "out" / "s1" / "batch-1.jsonl").unlink()
+    r = checker.check(run)
+    assert r["verdict"] == "FAIL"
+    per = r["subscriptions"]["per_subscription"]
+    assert per["s0"]["verdict"] == "PASS" and per["s1"]["verdict"] == "FAIL"
+    assert per["s1"]["total"]["lost"] == 3 and r["total"]["lost"] == 3
+
+    # s1 stopped behind: its position, the entries the head still holds, and a GC that did not run.
+    behind = _subscriptions_head(tmp_path / "h2", {"s0": 3, "s1": 1})
+    run2 = tmp_path / "run2"
+    _subscriptions_run(run2, behind, None)
+    r = checker.check(run2)
+    assert r["verdict"] == "FAIL"
+    assert r["subscriptions"]["positions"] == {"s0": 4, "s1": 2}
+    assert r["total"]["positions_behind"] == 1 and r["total"]["head_not_empty"] == 2
+    assert r["total"]["gc_referenced"] == 1 and r["total"]["lost"] == 0

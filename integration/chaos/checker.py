@@ -30,6 +30,15 @@ Verdicts (any non-zero one fails the run, exit status 1):
 - **sequence_gaps**: sequences below the final manifest's next_sequence that no micro-batch
   delivered (every producer batch holds at least one entry, so each sequence must show up).
 - **zombie_landed**: zombie consumer calls that did not raise FencedError-or-error.
+
+With subscriptions (``run.json``'s ``args.subscriptions`` N > 0; ``out/<name>/`` per subscription)
+the sink verdicts above are checked for each subscription on its own, and three more apply:
+
+- **positions_behind**: subscriptions whose position in the final head is not its ``next_sequence``
+  (every reader acknowledged everything before it stopped);
+- **head_not_empty**: entries the final head still holds (they leave once every subscription passed);
+- **gc_referenced**: batch files the final GC cycle (``run.json``'s ``final_gc``) found still
+  referenced, plus its failed deletes (1 when the cycle did not run).
 """
 
 from __future__ import annotations
@@ -45,7 +54,18 @@ import re
 import sys
 from typing import Any
 
-VIOLATIONS = ("lost", "duplicated", "out_of_order", "unexpected", "misplaced", "sequence_gaps", "zombie_landed")
+VIOLATIONS = (
+    "lost",
+    "duplicated",
+    "out_of_order",
+    "unexpected",
+    "misplaced",
+    "sequence_gaps",
+    "zombie_landed",
+    "positions_behind",
+    "head_not_empty",
+    "gc_referenced",
+)
 _VALUE = re.compile(r"^(?P<tag>(?P<name>[A-Za-z0-9_]+)-(?P<inc>\d+))-(?P<n>\d+)$")
 
 
@@ -123,12 +143,15 @@ def read_producer_logs(run: pathlib.Path) -> dict[str, Incarnation]:
     return incs
 
 
-def read_sink(run: pathlib.Path) -> tuple[dict[tuple[int, int], tuple[str, str]], dict[str, Any]]:
-    """(sequence, index) -> (value, location), and the duplicate findings of the sink itself."""
+def read_sink(
+    run: pathlib.Path, out: pathlib.Path | None = None
+) -> tuple[dict[tuple[int, int], tuple[str, str]], dict[str, Any]]:
+    """(sequence, index) -> (value, location), and the duplicate findings of the sink itself
+    (``out``: one subscription's sink directory; default ``run/out``)."""
     keys: dict[tuple[int, int], tuple[str, str]] = {}
     key_batch: dict[tuple[int, int], int] = {}
     conflicts, redelivered, rows, batches = [], [], 0, 0
-    files = glob.glob(str(run / "out" / "batch-*.jsonl"))
+    files = glob.glob(str((out or run / "out") / "batch-*.jsonl"))
     for path in sorted(files, key=lambda p: int(re.search(r"batch-(\d+)\.jsonl$", p).group(1))):
         b = int(re.search(r"batch-(\d+)\.jsonl$", path).group(1))
         batches += 1
@@ -230,12 +253,13 @@ def epoch_figures(
     }
 
 
-def check(run: str | os.PathLike[str]) -> dict[str, Any]:
-    run = pathlib.Path(run)
-    incs = read_producer_logs(run)
-    keys, sink = read_sink(run)
-    footer = _manifest_footer(run)
-
+def verify_sink(
+    incs: dict[str, Incarnation],
+    keys: dict[tuple[int, int], tuple[str, str]],
+    sink: dict[str, Any],
+    footer: dict[str, int] | None,
+) -> dict[str, Any]:
+    """One sink (the query's, or one subscription's) against the producers' logs."""
     # value -> first key; values seen under a second key are duplicates.
     delivered: dict[str, tuple[int, int]] = {}
     dup_values: list[dict[str, Any]] = []
@@ -326,6 +350,78 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
         seen = {s for s, _ in keys}
         gaps = [s for s in range(0, footer["next_sequence"]) if s not in seen]
     total["sequence_gaps"] = len(gaps)
+    return {
+        "verdict": "PASS" if all(total.get(v, 0) == 0 for v in VIOLATIONS) else "FAIL",
+        "total": total,
+        "producers": producers,
+        "failure_kinds": {k: dict(v) for k, v in failed_kinds.items()},
+        "sink": {
+            "rows": sink["rows"],
+            "batches": sink["batches"],
+            "distinct_keys": len(keys),
+            "sequences": len({s for s, _ in keys}),
+            "key_conflicts": len(sink["key_conflicts"]),
+            "keys_redelivered": len(sink["keys_redelivered"]),
+            "sequence_location_conflicts": seq_location_conflicts,
+        },
+        "examples": {
+            "lost": lost,
+            "duplicated": (dup_values[:10] + sink["key_conflicts"][:5] + sink["keys_redelivered"][:5]),
+            "out_of_order": ooo,
+            "unexpected": unexpected[:20],
+            "misplaced": misplaced,
+            "sequence_gaps": gaps[:20],
+        },
+    }
+
+
+def _subscription_figures(run: pathlib.Path, names: list[str], meta: dict[str, Any]) -> dict[str, Any]:
+    """The final head's subscription positions and depth, and the final GC cycle's counts."""
+    path = run / "manifest-final.bin"
+    positions: dict[str, int | None] = dict.fromkeys(names)
+    depth, next_sequence = None, None
+    if path.exists():
+        from osqueue.format import parse_head
+
+        h = parse_head(path.read_bytes(), "manifest-final.bin")
+        depth, next_sequence = h.depth, h.next_sequence
+        for rec in h.sections.subscriptions:
+            positions[rec.name] = rec.next
+    gc = meta.get("final_gc")
+    return {
+        "positions": positions,
+        "next_sequence": next_sequence,
+        "positions_behind": sum(1 for n in names if positions[n] is None or positions[n] != next_sequence),
+        "head_entries": depth,
+        "head_not_empty": 1 if depth is None else depth,
+        "final_gc": gc,
+        "gc_referenced": 1 if not gc else gc["kept_referenced"] + gc["failed"],
+    }
+
+
+def check(run: str | os.PathLike[str]) -> dict[str, Any]:
+    run = pathlib.Path(run)
+    incs = read_producer_logs(run)
+    footer = _manifest_footer(run)
+    meta = _read_json(run / "run.json", {})
+    names = [f"s{i}" for i in range(int(meta.get("args", {}).get("subscriptions", 0) or 0))]
+    if not names:
+        one = verify_sink(incs, *read_sink(run), footer)
+    else:
+        per_sub = {n: verify_sink(incs, *read_sink(run, run / "out" / n), footer) for n in names}
+        one = dict(per_sub[names[0]])  # what the producers did is the same for every subscription
+        one["total"] = dict(one["total"])
+        for v in ("delivered", "lost", "duplicated", "out_of_order", "unexpected", "misplaced", "sequence_gaps"):
+            one["total"][v] = sum(r["total"][v] for r in per_sub.values())
+        one["sink"] = {k: sum(r["sink"][k] for r in per_sub.values()) for k in one["sink"]}
+        one["examples"] = {n: r["examples"] for n, r in per_sub.items() if r["verdict"] != "PASS"}
+        subs = _subscription_figures(run, names, meta)
+        for v in ("positions_behind", "head_not_empty", "gc_referenced"):
+            one["total"][v] = subs[v]
+        subs["per_subscription"] = {
+            n: {"verdict": r["verdict"], "total": r["total"], "sink": r["sink"]} for n, r in per_sub.items()
+        }
+    total = one["total"]
 
     events = _events(run)
     kills = collections.Counter(e["kind"] for e in events if e.get("event") == "kill")
@@ -359,17 +455,9 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
         "run": str(run),
         "verdict": "PASS" if all(total.get(v, 0) == 0 for v in VIOLATIONS) else "FAIL",
         "total": total,
-        "producers": producers,
-        "failure_kinds": {k: dict(v) for k, v in failed_kinds.items()},
-        "sink": {
-            "rows": sink["rows"],
-            "batches": sink["batches"],
-            "distinct_keys": len(keys),
-            "sequences": len({s for s, _ in keys}),
-            "key_conflicts": len(sink["key_conflicts"]),
-            "keys_redelivered": len(sink["keys_redelivered"]),
-            "sequence_location_conflicts": seq_location_conflicts,
-        },
+        "producers": one["producers"],
+        "failure_kinds": one["failure_kinds"],
+        "sink": one["sink"],
         "manifest": footer,
         "faults": faults,
         "kills": dict(kills),
@@ -377,16 +465,11 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
         "driver_starts": driver_starts,
         "zombie": zombie,
         "epochs": epoch_figures(run, zombie, footer, driver_starts),
-        "examples": {
-            "lost": lost,
-            "duplicated": (dup_values[:10] + sink["key_conflicts"][:5] + sink["keys_redelivered"][:5]),
-            "out_of_order": ooo,
-            "unexpected": unexpected[:20],
-            "misplaced": misplaced,
-            "sequence_gaps": gaps[:20],
-        },
-        "meta": _read_json(run / "run.json", {}),
+        "examples": one["examples"],
+        "meta": meta,
     }
+    if names:
+        report["subscriptions"] = subs
     if not report["epochs"]["consistent"]:
         report["verdict"] = "FAIL"
     return report
@@ -438,6 +521,28 @@ def markdown(report: dict[str, Any]) -> str:
         f"{e['decreases']} decreases in {e['samples']} samples, consistent: {e['consistent']} |",
         f"| producer failures by class | {json.dumps(report['failure_kinds'], sort_keys=True)} |",
     ]
+    subs = report.get("subscriptions")
+    if subs:
+        scols = ("delivered", "lost", "duplicated", "out_of_order", "unexpected", "misplaced", "sequence_gaps")
+        out += ["", "| subscription | position | " + " | ".join(scols) + " | verdict |",
+                "| --- | --- |" + " --- |" * len(scols) + " --- |"]  # fmt: skip
+        for n, r in subs["per_subscription"].items():
+            pos = subs["positions"].get(n)
+            out.append(f"| {n} | {pos if pos is not None else '-'} | "
+                       + " | ".join(f"{r['total'][c]:,}" for c in scols) + f" | {r['verdict']} |")  # fmt: skip
+        gc = subs["final_gc"] or {}
+        out += [
+            "",
+            f"Final head: next_sequence {subs['next_sequence']}, {subs['head_entries']} entries, "
+            f"{subs['positions_behind']} subscription(s) behind. Final GC cycle: "
+            + (
+                f"{gc['deleted']:,} batch files deleted, {gc['kept_referenced']} referenced, "
+                f"{gc['kept_in_grace']:,} kept in the grace period ({gc['grace_period_ms'] // 1000} s), "
+                f"{gc['failed']} failed; {gc['batch_files_left']:,} batch files left."
+                if gc
+                else "did not run."
+            ),
+        ]
     return "\n".join(out) + "\n"
 
 
