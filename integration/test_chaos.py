@@ -292,7 +292,7 @@ def test_checker_checks_each_subscription_its_position_the_head_and_the_gc(tmp_p
     subs = r["subscriptions"]
     assert subs["positions"] == {"s0": 4, "s1": 4} and subs["head_entries"] == 0
     assert {n: s["total"]["delivered"] for n, s in subs["per_subscription"].items()} == {"s0": 7, "s1": 7}
-    assert r["total"]["delivered"] == 14 and "| s1 | 4 |" in checker.markdown(r)
+    assert r["total"]["delivered"] == 7 and r["sink"]["rows"] == 14 and "| s1 | 4 |" in checker.markdown(r)
 
     # s1's sink lost a micro-batch: s1 fails with exactly those entries lost, s0 still passes.
     (run / "out" / "s1" / "batch-1.jsonl").unlink()

@@ -22,6 +22,19 @@ Kills happen at seeded points of the production progress (a fraction of the entr
 so they land mid-run whatever the machine's speed. When the producers are done, the query drains
 until it has delivered every sequence below the manifest's ``next_sequence``; then everything
 stops and the checker writes ``report.json`` and ``report.md``. Exit status: the checker's.
+
+With ``--subscriptions N`` (issue 26) the queue has N named subscriptions ``s0``..``s<N-1>``,
+created before anything reads, and each has its own reader process instead of the one query:
+``s0``.. are Spark drivers (``--subscription`` option, own checkpoint ``checkpoint/<name>``), the
+last ``--native-readers`` (default N // 3) are native consumers (``integration/chaos/sub_consumer.py``),
+all through the proxy, sinks in ``out/<name>/``. There is no zombie (readers of different
+subscriptions never fence each other; fencing within one is the kills' restarts). The
+``--kills-driver`` kill points go to the readers in turn (``s0``, ``s1``, ...). When every reader
+delivered everything, each is told the last sequence (``stop-<name>``) and stops cleanly once it
+acknowledged it; then a GC cycle runs straight to the server and the checker checks every
+subscription (0 lost, 0 duplicated, in order), that every subscription's position in the final
+head is ``next_sequence``, that the head holds no entry, and that the GC cycle found no batch
+file still referenced.
 """
 
 from __future__ import annotations
@@ -203,6 +216,18 @@ class Harness:
         self.driver_starts = 0
         self.driver_batches_since_start = 0
         self.max_delivered = -1
+        n = args.subscriptions
+        native = n // 3 if args.native_readers < 0 else min(args.native_readers, n - 1 if n else 0)
+        self.subs = [f"s{i}" for i in range(n)]
+        self.native = set(self.subs[n - native :]) if native else set()
+        self.readers: dict[str, Child | None] = dict.fromkeys(self.subs)
+        self.reader_starts = collections.Counter()
+        self.reader_batches = collections.Counter()  # micro-batches since the reader's last start
+        self.reader_delivered = dict.fromkeys(self.subs, -1)
+        self.reader_up: dict[str, float | None] = dict.fromkeys(self.subs)  # when its query/consumer started
+        for name in self.subs:
+            (self.run / "out" / name).mkdir()
+            (self.run / "checkpoint" / name).mkdir()
         self.zombie: subprocess.Popen | None = None
 
     def event(self, event: str, **kw: Any) -> None:
@@ -378,6 +403,117 @@ class Harness:
         self.driver_batches_since_start = 0
         self.event("start", kind="driver", incarnation=k)
 
+    def start_reader(self, name: str) -> None:
+        """(Re)starts the reader of subscription ``name`` (a Spark driver or a native consumer)."""
+        a = self.args
+        k = self.reader_starts[name]
+        self.reader_starts[name] += 1
+        stop = self.run / f"stop-{name}"
+        if name in self.native:
+            s = self.s3
+            argv = [sys.executable, "-m", "integration.chaos.sub_consumer", "--endpoint", self.proxy.endpoint,
+                    "--region", s.region, "--access-key", s.access_key, "--secret-key", s.secret_key,
+                    "--bucket", self.bucket, "--prefix", PREFIX, "--subscription", name,
+                    "--out", str(self.run / "out" / name), "--stop-file", str(stop), "--timeout", str(a.timeout)]  # fmt: skip
+            kind = "consumer"
+        else:
+            opts = self.store_options(self.proxy.endpoint)
+            opts.update({"gcInterval": a.gc_interval, "subscription": name})
+            argv = [sys.executable, "-m", "integration.chaos.spark_driver", "--queue", self.uri,
+                    "--checkpoint", str(self.run / "checkpoint" / name), "--out", str(self.run / "out" / name),
+                    "--options", json.dumps(opts), "--max-batches", str(a.max_batches),
+                    "--trigger-ms", str(a.trigger_ms), "--stop-file", str(stop)]  # fmt: skip
+            kind = "driver"
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+        self.readers[name] = Child(kind, name, k, argv, self.run / "spark" / f"{name}-{k}.log", env=env)
+        self.reader_batches[name] = 0
+        self.reader_up[name] = None
+        self.event("start", kind=kind, name=name, incarnation=k)
+
+    def poll_readers(self) -> None:
+        for name, r in self.readers.items():
+            if r is None:
+                continue
+            for line in r.tail.lines():
+                m = re.search(r" batch (\d+): (\d+) rows, sequences (\d+)\.\.(\d+)", line)
+                if m:
+                    self.reader_batches[name] += 1
+                    self.reader_delivered[name] = max(self.reader_delivered[name], int(m.group(4)))
+                elif " batch " in line and "empty" in line:
+                    self.reader_batches[name] += 1
+                elif " started query " in line or " started subscription " in line:
+                    self.reader_up[name] = time.monotonic()
+            rc = r.proc.poll()
+            if rc is not None and not r.killed and not (rc == 0 and (self.run / f"stop-{name}").exists()):
+                why = ""
+                for line in reversed(r.log.read_text(errors="replace").splitlines()):
+                    if "query failed:" in line or "Exception" in line:
+                        why = line[-300:]
+                        break
+                self.event("query_failed", kind=r.kind, name=name, incarnation=r.incarnation, rc=rc, why=why)
+                log(f"reader {name}-{r.incarnation} exited {rc}: {why[:200]}; restarting")
+                time.sleep(1.0)
+                self.start_reader(name)
+
+    def kill_reader(self, i: int) -> bool:
+        """Kills the i-th kill point's reader (in turn) once it is processing (it delivered since its
+        start, or its query has been running for 20 s with nothing to deliver); False: not yet."""
+        name = self.subs[i % len(self.subs)]
+        r = self.readers[name]
+        up = self.reader_up[name]
+        if self.reader_batches[name] == 0 and (up is None or time.monotonic() - up < 20):
+            return False
+        r.kill()
+        self.poll_readers()
+        self.event("kill", kind=r.kind, name=name, incarnation=r.incarnation)
+        log(f"kill -9 reader {name}-{r.incarnation} ({r.kind}) at {100 * self.progress():.0f}% produced, "
+            f"after {self.reader_batches[name]} batches")  # fmt: skip
+        time.sleep(self.rng.uniform(0.5, 3.0))
+        self.start_reader(name)
+        return True
+
+    def create_subscriptions(self) -> None:
+        """Creates s0..s<N-1> straight on the server (earliest: they read from the first entry)."""
+        from osqueue.queue.subscriptions import Subscriptions
+        from osqueue.store import S3Store
+
+        store = S3Store(self.bucket, PREFIX, client=self.direct)
+        subs = Subscriptions(store, "ingest/manifest")
+        for name in self.subs:
+            subs.create(name)
+
+    def stop_readers(self) -> bool:
+        """Tells every reader the last sequence; waits until each acknowledged it and exited 0."""
+        f, _ = self.read_footer()
+        last = f.next_sequence - 1
+        for name in self.subs:
+            tmp = self.run / f".stop-{name}"
+            tmp.write_text(str(last))
+            os.replace(tmp, self.run / f"stop-{name}")
+        log(f"readers told to stop after sequence {last}")
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            self.poll_readers()  # restarts a reader that failed; a restarted one drains and stops too
+            if all(r is not None and r.proc.poll() == 0 for r in self.readers.values()):
+                self.event("readers_stopped", last=last)
+                return True
+            time.sleep(0.25)
+        log("readers did not all stop within 180 s")
+        return False
+
+    def final_gc(self) -> dict[str, Any]:
+        """One GC cycle straight to the server: with every subscription past every entry, no batch
+        file may still be referenced (the queue's grace period may keep recent unreferenced ones)."""
+        from osqueue.gc import GarbageCollector
+        from osqueue.store import S3Store
+
+        store = S3Store(self.bucket, PREFIX, client=self.direct)
+        r = GarbageCollector(store, grace_period=0).run_once()
+        left = [i.key for i in store.list("ingest/") if i.key.endswith(".batch")]
+        return {"deleted": len(r.deleted), "failed": len(r.failed), "kept_referenced": r.kept_referenced,
+                "kept_in_grace": r.kept_in_grace, "kept_newer_than_oldest": r.kept_newer_than_oldest,
+                "grace_period_ms": r.grace_period_ms, "batch_files_left": len(left)}  # fmt: skip
+
     def start_zombie(self) -> int:
         s = self.s3
         zlog = self.run / "zombie.log"
@@ -525,14 +661,22 @@ class Harness:
         mon = threading.Thread(target=self.monitor, daemon=True)
         mon.start()
         rc = 1
+        subs = bool(self.subs)
         try:
-            zepoch = self.start_zombie()
-            log(f"zombie consumer initialized the queue at epoch {zepoch}")
-            self.start_driver()
+            if subs:
+                self.create_subscriptions()
+                log(f"subscriptions {', '.join(self.subs)} created (native readers: {sorted(self.native) or 'none'})")
+                for name in self.subs:
+                    self.start_reader(name)
+            else:
+                zepoch = self.start_zombie()
+                log(f"zombie consumer initialized the queue at epoch {zepoch}")
+                self.start_driver()
             for name in PRODUCERS:
                 self.start_producer(name)
             log(
-                f"4 producers ({a.entries:,} entries, {a.chunk} per call) and the Spark driver started; "
+                f"4 producers ({a.entries:,} entries, {a.chunk} per call) and "
+                f"{f'{len(self.subs)} readers' if subs else 'the Spark driver'} started; "
                 f"faults: {json.dumps(rates)} / CAS {json.dumps(cond)}"
             )
             pkills = sorted(self.rng.uniform(0.1, 0.8) for _ in range(a.kills_producers))
@@ -542,7 +686,7 @@ class Harness:
             last_report, pk, dk, driver_wait_since = 0.0, 0, 0, None
             while time.monotonic() < deadline:
                 self.poll_producers()
-                self.poll_driver()
+                self.poll_readers() if subs else self.poll_driver()
                 prog = self.progress()
                 if pk < len(pkills) and prog >= pkills[pk]:
                     self.kill_producer(pk)
@@ -550,7 +694,11 @@ class Harness:
                 if dk < len(dkills) and prog >= dkills[dk]:
                     # Kill a driver that is processing (not one still starting), or after 90 s.
                     driver_wait_since = driver_wait_since or time.monotonic()
-                    if self.driver_batches_since_start > 0 or time.monotonic() - driver_wait_since > 90:
+                    if subs:
+                        if self.kill_reader(dk):
+                            dk += 1
+                            driver_wait_since = None
+                    elif self.driver_batches_since_start > 0 or time.monotonic() - driver_wait_since > 90:
                         self.kill_driver()
                         dk += 1
                         driver_wait_since = None
@@ -561,9 +709,14 @@ class Harness:
                         self.proxy.enabled = False
                         log("producers done: fault injection off for the drain")
                     f2, _ = self.read_footer()
-                    if self.max_delivered >= f2.next_sequence - 1:
-                        log(f"drained: the sink delivered every sequence up to {self.max_delivered}")
+                    delivered = min(self.reader_delivered.values()) if subs else self.max_delivered
+                    if delivered >= f2.next_sequence - 1:
+                        log(f"drained: every sink delivered every sequence up to {f2.next_sequence - 1}")
                         rc = 0
+                        if subs:
+                            rc = 0 if self.stop_readers() else 1
+                            meta["final_gc"] = self.final_gc()
+                            log(f"final GC cycle: {json.dumps(meta['final_gc'])}")
                         break
                 if time.monotonic() - last_report >= a.report_every:
                     last_report = time.monotonic()
@@ -572,7 +725,7 @@ class Harness:
                     log(
                         f"produced {sum(self.resolved.values()):,}/{a.entries:,} ({100 * prog:.0f}%), "
                         f"next_sequence {footer.next_sequence if footer else '-'}, delivered through "
-                        f"{self.max_delivered}, kills {pk}+{dk}, requests {snap['counts'].get('requests', 0):,}, "
+                        f"{self.reader_delivered if subs else self.max_delivered}, kills {pk}+{dk}, requests {snap['counts'].get('requests', 0):,}, "
                         f"faults {inj:,}, producers done {len(self.finished)}"
                     )
                 time.sleep(0.25)
@@ -594,7 +747,7 @@ class Harness:
         return 0 if (rc == 0 and report["verdict"] == "PASS") else 1
 
     def shutdown(self) -> None:
-        for child in [*self.producers.values(), self.driver]:
+        for child in [*self.producers.values(), self.driver, *self.readers.values()]:
             if child is not None and child.alive():
                 child.killed = True
                 with contextlib.suppress(ProcessLookupError):
@@ -619,7 +772,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--entries", type=int, default=20000, help="entries to get resolved, over the 4 producers")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kills-producers", type=int, default=2)
-    ap.add_argument("--kills-driver", type=int, default=1)
+    ap.add_argument("--kills-driver", type=int, default=1, help="reader kills (with --subscriptions: in turn)")
+    ap.add_argument("--subscriptions", type=int, default=0, help="N named subscriptions, each its own reader")
+    ap.add_argument("--native-readers", type=int, default=-1,
+                    help="how many of the N readers are native consumers (default N // 3; the rest Spark)")  # fmt: skip
     ap.add_argument("--out", required=True, help="run directory (replaced)")
     ap.add_argument("--server", choices=("moto", "localstack"), default="moto")
     ap.add_argument(
