@@ -457,11 +457,12 @@ class Harness:
 
     def kill_reader(self, i: int) -> bool:
         """Kills the i-th kill point's reader (in turn) once it is processing (it delivered since its
-        start, or its query has been running for 20 s with nothing to deliver); False: not yet."""
+        start, or its query has been running for 60 s: mid-way through a first micro-batch, slow on a
+        loaded machine, or with nothing to deliver); False: not yet."""
         name = self.subs[i % len(self.subs)]
         r = self.readers[name]
         up = self.reader_up[name]
-        if self.reader_batches[name] == 0 and (up is None or time.monotonic() - up < 20):
+        if self.reader_batches[name] == 0 and (up is None or time.monotonic() - up < 60):
             return False
         r.kill()
         self.poll_readers()
