@@ -1,8 +1,11 @@
 """A streaming query from an osqueue queue into per-batch JSON files, run as its own process.
 
 `python stream_job.py QUEUE CHECKPOINT OUT [--available-now] [--max-batches N] [--option k=v ...]
-[--hold-at-sequence S] [--conf k=v ...] [--s3]` (`--conf`: a session setting; `--s3`:
-configure_spark_with_osqueue(s3=True), for an s3a:// checkpoint)
+[--hold-at-sequence S] [--conf k=v ...] [--s3] [--stop-file F]` (`--conf`: a session setting; `--s3`:
+configure_spark_with_osqueue(s3=True), for an s3a:// checkpoint; `--stop-file F`: once F exists and
+holds a sequence S, the job stops the query with `query.stop()` as soon as the micro-batch that
+delivered S is in the local checkpoint's commit log, so the source's `stop()` acknowledges it, then
+exits 0)
 
 Each micro-batch's rows go to OUT/batch-<id>.json, written atomically (temp + rename), so a
 replayed batch id overwrites the same file: the sink is idempotent per batch id, as Spark's
@@ -36,6 +39,7 @@ def main() -> None:
     ap.add_argument("--hold-at-sequence", type=int)
     ap.add_argument("--conf", action="append", default=[])
     ap.add_argument("--s3", action="store_true")
+    ap.add_argument("--stop-file", help="stop the query once it committed the sequence this file names")
     ap.add_argument("--python-source", action="store_true", help="read with osqueue.spark_source (osqueue_python)")
     ap.add_argument("--stores", action="append", default=[], help="configure_spark_with_osqueue(stores=...)")
     args = ap.parse_args()
@@ -69,6 +73,8 @@ def main() -> None:
         reader = reader.option(k, v)
     df = reader.load(args.queue)
 
+    delivered = {"sequence": -1, "batch": -1}  # the highest sequence written and its micro-batch
+
     def write_batch(batch_df, batch_id: int) -> None:
         rows = [
             {
@@ -83,6 +89,8 @@ def main() -> None:
         tmp = out / f".batch-{batch_id}.tmp"
         tmp.write_text(json.dumps(rows))
         os.replace(tmp, out / f"batch-{batch_id}.json")
+        if rows and max(r["sequence"] for r in rows) > delivered["sequence"]:
+            delivered.update(sequence=max(r["sequence"] for r in rows), batch=batch_id)
         print(f"batch {batch_id}: {len(rows)} rows", flush=True)
         if args.hold_at_sequence is not None and any(r["sequence"] == args.hold_at_sequence for r in rows):
             print(f"holding batch {batch_id}", flush=True)
@@ -94,7 +102,17 @@ def main() -> None:
         writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")
     )
     query = writer.start()
-    query.awaitTermination()
+    if not args.stop_file:
+        query.awaitTermination()
+        return
+    stop, commits = pathlib.Path(args.stop_file), pathlib.Path(args.checkpoint) / "commits"
+    while not query.awaitTermination(0.1):
+        if stop.exists() and stop.read_text().strip():
+            until = int(stop.read_text())
+            if delivered["sequence"] >= until and (commits / str(delivered["batch"])).exists():
+                query.stop()  # the source's stop() dequeues through the last committed micro-batch
+                print(f"stopped after sequence {until}", flush=True)
+                break
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ ack, so a batch redelivered after a kill -9 (delivered, not yet acknowledged) ov
 file: the output is idempotent per sequence, as a sink must be for exactly-once. Every delivery is
 also appended to OUT/deliveries-<pid>.log (one sequence a line), so the test can check the order.
 Acks are coalesced (`ack_interval`). With `--until S` it exits (closing: the acks are written) once
-it has acknowledged sequence S; otherwise it polls forever.
+it has acknowledged sequence S; `--until-file F` does the same with the S written into F later
+(F read while idle); otherwise it polls forever.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main() -> None:
     ap.add_argument("subscription")
     ap.add_argument("out")
     ap.add_argument("--until", type=int)
+    ap.add_argument("--until-file", help="a file that will hold --until's sequence")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -34,6 +36,9 @@ def main() -> None:
         while True:
             b = c.next_batch()
             if b is None:
+                if args.until is None and args.until_file and os.path.exists(args.until_file):
+                    text = pathlib.Path(args.until_file).read_text().strip()
+                    args.until = int(text) if text else None
                 if args.until is not None and (c.last_acked_sequence or -1) >= args.until:
                     break
                 time.sleep(0.05)

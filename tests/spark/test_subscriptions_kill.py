@@ -1,8 +1,10 @@
 """Issue 26's done-when for named subscriptions (docs/adr/0005), with real processes: two Spark
 streaming queries on subscriptions ``a`` and ``b`` and a native Python consumer on ``c`` read one
-queue while a producer writes; each reader is killed with kill -9 once mid-stream and restarted.
-Every subscription sees every entry exactly once, in order, and entries leave the queue only after
-all three passed them (asserted on the head while ``c`` lags, then after it caught up).
+queue while a producer writes; each reader is killed with kill -9 once mid-stream and restarted at
+once, while the producer still writes (the producer stops only after every restarted reader
+delivered more). Every subscription sees every entry exactly once, in order, and entries leave the
+queue only after all three passed them (the head's first sequence is checked against the slowest
+subscription on every poll, and the queue is empty at the end).
 
 Cost: four Spark driver starts (two at a time) and two consumer processes; about 40-60 s."""
 
@@ -28,35 +30,35 @@ HERE = pathlib.Path(__file__).resolve().parent
 KEY = "ingest/manifest"
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+def _spawn(log: pathlib.Path, *args: str) -> subprocess.Popen[bytes]:
+    """A reader process in its own session, its output appended to ``log`` (a pipe nobody reads
+    could fill up and stall it)."""
+    with open(log, "ab") as f:
+        job = subprocess.Popen([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    job.log = log  # type: ignore[attr-defined]
+    return job
+
+
+def _output(job: subprocess.Popen[bytes]) -> str:
+    return str(job.log.read_text(errors="replace")[-6000:])  # type: ignore[attr-defined]
+
+
+def _spark(
+    queue: pathlib.Path, sub: str, ckpt: pathlib.Path, out: pathlib.Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    return _spawn(out.with_suffix(".log"), str(HERE / "stream_job.py"), str(queue), str(ckpt), str(out),
+                  "--max-batches", "3", "--option", f"subscription={sub}", *extra)  # fmt: skip
+
+
+def _consumer(queue: pathlib.Path, out: pathlib.Path, *extra: str) -> subprocess.Popen[bytes]:
+    return _spawn(
+        out.with_suffix(".log"), str(HERE / "subscription_consumer_job.py"), str(queue), "c", str(out), *extra
     )
 
 
-def _spark(queue: pathlib.Path, sub: str, ckpt: pathlib.Path, out: pathlib.Path, *extra: str) -> subprocess.Popen[str]:
-    return _spawn(str(HERE / "stream_job.py"), str(queue), str(ckpt), str(out), "--max-batches", "3",
-                  "--option", f"subscription={sub}", *extra)  # fmt: skip
-
-
-def _consumer(queue: pathlib.Path, out: pathlib.Path, *extra: str) -> subprocess.Popen[str]:
-    return _spawn(str(HERE / "subscription_consumer_job.py"), str(queue), "c", str(out), *extra)
-
-
-def _kill(job: subprocess.Popen[str]) -> None:
+def _kill(job: subprocess.Popen[bytes]) -> None:
     os.killpg(job.pid, signal.SIGKILL)
     job.wait(30)
-
-
-def _wait_for(what: str, done, jobs: list[subprocess.Popen[str]], timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not done():
-        for j in jobs:
-            if j.poll() is not None:
-                pytest.fail(f"a reader exited while waiting for {what}:\n" + (j.stdout.read() if j.stdout else ""))
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _head(queue: pathlib.Path):  # type: ignore[no-untyped-def]
@@ -81,6 +83,24 @@ def _consumer_values(out: pathlib.Path) -> list[tuple[int, str]]:
     return rows
 
 
+def _write_atomically(path: pathlib.Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _batch_ids(out: pathlib.Path) -> list[int]:
+    return [int(p.stem.split("-")[1]) for p in out.glob("batch-*.json")]
+
+
+def _check_pinned(queue: pathlib.Path) -> None:
+    """Entries leave the queue only after every subscription passed them: the head's first sequence is
+    never above the slowest subscription's position (sampled on every poll of the test)."""
+    head = _head(queue)
+    nexts = [s.next for s in head.sections.subscriptions]
+    assert head.first_sequence <= min(nexts), (head.first_sequence, nexts)
+
+
 def test_two_queries_and_a_consumer_on_three_subscriptions_survive_kill_dash_nine(tmp_path: pathlib.Path) -> None:
     queue = tmp_path / "queue"
     queue.mkdir()
@@ -102,32 +122,57 @@ def test_two_queries_and_a_consumer_on_three_subscriptions_survive_kill_dash_nin
                 p.flush()  # one batch, durable
                 produced.extend(values)
                 i += 1
-                time.sleep(0.3)  # a few batches a second: the drains below stay a few micro-batches
+                time.sleep(0.3)  # a few batches a second
 
     producer = threading.Thread(target=produce, name="producer")
     producer.start()
     out = {n: tmp_path / f"out-{n}" for n in ("a", "b", "c")}
     ckpt = {n: tmp_path / f"ckpt-{n}" for n in ("a", "b")}
+    until = {n: tmp_path / f"until-{n}" for n in ("a", "b", "c")}
+
+    killed_at: dict[str, int] = {}  # reader -> its highest batch id / delivered sequence at the kill
+
+    def start(n: str) -> subprocess.Popen[bytes]:
+        if n == "c":
+            return _consumer(queue, out["c"], "--until-file", str(until["c"]))
+        # A restarted query takes up to 100 producer batches per micro-batch: it catches up after its
+        # restart however long the restart took (the first start's 3 give several batches to kill in).
+        more = ["--max-batches", "100"] if n in killed_at else []
+        return _spark(queue, n, ckpt[n], out[n], "--stop-file", str(until[n]), *more)
+
+    jobs = {n: start(n) for n in ("a", "b", "c")}
     try:
-        # Round 1: each reader runs until it has delivered something, then is killed with -9, while
-        # the producer writes.
-        jobs = {n: _spark(queue, n, ckpt[n], out[n]) for n in ("a", "b")}
-        jobs["c"] = _consumer(queue, out["c"])
-        thresholds = {"a": lambda: len(list(out["a"].glob("batch-*.json"))) >= 3,
-                      "b": lambda: len(list(out["b"].glob("batch-*.json"))) >= 3,
-                      "c": lambda: len(list(out["c"].glob("seq-*.json"))) >= 10}  # fmt: skip
-        killed: set[str] = set()
-        deadline = time.monotonic() + 150
-        while len(killed) < 3:
+        # Each reader runs until it has delivered something, is killed with -9 and restarted at once,
+        # and must deliver more after its restart, all while the producer writes: the producer stops
+        # only once all three restarted readers delivered batches they had not reached before the kill.
+        progress = {"a": lambda: max(_batch_ids(out["a"]), default=-1),
+                    "b": lambda: max(_batch_ids(out["b"]), default=-1),
+                    "c": lambda: max((int(p.stem.split("-")[1]) for p in out["c"].glob("seq-*.json")), default=-1)}  # fmt: skip
+        first_round = {"a": 2, "b": 2, "c": 9}  # kill after 3 batches (a, b) or 10 sequences (c)
+        recovered: set[str] = set()
+        deadline = time.monotonic() + 360  # generous: a Spark start takes 80 s on a machine loaded 15x
+        while len(recovered) < 3:
             for n, job in jobs.items():
-                if n not in killed and thresholds[n]():
+                if job.poll() is not None:
+                    pytest.fail(f"reader {n} exited early:\n" + _output(job))
+                reached = progress[n]()
+                if n not in killed_at and reached >= first_round[n]:
                     _kill(job)
-                    killed.add(n)
-                elif n not in killed and job.poll() is not None:
-                    pytest.fail(f"reader {n} exited early:\n" + (job.stdout.read() if job.stdout else ""))
-            assert time.monotonic() < deadline, f"readers killed so far: {sorted(killed)}"
+                    killed_at[n] = progress[n]()
+                    jobs[n] = start(n)  # restarted while the producer writes
+                elif n in killed_at and reached > killed_at[n]:
+                    recovered.add(n)
+            _check_pinned(queue)
+            assert time.monotonic() < deadline, (
+                f"killed: {sorted(killed_at)}, delivered after restart: {sorted(recovered)}"
+            )
             time.sleep(0.05)
-        time.sleep(0.3)  # a little more produced after the kills: c's restart has entries to read
+    except BaseException:
+        for n, job in jobs.items():
+            if job.poll() is None:
+                _kill(job)
+            print(f"--- reader {n}:\n{_output(job)}")
+        raise
     finally:
         stop.set()
         producer.join(60)
@@ -135,23 +180,30 @@ def test_two_queries_and_a_consumer_on_three_subscriptions_survive_kill_dash_nin
     next_sequence = _head(queue).next_sequence
     assert next_sequence == total // 3
 
-    # Round 2: the queries restart from their checkpoints (AvailableNow: drain, commit, ack, exit).
-    a2, b2 = (_spark(queue, n, ckpt[n], out[n], "--available-now", "--max-batches", "500") for n in ("a", "b"))
-    for j in (a2, b2):
-        assert j.wait(240) == 0, j.stdout.read() if j.stdout else ""
-    head = _head(queue)
-    records = {s.name: s for s in head.sections.subscriptions}
-    assert records["a"].next == records["b"].next == next_sequence
-    # c was killed behind them: what it has not acknowledged stays queued, from its position on.
-    assert records["c"].next < next_sequence
-    assert head.first_sequence == records["c"].next and head.depth == next_sequence - records["c"].next
-
-    # c restarts (kill -9 left its last acks unwritten: it reads those again, into the same files).
-    c2 = _consumer(queue, out["c"], "--until", str(next_sequence - 1))
-    assert c2.wait(120) == 0, c2.stdout.read() if c2.stdout else ""
+    # The restarted readers drain what the producer wrote, then stop cleanly at the last sequence:
+    # the queries with query.stop() once it is committed (the source acknowledges it), the consumer
+    # by closing once it acknowledged it.
+    for n in ("a", "b", "c"):
+        _write_atomically(until[n], str(next_sequence - 1))
+    deadline = time.monotonic() + 180
+    try:
+        for n, job in jobs.items():
+            while job.poll() is None:
+                _check_pinned(queue)
+                assert time.monotonic() < deadline, f"reader {n} did not drain to {next_sequence - 1}"
+                time.sleep(0.1)
+            assert job.returncode == 0, _output(job)
+    except BaseException:
+        for n, job in jobs.items():
+            print(f"--- reader {n}:\n{_output(job)}")
+        raise
+    finally:
+        for job in jobs.values():
+            if job.poll() is None:
+                _kill(job)
     head = _head(queue)
     assert {s.name: s.next for s in head.sections.subscriptions} == dict.fromkeys("abc", next_sequence)
-    assert head.depth == 0  # every reader passed every entry: the queue is empty
+    assert head.depth == 0 and head.first_sequence == next_sequence  # every reader passed every entry
 
     for name in ("a", "b"):
         rows = _spark_values(out[name])
