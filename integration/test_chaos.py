@@ -83,6 +83,7 @@ def test_checker_passes_a_clean_run(tmp_path: pathlib.Path) -> None:
     r = checker.check(tmp_path)
     assert r["verdict"] == "PASS", r
     assert r["total"]["acked"] == 7 and r["total"]["delivered"] == 7
+    assert all(r["total"][v] == 0 for v in checker.VIOLATIONS)  # every verdict, those of subscriptions too
     assert r["zombie"] == {**r["zombie"], "attempts": 1, "fenced": 1, "landed": 0}
     assert checker.main([str(tmp_path), "--quiet"]) == 0
     assert (tmp_path / "report.json").exists() and "PASS" in (tmp_path / "report.md").read_text()

@@ -423,6 +423,8 @@ def check(run: str | os.PathLike[str]) -> dict[str, Any]:
             n: {"verdict": r["verdict"], "total": r["total"], "sink": r["sink"]} for n, r in per_sub.items()
         }
     total = one["total"]
+    for v in ("positions_behind", "head_not_empty", "gc_referenced"):
+        total.setdefault(v, 0)  # without subscriptions: not checked
 
     events = _events(run)
     kills = collections.Counter(e["kind"] for e in events if e.get("event") == "kill")
