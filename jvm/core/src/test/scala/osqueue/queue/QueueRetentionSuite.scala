@@ -42,8 +42,8 @@ class QueueRetentionSuite extends AnyFunSuite {
       segmentEntries = k, queueFullWait = wait)
 
   /** Appends batches `first .. first + n - 1`, each with its integrity record; their sequences. */
-  private def produce(store: InMemoryStore, first: Int, n: Int, given: Option[QueueProducer] = None): Seq[Long] = {
-    val qp = given.getOrElse(queueProducer(store))
+  private def produce(store: InMemoryStore, first: Int, n: Int, qp0: Option[QueueProducer] = None): Seq[Long] = {
+    val qp = qp0.getOrElse(queueProducer(store))
     val out = (first until first + n).map { i =>
       val (loc, data) = (f"ingest/b$i%04d.batch", batch(i))
       store.put(loc, data)
@@ -52,7 +52,7 @@ class QueueRetentionSuite extends AnyFunSuite {
       try qp.enqueue(p).join().longValue
       catch { case e: CompletionException => throw e.getCause }
     }
-    if (given.isEmpty) qp.close()
+    if (qp0.isEmpty) qp.close()
     out
   }
   private def head(store: InMemoryStore) = ManifestHead.parse(store.get(Key).get.bytes, Key)
