@@ -227,7 +227,7 @@ final class ManifestAppender(
           .map(a => s"a write of ${a.locations.size} entries at sequence ${a.base}")
       }
     }
-    queueFullWait.run(() => loop.run[IndexedSeq[Long]]({ (snapshot, previous) =>
+    def attempt(): IndexedSeq[Long] = loop.run[IndexedSeq[Long]]({ (snapshot, previous) =>
         register(previous)
         landedIn(snapshot) match {
           case Some(sequences) => CasStep.Done(sequences)
@@ -246,7 +246,8 @@ final class ManifestAppender(
             group.zipWithIndex.foreach { case (p, i) => onAttempt(base + i, p.location) }
             CasStep.Write(bytes, () => { cut.foreach(_.count(metrics)); base until base + group.size })
         }
-      }, Some(settle)), clock, metrics)
+      }, Some(settle))
+    queueFullWait.run(() => attempt(), clock, metrics)
   }
 
   /**

@@ -108,7 +108,7 @@ final class QueueRetention(manifest: ManifestStore, policy: RetryPolicy = RetryP
       val r = Retention(maxAgeMs, maxBytes, maxEntries, code, queued)
       if (head.sections.retention.contains(r)) CasStep.Done(r)
       else CasStep.Write(head.withReaders(head.epoch, head.sections.copy(retention = Some(r)), tree.children, cut = false),
-          () => r)
+        () => r)
     }
   }
 

@@ -258,7 +258,7 @@ class QueueRetentionSuite extends AnyFunSuite {
     full.close()
     assert(store.get(Key).get.bytes.sameElements(withCap)) // nothing appended, nothing dropped
     assert(intercept[InvalidConfigException](ProducerConfig(queueFullRetryInterval = Duration.Zero))
-      .getMessage.contains("'queueFullRetryInterval'"))
+        .getMessage.contains("'queueFullRetryInterval'"))
     assert(qr.clear())
     assert(store.get(Key).get.bytes.sameElements(v1)) // RFC v1 again, byte for byte
     assert(!qr.clear())
