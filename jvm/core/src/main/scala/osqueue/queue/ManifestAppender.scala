@@ -236,9 +236,15 @@ final class ManifestAppender(
             // Creating the manifest starts a new incarnation (docs/format.md §5.2).
             val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
             val parsed = ManifestHead.parse(raw, manifest.key)
-            QueueRetention.checkRoom(parsed, group.size.toLong, group.map(p => ManifestHead.entryByteLength(p.extension)).sum)
+            // Size caps (§2.3): only a head with a retention section pays for them (a parse of the new head).
+            val retention = parsed.sections.retention
+            if (retention.isDefined)
+              QueueRetention.checkRoom(parsed, group.size.toLong, group.map(p => ManifestHead.entryByteLength(p.extension)).sum)
             val (appended, base) = appendedFresh(parsed, group, sealState)
-            val cut = QueueRetention.dropOldest(appended, manifest, base, tree)
+            val cut =
+              if (retention.exists(_.policy == osqueue.format.Retention.DropOldest))
+                QueueRetention.dropOldest(appended, manifest, base, tree)
+              else None
             val bytes = cut.fold(appended)(_.raw)
             // A create is judged against whichever incarnation it finds: it made that one if it landed.
             val incarnation = if (snapshot.version.isEmpty) None else Some(Incarnation.of(ManifestHead.parse(raw, manifest.key).epoch))
