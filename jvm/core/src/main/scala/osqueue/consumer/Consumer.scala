@@ -6,7 +6,15 @@ import scala.collection.mutable
 
 import org.slf4j.LoggerFactory
 
-import osqueue.{Clock, FencedException, IllegalQueueStateException, RandomSource, SystemClock, SystemRandomSource}
+import osqueue.{
+  Clock,
+  DataLossException,
+  FencedException,
+  IllegalQueueStateException,
+  RandomSource,
+  SystemClock,
+  SystemRandomSource
+}
 import osqueue.consumer.Consumer.Scan
 import osqueue.format.{EntryTag, ManifestEntry}
 import osqueue.gc.GarbageCollector
@@ -48,6 +56,8 @@ final class Consumer(
   private val queueLength = metrics.gauge(MetricNames.QueueLength)
   private val lagSeconds = metrics.gauge(MetricNames.ConsumerLagSeconds)
   private val duplicatesSkipped = metrics.counter(MetricNames.DuplicateCopiesSkipped)
+  private val dataLossEvents = metrics.counter(MetricNames.DataLossEvents)
+  private val droppedEntries = metrics.counter(MetricNames.DroppedEntries)
   // Per reader: each subscription's consumer counts its own ack writes and lag (docs/adr/0005).
   private val reader = "subscription" -> config.subscription.getOrElse("")
   private val ackWrites = metrics.counter(MetricNames.AckWrites, reader)
@@ -63,6 +73,10 @@ final class Consumer(
   private var delivered = EntryTag.Delivered.Empty
   /** Sequences read and skipped as replayed copies, ascending, that the ack frontier has not passed yet. */
   private val skipped = mutable.Queue.empty[Long]
+  /** [first, end) ranges retention cut before this reader read them, that the ack frontier has not passed yet. */
+  private val lost = mutable.Queue.empty[(Long, Long)]
+  /** The first sequence this reader should read after `initialize` (its resume point or record); None: the queue's first. */
+  private var expectedFirst: Option[Long] = None
   private var gcExecutor: Option[ScheduledExecutorService] = None
   @volatile private var closed = false
 
@@ -79,6 +93,7 @@ final class Consumer(
     lastAcked = from
     lastDequeued = from
     lastHandedOut = from
+    expectedFirst = lastAckedSequence.map(_ + 1).orElse(queue.readerNext)
     lastAckWrite = clock.nanoTime()
     if (config.runGc && gcExecutor.isEmpty) startGc()
     epoch
@@ -99,9 +114,9 @@ final class Consumer(
     if (max <= 0) IndexedSeq.empty
     else {
       writeDueAcks()
-      var s = scan(lastHandedOut, max)
+      var s = scan(max)
       commit(s)
-      while (s.descriptors.isEmpty && s.skipped.nonEmpty) { s = scan(lastHandedOut, max); commit(s) }
+      while (s.descriptors.isEmpty && s.skipped.nonEmpty) { s = scan(max); commit(s) }
       handedOut.add(s.descriptors.size)
       s.descriptors
     }
@@ -114,10 +129,10 @@ final class Consumer(
   def nextBatch(): Option[ConsumedBatch] = synchronized {
     checkUsable()
     writeDueAcks()
-    var s = scan(lastHandedOut, 1)
+    var s = scan(1)
     // Only skipped copies (if any) were left in what was read. With a segmented manifest that is the
     // end of one segment, not of the queue: read on rather than report an empty queue.
-    while (s.descriptors.isEmpty && s.skipped.nonEmpty) { commit(s); s = scan(lastHandedOut, 1) }
+    while (s.descriptors.isEmpty && s.skipped.nonEmpty) { commit(s); s = scan(1) }
     if (s.descriptors.isEmpty) commit(s)
     s.descriptors.headOption.map { d =>
       val batch = fetcher.fetch(d)
@@ -202,13 +217,24 @@ final class Consumer(
   private var buffer: IndexedSeq[ManifestEntry] = IndexedSeq.empty
   private var bufferStart = 0
 
-  /** The entries after `after`: those already read, or (none left) those of a fresh, epoch-checked read. */
-  private def buffered(after: Option[Long]): Iterator[ManifestEntry] = {
+  /**
+   * The entries after the last one handed out: those already read, or (none left) those of a fresh,
+   * epoch-checked read. A head whose first entry is past the one this reader expects next means retention
+   * cut entries it had not read (ADR 0005): reported once ([[reportLoss]]), and reading goes on after them.
+   */
+  private def buffered(): Iterator[ManifestEntry] = {
     if (bufferStart >= buffer.size) {
       // One segment or the tail at a time: memory stays bounded at any depth (docs/format.md §2.2).
       val head = queue.readHead()
       queueLength.set(head.depth)
       lagEntries.set(math.max(0L, head.nextSequence - lastAcked.map(_ + 1).getOrElse(head.firstSequence)))
+      val expected = lastHandedOut.map(_ + 1).orElse(lastAcked.map(_ + 1)).orElse(expectedFirst)
+      expected.filter(_ < head.firstSequence).foreach { e =>
+        buffer = IndexedSeq.empty
+        bufferStart = 0
+        reportLoss(e, head.firstSequence)
+      }
+      val after = lastHandedOut
       val start = math.max(head.firstSequence, after.fold(head.firstSequence)(_ + 1))
       buffer = queue.segmentTree.leafFor(head, start) match {
         case Some(ref) => queue.readSegment(ref).filter(_.sequence >= head.firstSequence)
@@ -216,20 +242,38 @@ final class Consumer(
       }
       bufferStart = 0
     }
+    val after = lastHandedOut
     (bufferStart until buffer.size).iterator.map(buffer).filter(e => after.forall(e.sequence > _))
+  }
+
+  /**
+   * Reports the range `[first, end)` retention removed, once, and moves the read cursor (and the ack
+   * frontier, when it reaches the range) past it; throws it when `failOnDataLoss`.
+   */
+  private def reportLoss(first: Long, end: Long): Unit = {
+    if (lastHandedOut.forall(_ < end - 1)) lastHandedOut = Some(end - 1)
+    lost += ((first, end))
+    absorbSkipped()
+    dataLossEvents.increment()
+    droppedEntries.add(end - first)
+    val error = new DataLossException(config.subscription, first, end - first)
+    config.onDataLoss(error)
+    if (config.failOnDataLoss) throw error
   }
 
   /**
    * Entries after `after` through the `max`-th deliverable one, applying the reader rule, from those
    * already read if any are left, else from one manifest read; no cursor moves.
    */
-  private def scan(after: Option[Long], max: Int): Scan = {
+  private def scan(max: Int): Scan = {
+    val entries = buffered() // first: a loss it reports moves the cursor
+    val after = lastHandedOut
     val ds = IndexedSeq.newBuilder[BatchDescriptor]
     val skips = IndexedSeq.newBuilder[Long]
     var state = delivered
     var last = after
     var n = 0
-    val admissions = delivered.admitAll(buffered(after))
+    val admissions = delivered.admitAll(entries)
     while (n < max && admissions.hasNext) {
       val a = admissions.next()
       state = a.after
@@ -253,10 +297,21 @@ final class Consumer(
     absorbSkipped()
   }
 
-  /** Skipped copies count as acked: the frontier moves over those right after it (dequeued with the next flush). */
+  /**
+   * Skipped copies count as acked: the frontier moves over those right after it (dequeued with the next
+   * flush). So does a lost range it reaches (never delivered, so never acked one by one).
+   */
   private def absorbSkipped(): Unit = {
-    while (skipped.nonEmpty && lastAcked.exists(skipped.head <= _)) skipped.dequeue()
-    while (skipped.nonEmpty && lastAcked.exists(_ + 1 == skipped.head)) lastAcked = Some(skipped.dequeue())
+    var moved = true
+    while (moved) {
+      moved = false
+      while (skipped.nonEmpty && lastAcked.exists(skipped.head <= _)) skipped.dequeue()
+      while (skipped.nonEmpty && lastAcked.exists(_ + 1 == skipped.head)) lastAcked = Some(skipped.dequeue())
+      while (lost.nonEmpty && lastAcked.map(_ + 1).orElse(expectedFirst).exists(lost.head._1 <= _)) {
+        val end = lost.dequeue()._2
+        if (lastAcked.forall(_ + 1 < end)) { lastAcked = Some(end - 1); moved = true }
+      }
+    }
   }
 
   private def requireHandedOut(sequence: Long): Unit =

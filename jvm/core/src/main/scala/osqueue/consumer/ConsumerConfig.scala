@@ -2,7 +2,7 @@ package osqueue.consumer
 
 import scala.concurrent.duration._
 
-import osqueue.InvalidConfigException
+import osqueue.{DataLossException, InvalidConfigException}
 import osqueue.queue.RetryPolicy
 
 /** Consumer settings (RFC 0001 `ConsumerConfig` plus the GC fields the RFC puts on it). */
@@ -24,7 +24,17 @@ final case class ConsumerConfig(
      * manifest at most once per interval, a read writes the acks still pending once it has passed, and
      * `flush`/`close` write at once. Zero: `ack` writes every `ackBatchSize` acks, `ackThrough` at once.
      */
-    ackInterval: FiniteDuration = Duration.Zero) {
+    ackInterval: FiniteDuration = Duration.Zero,
+    /**
+     * When retention removed entries this reader had not read (a range below the queue's `low_water`,
+     * docs/format.md §2.3), the read that finds it throws [[DataLossException]] naming the first lost
+     * sequence and the exact count (true, the default); false: nothing is thrown. Either way the range is
+     * reported once (`onDataLoss`, the `buffer.data_loss_events` / `buffer.dropped_entries` metrics) and
+     * reading goes on after it.
+     */
+    failOnDataLoss: Boolean = true,
+    /** Called with the [[DataLossException]] of each lost range (before it is thrown). */
+    onDataLoss: DataLossException => Unit = ConsumerConfig.IgnoreDataLoss) {
   subscription.foreach(osqueue.queue.Subscriptions.validate)
   if (ackBatchSize < 1) throw new InvalidConfigException("ackBatchSize", ackBatchSize.toString, "must be >= 1")
   if (ackInterval < Duration.Zero)
@@ -32,4 +42,9 @@ final case class ConsumerConfig(
   if (gcInterval <= Duration.Zero) throw new InvalidConfigException("gcInterval", gcInterval.toString, "must be > 0")
   if (gcGracePeriod <= Duration.Zero)
     throw new InvalidConfigException("gcGracePeriod", gcGracePeriod.toString, "must be > 0")
+}
+
+object ConsumerConfig {
+  /** The default `onDataLoss`: nothing beyond the metrics (and the exception, with `failOnDataLoss`). */
+  val IgnoreDataLoss: DataLossException => Unit = _ => ()
 }

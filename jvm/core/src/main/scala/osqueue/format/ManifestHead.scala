@@ -199,6 +199,17 @@ final class ManifestHead private (
       cut: Boolean = true, removedBytes: Option[(Long, Long) => Long] = None): Array[Byte] =
     rebuild(epoch, (if (cut) lowWaterFor(newSections) else firstSequence) - 1, children, newSections, removedBytes)
 
+  /**
+   * A retention cut (docs/format.md §2.3, `osqueue.queue.QueueRetention`): removes the sequences `<= through`
+   * (never past `nextSequence`), keeping the epoch and the sections, whose `queued_bytes` loses what leaves
+   * (`removedBytes(start, end)` sums it). Returns the bytes and how many entries it removed.
+   */
+  def cutThrough(through: Long, children: SegmentRef => IndexedSeq[SegmentRef],
+      removedBytes: (Long, Long) => Long): (Array[Byte], Long) = {
+    val removed = math.max(0L, math.min(through + 1, nextSequence) - firstSequence)
+    (rebuild(footer.epoch, through, children, sections, Some(removedBytes)), removed)
+  }
+
   /** `L` of ADR 0005 (without retention) under `s`: the slowest reader record's `next`, never below the first entry. */
   def lowWaterFor(s: HeadSections): Long = s.slowestNext.fold(firstSequence)(n => math.max(firstSequence, math.min(n, nextSequence)))
 

@@ -16,7 +16,7 @@ import osqueue.{
 }
 import osqueue.format.{BatchCodec, BatchIntegrity, BatchNames, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.queue.{DataPrefixOwner, ManifestAppender, ManifestStore, PendingLocation, QueueProducer}
+import osqueue.queue.{DataPrefixOwner, ManifestAppender, ManifestStore, PendingLocation, QueueFullWait, QueueProducer}
 import osqueue.store.ObjectStore
 
 /**
@@ -63,16 +63,17 @@ final class Producer(
   private val durableLocal = config.durability == "local"
   // Its own appender, written to from the flush thread: each write is resolved against the spool's
   // ATTEMPT records (a shared group write could not be).
+  private def queueFullWait = QueueFullWait.of(config.queueFullTimeout, config.queueFullRetryInterval)
   private val uploader: Option[SpoolUploader] = spool.map { s =>
     val appender = new ManifestAppender(new ManifestStore(store, config.manifestPath), config.retry, clock, metrics,
-      gracePeriodMs, random = random, segmentEntries = config.manifestSegmentEntries)
+      gracePeriodMs, random = random, segmentEntries = config.manifestSegmentEntries, queueFullWait = queueFullWait)
     new SpoolUploader(store, s, appender, config.dataPathPrefix, config.compression, clock, random, config.retry, metrics)
   }
   @volatile private var replayError: Throwable = null
   private val spoolOrder = new Object
   private val queueProducer = new QueueProducer(
     new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs, random = random,
-    segmentEntries = config.manifestSegmentEntries)
+    segmentEntries = config.manifestSegmentEntries, queueFullWait = queueFullWait)
   private val inbox = new LinkedBlockingQueue[Message]()
   private val permits = new Semaphore(config.maxBufferedInputs)
   private val batchesFlushed = metrics.counter(MetricNames.BatchesFlushed)

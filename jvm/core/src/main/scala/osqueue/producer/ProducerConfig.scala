@@ -48,7 +48,14 @@ final case class ProducerConfig(
      * their handles fail with `QueueFullException`).
      */
     spoolFullPolicy: String = "backpressure",
-    spoolFullTimeout: FiniteDuration = Spool.DefaultFullTimeout) {
+    spoolFullTimeout: FiniteDuration = Spool.DefaultFullTimeout,
+    /**
+     * How long an append waits for room under a queue's `backpressure` size cap (docs/format.md §2.3,
+     * `osqueue.queue.QueueRetention`) before its handles fail with `QueueFullException` (0: at once).
+     */
+    queueFullTimeout: FiniteDuration = 30.seconds,
+    /** How often the waiting append reads the head again. */
+    queueFullRetryInterval: FiniteDuration = 1.second) {
   if (flushInterval < Duration.Zero)
     throw new InvalidConfigException("flushInterval", flushInterval.toString, "must be >= 0 (the linger)")
   if (flushSizeBytes <= 0) throw new InvalidConfigException("flushSizeBytes", flushSizeBytes.toString, "must be > 0")
@@ -66,6 +73,10 @@ final case class ProducerConfig(
     throw new InvalidConfigException("spoolFullPolicy", spoolFullPolicy, "use 'backpressure' or 'drop_oldest'")
   if (spoolFullTimeout < Duration.Zero)
     throw new InvalidConfigException("spoolFullTimeout", spoolFullTimeout.toString, "must be >= 0")
+  if (queueFullTimeout < Duration.Zero)
+    throw new InvalidConfigException("queueFullTimeout", queueFullTimeout.toString, "must be >= 0")
+  if (queueFullRetryInterval <= Duration.Zero)
+    throw new InvalidConfigException("queueFullRetryInterval", queueFullRetryInterval.toString, "must be > 0")
   if (manifestSegmentEntries < 1)
     throw new InvalidConfigException("manifestSegmentEntries", manifestSegmentEntries.toString, "must be >= 1")
 }

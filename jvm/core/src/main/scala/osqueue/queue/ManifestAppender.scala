@@ -18,6 +18,11 @@ import osqueue.metrics.{MetricNames, MetricsRegistry}
  * When the tail would grow past `segmentEntries` (K) entries, the write first seals it into a
  * segment object and folds the refs into index objects, so the head it rewrites stays bounded at
  * any depth (docs/format.md §2.2).
+ *
+ * A queue's size caps (docs/format.md §2.3, [[QueueRetention]]) are applied in the same CAS step: under
+ * `backpressure` an append past a cap writes nothing and throws QueueFullException, tried again every
+ * `queueFullWait.retryIntervalMs` up to its timeout; under `drop_oldest` the write also cuts the oldest
+ * entries (never the new ones) until the caps hold.
  */
 final class ManifestAppender(
     manifest: ManifestStore,
@@ -28,7 +33,8 @@ final class ManifestAppender(
     role: String = "producer",
     beforeWrite: () => Unit = () => (),
     random: RandomSource = SystemRandomSource,
-    segmentEntries: Int = ManifestHead.DefaultSegmentEntries) {
+    segmentEntries: Int = ManifestHead.DefaultSegmentEntries,
+    queueFullWait: QueueFullWait = QueueFullWait()) {
 
   // A lone producer appends against its own last write: one request per flush (CasLoop).
   private val loop = new CasLoop(manifest.casObject, policy, clock, CasCounters.manifest(metrics, role), random,
@@ -221,7 +227,7 @@ final class ManifestAppender(
           .map(a => s"a write of ${a.locations.size} entries at sequence ${a.base}")
       }
     }
-    loop.run[IndexedSeq[Long]]({ (snapshot, previous) =>
+    def attempt(): IndexedSeq[Long] = loop.run[IndexedSeq[Long]]({ (snapshot, previous) =>
         register(previous)
         landedIn(snapshot) match {
           case Some(sequences) => CasStep.Done(sequences)
@@ -229,14 +235,25 @@ final class ManifestAppender(
             beforeWrite()
             // Creating the manifest starts a new incarnation (docs/format.md §5.2).
             val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
-            val (bytes, base) = appendedFresh(ManifestHead.parse(raw, manifest.key), group, sealState)
+            val parsed = ManifestHead.parse(raw, manifest.key)
+            // Size caps (§2.3): only a head with a retention section pays for them (a parse of the new head).
+            val retention = parsed.sections.retention
+            if (retention.isDefined)
+              QueueRetention.checkRoom(parsed, group.size.toLong, group.map(p => ManifestHead.entryByteLength(p.extension)).sum)
+            val (appended, base) = appendedFresh(parsed, group, sealState)
+            val cut =
+              if (retention.exists(_.policy == osqueue.format.Retention.DropOldest))
+                QueueRetention.dropOldest(appended, manifest, base, tree)
+              else None
+            val bytes = cut.fold(appended)(_.raw)
             // A create is judged against whichever incarnation it finds: it made that one if it landed.
             val incarnation = if (snapshot.version.isEmpty) None else Some(Incarnation.of(ManifestHead.parse(raw, manifest.key).epoch))
             lastSent = Some((base, group.map(_.location), incarnation))
             group.zipWithIndex.foreach { case (p, i) => onAttempt(base + i, p.location) }
-            CasStep.Write(bytes, () => base until base + group.size)
+            CasStep.Write(bytes, () => { cut.foreach(_.count(metrics)); base until base + group.size })
         }
       }, Some(settle))
+    queueFullWait.run(() => attempt(), clock, metrics)
   }
 
   /**

@@ -37,11 +37,13 @@ final class QueueProducer(
     gcGracePeriodMs: Long,
     maxEntriesPerWrite: Int = 10000,
     random: RandomSource = SystemRandomSource,
-    segmentEntries: Int = osqueue.format.ManifestHead.DefaultSegmentEntries) extends AutoCloseable {
+    segmentEntries: Int = osqueue.format.ManifestHead.DefaultSegmentEntries,
+    /** How long an append waits for room under a `backpressure` size cap (docs/format.md §2.3). */
+    queueFullWait: QueueFullWait = QueueFullWait()) extends AutoCloseable {
 
   private val pending = new LinkedBlockingQueue[PendingLocation]()
   private val appender = new ManifestAppender(manifest, policy, clock, metrics, gcGracePeriodMs, random = random,
-    segmentEntries = segmentEntries)
+    segmentEntries = segmentEntries, queueFullWait = queueFullWait)
   @volatile private var closing = false
   private val committer = new Thread(() => commitLoop(), "osqueue-manifest-committer")
   committer.setDaemon(true)

@@ -20,7 +20,9 @@ import osqueue.store.ObjectStores
  *                                           with --keep-going: one durable/failed line per entry, exit 3 if any failed;
  *                                           with --print-returned: each entry's index once its produce() returned
  *                                           (a spool's replay: `produce <uri> <tag> 0 --spool-dir D`)
- * QueueTool consume <uri> [--opt k=v]...    prints "sequence<TAB>index<TAB>utf8 value" per entry, acks all
+ * QueueTool consume <uri> [--subscription S] [--fail-on-data-loss false] [--opt k=v]...
+ *                                           prints "sequence<TAB>index<TAB>utf8 value" per entry, acks all;
+ *                                           a range retention cut before it was read: "lost<TAB>first<TAB>count"
  * }}}
  *
  * Produced entries are `<tag>-<i>` with metadata `<tag>`; `--sync true` waits for each call to be
@@ -69,8 +71,12 @@ object QueueTool {
       store.close()
       println(s"produced ${count.toInt} entries")
     case "consume" :: uri :: rest =>
+      val flags = parseFlags(rest)
       val store = ObjectStores.open(uri, storeOptions(rest))
-      val consumer = new Consumer(store, ConsumerConfig(runGc = false), SystemClock)
+      val config = ConsumerConfig(runGc = false, subscription = flags.get("subscription"),
+        failOnDataLoss = !flags.get("fail-on-data-loss").contains("false"),
+        onDataLoss = e => println(s"lost\t${e.first}\t${e.count}"))
+      val consumer = new Consumer(store, config, SystemClock)
       consumer.initialize()
       Iterator.continually(consumer.nextBatch()).takeWhile(_.isDefined).flatten.foreach { b =>
         b.entries.zipWithIndex.foreach { case (v, i) => println(s"${b.sequence}\t$i\t${new String(v, UTF_8)}") }
@@ -82,7 +88,7 @@ object QueueTool {
       throw new IllegalArgumentException(
         "usage: QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression none|zstd] " +
           "[--sync true] [--keep-going true] [--segment-entries K] [--opt k=v]... " +
-          "| QueueTool consume <uri> [--opt k=v]...")
+          "| QueueTool consume <uri> [--subscription S] [--fail-on-data-loss false] [--opt k=v]...")
   }
 
   /**
