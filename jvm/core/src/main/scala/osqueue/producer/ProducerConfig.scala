@@ -48,7 +48,15 @@ final case class ProducerConfig(
      * their handles fail with `QueueFullException`).
      */
     spoolFullPolicy: String = "backpressure",
-    spoolFullTimeout: FiniteDuration = Spool.DefaultFullTimeout) {
+    spoolFullTimeout: FiniteDuration = Spool.DefaultFullTimeout,
+    /**
+     * Flush the open batch as soon as none of this producer's batches is uploading or waiting for its
+     * manifest write: a lone `produce()` costs no linger, and inputs that arrive while a batch is in
+     * flight wait until it lands or `flushInterval` ends, whichever is first, so a busy producer still
+     * batches. It adds requests for a producer whose inputs come further apart than one upload and
+     * manifest write but closer than `flushInterval` (each then goes alone).
+     */
+    eagerFlush: Boolean = false) {
   if (flushInterval < Duration.Zero)
     throw new InvalidConfigException("flushInterval", flushInterval.toString, "must be >= 0 (the linger)")
   if (flushSizeBytes <= 0) throw new InvalidConfigException("flushSizeBytes", flushSizeBytes.toString, "must be > 0")
