@@ -50,6 +50,17 @@ def main() -> None:
     show_default=True,
     help="Record size of the Spark source comparisons.",
 )
+@click.option(
+    "--eager-flush",
+    is_flag=True,
+    help="The latency row's producer flushes a batch at once when none of its batches is in flight (eager_flush).",
+)
+@click.option(
+    "--latency-modes",
+    default=None,
+    help="The latency row's modes besides micro-batch, which always runs, comma-separated (micro-batch-jvm, "
+    "real-time, real-time-jvm) [all the Spark line has].",
+)
 def run(
     quick: bool,
     only: tuple[str, ...],
@@ -58,6 +69,8 @@ def run(
     endpoint: str | None,
     spark_mb: int | None,
     record_bytes: int,
+    eager_flush: bool,
+    latency_modes: str | None,
 ) -> None:
     """Run the benchmarks against a local moto S3 server.
 
@@ -74,9 +87,13 @@ def run(
     command += (f" --spark-mb {spark_mb}" if spark_mb else "") + (
         f" --record-bytes {record_bytes}" if record_bytes != 1024 else ""
     )
+    command += " --eager-flush" if eager_flush else ""
+    command += f" --latency-modes {latency_modes}" if latency_modes else ""
     _, path = run_benchmarks(
         spark_mb=spark_mb or 0,
         record_bytes=record_bytes,
+        eager_flush=eager_flush,
+        latency_modes=tuple(m.strip() for m in latency_modes.split(",")) if latency_modes else (),
         quick=quick,
         only=names,
         latency_ms=latency_ms,

@@ -195,6 +195,10 @@ class Settings:
     spark_mb: int = 0
     """Payload of the Spark source comparisons (MiB); 0: 8 with --quick, 1024 otherwise."""
     record_bytes: int = 1024
+    eager_flush: bool = False
+    """The latency row's producer flushes a batch at once when none of its batches is in flight."""
+    latency_modes: tuple[str, ...] = ()
+    """The latency row's modes (empty: every mode the Spark line has)."""
     spark: Any = None  # a SparkHolder while Spark benchmarks run
     kafka: Any = None  # (broker jars, connector jars, versions) when the Kafka benchmark runs
     kafka_error: str | None = None

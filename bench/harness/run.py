@@ -89,6 +89,8 @@ def run_benchmarks(
     log: Callable[[str], None] = print,
     spark_mb: int = 0,
     record_bytes: int = 1024,
+    eager_flush: bool = False,
+    latency_modes: Sequence[str] = (),
     plots: bool = True,
 ) -> tuple[dict[str, Any], pathlib.Path]:
     """Runs the selected benchmarks and writes ``bench-<time>[-quick].json`` and ``.md`` (and PNG
@@ -100,7 +102,8 @@ def run_benchmarks(
     names = normalize_names(only) or [n for n in BENCHMARKS if not (quick and n in QUICK_SKIPS)]
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.monotonic()
-    settings = Settings(quick, latency_ms, log, spark_mb=spark_mb, record_bytes=record_bytes)
+    settings = Settings(quick, latency_ms, log, spark_mb=spark_mb, record_bytes=record_bytes, eager_flush=eager_flush)
+    settings.latency_modes = tuple(latency_modes)
     result: dict[str, Any] = {
         "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "quick": quick,

@@ -350,7 +350,8 @@ def _latency_run(
     spark = holder.spark
     prefix = f"latency-{uuid.uuid4().hex[:8]}"
     # The queue exists (empty manifest) before the query starts.
-    with Producer(env.uri(prefix), flush_interval=linger, store_options=env.options()) as p:
+    eager = s.eager_flush
+    with Producer(env.uri(prefix), flush_interval=linger, eager_flush=eager, store_options=env.options()) as p:
         p.produce([b"warm-0:0"]).wait_durable(60)
     seen: dict[int, tuple[float, float]] = {}
     lock = threading.Lock()
@@ -358,17 +359,21 @@ def _latency_run(
     out = holder.tmp / f"seen-{prefix}"
     out.mkdir(parents=True)
 
+    batch_of: dict[int, int] = {}  # micro-batch: the batch that delivered each record
+    durable_at: dict[int, float] = {}  # each record's durable time (the handle's callback)
+
     def on_batch(df: Any, batch_id: int) -> None:
         t_call = time.time()
         rows = df.select("value").collect()
         t_rows = time.time()
         with lock:
-            batches.append({"batch": batch_id, "rows": len(rows), "collect_s": t_rows - t_call})
+            batches.append({"batch": batch_id, "rows": len(rows), "collect_s": t_rows - t_call, "call": t_call})
             for row in rows:
                 key, ts = bytes(row.value).decode().split(":")
                 if key.startswith("warm"):
                     continue
                 seen[int(key)] = (t_call - int(ts) / 1e9, t_rows - int(ts) / 1e9)
+                batch_of[int(key)] = batch_id
 
     def read_seen() -> None:  # real-time mode: the writer's files
         for f in out.glob("seen-*.log"):
@@ -399,7 +404,8 @@ def _latency_run(
             time.sleep(0.05)
         durable: list[float] = []
         n = int(duration * rate)
-        with Producer(env.uri(prefix), flush_interval=linger, store_options=env.options()) as p:
+        produced_at: dict[int, float] = {}
+        with Producer(env.uri(prefix), flush_interval=linger, eager_flush=eager, store_options=env.options()) as p:
             start = time.monotonic()
             for i in range(n):
                 target = start + i / rate
@@ -407,8 +413,15 @@ def _latency_run(
                 if delay > 0:
                     time.sleep(delay)
                 t0 = time.time()
+                produced_at[i] = t0
                 h = p.produce([f"{i}:{time.time_ns()}".encode()])
-                h.add_done_callback(lambda f, t0=t0: durable.append(time.time() - t0))
+
+                def on_durable(f: Any, t0: float = t0, i: int = i) -> None:
+                    now = time.time()
+                    durable.append(now - t0)
+                    durable_at[i] = now
+
+                h.add_done_callback(on_durable)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with lock:
@@ -437,8 +450,14 @@ def _latency_run(
             else {m: round((c1[m] - c0[m]) * 60 / (time.monotonic() - t_idle), 1) for m in ("GET", "PUT")}
         )
     finally:
-        progress = [pr for pr in q.recentProgress if pr and int(pr.get("numInputRows", 0)) > 0]
+        all_progress = [pr for pr in q.recentProgress if pr]
+        progress = [pr for pr in all_progress if int(pr.get("numInputRows", 0)) > 0]
         q.stop()
+    breakdown = (
+        _micro_batch_breakdown(produced_at, durable_at, seen, batch_of, batches, all_progress)
+        if mode == "micro-batch"
+        else None
+    )
     # Where a micro-batch's time goes, by Spark's own phases (median over the batches with rows).
     phases: dict[str, list[float]] = {}
     for pr in progress:
@@ -468,6 +487,55 @@ def _latency_run(
         "idle_manifest_requests_per_min": idle_per_min,
         "idle_window_waited_for_drain_s": round(drain_wait_s, 1),
         "visible_ms": [round(v, 1) for v in visible],
+        "breakdown_ms": breakdown,
+    }
+
+
+def _micro_batch_breakdown(
+    produced_at: dict[int, float],
+    durable_at: dict[int, float],
+    seen: dict[int, tuple[float, float]],
+    batch_of: dict[int, int],
+    batches: list[dict[str, Any]],
+    progress: list[dict[str, Any]],
+) -> dict[str, dict[str, float]] | None:
+    """Where each record's time went in micro-batch mode, from timestamps of the run: produce ->
+    durable (the handle's callback), durable -> the start of the micro-batch that delivered it
+    (Spark's progress timestamp: waiting for the running micro-batch to end, then latestOffset to
+    see it), that start -> foreachBatch called (latestOffset, the offset log, planning), the call
+    -> rows collected (the job: task launch, batch GETs, decode). p50 and mean per step (the means
+    add up to the mean latency)."""
+    import datetime
+
+    started: dict[int, float] = {}
+    for pr in progress:
+        try:
+            ts = datetime.datetime.strptime(pr["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
+            started[int(pr["batchId"])] = ts.replace(tzinfo=datetime.timezone.utc).timestamp()
+        except (KeyError, ValueError):
+            continue
+    called = {b["batch"]: b["call"] for b in batches}
+    steps: dict[str, list[float]] = {
+        "produce_to_durable": [],
+        "durable_to_batch_start": [],
+        "batch_start_to_foreach_batch": [],
+        "foreach_batch_to_rows_collected": [],
+        "total": [],
+    }
+    for key, t0 in produced_at.items():
+        b = batch_of.get(key)
+        if key not in durable_at or key not in seen or b is None or b not in started or b not in called:
+            continue
+        visible_at = t0 + seen[key][1]
+        marks = [t0, durable_at[key], max(started[b], durable_at[key]), called[b], visible_at]
+        for name, a, z in zip(steps, marks, marks[1:]):
+            steps[name].append((z - a) * 1000)
+        steps["total"].append((visible_at - t0) * 1000)
+    if not steps["total"]:
+        return None
+    return {
+        k: {"p50": round(percentile(sorted(v), 50), 1), "mean": round(sum(v) / len(v), 1), "n": len(v)}
+        for k, v in steps.items()
     }
 
 
@@ -497,6 +565,18 @@ def _summarize_mode(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "idle_manifest_gets_per_min": summarize([i["GET"] for i in idle]) if idle else None,
         "idle_manifest_puts_per_min": summarize([i["PUT"] for i in idle]) if idle else None,
         "samples_ms": [v for r in runs for v in r["visible_ms"]],
+        **_summarize_breakdown([r["breakdown_ms"] for r in runs if r.get("breakdown_ms")]),
+    }
+
+
+def _summarize_breakdown(runs: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """The micro-batch breakdown over the runs: each step's p50 and mean, median of the runs."""
+    if not runs:
+        return {}
+    return {
+        "breakdown_ms": {
+            step: {stat: summarize([r[step][stat] for r in runs]) for stat in ("p50", "mean")} for step in runs[0]
+        }
     }
 
 
@@ -517,6 +597,11 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
         modes.append("real-time")
         if holder.seen_writer_jar:
             modes.append("real-time-jvm")
+    if s.latency_modes:
+        unknown = set(s.latency_modes) - set(modes)
+        if unknown:
+            raise ValueError(f"--latency-modes: {sorted(unknown)} not available here (available: {modes})")
+        modes = [m for m in modes if m == "micro-batch" or m in s.latency_modes]  # micro-batch: the row's own figures
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for r in range(1 if s.quick else s.repeats):  # --quick: one run per mode
         for mode in modes:
@@ -527,6 +612,7 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
                 f"p99 {run['p99_ms']:.0f} ms (produce -> durable p50 {run['durable_p50_ms']:.0f} ms; "
                 f"{run['micro_batches']} batches; idle manifest requests/min {run['idle_manifest_requests_per_min']}, "
                 f"counted after {run['idle_window_waited_for_drain_s']} s waiting for the queue to drain)"
+                + (f"; breakdown {run['breakdown_ms']}" if run.get("breakdown_ms") else "")
             )
     result = {m: _summarize_mode(runs[m]) for m in modes}
     mb = result["micro-batch"]
@@ -546,7 +632,11 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
         "executor's JVM without the hand-over to a Python worker. micro-batch-jvm: the micro-batch query (trigger 0) "
         "into that JVM ForeachWriter, without the Python foreachBatch round trip. Idle cost: requests on the "
         f"manifest key counted at the proxy over {idle_s:g} s with nothing produced, starting 5 s after the last row "
-        "(real-time modes: once the queue is drained, after the dequeue of the last rows).",
+        "(real-time modes: once the queue is drained, after the dequeue of the last rows). "
+        f"Producer eager_flush: {s.eager_flush} (--eager-flush). micro-batch breakdown_ms: per record, produce -> "
+        "durable (the handle's callback) -> the start of the micro-batch that delivered it (Spark's progress "
+        "timestamp) -> foreachBatch called -> rows collected; p50 and mean per step.",
+        "eager_flush": s.eager_flush,
         "trigger": "micro-batch: processingTime 0; real-time: Trigger.RealTime(" + REAL_TIME_BATCH + ")",
         "modes": result,
         # The earlier single-mode keys, from the micro-batch run (report.py and older results read these).

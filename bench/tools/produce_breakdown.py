@@ -1,14 +1,16 @@
 """Where produce() -> durable goes, step by step, for the Python producer (supplementary; not part
 of `python -m bench.harness run`).
 
-    PYTHONPATH=python .venv/bin/python bench/tools/produce_breakdown.py [RECORDS, default 100] [LATENCY_MS, default 20]
+    PYTHONPATH=python .venv/bin/python bench/tools/produce_breakdown.py [RECORDS, default 100] [LATENCY_MS, default 20] [--eager-flush] [--interval-ms=50]
 
 The latency benchmark's producer (one record every 50 ms, flush_interval 0.02 s, the linger) on
 moto through the latency proxy, with its store wrapped so that every request is timed in the
 producer's process. Per record: the linger (produce() -> its batch PUT starts), the batch PUT,
 the wait for the group committer, each manifest request of the append that carried it (GET, the
 conditional PUT, any other), and the hand-over to the durable callback. Prints the medians and
-p90 of each step over the records, and the requests per flush.
+p90 of each step over the records, and the requests per flush. ``--eager-flush``: the producer
+sends a batch at once when none of its batches is in flight (``eager_flush=True``);
+``--interval-ms=N``: one record every N ms instead of 50.
 """
 
 from __future__ import annotations
@@ -75,18 +77,21 @@ def pct(values: list[float], p: float) -> float:
 
 
 def main() -> None:
-    records = int(sys.argv[1]) if len(sys.argv) > 1 else 100
-    latency_ms = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0
+    eager = "--eager-flush" in sys.argv
+    interval_ms = next((float(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--interval-ms=")), 50.0)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    records = int(args[0]) if args else 100
+    latency_ms = float(args[1]) if len(args) > 1 else 20.0
     with environment(latency_ms, None, print) as env:
         store = TimedStore(env.store("breakdown"))
-        with Producer(store=store, flush_interval=0.02) as p:  # type: ignore[arg-type]
+        with Producer(store=store, flush_interval=0.02, eager_flush=eager) as p:  # type: ignore[arg-type]
             p.produce([b"warm"]).wait_durable(60)  # the store's conditional-write probe, the prefix record
             store.ops.clear()
             produced: list[tuple[float, Any]] = []
             durable: dict[int, float] = {}
             start = time.monotonic()
             for i in range(records):
-                delay = start + i / 20.0 - time.monotonic()
+                delay = start + i * interval_ms / 1000 - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
                 t0 = time.monotonic()
@@ -130,7 +135,10 @@ def main() -> None:
         for k, v in record.items():
             steps.setdefault(k, []).append(v * 1000)
         per_flush.append(len(append))
-    print(f"\n{records} records, one every 50 ms, flush_interval 0.02 s, {latency_ms:g} ms per request (proxy)")
+    print(
+        f"\n{records} records, one every {interval_ms:g} ms, flush_interval 0.02 s, eager_flush {eager}, "
+        f"{latency_ms:g} ms per request (proxy)"
+    )
     print(f"{'step':58} {'p50 ms':>8} {'p90 ms':>8} {'mean ms':>8}")
     for k, v in steps.items():
         print(f"{k:58} {statistics.median(v):8.1f} {pct(v, 90):8.1f} {statistics.mean(v):8.1f}")

@@ -50,6 +50,42 @@ def test_a_linger_of_zero_flushes_at_once_and_batches_what_arrived_meanwhile(mem
     assert [d.sequence for d in durable] == sorted(d.sequence for d in durable)
 
 
+def test_eager_flush_sends_a_lone_produce_without_waiting_out_the_linger(mem_store: InMemoryStore) -> None:
+    with _producer(mem_store, flush_interval=HOUR, eager_flush=True) as p:
+        durable = p.produce([b"a"]).wait_durable(5)  # an hour's linger, no flush(): nothing else was in flight
+        assert decode_batch(mem_store.get(durable.location).data, durable.location) == [b"a"]
+
+
+def test_eager_flush_batches_what_arrives_while_a_batch_is_in_flight(mem_store: InMemoryStore) -> None:
+    store = WrappedStore(mem_store)
+    in_flight, release = threading.Event(), threading.Event()
+
+    def held(key: str, data: bytes, expected: ObjectVersion | None, apply: Callable[[], CasOutcome]) -> CasOutcome:
+        if not in_flight.is_set():  # the first batch's manifest write waits until the test lets it go
+            in_flight.set()
+            assert release.wait(5)
+        return apply()
+
+    with _producer(store, flush_interval=HOUR, eager_flush=True) as p:
+        store.on_conditional = held  # after the constructor's claim of the data prefix
+        first = p.produce([b"a"])
+        assert in_flight.wait(5)
+        later = [p.produce([b"b"]), p.produce([b"c"])]  # the first is in flight: these linger together
+        time.sleep(0.1)
+        assert not any(h.done() for h in later)
+        release.set()  # the first lands: nothing in flight, so the lingering batch goes at once
+        a, b, c = first.wait_durable(5), later[0].wait_durable(5), later[1].wait_durable(5)
+    assert a.location != b.location == c.location and (b.start_index, c.start_index) == (0, 1)
+    assert [len(decode_batch(mem_store.get(e.location).data, "k")) for e in _entries(mem_store)] == [1, 2]
+
+
+def test_without_eager_flush_a_lone_produce_waits_out_the_linger(mem_store: InMemoryStore) -> None:
+    with _producer(mem_store, flush_interval=HOUR) as p:
+        h = p.produce([b"a"])
+        time.sleep(0.2)
+        assert not h.done() and _entries(mem_store) == []  # the default: the linger stands
+
+
 def test_flush_by_size(mem_store: InMemoryStore) -> None:
     with _producer(mem_store, flush_interval=HOUR, flush_size_bytes=10) as p:
         first = p.produce([b"12345"], b"m")  # 6 bytes with the metadata: below the limit
@@ -187,7 +223,7 @@ def test_handle_is_a_future_that_cannot_be_cancelled(mem_store: InMemoryStore) -
 @pytest.mark.parametrize(
     "bad",
     [dict(flush_interval=-0.001), dict(flush_size_bytes=0), dict(max_buffered_inputs=0), dict(compression="lz4"),
-     dict(manifest_path="/abs"), dict(data_path_prefix="../x"), dict(gc_grace_period=-1)],
+     dict(manifest_path="/abs"), dict(data_path_prefix="../x"), dict(gc_grace_period=-1), dict(eager_flush="yes")],
 )  # fmt: skip
 def test_invalid_options(bad: dict[str, Any], mem_store: InMemoryStore) -> None:
     option = next(iter(bad))

@@ -4,7 +4,8 @@
 a full buffer blocks the caller) and returns a :class:`WriteHandle`. One daemon thread,
 ``osqueue-producer-flush``, moves inputs into the open batch and flushes it when it reaches
 ``flush_size_bytes``, when ``flush_interval`` has passed since its first input (measured on the
-real monotonic clock; the injected clock gives ingestion times and batch names), on
+real monotonic clock; the injected clock gives ingestion times and batch names), with ``eager_flush``
+as soon as none of its batches is in flight, on
 :meth:`Producer.flush` and on :meth:`Producer.close`. A flush uploads the batch under a fresh
 ``<data_path_prefix>/<ULID>.batch`` key and hands the location to the process's group committer
 (:class:`osqueue.queue.QueueProducer`: shared by the producers whose committer settings are the same, so each
@@ -113,6 +114,12 @@ class Producer:
         flush_interval: Seconds after a batch's first input before it is flushed (0.1): the
             producer's linger (Kafka's ``linger.ms``). 0 flushes each batch as soon as the flush
             thread has it; inputs that arrive meanwhile form the next batch.
+        eager_flush: Flush the open batch as soon as none of this producer's batches is uploading
+            or waiting for its manifest write (False): a lone ``produce()`` costs no linger, and
+            inputs that arrive while a batch is in flight wait until it lands or ``flush_interval``
+            ends, whichever is first, so a busy producer still batches. It adds requests for a
+            producer whose inputs come further apart than one upload and manifest write but closer
+            than ``flush_interval`` (each then goes alone).
         flush_size_bytes: A batch whose entry and metadata bytes reach this is flushed (64 MiB).
         max_buffered_inputs: ``produce()`` calls that may wait for the flush thread before it blocks (1000).
         compression: ``None``/``"none"`` or ``"zstd"``.
@@ -158,6 +165,7 @@ class Producer:
         path: str | None = None,
         *,
         flush_interval: float = 0.1,
+        eager_flush: bool = False,
         flush_size_bytes: int = 64 * 1024 * 1024,
         max_buffered_inputs: int = 1000,
         compression: str | Compression | None = None,
@@ -187,6 +195,9 @@ class Producer:
             raise InvalidConfigError("durability", durability, "'local' needs a spool_dir")
         self._durable_local = durability == "local"
         self._flush_interval = _non_negative("flush_interval", flush_interval)
+        if not isinstance(eager_flush, bool):
+            raise InvalidConfigError("eager_flush", eager_flush, "must be True or False")
+        self._eager_flush = eager_flush
         if not isinstance(flush_size_bytes, int) or flush_size_bytes <= 0:
             raise InvalidConfigError("flush_size_bytes", flush_size_bytes, "must be a positive number of bytes")
         self._flush_size = flush_size_bytes
@@ -464,6 +475,7 @@ class Producer:
                         or self._flush_requested
                         or self._closed
                         or time.monotonic() >= batch.deadline
+                        or (self._eager_flush and self._uncommitted == 0)  # nothing in flight: no linger
                     ):
                         break
                     if not batch:

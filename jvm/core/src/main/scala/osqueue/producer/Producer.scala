@@ -24,7 +24,8 @@ import osqueue.store.ObjectStore
  * location to the manifest (through a group-committing [[QueueProducer]]).
  *
  * One flush thread owns the open batch; it flushes after `flushInterval` from the batch's first
- * input, when it reaches `flushSizeBytes`, on `flush()` and on `close()`. Inputs wait in an
+ * input, when it reaches `flushSizeBytes`, with `eagerFlush` as soon as none of its batches is in
+ * flight, on `flush()` and on `close()`. Inputs wait in an
  * unbounded queue whose admission is bounded by `maxBufferedInputs` permits: a full buffer
  * blocks `produce()` (backpressure). Uploading batch N+1 overlaps the manifest write of batch N.
  *
@@ -228,6 +229,7 @@ final class Producer(
       case in: Input => in.handle.future.completeExceptionally(failure)
       case Flush(done) => done.completeExceptionally(failure)
       case Close(done) => done.completeExceptionally(failure)
+      case Landed => ()
     }
 
   private def runFlushLoop(): Unit = {
@@ -241,6 +243,8 @@ final class Producer(
           if (spool.isEmpty) permits.release()
           add(in)
           if (batchBytes >= config.flushSizeBytes) flushBatch()
+          else if (config.eagerFlush && !inbox.peek().isInstanceOf[Input] && nothingInFlight) flushBatch()
+        case Landed => if (batchRecords.nonEmpty && nothingInFlight) flushBatch() // eagerFlush
         case Flush(done) =>
           flushBatch()
           completeAfterInFlight(done)
@@ -251,6 +255,9 @@ final class Producer(
       }
     }
   }
+
+  /** No batch of this producer is uploading or waiting for its manifest write (eagerFlush's test). */
+  private def nothingInFlight: Boolean = inFlight.forall(_.isDone)
 
   private def add(in: Input): Unit = {
     if (batchRecords.isEmpty) batchDeadlineNanos = clock.nanoTime() + config.flushInterval.toNanos
@@ -290,6 +297,8 @@ final class Producer(
           }
         }
       }
+      // After `enqueued` completes (so the flush thread finds it done): a batch lingering behind it may go now.
+      if (config.eagerFlush) enqueued.whenComplete((_, _) => inbox.put(Landed))
       inFlight.filterInPlace(!_.isDone)
       inFlight += enqueued
     } catch {
@@ -358,6 +367,8 @@ private object Producer {
       callNo: Long = -1) extends Message
   final case class Flush(done: CompletableFuture[Void]) extends Message
   final case class Close(done: CompletableFuture[Void]) extends Message
+  /** eagerFlush: a batch's manifest write landed (or failed), so the open batch may go at once. */
+  case object Landed extends Message
 
   def unwrap(e: Throwable): Throwable = e match {
     case c: java.util.concurrent.CompletionException if c.getCause != null => c.getCause

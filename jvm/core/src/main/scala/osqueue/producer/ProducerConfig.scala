@@ -55,7 +55,15 @@ final case class ProducerConfig(
      */
     queueFullTimeout: FiniteDuration = 30.seconds,
     /** How often the waiting append reads the head again. */
-    queueFullRetryInterval: FiniteDuration = 1.second) {
+    queueFullRetryInterval: FiniteDuration = 1.second,
+    /**
+     * Flush the open batch as soon as none of this producer's batches is uploading or waiting for its
+     * manifest write: a lone `produce()` costs no linger, and inputs that arrive while a batch is in
+     * flight wait until it lands or `flushInterval` ends, whichever is first, so a busy producer still
+     * batches. It adds requests for a producer whose inputs come further apart than one upload and
+     * manifest write but closer than `flushInterval` (each then goes alone).
+     */
+    eagerFlush: Boolean = false) {
   if (flushInterval < Duration.Zero)
     throw new InvalidConfigException("flushInterval", flushInterval.toString, "must be >= 0 (the linger)")
   if (flushSizeBytes <= 0) throw new InvalidConfigException("flushSizeBytes", flushSizeBytes.toString, "must be > 0")

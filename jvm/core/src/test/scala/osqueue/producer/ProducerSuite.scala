@@ -49,6 +49,54 @@ class ProducerSuite extends AnyFunSuite {
     p.close()
   }
 
+  test("should send a lone produce() at once with eagerFlush, without waiting out the linger") {
+    val store = InMemoryStore.fresh()
+    val p = new Producer(store, ProducerConfig(flushInterval = 1.hour, eagerFlush = true))
+    val d = p.produce(Seq("a".getBytes)).awaitDurable(10.seconds) // an hour's linger, no flush(): nothing was in flight
+    assert(BatchCodec.decode(store.get(d.location).get.bytes, "b").map(new String(_)) == Seq("a"))
+    p.close()
+  }
+
+  test("should batch with eagerFlush what arrives while a batch is in flight, and send it when that one lands") {
+    val inFlight = new CountDownLatch(1)
+    val release = new CountDownLatch(1)
+    @volatile var armed = false
+    val store = new osqueue.testing.ForwardingStore(InMemoryStore.fresh()) {
+      private def held[A](write: => A): A = {
+        if (armed && inFlight.getCount > 0) { // the first batch's manifest write waits until the test lets it go
+          inFlight.countDown()
+          assert(release.await(10, TimeUnit.SECONDS))
+        }
+        write
+      }
+      override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome = held(super.putIfAbsent(key, bytes))
+      override def putIfVersionMatches(key: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome =
+        held(super.putIfVersionMatches(key, bytes, expected))
+    }
+    val p = new Producer(store, ProducerConfig(flushInterval = 1.hour, eagerFlush = true))
+    armed = true // after the constructor's claim of the data prefix
+    val first = p.produce(Seq("a".getBytes))
+    assert(inFlight.await(10, TimeUnit.SECONDS))
+    val later = Seq("b", "c").map(v => p.produce(Seq(v.getBytes))) // the first is in flight: these linger together
+    Thread.sleep(100)
+    assert(later.forall(_.result().isEmpty), "sent while a batch was in flight")
+    release.countDown() // the first lands: nothing in flight, so the lingering batch goes at once
+    val a = first.awaitDurable(10.seconds)
+    val Seq(b, c) = later.map(_.awaitDurable(10.seconds))
+    assert(a.location != b.location && b.location == c.location && (b.firstIndex, c.firstIndex) == (0, 1))
+    assert(manifest(store).entries.map(e => BatchCodec.decode(store.get(e.location).get.bytes, "b").size) == Seq(1, 2))
+    p.close()
+  }
+
+  test("should keep the linger for a lone produce() without eagerFlush (the default)") {
+    val store = InMemoryStore.fresh()
+    val p = new Producer(store, ProducerConfig(flushInterval = 1.hour))
+    val h = p.produce(Seq("a".getBytes))
+    Thread.sleep(200)
+    assert(h.result().isEmpty && store.get("ingest/manifest").forall(_ => manifest(store).entries.isEmpty))
+    p.close()
+  }
+
   test("should flush by size, before the interval") {
     val store = InMemoryStore.fresh()
     val p = new Producer(store, ProducerConfig(flushInterval = 1.hour, flushSizeBytes = 1000, compression = Compression.Zstd))
