@@ -23,7 +23,7 @@ import osqueue.testing.FaultInjectingStore.Fault
 /**
  * Cooperative commit (docs/adr/0007 part 1) on the JVM: intents, writer sequences, and many writers
  * with injected CAS losses on the in-memory store. No batch may ever be appended twice. Mirrors
- * tests/python/test_cooperative_commit.py case for case (GC of intents: Python only so far).
+ * tests/python/test_cooperative_commit.py case for case.
  */
 class CooperativeCommitSuite extends AnyFunSuite {
   private val Key = "ingest/manifest"
@@ -249,6 +249,24 @@ class CooperativeCommitSuite extends AnyFunSuite {
       enqueue(qp, "ingest/first.batch")
       val head = ManifestHead.parse(mem.get(Key).get.bytes, Key)
       assert(head.version == 1 && head.sections.isEmpty)
+    } finally qp.close()
+  }
+
+  test("GC deletes intents a grace period old and keeps younger ones") {
+    val clock = new ManualClock(1767225600000L)
+    val mem = InMemoryStore.fresh(clock)
+    announce(mem, W1, 0, Seq("ingest/w1-0.batch"), "01J5T4RTZ9Y8X7W6V5T4S3R2Q1") // a dead owner's
+    clock.advance(400000)
+    announce(mem, W2, 0, Seq("ingest/w2-0.batch"), "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")
+    mem.put(Key + ".intents/not-an-intent", Array[Byte](1))
+    clock.advance(200000)
+    val qp = coop(mem, clock = clock)
+    try {
+      enqueue(qp, "ingest/first.batch") // the head: 600 s after W1's intent, 200 s after W2's
+      val result = new osqueue.gc.GarbageCollector(mem, Key, "ingest", 600.seconds, clock).runOnce()
+      assert(result.deleted.contains(IntentCodec.intentKey(Key, "01J5T4RTZ9Y8X7W6V5T4S3R2Q1", W1, 0, 1)))
+      assert(mem.list(Key + ".intents/").map(_.key).toSet ==
+        Set(IntentCodec.intentKey(Key, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1), Key + ".intents/not-an-intent"))
     } finally qp.close()
   }
 
