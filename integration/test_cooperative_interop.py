@@ -11,7 +11,7 @@ from .chaos import coop_chaos
 
 
 def test_python_and_jvm_cooperative_producers_land_every_call_once(tmp_path: pathlib.Path) -> None:
-    report = coop_chaos.run(tmp_path / "queue", py=4, jvm=4, calls=25, kills=1, seed=3, deadline_s=120)
+    report = coop_chaos.run(tmp_path / "queue", py=4, jvm=4, calls=15, kills=1, seed=3, deadline_s=120)
     assert report["processes"] == 9 and report["killed"] == 1
     assert report["duplicates"] == 0 and report["missing"] == 0
     # Both languages' writers are in the one writers section (9 writer ids: one per process).
