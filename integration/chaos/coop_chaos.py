@@ -35,14 +35,14 @@ SEGMENT_ENTRIES = 64
 PY_CHILD = """
 import sys
 from osqueue import Producer
-root, tag, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-p = Producer(root, flush_interval=0, commit_mode="cooperative", manifest_segment_entries=%d)
+root, tag, calls, k = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+p = Producer(root, flush_interval=0, commit_mode="cooperative", manifest_segment_entries=k)
 for i in range(calls):
     r = p.produce([f"{tag}-{i}".encode()]).result(timeout=120)
     print(f"durable\\t{r.sequence}\\t{tag}-{i}", flush=True)
 p.close()
 print("done", flush=True)
-""" % SEGMENT_ENTRIES
+"""
 
 
 @dataclass
@@ -65,12 +65,24 @@ class Child:
 def _start(root: pathlib.Path, tag: str, lang: str, calls: int) -> Child:
     if lang == "py":
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python"), *sys.path])}
-        cmd = [sys.executable, "-c", PY_CHILD, str(root), tag, str(calls)]
+        cmd = [sys.executable, "-c", PY_CHILD, str(root), tag, str(calls), str(SEGMENT_ENTRIES)]
     else:
         env = dict(os.environ)
         cmd = jvm_tool.command(
-            "produce", str(root), tag, str(calls), "--sync", "true", "--keep-going", "true", "--flush-ms", "0",
-            "--commit-mode", "cooperative", "--segment-entries", str(SEGMENT_ENTRIES),
+            "produce",
+            str(root),
+            tag,
+            str(calls),
+            "--sync",
+            "true",
+            "--keep-going",
+            "true",
+            "--flush-ms",
+            "0",
+            "--commit-mode",
+            "cooperative",
+            "--segment-entries",
+            str(SEGMENT_ENTRIES),
         )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     c = Child(tag, lang, proc)
@@ -169,7 +181,8 @@ def run(root: pathlib.Path, py: int, jvm: int, calls: int, kills: int, seed: int
         "writers": len(by_writer),
         "writer_batches_twice": len(seqs) - len(set(seqs)),
         "writers_in_order": all(ns == sorted(ns) and len(set(ns)) == len(ns) for ns in by_writer.values()),
-        "last_batch_exact": {w: r.last_batch for w, r in writers.items()} == {w: max(ns) for w, ns in by_writer.items()},
+        "last_batch_exact": {w: r.last_batch for w, r in writers.items()}
+        == {w: max(ns) for w, ns in by_writer.items()},
         "produce_s": round(produced_s, 1),
     }
     assert dup == 0 and not missing and not wrong_seq and not out_of_order, report

@@ -71,7 +71,7 @@ object IntentCodec {
       s"an intent holds 1 to $MaxIntentBatches batches of a 16-byte writer id")
     val out = new ByteArrayOutputStream()
     out.write(le(HeadSize).put(IntentMagic).put(IntentVersion.toByte).put(wid).putLong(firstBatch)
-      .putShort(entries.size.toShort).array())
+        .putShort(entries.size.toShort).array())
     entries.foreach { e =>
       val b = body(e)
       out.write(le(4).putInt(b.length).array())
@@ -111,8 +111,9 @@ object IntentCodec {
       pos += 4 + n.toInt
       val e = ManifestCodec.decode(one.toByteArray, key).entries.head
       val ext = e.extension
-      if (BatchIntegrity.walk(ext)._1.exists(r => r.tagType == BatchIntegrity.IntegrityType &&
-          !(ext(r.bodyAt + 8) == 0 && ext(r.bodyAt + 9) == 0 && ext(r.bodyAt + 10) == 0 && ext(r.bodyAt + 11) == 0)))
+      if (BatchIntegrity.walk(ext)._1.exists(r =>
+          r.tagType == BatchIntegrity.IntegrityType &&
+            !(ext(r.bodyAt + 8) == 0 && ext(r.bodyAt + 9) == 0 && ext(r.bodyAt + 10) == 0 && ext(r.bodyAt + 11) == 0)))
         throw corrupt(s"batch $i: entry_crc32 is not 0")
       NewEntry(e.location, e.metadata, ext)
     }

@@ -127,7 +127,8 @@ final class GarbageCollector(
     // An intent is appended only while fresh (< grace / 4 before the head, docs/format.md §5.4): one a
     // grace period before t0 can never be; its batches, unlisted, are collected as orphans.
     val intents = listed.filter(i => isIntent(i.key)).filter { info =>
-      if (!old(info)) { keptInGrace += 1; false } else true
+      if (!old(info)) { keptInGrace += 1; false }
+      else true
     }.map(_.key)
     val candidates = batches ++ segments ++ intents
     val (deleted, failed) =

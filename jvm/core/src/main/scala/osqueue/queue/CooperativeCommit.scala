@@ -7,8 +7,17 @@ import scala.collection.mutable.ArrayBuffer
 import scala.jdk.CollectionConverters._
 
 import osqueue.{AmbiguousCommitException, Clock, CorruptManifestException, InvalidConfigException, RandomSource, StoreException}
-import osqueue.format.{HeadSections, Incarnation, Intent, IntentCodec, IntentName, ManifestHead, NewEntry, WriterRecord,
-  WriterSequence}
+import osqueue.format.{
+  HeadSections,
+  Incarnation,
+  Intent,
+  IntentCodec,
+  IntentName,
+  ManifestHead,
+  NewEntry,
+  WriterRecord,
+  WriterSequence
+}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -118,7 +127,8 @@ final class CooperativeCommitter private[queue] (
             val others = if (solo) Seq.empty else pendingOthers(head.sections, snapshot.version.isDefined)
             write(head, g, others, sealState)
         }
-      }, Some(new Settle[IndexedSeq[Long]] {
+      },
+      Some(new Settle[IndexedSeq[Long]] {
         def landed(snapshot: Snapshot, previous: Option[PreviousAttempt]): Option[IndexedSeq[Long]] =
           if (snapshot.version.isEmpty) None
           else {
@@ -299,10 +309,11 @@ final class CooperativeCommitter private[queue] (
     val (bytes, base) = a.appendedFresh(head, g.pending, sealState, Some(sections), Some(() => entries(g)), extra)
     val locations = g.pending.map(_.location)
     g.names.zip(locations).foreach { case (n, l) => n += l }
-    CasStep.Write(bytes, { () =>
-      if (extra.nonEmpty) appendedForOthers.add(others.size)
-      locations.indices.map(base + _)
-    })
+    CasStep.Write(bytes,
+      { () =>
+        if (extra.nonEmpty) appendedForOthers.add(others.size)
+        locations.indices.map(base + _)
+      })
   }
 
   /** Deletes this writer's landed intents (best effort: GC deletes what is left, §6). */

@@ -4,8 +4,18 @@ import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 
 import osqueue.{AmbiguousCommitException, Clock, CorruptManifestException, RandomSource, StoreException, SystemRandomSource}
-import osqueue.format.{BatchNames, HeadSections, Incarnation, ManifestCodec, ManifestEntry, ManifestHead, NewEntry, SealedTail,
-  SegmentRef, WriterSequence}
+import osqueue.format.{
+  BatchNames,
+  HeadSections,
+  Incarnation,
+  ManifestCodec,
+  ManifestEntry,
+  ManifestHead,
+  NewEntry,
+  SealedTail,
+  SegmentRef,
+  WriterSequence
+}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -45,9 +55,10 @@ final class ManifestAppender(
   /** Cooperative commit (docs/adr/0007 part 1): the writer id is 16 random bytes drawn at start. */
   private[queue] val cooperative: Option[CooperativeCommitter] =
     if (commitMode != CooperativeCommit.Cooperative) None
-    else Some(new CooperativeCommitter(this, manifest, policy, clock, metrics, random, role, writerId.getOrElse {
-      val id = new Array[Byte](WriterSequence.WriterIdLen); random.nextBytes(id); WriterSequence.hex(id)
-    }))
+    else Some(new CooperativeCommitter(this, manifest, policy, clock, metrics, random, role,
+        writerId.getOrElse {
+          val id = new Array[Byte](WriterSequence.WriterIdLen); random.nextBytes(id); WriterSequence.hex(id)
+        }))
 
   import ManifestAppender.{Attempt, SealState}
 

@@ -160,16 +160,19 @@ class CooperativeCommitSuite extends AnyFunSuite {
       val (nWriters, perWriter) = (8, 10)
       val pool = Executors.newFixedThreadPool(nWriters)
       val futures = (0 until nWriters).map { t =>
-        pool.submit(new java.util.concurrent.Callable[Unit] { def call(): Unit = {
-          // One committer each: they race on the CAS as processes do.
-          val store = new FaultInjectingStore(mem, (key, _) =>
-            if (key != Key || fault == "none" || !flaky()) Fault.None
-            else if (fault == "lost_reply") Fault.ApplyThenError
-            else Fault.ApplyThenPreconditionFailed)
-          val qp = coop(store, segmentEntries = 16)
-          try (0 until perWriter).foreach(i => enqueue(qp, s"ingest/t$t-$i.batch"))
-          finally qp.close()
-        }})
+        pool.submit(new java.util.concurrent.Callable[Unit] {
+          def call(): Unit = {
+            // One committer each: they race on the CAS as processes do.
+            val store = new FaultInjectingStore(mem,
+              (key, _) =>
+                if (key != Key || fault == "none" || !flaky()) Fault.None
+                else if (fault == "lost_reply") Fault.ApplyThenError
+                else Fault.ApplyThenPreconditionFailed)
+            val qp = coop(store, segmentEntries = 16)
+            try (0 until perWriter).foreach(i => enqueue(qp, s"ingest/t$t-$i.batch"))
+            finally qp.close()
+          }
+        })
       }
       try futures.foreach(_.get(120, TimeUnit.SECONDS))
       finally pool.shutdownNow()
@@ -286,12 +289,14 @@ class CooperativeCommitSuite extends AnyFunSuite {
         val intent = IntentCodec.decodeIntent(data, keyName, name)
         assert(intent.writerId == s.get("writer_id").asText && intent.firstBatch == s.get("first_batch").asLong)
         val expected = s.get("entries").asScala.toSeq.map { e =>
-          (e.get("location").asText, e.get("metadata").asScala.toSeq.map(x =>
-            (x.get("start_index").asInt, x.get("ingestion_time_ms").asLong, Base64.getDecoder.decode(x.get("payload_b64").asText).toSeq)),
+          (e.get("location").asText,
+            e.get("metadata").asScala.toSeq.map(x =>
+              (x.get("start_index").asInt, x.get("ingestion_time_ms").asLong, Base64.getDecoder.decode(x.get("payload_b64").asText).toSeq)),
             Base64.getDecoder.decode(e.get("extension_b64").asText).toSeq)
         }
-        assert(intent.entries.map(e => (e.location, e.metadata.map(x => (x.startIndex, x.ingestionTimeMs, x.payload.toSeq)),
-          e.extension.toSeq)) == expected)
+        assert(intent.entries.map(e =>
+          (e.location, e.metadata.map(x => (x.startIndex, x.ingestionTimeMs, x.payload.toSeq)),
+            e.extension.toSeq)) == expected)
         // Encoding it again gives the same bytes.
         assert(IntentCodec.encodeIntent(intent.writerId, intent.firstBatch, intent.entries).toSeq == data.toSeq)
       }
