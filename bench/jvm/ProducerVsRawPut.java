@@ -131,7 +131,8 @@ public class ProducerVsRawPut {
         ProducerConfig$.MODULE$.apply$default$10(), ProducerConfig$.MODULE$.apply$default$11(),
         ProducerConfig$.MODULE$.apply$default$12(), ProducerConfig$.MODULE$.apply$default$13(),
         ProducerConfig$.MODULE$.apply$default$14(), ProducerConfig$.MODULE$.apply$default$15(),
-        ProducerConfig$.MODULE$.apply$default$16(), ProducerConfig$.MODULE$.apply$default$17());
+        ProducerConfig$.MODULE$.apply$default$16(), ProducerConfig$.MODULE$.apply$default$17(),
+        ProducerConfig$.MODULE$.apply$default$18());
     FiniteDuration wait = Duration.create(10, TimeUnit.MINUTES);
     System.gc(); // the previous phase's garbage is not this phase's cost
     long t0 = System.nanoTime();

@@ -2,7 +2,7 @@
 announces batches it uploaded, so that whichever producer's CAS wins appends them too.
 
 ``<manifestPath>.intents/<ULID>-<writer_id hex>-<first_batch>-<count>.intent``; integers little-endian
-as the manifest's. The JVM has no counterpart yet (tests/golden/parity.json).
+as the manifest's. JVM: `osqueue.format.IntentCodec`.
 """
 
 from __future__ import annotations

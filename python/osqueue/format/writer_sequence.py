@@ -4,7 +4,7 @@ section (docs/format.md §2.1 and §2.3, docs/adr/0006 part 2, docs/adr/0007 par
 A batch ``n`` of writer ``w`` is in the queue (queued, sealed or dequeued) iff ``n <= last_batch[w]``:
 every CAS that appends ``(w, n)`` requires ``n == last_batch[w] + 1`` (or a contiguous run from it)
 on the head it is conditioned on and sets ``last_batch[w]`` in the same write, so no batch is ever
-appended twice. The JVM has no counterpart yet (tests/golden/parity.json).
+appended twice. JVM: `osqueue.format.WriterSequence`.
 """
 
 from __future__ import annotations

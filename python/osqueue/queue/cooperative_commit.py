@@ -3,7 +3,7 @@ announce their batches in intent objects, and whichever producer's CAS wins appe
 announced batch, so a loser usually finds its batches already in. No batch is appended twice: every
 entry carries its writer sequence ``(writer_id, batch_no)`` and the same CAS sets the head's writers
 section, a run of a writer appended only from ``last_batch + 1`` on (``osqueue.format.writer_sequence``).
-The JVM has no counterpart yet (tests/golden/parity.json).
+JVM: `osqueue.queue.CooperativeCommit`.
 """
 
 from __future__ import annotations

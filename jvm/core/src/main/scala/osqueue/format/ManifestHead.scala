@@ -81,6 +81,15 @@ final class ManifestHead private (
   /** The first queued sequence, or `nextSequence` when the queue is empty. */
   def firstSequence: Long = if (isSegmented) lowWater else tailFirstSequence
   def subscription(name: String): Option[Subscription] = sections.subscription(name)
+
+  /** This head with other sections: an append on it writes them (cooperative commit's writers section, §2.3). */
+  def withSections(s: HeadSections): ManifestHead = {
+    val h = new ManifestHead(raw, key, version, footer, refs, lowWater, s, tailFrom, tailUntil, tailSpans)
+    h.sectionsReplaced = true
+    h
+  }
+  /** The sections differ from the ones in `raw` (an append cannot copy raw's prefix). */
+  private var sectionsReplaced = false
   /** How many entries are queued. */
   def depth: Long = nextSequence - firstSequence
   def isEmpty: Boolean = depth == 0
@@ -130,7 +139,7 @@ final class ManifestHead private (
     val current = readSegment.fold(refs)(read => resplit(maxTail, putAll, fold, read))
     if (tailSpans.isEmpty || tailSpans.size.toLong + entries.size <= maxTail) {
       val out = new ByteArrayOutputStream(raw.length + added.size())
-      if ((current eq refs) && (sections eq this.sections)) out.write(raw, 0, tailUntil)
+      if ((current eq refs) && (sections eq this.sections) && !sectionsReplaced) out.write(raw, 0, tailUntil)
       else {
         if (!sections.isEmpty) out.write(HeadSections.encode(sections))
         out.write(encodeRefs(current))

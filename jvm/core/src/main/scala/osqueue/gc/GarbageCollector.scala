@@ -6,7 +6,7 @@ import scala.util.control.NonFatal
 import org.slf4j.LoggerFactory
 
 import osqueue.{Clock, IllegalQueueStateException}
-import osqueue.format.{BatchNames, ManifestHead, SegmentNames}
+import osqueue.format.{BatchNames, IntentCodec, ManifestHead, SegmentNames}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.queue.{DataPrefixOwner, ManifestStore, SegmentTree}
 import osqueue.store.{ObjectInfo, ObjectStore}
@@ -93,10 +93,12 @@ final class GarbageCollector(
     def old(info: ObjectInfo) = t0 - info.lastModifiedMs >= graceMs
 
     var keptReferenced, keptInGrace, keptNewer, skipped = 0
+    def isIntent(key: String) = IntentCodec.parseIntentName(manifestPath, key).isDefined
     val batches = listed.filter { info =>
       val key = info.key
       if (!BatchNames.isBatchUnder(dataPathPrefix, key)) {
-        if (key != manifestPath && !key.startsWith(segmentPrefix) && key.startsWith(listPrefix)) skipped += 1
+        if (key != manifestPath && !key.startsWith(segmentPrefix) && !isIntent(key) && key.startsWith(listPrefix))
+          skipped += 1
         false
       } else if (referenced.contains(key)) { keptReferenced += 1; false }
       // Names compared with names, never with a clock: a batch in a segment is not older than its ref's oldest.
@@ -122,7 +124,13 @@ final class GarbageCollector(
         case Some(_) => true
       }
     }.map(_.key)
-    val candidates = batches ++ segments
+    // An intent is appended only while fresh (< grace / 4 before the head, docs/format.md §5.4): one a
+    // grace period before t0 can never be; its batches, unlisted, are collected as orphans.
+    val intents = listed.filter(i => isIntent(i.key)).filter { info =>
+      if (!old(info)) { keptInGrace += 1; false }
+      else true
+    }.map(_.key)
+    val candidates = batches ++ segments ++ intents
     val (deleted, failed) =
       if (dryRun) (candidates, Seq.empty)
       else candidates.partition { key =>

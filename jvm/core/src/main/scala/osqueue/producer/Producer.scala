@@ -79,7 +79,7 @@ final class Producer(
   private val spoolOrder = new Object
   private val queueProducer = new QueueProducer(
     new ManifestStore(store, config.manifestPath), config.retry, clock, metrics, gracePeriodMs, random = random,
-    segmentEntries = config.manifestSegmentEntries, queueFullWait = queueFullWait)
+    segmentEntries = config.manifestSegmentEntries, queueFullWait = queueFullWait, commitMode = config.commitMode)
   private val inbox = new LinkedBlockingQueue[Message]()
   private val permits = new Semaphore(config.maxBufferedInputs)
   private val batchesFlushed = metrics.counter(MetricNames.BatchesFlushed)

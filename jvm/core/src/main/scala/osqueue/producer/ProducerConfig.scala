@@ -63,7 +63,14 @@ final case class ProducerConfig(
      * batches. It adds requests for a producer whose inputs come further apart than one upload and
      * manifest write but closer than `flushInterval` (each then goes alone).
      */
-    eagerFlush: Boolean = false) {
+    eagerFlush: Boolean = false,
+    /**
+     * `solo` (each producer process CASes its own groups) or `cooperative` (docs/adr/0007 part 1: after a
+     * conflict it announces its batches in an intent object and every waiting producer appends every
+     * fresh announced batch, so producers in separate processes stop contending). Not with a spool or
+     * `manifestSegmentEntries` 2147483647 (cooperative commit writes v3 heads).
+     */
+    commitMode: String = "solo") {
   if (flushInterval < Duration.Zero)
     throw new InvalidConfigException("flushInterval", flushInterval.toString, "must be >= 0 (the linger)")
   if (flushSizeBytes <= 0) throw new InvalidConfigException("flushSizeBytes", flushSizeBytes.toString, "must be > 0")
@@ -87,4 +94,5 @@ final case class ProducerConfig(
     throw new InvalidConfigException("queueFullRetryInterval", queueFullRetryInterval.toString, "must be > 0")
   if (manifestSegmentEntries < 1)
     throw new InvalidConfigException("manifestSegmentEntries", manifestSegmentEntries.toString, "must be >= 1")
+  osqueue.queue.CooperativeCommit.checkCommitMode(commitMode, manifestSegmentEntries, spooled = spoolDir.isDefined)
 }

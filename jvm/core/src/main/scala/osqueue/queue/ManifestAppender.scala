@@ -4,7 +4,18 @@ import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 
 import osqueue.{AmbiguousCommitException, Clock, CorruptManifestException, RandomSource, StoreException, SystemRandomSource}
-import osqueue.format.{BatchNames, Incarnation, ManifestCodec, ManifestEntry, ManifestHead, NewEntry, SealedTail, SegmentRef}
+import osqueue.format.{
+  BatchNames,
+  HeadSections,
+  Incarnation,
+  ManifestCodec,
+  ManifestEntry,
+  ManifestHead,
+  NewEntry,
+  SealedTail,
+  SegmentRef,
+  WriterSequence
+}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 
 /**
@@ -34,7 +45,9 @@ final class ManifestAppender(
     beforeWrite: () => Unit = () => (),
     random: RandomSource = SystemRandomSource,
     segmentEntries: Int = ManifestHead.DefaultSegmentEntries,
-    queueFullWait: QueueFullWait = QueueFullWait()) {
+    queueFullWait: QueueFullWait = QueueFullWait(),
+    commitMode: String = CooperativeCommit.Solo,
+    writerId: Option[String] = None) {
 
   // A lone producer appends against its own last write: one request per flush (CasLoop).
   private val loop = new CasLoop(manifest.casObject, policy, clock, CasCounters.manifest(metrics, role), random,
@@ -43,7 +56,15 @@ final class ManifestAppender(
   private val resolvedByReceipts = metrics.counter(MetricNames.AmbiguitiesResolvedByReceipts)
   private val segmentsSealed = metrics.counter(MetricNames.SegmentsSealed)
   private val segmentsResplit = metrics.counter(MetricNames.SegmentsResplit)
-  private val tree = new SegmentTree(manifest)
+  private[queue] val tree = new SegmentTree(manifest)
+
+  /** Cooperative commit (docs/adr/0007 part 1): the writer id is 16 random bytes drawn at start. */
+  private[queue] val cooperative: Option[CooperativeCommitter] =
+    if (commitMode != CooperativeCommit.Cooperative) None
+    else Some(new CooperativeCommitter(this, manifest, policy, clock, metrics, random, role,
+        writerId.getOrElse {
+          val id = new Array[Byte](WriterSequence.WriterIdLen); random.nextBytes(id); WriterSequence.hex(id)
+        }))
 
   import ManifestAppender.{Attempt, SealState}
 
@@ -59,7 +80,7 @@ final class ManifestAppender(
    * Refuses to enqueue into a data prefix another queue owns, and learns the queue's grace period.
    * Only checked: producers and GC create the record (docs/format.md §6).
    */
-  private def checkPrefixes(group: IndexedSeq[PendingLocation]): Unit = group.flatMap(p => prefixOf(p.location)).foreach { prefix =>
+  private[queue] def checkPrefixes(group: IndexedSeq[PendingLocation]): Unit = group.flatMap(p => prefixOf(p.location)).foreach { prefix =>
     if (!claimed.containsKey(prefix)) {
       val owner = DataPrefixOwner.claim(manifest.store, manifest.key, prefix, clock, None, policy)
       claimed.put(prefix, owner.fold(Long.MaxValue)(_.gcGracePeriodMs))
@@ -71,7 +92,7 @@ final class ManifestAppender(
     math.min(gcGracePeriodMs, prefixOf(location).flatMap(p => Option(claimed.get(p))).fold(Long.MaxValue)(_.longValue)) / 2
 
   /** The same for a segment or index object: the shortest grace period known (GC of them uses the queue's, §2.2). */
-  private def segmentMaxAgeMs: Long = {
+  private[queue] def segmentMaxAgeMs: Long = {
     var min = gcGracePeriodMs
     claimed.values().forEach(g => min = math.min(min, g.longValue))
     min / 2
@@ -83,15 +104,19 @@ final class ManifestAppender(
    * the first of their PUTs started half a grace period ago (slow PUTs, by this clock's monotonic
    * time) GC could delete it before it is listed, so the edit is made again under fresh names, as
    * stale batches are (§6); the objects left behind are orphans for GC. The batches are checked
-   * again too: slow PUTs age them as well.
+   * again too: slow PUTs age them as well. Cooperative commit passes the head's new `sections`, the
+   * group's entries with their writer sequences (`tagged`) and other writers' announced entries
+   * (`extra`), appended after the group.
    */
-  private def appendedFresh(head: ManifestHead, group: IndexedSeq[PendingLocation],
-      state: SealState = new SealState): (Array[Byte], Long) = {
+  private[queue] def appendedFresh(headIn: ManifestHead, group: IndexedSeq[PendingLocation],
+      state: SealState = new SealState, sections: Option[HeadSections] = None,
+      tagged: Option[() => IndexedSeq[NewEntry]] = None, extra: Seq[NewEntry] = Seq.empty): (Array[Byte], Long) = {
+    val head = sections.fold(headIn)(headIn.withSections)
     var tries = 0
     val maxAge = segmentMaxAgeMs
     while (true) {
       refreshStaleUploads(group)
-      val entries = group.map(p => NewEntry(p.location, p.metadata, p.extension))
+      val entries = tagged.fold(group.map(p => NewEntry(p.location, p.metadata, p.extension)))(_()) ++ extra
       val putStarts = new java.util.concurrent.ConcurrentLinkedQueue[java.lang.Long]()
       def putStarted(): Unit = putStarts.add(clock.nanoTime())
       // A retry of a v1 seal keeps its chunk boundaries (ADR 0007), so it can reuse its chunks.
@@ -195,7 +220,10 @@ final class ManifestAppender(
   def commitMany(group: IndexedSeq[PendingLocation], prior: Seq[(Long, IndexedSeq[String])],
       onAttempt: (Long, IndexedSeq[String]) => Unit): IndexedSeq[Long] = append(group, prior, onAttempt)
 
-  def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = append(group, Seq.empty, (_, _) => ())
+  def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = cooperative match {
+    case Some(c) => c.commit(group)
+    case None => append(group, Seq.empty, (_, _) => ())
+  }
 
   private def append(group: IndexedSeq[PendingLocation], prior: Seq[(Long, IndexedSeq[String])],
       onAttempt: (Long, IndexedSeq[String]) => Unit): IndexedSeq[Long] = {
@@ -324,20 +352,26 @@ final class ManifestAppender(
    * clock when the PUT's start is known; else (uploaded elsewhere) by its ULID name time, which
    * trusts the uploader's clock to agree with ours.
    */
-  private def isStale(p: PendingLocation): Boolean = p.uploadStartedNanos match {
-    case Some(started) => elapsedMs(started) >= maxAgeMs(p.location)
-    case None => BatchNames.ulidTimeMs(p.location).exists(clock.nowMillis() - _ >= maxAgeMs(p.location))
+  private def isStale(p: PendingLocation): Boolean = isStale(p, Long.MaxValue)
+
+  private def isStale(p: PendingLocation, cap: Long): Boolean = {
+    val maxAge = math.min(cap, maxAgeMs(p.location))
+    p.uploadStartedNanos match {
+      case Some(started) => elapsedMs(started) >= maxAge
+      case None => BatchNames.ulidTimeMs(p.location).exists(clock.nowMillis() - _ >= maxAge)
+    }
   }
 
   /**
    * A location whose PUT started half the GC grace period ago is uploaded again under a fresh name (§6).
    * The fresh copy is named before its upload, so a slow re-upload is stale too: check again,
-   * up to [[ManifestAppender.MaxReuploads]] times.
+   * up to [[ManifestAppender.MaxReuploads]] times. `cap`: a shorter age limit (a cooperative
+   * producer refreshes to a quarter grace period before it announces, docs/adr/0007).
    */
-  private def refreshStaleUploads(group: IndexedSeq[PendingLocation]): Unit = group.foreach { p =>
-    val maxAge = maxAgeMs(p.location)
+  private[queue] def refreshStaleUploads(group: IndexedSeq[PendingLocation], cap: Long = Long.MaxValue): Unit = group.foreach { p =>
+    val maxAge = math.min(cap, maxAgeMs(p.location))
     var reuploads = 0
-    while (isStale(p)) {
+    while (isStale(p, cap)) {
       if (reuploads == ManifestAppender.MaxReuploads)
         throw new StoreException(
           s"batch '${p.location}': ${reuploads + 1} uploads in a row took longer than half the GC grace period " +
@@ -352,7 +386,7 @@ final class ManifestAppender(
   }
 }
 
-private object ManifestAppender {
+private[queue] object ManifestAppender {
   /**
    * Within one append (or seal): the chunks stored so far by last sequence (with when their PUT started), the
    * alignment of its seal of a v1 tail (first sequence, next_sequence then), the oversized segments read.

@@ -27,7 +27,8 @@ final class PendingLocation(
  * The producer side of the queue protocol with **group commit**: one committer thread, and every
  * location that becomes ready while a manifest write is in flight goes into the next write
  * (through a [[ManifestAppender]]). `segmentEntries` is K (docs/format.md §2.2): 2048 by default;
- * `Int.MaxValue` never seals, keeping the queue RFC v1.
+ * `Int.MaxValue` never seals, keeping the queue RFC v1. `commitMode` `cooperative`: producers in separate
+ * processes append each other's announced batches ([[CooperativeCommit]], docs/adr/0007 part 1).
  */
 final class QueueProducer(
     manifest: ManifestStore,
@@ -39,11 +40,16 @@ final class QueueProducer(
     random: RandomSource = SystemRandomSource,
     segmentEntries: Int = osqueue.format.ManifestHead.DefaultSegmentEntries,
     /** How long an append waits for room under a `backpressure` size cap (docs/format.md §2.3). */
-    queueFullWait: QueueFullWait = QueueFullWait()) extends AutoCloseable {
+    queueFullWait: QueueFullWait = QueueFullWait(),
+    commitMode: String = CooperativeCommit.Solo) extends AutoCloseable {
+  CooperativeCommit.checkCommitMode(commitMode, segmentEntries)
 
   private val pending = new LinkedBlockingQueue[PendingLocation]()
   private val appender = new ManifestAppender(manifest, policy, clock, metrics, gcGracePeriodMs, random = random,
-    segmentEntries = segmentEntries, queueFullWait = queueFullWait)
+    segmentEntries = segmentEntries, queueFullWait = queueFullWait, commitMode = commitMode)
+
+  /** The cooperative committer (`commitMode = "cooperative"`, docs/adr/0007 part 1), if any. */
+  private[osqueue] def cooperative: Option[CooperativeCommitter] = appender.cooperative
   @volatile private var closing = false
   private val committer = new Thread(() => commitLoop(), "osqueue-manifest-committer")
   committer.setDaemon(true)

@@ -16,6 +16,7 @@ import osqueue.store.ObjectStores
  * {{{
  * QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression zstd] [--sync true]
  *     [--keep-going true] [--segment-entries K] [--spool-dir D] [--durability local] [--print-returned true]
+ *     [--commit-mode cooperative]
  *     [--opt k=v]...
  *                                           with --keep-going: one durable/failed line per entry, exit 3 if any failed;
  *                                           with --print-returned: each entry's index once its produce() returned
@@ -49,7 +50,8 @@ object QueueTool {
         // a segmented manifest above K queued entries (docs/format.md §2.2); off unless given
         manifestSegmentEntries = flags.get("segment-entries").map(_.toInt).getOrElse(ManifestHead.DefaultSegmentEntries),
         spoolDir = flags.get("spool-dir"),
-        durability = flags.getOrElse("durability", "queue"))
+        durability = flags.getOrElse("durability", "queue"),
+        commitMode = flags.getOrElse("commit-mode", "solo"))
       val perCall = flags.get("per-call").map(_.toInt).getOrElse(1)
       val store = ObjectStores.open(uri, storeOptions(rest))
       val producer = new Producer(store, config, SystemClock)
@@ -87,7 +89,7 @@ object QueueTool {
     case _ =>
       throw new IllegalArgumentException(
         "usage: QueueTool produce <uri> <tag> <count> [--per-call N] [--flush-ms N] [--compression none|zstd] " +
-          "[--sync true] [--keep-going true] [--segment-entries K] [--opt k=v]... " +
+          "[--sync true] [--keep-going true] [--segment-entries K] [--commit-mode solo|cooperative] [--opt k=v]... " +
           "| QueueTool consume <uri> [--subscription S] [--fail-on-data-loss false] [--opt k=v]...")
   }
 

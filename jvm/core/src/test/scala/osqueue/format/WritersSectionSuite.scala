@@ -9,8 +9,8 @@ import osqueue.testing.RepoFiles
 
 /**
  * The writers section and writer-sequence records of cooperative commit (docs/format.md §2.1 type 4, §2.3,
- * docs/adr/0007 part 1), built in Python first: the JVM has no cooperative committer yet, so its solo appends
- * must carry both byte for byte (tests/golden/head_v3_writers.bin, described in intents.json).
+ * docs/adr/0007 part 1): the JVM's solo appends must carry both byte for byte (tests/golden/head_v3_writers.bin,
+ * described in intents.json); the cooperative committer's own cases are in osqueue.queue.CooperativeCommitSuite.
  */
 class WritersSectionSuite extends AnyFunSuite {
   private val spec = new ObjectMapper().readTree(RepoFiles.golden.resolve("intents.json").toFile).get("head_v3_writers.bin")

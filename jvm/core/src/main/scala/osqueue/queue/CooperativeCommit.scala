@@ -1,0 +1,325 @@
+package osqueue.queue
+
+import java.util.concurrent.{Callable, ConcurrentHashMap, ExecutorService, Executors, ThreadFactory}
+
+import scala.collection.mutable
+import scala.collection.mutable.ArrayBuffer
+import scala.jdk.CollectionConverters._
+
+import osqueue.{AmbiguousCommitException, Clock, CorruptManifestException, InvalidConfigException, RandomSource, StoreException}
+import osqueue.format.{
+  HeadSections,
+  Incarnation,
+  Intent,
+  IntentCodec,
+  IntentName,
+  ManifestHead,
+  NewEntry,
+  WriterRecord,
+  WriterSequence
+}
+import osqueue.metrics.{MetricNames, MetricsRegistry}
+
+/**
+ * Cooperative commit (docs/adr/0007 part 1, docs/format.md §5.4): producers in separate processes
+ * announce their batches in intent objects, and whichever producer's CAS wins appends every fresh
+ * announced batch, so a loser usually finds its batches already in. No batch is appended twice: every
+ * entry carries its writer sequence `(writer_id, batch_no)` and the same CAS sets the head's writers
+ * section, a run of a writer appended only from `last_batch + 1` on ([[osqueue.format.WriterSequence]]).
+ * Python: `osqueue.queue.cooperative_commit`.
+ */
+object CooperativeCommit {
+  val Solo = "solo"
+  val Cooperative = "cooperative"
+  val CommitModes: Seq[String] = Seq(Solo, Cooperative)
+  /** After a conflict, a cooperative producer announces its batches at once for this long (step 0). */
+  val SoloAfterConflictMs = 10000L
+  val ParallelIntentGets = 8
+  /** The longest jittered wait between a cooperative producer's rounds (the solo loop's grows to 1 s). */
+  val RoundDelayCapMs = 50L
+
+  /**
+   * `commitMode` is `solo` or `cooperative`; cooperative needs v3 heads (the writers section), which a
+   * queue kept RFC v1 (K = 2147483647) never writes. InvalidConfigException naming it otherwise.
+   */
+  def checkCommitMode(value: String, segmentEntries: Int, spooled: Boolean = false): String = {
+    if (!CommitModes.contains(value))
+      throw new InvalidConfigException("commitMode", value, s"use one of ${CommitModes.mkString(", ")}")
+    if (value == Cooperative && segmentEntries == Int.MaxValue)
+      throw new InvalidConfigException("commitMode", value,
+        "cooperative commit writes v3 heads; manifestSegmentEntries 2147483647 keeps the queue RFC v1")
+    if (value == Cooperative && spooled)
+      throw new InvalidConfigException("commitMode", value, "a spooled producer commits 'solo' (cooperative not built there)")
+    value
+  }
+
+  /** One group of this writer's batches being committed: its batch numbers and every name it had. */
+  private[queue] final class Group(val firstBatch: Long, val pending: IndexedSeq[PendingLocation]) {
+    /** next_sequence of the first head seen: the group lands at or after it. */
+    var startNext: Option[Long] = None
+    /** The locations of its last intent. */
+    var announced: Option[IndexedSeq[String]] = None
+    val intentKeys: ArrayBuffer[String] = ArrayBuffer.empty
+    val names: IndexedSeq[mutable.Set[String]] = pending.map(p => mutable.LinkedHashSet(p.location))
+    var sentUnknown = false
+    def lastBatch: Long = firstBatch + pending.size - 1
+  }
+
+  private[queue] def daemons(name: String): ThreadFactory = { r =>
+    val t = new Thread(r, name); t.setDaemon(true); t
+  }
+}
+
+/** The cooperative side of one [[ManifestAppender]] (`commitMode = "cooperative"`). */
+final class CooperativeCommitter private[queue] (
+    a: ManifestAppender,
+    manifest: ManifestStore,
+    policy: RetryPolicy,
+    clock: Clock,
+    metrics: MetricsRegistry,
+    random: RandomSource,
+    role: String,
+    val writerId: String) {
+  import CooperativeCommit._
+
+  private val key = manifest.key
+  @volatile private var nextBatch = 0L
+  @volatile private var lastConflictNanos: Option[Long] = None
+  /** Immutable objects: read once (None: rejected). */
+  private val intents = new ConcurrentHashMap[String, Option[Intent]]()
+  private val rounds = metrics.counter(MetricNames.CommitRounds)
+  private val announcedCount = metrics.counter(MetricNames.IntentsAnnounced)
+  private val appendedForOthers = metrics.counter(MetricNames.IntentsAppendedForOthers)
+  private val rejected = metrics.counter(MetricNames.IntentsRejected)
+  // Its rounds: a loser's next GET usually finds its group in, so the wait between rounds stays near one
+  // round (capped at RoundDelayCapMs) instead of growing to the solo loop's 1 s; the budget is the same.
+  private val loop = new CasLoop(manifest.casObject,
+    policy.copy(baseDelayMs = math.min(policy.baseDelayMs, RoundDelayCapMs),
+      maxDelayMs = math.min(policy.maxDelayMs, RoundDelayCapMs)),
+    clock, CasCounters.manifest(metrics, role), random,
+    reuseOwnWrite = false) // under contention the own last write is stale: a sure conflict
+  // Landed intents are deleted off the commit's path (one request less before the handles complete).
+  private lazy val deleter: ExecutorService = Executors.newSingleThreadExecutor(daemons("osqueue-intent-delete"))
+  private lazy val getters: ExecutorService = Executors.newFixedThreadPool(ParallelIntentGets, daemons("osqueue-intents"))
+
+  /** Appends the group (cooperatively); its sequences, -1 for one dequeued before its owner looked. */
+  def commit(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = {
+    a.checkPrefixes(group)
+    val g = new Group(nextBatch, group)
+    nextBatch += group.size
+    val sealState = new ManifestAppender.SealState
+    val result = loop.run[IndexedSeq[Long]]({ (snapshot, previous) =>
+        previous match {
+          case Some(PreviousAttempt.Unknown(_)) => g.sentUnknown = true
+          case Some(PreviousAttempt.Conflict) => lastConflictNanos = Some(clock.nanoTime())
+          case None =>
+        }
+        val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
+        val head = ManifestHead.parse(raw, key)
+        if (g.startNext.isEmpty) g.startNext = Some(head.nextSequence)
+        landed(raw, g, WriterSequence.writersOf(head.sections, key).get(writerId)) match {
+          case Some(r) => CasStep.Done(r)
+          case None =>
+            rounds.increment()
+            val solo = previous.isEmpty &&
+              lastConflictNanos.forall(t => (clock.nanoTime() - t) / 1000000L >= SoloAfterConflictMs)
+            if (!solo) announce(g)
+            val others = if (solo) Seq.empty else pendingOthers(head.sections, snapshot.version.isDefined)
+            write(head, g, others, sealState)
+        }
+      },
+      Some(new Settle[IndexedSeq[Long]] {
+        def landed(snapshot: Snapshot, previous: Option[PreviousAttempt]): Option[IndexedSeq[Long]] =
+          if (snapshot.version.isEmpty) None
+          else {
+            val head = ManifestHead.parse(snapshot.raw, key)
+            CooperativeCommitter.this.landed(snapshot.raw, g, WriterSequence.writersOf(head.sections, key).get(writerId))
+          }
+        def stillUnknown(previous: Option[PreviousAttempt]): Option[String] =
+          // An announced group may still be appended by another committer while its intent is fresh.
+          if (previous.exists(_.isInstanceOf[PreviousAttempt.Unknown]) || g.sentUnknown || g.announced.isDefined)
+            Some(s"batches ${g.firstBatch}..${g.lastBatch} of writer $writerId")
+          else None
+      }))
+    if (g.intentKeys.nonEmpty) {
+      val keys = g.intentKeys.toList
+      deleter.submit(new Runnable { def run(): Unit = delete(keys) })
+    }
+    result
+  }
+
+  /** Marks a conflict now, as if one was just seen (tests: the next group announces before its first CAS). */
+  private[osqueue] def sawConflict(): Unit = lastConflictNanos = Some(clock.nanoTime())
+
+  /** Waits for the deletes of landed intents submitted so far (tests). */
+  private[osqueue] def drainDeletes(): Unit = deleter.submit(new Runnable { def run(): Unit = () }).get()
+
+  /** This group's sequences if the head's writers section says it landed (exact, ADR 0006). */
+  private def landed(raw: Array[Byte], g: Group, mine: Option[WriterRecord]): Option[IndexedSeq[Long]] = mine match {
+    case Some(m) if m.lastBatch >= g.firstBatch =>
+      if (m.lastBatch < g.lastBatch)
+        throw new AmbiguousCommitException(
+          s"manifest '${manifest.describe}': writer $writerId has batches up to ${m.lastBatch} in, inside the group " +
+            s"${g.firstBatch}..${g.lastBatch}: a group lands whole")
+      Some(locate(raw, g))
+    case _ => None
+  }
+
+  /**
+   * Where a group someone else appended landed: its names in the queue or the receipts (sequence -1:
+   * landed and dequeued before its owner looked, so no record of where). Sets each pending's location
+   * to the name that landed.
+   */
+  private def locate(raw: Array[Byte], g: Group): IndexedSeq[Long] = {
+    val from = g.startNext.getOrElse(0L)
+    val byName = mutable.Map.empty[String, Long]
+    queuedLocationsFrom(raw, from).foreach { case (q, loc) => byName(loc) = q }
+    if (!g.names.forall(_.exists(byName.contains))) { // some already dequeued: ask the receipts
+      val receipts =
+        try manifest.readReceipts()
+        catch { case _: StoreException => None }
+      receipts.foreach { r =>
+        (math.max(from, r.first) until r.first + r.locations.size).foreach { q =>
+          byName.getOrElseUpdate(r.locations((q - r.first).toInt), q)
+        }
+      }
+    }
+    g.names.zip(g.pending).map { case (names, p) =>
+      names.find(byName.contains) match {
+        case Some(n) => p.location = n; byName(n)
+        case None => -1L
+      }
+    }
+  }
+
+  /**
+   * `sequence -> location` of the queued entries from `minSequence` on: the tail, and the segments
+   * holding such sequences (one GET each, usually none or one). A listed segment gone since the head
+   * was read was dropped by a dequeue: its sequences count as dequeued (the receipts are asked).
+   */
+  private def queuedLocationsFrom(raw: Array[Byte], minSequence: Long): Seq[(Long, String)] = {
+    val head = ManifestHead.parse(raw, key)
+    val start = math.max(minSequence, head.firstSequence)
+    val out = ArrayBuffer.empty[(Long, String)]
+    var sequence = start
+    while (sequence < head.tailFirstSequence) {
+      a.tree.leafIfPresent(head, sequence) match {
+        case None => // an index object on the way is gone: skip its whole head ref
+          sequence = head.refs.find(r => r.firstSequence <= sequence && sequence <= r.lastSequence)
+            .fold(head.tailFirstSequence)(_.lastSequence + 1)
+        case Some(leaf) =>
+          manifest.readSegmentBytes(leaf).foreach { bytes =>
+            out ++= ManifestHead.decodeSegment(bytes, leaf).filter(_.sequence >= start).map(e => (e.sequence, e.location))
+          }
+          sequence = leaf.lastSequence + 1
+      }
+    }
+    out ++= head.tailLocations.filter(_._1 >= start)
+    out.toSeq
+  }
+
+  /**
+   * PUTs the group's intent, after refreshing its batches so that each PUT started less than a
+   * quarter grace period ago: a committer then needs only the intent's store time (§5.4).
+   */
+  private def announce(g: Group): Unit = {
+    a.refreshStaleUploads(g.pending, a.segmentMaxAgeMs / 2)
+    val locations = g.pending.map(_.location)
+    g.names.zip(locations).foreach { case (n, l) => n += l }
+    if (g.announced.contains(locations)) return
+    val k = IntentCodec.newIntentKey(key, clock.nowMillis(), random, writerId, g.firstBatch, g.pending.size)
+    manifest.store.put(k, IntentCodec.encodeIntent(writerId, g.firstBatch, entries(g)))
+    g.announced = Some(locations)
+    g.intentKeys += k
+    announcedCount.increment()
+  }
+
+  private def entries(g: Group): IndexedSeq[NewEntry] = {
+    val wid = WriterSequence.unhex(writerId)
+    g.pending.zipWithIndex.map { case (p, i) =>
+      NewEntry(p.location, p.metadata, p.extension ++ WriterSequence.sequenceRecord(wid, g.firstBatch + i))
+    }
+  }
+
+  /**
+   * Other writers' fresh announced batches, a contiguous run per writer from its `last_batch + 1`
+   * (any first batch for a writer without a record); writers in the order of their oldest intent.
+   */
+  private def pendingOthers(sections: HeadSections, exists: Boolean): Seq[Intent] = {
+    val listing = manifest.store.list(key) // the head and .intents/ (and segments) in one request
+    val headMs = listing.find(_.key == key).map(_.lastModifiedMs)
+    if (exists && headMs.isEmpty) return Seq.empty // the head is not listed (a store that lags): judge nothing fresh
+    val quarter = a.segmentMaxAgeMs / 2
+    val writers = WriterSequence.writersOf(sections, key)
+    val prefix = IntentCodec.intentsPrefix(key)
+    val names: Seq[(String, IntentName)] = listing.flatMap { o =>
+      (if (o.key.startsWith(prefix)) IntentCodec.parseIntentName(key, o.key) else None)
+        .filter(n => n.writerId != writerId)
+        .filter(n => writers.get(n.writerId).forall(r => n.firstBatch + n.count - 1 > r.lastBatch)) // not appended yet
+        // Store time only (§6): its batches' PUTs started < grace/4 before it; it is < grace/4 older
+        // than the head this CAS is conditioned on (listed after that head was read: no older).
+        .filter(_ => headMs.forall(h => h - o.lastModifiedMs < quarter))
+        .map(o.key -> _)
+    }
+    fetch(names.filter { case (k, _) => !intents.containsKey(k) })
+    val byWriter = mutable.LinkedHashMap.empty[String, ArrayBuffer[Intent]]
+    names.sortBy(_._2.ulid).foreach { case (k, n) =>
+      Option(intents.get(k)).flatten.foreach(i => byWriter.getOrElseUpdate(n.writerId, ArrayBuffer.empty) += i)
+    }
+    byWriter.toSeq.flatMap { case (wid, found) =>
+      val taken = mutable.Map.empty[Long, Intent]
+      found.foreach(i => taken(i.firstBatch) = i) // oldest first: a newer intent for the same batches replaces it
+      var start = writers.get(wid).fold(taken.keys.min)(_.lastBatch + 1)
+      val run = ArrayBuffer.empty[Intent]
+      while (taken.contains(start)) {
+        run += taken(start)
+        start = taken(start).lastBatch + 1
+      }
+      run
+    }
+  }
+
+  private def fetch(keys: Seq[(String, IntentName)]): Unit = {
+    def get(k: String, n: IntentName): Unit = {
+      val obj =
+        try manifest.store.getBytes(k)
+        catch { case _: StoreException => return } // tried again next round
+      obj.foreach { bytes => // None: deleted, its batches landed
+        try intents.put(k, Some(IntentCodec.decodeIntent(bytes, k, Some(n))))
+        catch {
+          case _: CorruptManifestException =>
+            intents.put(k, None)
+            rejected.increment()
+        }
+      }
+    }
+    if (keys.size <= 1) keys.foreach { case (k, n) => get(k, n) }
+    else getters.invokeAll(keys.map { case (k, n) => (() => get(k, n)): Callable[Unit] }.asJava).asScala.foreach(_.get())
+  }
+
+  /** ONE append: this group, then the other writers' runs, with the writers section updated. */
+  private def write(head: ManifestHead, g: Group, others: Seq[Intent],
+      sealState: ManifestAppender.SealState): CasStep[IndexedSeq[Long]] = {
+    val now = clock.nowMillis()
+    var writers = WriterSequence.writersOf(head.sections, key)
+    writers += writerId -> WriterRecord(writerId, g.lastBatch, now)
+    others.foreach(i => writers += i.writerId -> WriterRecord(i.writerId, i.lastBatch, now))
+    val extra = others.flatMap(_.entries)
+    val sections = WriterSequence.withWriters(head.sections, writers, now)
+    val (bytes, base) = a.appendedFresh(head, g.pending, sealState, Some(sections), Some(() => entries(g)), extra)
+    val locations = g.pending.map(_.location)
+    g.names.zip(locations).foreach { case (n, l) => n += l }
+    CasStep.Write(bytes,
+      { () =>
+        if (extra.nonEmpty) appendedForOthers.add(others.size)
+        locations.indices.map(base + _)
+      })
+  }
+
+  /** Deletes this writer's landed intents (best effort: GC deletes what is left, §6). */
+  private def delete(keys: Seq[String]): Unit = keys.foreach { k =>
+    try manifest.store.delete(k)
+    catch { case _: StoreException => }
+    intents.remove(k)
+  }
+}
