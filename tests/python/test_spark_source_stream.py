@@ -5,8 +5,12 @@ minBatchesPerTrigger with maxTriggerDelay, Trigger.AvailableNow's target)."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import random
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -199,3 +203,60 @@ def test_available_now_reads_up_to_the_queue_end_when_the_run_began(tmp_path: pa
         start = end
     assert seen == expected, "capped at 2 per batch, never waiting for minBatchesPerTrigger, stopping at the target"
     assert [e.sequence for e in _head(root).tail_entries()] == [3, 4]
+
+
+_TEARDOWN = r"""
+import contextlib, json, os, pathlib, random, signal, sys, time
+import osqueue.store.local_file_system_store as local_store
+from osqueue import Producer
+from osqueue.spark_source.options import StreamOptions
+from osqueue.spark_source.reader import OsqueueStreamReader
+
+root, ckpt = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+with Producer(str(root), flush_interval=3600) as producer:
+    handle = producer.produce([b"a", b"b"])
+    producer.flush()
+    handle.wait_durable(30)
+reader = OsqueueStreamReader(StreamOptions.parse({"path": str(root), "checkpointLocation": str(ckpt)}), random.Random(7))
+start = reader.initialOffset()  # takes the queue over (and installs the SIGTERM handler: the main thread)
+end = reader.latestOffset()
+reader.partitions(start, end)
+for log, text in (("offsets", 'v1\n{}\n' + json.dumps(end)), ("commits", 'v1\n{"nextBatchWatermarkMs":0}')):
+    (ckpt / log).mkdir(parents=True, exist_ok=True)
+    (ckpt / log / "0").write_text(text)
+
+# Spark's second SIGTERM (PythonWorkerFactory.stop() destroys the worker again) lands while stop()'s
+# dequeue holds the local store's write lock.
+real_held, armed = local_store.held, [True]
+
+@contextlib.contextmanager
+def held(*args, **kwargs):
+    with real_held(*args, **kwargs):
+        if armed and armed.pop():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # bytecodes: the pending handler runs here
+                pass
+        yield
+
+local_store.held = held
+os.kill(os.getpid(), signal.SIGTERM)  # the first SIGTERM (stopWorker)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:  # the worker's main thread, waiting on its socket
+    signal.pause()
+print("still alive")
+"""
+
+
+def test_a_second_sigterm_during_stop_does_not_lose_the_dequeue(tmp_path: pathlib.Path) -> None:
+    """Spark ends the stream reader's worker with two SIGTERMs back to back. The second one, handled
+    while stop() held the local store's write lock, re-entered stop() on the same thread: it waited 30 s
+    for that lock, then ended the process before the last micro-batch was dequeued (the intermittent
+    Connect failure of tests/spark/python_source_scenario.py). Now the worker ends, dequeued, at once."""
+    root, ckpt = tmp_path / "q", tmp_path / "ckpt"
+    python = str(pathlib.Path(__file__).resolve().parents[2] / "python")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [python, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run(
+        [sys.executable, "-c", _TEARDOWN, str(root), str(ckpt)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert child.returncode == -signal.SIGTERM, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert _head(root).tail_entries() == [], "stop() did not dequeue the committed micro-batch"

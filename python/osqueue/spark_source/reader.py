@@ -430,21 +430,36 @@ class OsqueueStreamReader(DataSourceStreamReader):
 
     def _stop_on_sigterm(self) -> None:
         """Spark ends the driver's stream-reader worker with SIGTERM when the query stops (pyspark 4.1 does
-        not call ``stop()`` then): run :meth:`stop` first, then terminate as the signal would have."""
+        not call ``stop()`` then): run :meth:`stop` first, then terminate as the signal would have.
+
+        Spark sends that SIGTERM twice, microseconds apart (``PythonWorkerFactory.stopWorker`` destroys
+        the worker, then ``stop()`` destroys every worker again). The handler ignores the second one: run
+        inside the first one's ``stop()``, it waited for the local store's write lock that ``stop()``
+        held on the same thread (30 s), then ended the process before the dequeue landed."""
         if threading.current_thread() is not threading.main_thread():
             return
 
         def on_sigterm(signum: int, frame: object) -> None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # first: a second SIGTERM must not re-enter
+            if self._stopping:  # stop() is running on this thread, below this handler: let it finish
+                self._terminate_after_stop = True
+                return
             self.stop()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
         signal.signal(signal.SIGTERM, on_sigterm)
 
+    _stopping = False
+    _stopped = False
+    _terminate_after_stop = False
+
     def stop(self) -> None:
-        """The query ended: dequeue through the last micro-batch of the checkpoint's commit log (docs/adr/0003)."""
-        if self._driver is None or not self._taken_over:
+        """The query ended: dequeue through the last micro-batch of the checkpoint's commit log (docs/adr/0003).
+        Runs once; a SIGTERM arriving meanwhile ends the process after it."""
+        if self._driver is None or not self._taken_over or self._stopping or self._stopped:
             return
+        self._stopping = True
         try:
             end = last_committed_end(self.options.checkpoint_location, self.queue_id)
             if end is not None:
@@ -453,6 +468,12 @@ class OsqueueStreamReader(DataSourceStreamReader):
             _log.warning("not dequeuing the last micro-batch of '%s': %s", self.location.identity, e)
         except Exception as e:  # never over the query's own outcome
             _log.warning("could not dequeue the last micro-batch of '%s': %s", self.location.identity, e)
+        finally:
+            self._stopping = False
+            self._stopped = True
+        if self._terminate_after_stop:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _local(path: str) -> str | None:
