@@ -205,6 +205,41 @@ def test_available_now_reads_up_to_the_queue_end_when_the_run_began(tmp_path: pa
     assert [e.sequence for e in _head(root).tail_entries()] == [3, 4]
 
 
+def test_available_now_dequeues_its_last_micro_batch_without_stop(tmp_path: pathlib.Path) -> None:
+    """Spark (4.2+, Trigger.AvailableNow) never calls commit(end) for a run's last micro-batch: it is
+    committed to the source when the next one is planned, and the run ends first. Its last call is a
+    latestOffset that plans nothing. Driven in Spark's order, with no stop() (pyspark tears the Python
+    worker down, and stop() can lose that race), the run leaves nothing it delivered queued, and never
+    dequeues a micro-batch before Spark has asked past it."""
+    root = tmp_path / "q"
+    expected = _produce(root, 3)
+    reader = _reader(root, maxBatchesPerTrigger="2")
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    end0 = reader.latestOffset(start, ReadMaxFiles(2))  # batch 0: offset log, then run
+    seen = _values(reader, start, end0)
+    end1 = reader.latestOffset(end0, ReadMaxFiles(2))  # batch 1 planned once batch 0 is in the commit log
+    reader.commit(end0)  # Spark commits batch 0 to the source after writing batch 1's offsets
+    seen += _values(reader, end0, end1)
+    assert seen == expected
+    assert [e.sequence for e in _head(root).tail_entries()] == [2], "batch 1 is not committed yet"
+    assert reader.latestOffset(end1, ReadMaxFiles(2)) == end1  # the run's last call: nothing more to plan
+    assert _head(root).tail_entries() == [], "the last micro-batch stayed queued"
+
+
+def test_outside_available_now_only_commit_dequeues(tmp_path: pathlib.Path) -> None:
+    """A trigger other than AvailableNow keeps the last micro-batch queued until Spark commits it (at
+    the next micro-batch, or stop() through the checkpoint's commit log)."""
+    root = tmp_path / "q"
+    _produce(root, 2)
+    reader = _reader(root)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    _values(reader, start, end)
+    assert reader.latestOffset(end, ReadAllAvailable()) == end
+    assert [e.sequence for e in _head(root).tail_entries()] == [0, 1]
+
+
 _TEARDOWN = r"""
 import contextlib, json, os, pathlib, random, signal, sys, time
 import osqueue.store.local_file_system_store as local_store

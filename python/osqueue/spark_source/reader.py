@@ -364,11 +364,27 @@ class OsqueueStreamReader(DataSourceStreamReader):
         now = (self._clock or SystemClock()).now_ms()
         end = admission.end(frm, m.next_sequence, limit, now)
         if end is None or end <= s.next_sequence and frm == s.next_sequence:
+            if end is not None and admission.available_now_target is not None:
+                self._end_of_available_now(s)
             return start  # nothing to read yet (or holding for minBatchesPerTrigger)
         admission.planned(frm, end, now)
         for a in delivered.admit_all(x for x in m.entries if frm <= x.sequence < end):
             delivered = a.after
         return self._offset(end, m, delivered)
+
+    def _end_of_available_now(self, start: SourceOffset) -> None:
+        """A Trigger.AvailableNow run reached its target: this is Spark's last ``latestOffset`` call
+        of the run (it plans no micro-batch, so the run ends), and Spark never calls ``commit(end)``
+        for the run's last micro-batch. Dequeue it now, through ``start``.
+
+        ``start`` is Spark's committed position: Spark asks for the next offset only once the
+        previous micro-batch is in the checkpoint's commit log (an uncommitted one is re-run first,
+        without a ``latestOffset`` call), and AvailableNow runs commit synchronously (Spark refuses
+        async progress tracking with it). So nothing Spark has not committed is dequeued. The
+        reader's ``stop()`` did this before, but pyspark runs it in a Python worker it is tearing
+        down, which can end first (pyspark 4.2+; on 4.0 and 4.1 an AvailableNow run is one
+        micro-batch, with no call after it, and ``stop()`` remains the only way)."""
+        self._dequeue(start)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         s, e = self._parse(start), self._parse(end)
