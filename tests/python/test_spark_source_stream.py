@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -295,3 +296,33 @@ def test_a_second_sigterm_during_stop_does_not_lose_the_dequeue(tmp_path: pathli
     )
     assert child.returncode == -signal.SIGTERM, (child.returncode, child.stdout, child.stderr[-2000:])
     assert _head(root).tail_entries() == [], "stop() did not dequeue the committed micro-batch"
+
+
+def test_the_source_runs_gc_on_its_schedule(tmp_path: pathlib.Path) -> None:
+    """As the JVM source (GcSchedule): a stream that takes the queue over runs a GC cycle at once and one
+    every gcInterval, with the source's gcGracePeriod, until it stops; gc=false runs none."""
+    root = tmp_path / "q"
+    with Producer(str(root), flush_interval=3600, gc_grace_period=0.2) as producer:  # the queue's grace: 200 ms
+        for value in (b"a", b"b"):
+            handle = producer.produce([value])
+            producer.flush()
+            handle.wait_durable(30)
+    first = _reader(root, gc="false", maxBatchesPerTrigger="1")
+    assert first.driver.gc is None
+    start = first.initialOffset()
+    first.commit(first.latestOffset(start, ReadMaxFiles(1)))  # entry 0 dequeued: its batch file is garbage
+    files = sorted((root / "ingest").glob("*.batch"))
+    assert len(files) == 2
+    # A file is collected once the manifest (the store's clock, docs/format.md §6) is a grace period newer
+    # than it: the takeover's manifest write below must come 200 ms after the dequeued file was written.
+    time.sleep(max(0.0, files[0].stat().st_mtime + 0.25 - time.time()))
+    reader = _reader(root, gcGracePeriod="200ms", gcInterval="50ms")
+    reader.initialOffset()  # takes the queue over: a cycle at once, then every 50 ms
+    deadline = time.monotonic() + 30
+    while files[0].exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not files[0].exists(), "the source's GC did not collect the dequeued entry's file"
+    assert files[1].exists(), "a queued entry's file was collected"
+    assert reader.driver.gc is not None and reader.driver.gc.running
+    reader.stop()
+    assert not reader.driver.gc.running

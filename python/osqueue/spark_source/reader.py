@@ -35,6 +35,7 @@ from osqueue.queue.cas_object import CasObject, Snapshot
 from osqueue.queue.manifest_store import ManifestStore
 from osqueue.queue.queue_consumer import QueueConsumer
 from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.spark_source import gc_schedule
 from osqueue.spark_source.admission_control import AdmissionControl
 from osqueue.spark_source.options import BatchReadOptions, OsqueueSparkError, QueueLocation, StreamOptions
 from osqueue.spark_source.source_offset import SourceOffset
@@ -240,6 +241,17 @@ class _DriverSide:
         self.taken_over = False
         self.last: Manifest | None = None
         self.admission = AdmissionControl(options, clock.now_ms())
+        location = options.location
+        self.gc = gc_schedule.for_source(
+            store,
+            location.manifest_path,
+            location.data_path_prefix,
+            location.identity,
+            options.gc_enabled,
+            options.gc_interval_s,
+            options.gc_grace_period_s,
+            clock,
+        )
 
 
 class OsqueueStreamReader(DataSourceStreamReader):
@@ -302,6 +314,8 @@ class OsqueueStreamReader(DataSourceStreamReader):
                 self.location.identity,
             )
             self._stop_on_sigterm()
+            if self.driver.gc is not None:
+                self.driver.gc.start()  # one cycle at once, then every gcInterval (JVM: GcSchedule)
         self._last = self.consumer.read()  # FencedError once another reader took over
         return self._last
 
@@ -485,6 +499,8 @@ class OsqueueStreamReader(DataSourceStreamReader):
         except Exception as e:  # never over the query's own outcome
             _log.warning("could not dequeue the last micro-batch of '%s': %s", self.location.identity, e)
         finally:
+            if self._driver.gc is not None:
+                self._driver.gc.stop()
             self._stopping = False
             self._stopped = True
         if self._terminate_after_stop:
