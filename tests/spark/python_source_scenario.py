@@ -7,6 +7,7 @@ with maxBatchesPerTrigger (admission control: several micro-batches)."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import time
 
@@ -80,6 +81,9 @@ def run(spark, tmp: pathlib.Path) -> None:
     assert sorted(native_values(target)) == sorted(expected)
     if SPARK >= (4, 2):  # admission control: 3 entries at most 2 per micro-batch
         assert _commits(ckpt) == 2, _commits(ckpt)
+    # The run claimed its writer once (fencing older drivers), though each commit ran in a fresh worker.
+    state = json.loads((target / "ingest" / "manifest.writers" / "cGlwZQ").read_text())
+    assert state["generation"] == 1 and state["run"], state
     # The last micro-batch: on 4.2+ the run's last latestOffset dequeues it (Spark never commits it to the
     # source); on 4.0 and 4.1 (one micro-batch: AvailableNow falls back to a single batch) the reader's stop(),
     # run from the SIGTERM pyspark ends its Python worker with, just after the query ends.
