@@ -5,6 +5,7 @@ minBatchesPerTrigger with maxTriggerDelay, Trigger.AvailableNow's target)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import random
@@ -326,3 +327,20 @@ def test_the_source_runs_gc_on_its_schedule(tmp_path: pathlib.Path) -> None:
     assert reader.driver.gc is not None and reader.driver.gc.running
     reader.stop()
     assert not reader.driver.gc.running
+
+
+def test_the_end_of_available_now_never_dequeues_past_the_checkpoints_commit_log(tmp_path: pathlib.Path) -> None:
+    """With a local checkpointLocation, the last latestOffset's dequeue stops at the commit log's last
+    micro-batch, whatever position Spark passes."""
+    root, ckpt = tmp_path / "q", tmp_path / "ckpt"
+    _produce(root, 3)
+    reader = _reader(root, maxBatchesPerTrigger="2", checkpointLocation=str(ckpt))
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    end0 = reader.latestOffset(start, ReadMaxFiles(2))
+    end1 = reader.latestOffset(end0, ReadMaxFiles(2))
+    for log, text in (("offsets", "v1\n{}\n" + json.dumps(end0)), ("commits", "v1\n{}")):  # only batch 0 committed
+        (ckpt / log).mkdir(parents=True, exist_ok=True)
+        (ckpt / log / "0").write_text(text)
+    assert reader.latestOffset(end1, ReadMaxFiles(2)) == end1
+    assert [e.sequence for e in _head(root).tail_entries()] == [2], "dequeued past the commit log"

@@ -397,8 +397,23 @@ class OsqueueStreamReader(DataSourceStreamReader):
         async progress tracking with it). So nothing Spark has not committed is dequeued. The
         reader's ``stop()`` did this before, but pyspark runs it in a Python worker it is tearing
         down, which can end first (pyspark 4.2+; on 4.0 and 4.1 an AvailableNow run is one
-        micro-batch, with no call after it, and ``stop()`` remains the only way)."""
-        self._dequeue(start)
+        micro-batch, with no call after it, and ``stop()`` remains the only way).
+
+        With a local ``checkpointLocation`` its commit log is read too, and the dequeue never goes past
+        the last micro-batch there."""
+        end = start
+        committed = last_committed_end(self.options.checkpoint_location, self.queue_id)
+        if committed is not None:
+            c = self._parse(committed)
+            if c.next_sequence < end.next_sequence:
+                _log.warning(
+                    "the commit log of '%s' ends at %d, before Spark's position %d: dequeuing through the log",
+                    self.options.checkpoint_location,
+                    c.next_sequence,
+                    end.next_sequence,
+                )
+                end = c
+        self._dequeue(end)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         s, e = self._parse(start), self._parse(end)
