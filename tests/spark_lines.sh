@@ -27,6 +27,8 @@ select="$select or test_spark_lines"
 select="$select or test_connect"  # every entry point in a Spark Connect session (and the Python data source there)
 # The Python data source (osqueue_python, pyspark 4.0+; skipped on 3.5) in a classic session: batch read,
 # df.write, AvailableNow through its sink, admission control on 4.2+ (tests/spark/python_source_scenario.py).
+# test_kill_dash_nine_mid_stream above also selects the Python source's kill -9 twice (test_python_source.py;
+# 4.0-4.3 here, 4.1 in the jvm lane).
 select="$select or test_python_source_on_this_line"
 status=0
 for version in $PYSPARK_LINE_VERSIONS; do
@@ -35,7 +37,6 @@ for version in $PYSPARK_LINE_VERSIONS; do
   case "$version" in
     "${PYSPARK_LINE_VERSIONS%% *}") k="$k or test_checkpoint_on_s3a or test_packages" ;;  # the oldest: also the Scala 2.12 artifact from Maven
   esac
-  k="($k) and not (test_python_source.py and test_kill_dash_nine)"  # the Python source's kill -9: 4.1 only (jvm lane)
   echo "== pyspark $version"
   "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$wheel" || { status=1; continue; }
   "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$reports/pyspark-$version.xml" \

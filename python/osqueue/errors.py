@@ -26,6 +26,7 @@ __all__ = [
     "UnsupportedFormatVersionError",
     "BatchNotFoundError",
     "FencedError",
+    "WriterFencedError",
     "ResumePointError",
     "ConflictRetriesExhaustedError",
     "AmbiguousCommitError",
@@ -177,6 +178,28 @@ class FencedError(OsqueueError):
         super().__init__(
             f"consumer with epoch {own_epoch} was fenced: the queue manifest is now at epoch "
             f"{current_epoch} (another consumer initialized the queue)",
+            ErrorKind.FENCED,
+        )
+
+
+class WriterFencedError(OsqueueError):
+    """A Spark sink driver's writer generation is no longer the writer state's: a newer driver of the
+    same writer id (its query restarted elsewhere) claimed it (docs/adr/0002).
+
+    Attributes:
+        writer_id: The sink's writer id.
+        own_generation: The generation this driver claimed (None: claimed by another process of its run).
+        current_generation: The writer state's generation now.
+    """
+
+    def __init__(self, writer_id: str, own_generation: int | None, current_generation: int) -> None:
+        self.writer_id = writer_id
+        self.own_generation = own_generation
+        self.current_generation = current_generation
+        own = "an older generation" if own_generation is None else f"generation {own_generation}"
+        super().__init__(
+            f"sink writer '{writer_id}' with {own} was fenced: generation {current_generation} "
+            "now owns it (a newer driver of the same query or writerId started)",
             ErrorKind.FENCED,
         )
 

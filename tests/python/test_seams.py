@@ -33,6 +33,10 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("producer/spool_uploader.py", "random.Random("): (1, "backoff jitter when no rng is injected"),
     ("spark_source/reader.py", "random.Random("): (1, "the default rng of a stream reader when none is injected"),
     ("spark_source/writer.py", "random.Random("): (1, "the default rng of a sink commit when none is injected"),
+    ("spark_source/data_source.py", "random.Random("): (
+        1,
+        "the random part of a query run's id (made by Spark, once per run)",
+    ),
     ("cli/seal.py", "random.Random("): (1, "`osqueue seal`'s appender names its segment objects (no rng to inject)"),
     ("format/incarnation.py", "secrets.randbelow("): (
         1,

@@ -11,8 +11,9 @@ import pytest
 pytest.importorskip("pyarrow", reason="osqueue.spark_source needs pyarrow (osqueue[spark])")
 
 import osqueue  # noqa: E402
+from osqueue.errors import WriterFencedError  # noqa: E402
 from osqueue.spark_source.options import SinkOptions  # noqa: E402
-from osqueue.spark_source.writer import SinkCommitter, state_key, write_task  # noqa: E402
+from osqueue.spark_source.writer import SinkCommitter, WriterState, state_key, write_task  # noqa: E402
 
 
 def _values(queue: pathlib.Path) -> list[str]:
@@ -50,3 +51,56 @@ def test_a_df_write_without_a_writer_id_appends_once_and_writes_no_state(tmp_pat
     assert SinkCommitter(options, None).commit(0, [write_task(options, iter([(b"a", None), (b"b", None)]))])
     assert _values(tmp_path) == ["a", "b"]
     assert not list(tmp_path.rglob("*.writers*"))
+
+
+def _state(tmp_path: pathlib.Path, options: SinkOptions) -> WriterState:
+    key = state_key(options.location.manifest_path, options.writer_id or "")
+    return WriterState.decode(key, (tmp_path / key).read_bytes())
+
+
+def test_a_driver_fenced_by_a_newer_run_of_its_writer_lands_nothing_and_deletes_its_own_files(
+    tmp_path: pathlib.Path,
+) -> None:
+    """As the JVM sink (OsqueueSinkCommitterSuite): the same query's checkpoint run again elsewhere
+    claims the writer (generation + 1) and the old driver's next commit lands nothing."""
+    options = SinkOptions.parse({"path": str(tmp_path), "writerId": "w"})
+    old_run, new_run = "01M8BM0000000000000000000A", "01M8BM0000000000000000000B"  # ULIDs: ordered
+    old = SinkCommitter(options, "python:/ckpt", run=old_run)
+    assert old.commit(0, [write_task(options, iter([(b"a", None)]))])
+    assert _state(tmp_path, options).generation == 1
+    assert old.commit(1, [write_task(options, iter([(b"b", None)]))])
+    assert _state(tmp_path, options).generation == 1, "a run claims once"
+    newer = SinkCommitter(options, "python:/ckpt", run=new_run)  # restarted elsewhere: replays batch 1
+    assert not newer.commit(1, [write_task(options, iter([(b"b", None)]))])
+    assert _state(tmp_path, options).generation == 2
+    late = write_task(options, iter([(b"late", None)]))
+    with pytest.raises(WriterFencedError, match="sink writer 'w' with generation 1 was fenced: generation 2"):
+        old.commit(2, [late])
+    assert not (tmp_path / late.batches[0].location).exists(), "the fenced driver's files were left behind"
+    # Another process of the old run (pyspark commits each micro-batch in a fresh Python worker).
+    with pytest.raises(WriterFencedError, match="an older generation was fenced"):
+        SinkCommitter(options, "python:/ckpt", run=old_run).commit(2, [write_task(options, iter([(b"x", None)]))])
+    assert newer.commit(2, [write_task(options, iter([(b"c", None)]))])
+    assert _values(tmp_path) == ["a", "b", "c"]
+
+
+def test_a_claim_between_the_state_read_and_the_manifest_write_fences_that_write(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every manifest write attempt re-checks the claim (JVM: the appender's beforeWrite)."""
+    options = SinkOptions.parse({"path": str(tmp_path), "writerId": "w"})
+    old = SinkCommitter(options, "python:/ckpt", run="01M8BM0000000000000000000A")
+    assert old.commit(0, [write_task(options, iter([(b"a", None)]))])
+    real_claim = SinkCommitter._claim
+
+    def claim_then_newer_run_claims(self: SinkCommitter, state: WriterState | None) -> None:
+        real_claim(self, state)
+        if self is old:
+            SinkCommitter(options, "python:/ckpt", run="01M8BM0000000000000000000B")._claim(state)
+
+    monkeypatch.setattr(SinkCommitter, "_claim", claim_then_newer_run_claims)
+    late = write_task(options, iter([(b"late", None)]))
+    with pytest.raises(WriterFencedError):
+        old.commit(1, [late])
+    assert _values(tmp_path) == ["a"]
+    assert not (tmp_path / late.batches[0].location).exists()

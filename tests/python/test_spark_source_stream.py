@@ -5,8 +5,14 @@ minBatchesPerTrigger with maxTriggerDelay, Trigger.AvailableNow's target)."""
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import random
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -199,3 +205,142 @@ def test_available_now_reads_up_to_the_queue_end_when_the_run_began(tmp_path: pa
         start = end
     assert seen == expected, "capped at 2 per batch, never waiting for minBatchesPerTrigger, stopping at the target"
     assert [e.sequence for e in _head(root).tail_entries()] == [3, 4]
+
+
+def test_available_now_dequeues_its_last_micro_batch_without_stop(tmp_path: pathlib.Path) -> None:
+    """Spark (4.2+, Trigger.AvailableNow) never calls commit(end) for a run's last micro-batch: it is
+    committed to the source when the next one is planned, and the run ends first. Its last call is a
+    latestOffset that plans nothing. Driven in Spark's order, with no stop() (pyspark tears the Python
+    worker down, and stop() can lose that race), the run leaves nothing it delivered queued, and never
+    dequeues a micro-batch before Spark has asked past it."""
+    root = tmp_path / "q"
+    expected = _produce(root, 3)
+    reader = _reader(root, maxBatchesPerTrigger="2")
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    end0 = reader.latestOffset(start, ReadMaxFiles(2))  # batch 0: offset log, then run
+    seen = _values(reader, start, end0)
+    end1 = reader.latestOffset(end0, ReadMaxFiles(2))  # batch 1 planned once batch 0 is in the commit log
+    reader.commit(end0)  # Spark commits batch 0 to the source after writing batch 1's offsets
+    seen += _values(reader, end0, end1)
+    assert seen == expected
+    assert [e.sequence for e in _head(root).tail_entries()] == [2], "batch 1 is not committed yet"
+    assert reader.latestOffset(end1, ReadMaxFiles(2)) == end1  # the run's last call: nothing more to plan
+    assert _head(root).tail_entries() == [], "the last micro-batch stayed queued"
+
+
+def test_outside_available_now_only_commit_dequeues(tmp_path: pathlib.Path) -> None:
+    """A trigger other than AvailableNow keeps the last micro-batch queued until Spark commits it (at
+    the next micro-batch, or stop() through the checkpoint's commit log)."""
+    root = tmp_path / "q"
+    _produce(root, 2)
+    reader = _reader(root)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    _values(reader, start, end)
+    assert reader.latestOffset(end, ReadAllAvailable()) == end
+    assert [e.sequence for e in _head(root).tail_entries()] == [0, 1]
+
+
+_TEARDOWN = r"""
+import contextlib, json, os, pathlib, random, signal, sys, time
+import osqueue.store.local_file_system_store as local_store
+from osqueue import Producer
+from osqueue.spark_source.options import StreamOptions
+from osqueue.spark_source.reader import OsqueueStreamReader
+
+root, ckpt = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+with Producer(str(root), flush_interval=3600) as producer:
+    handle = producer.produce([b"a", b"b"])
+    producer.flush()
+    handle.wait_durable(30)
+reader = OsqueueStreamReader(StreamOptions.parse({"path": str(root), "checkpointLocation": str(ckpt)}), random.Random(7))
+start = reader.initialOffset()  # takes the queue over (and installs the SIGTERM handler: the main thread)
+end = reader.latestOffset()
+reader.partitions(start, end)
+for log, text in (("offsets", 'v1\n{}\n' + json.dumps(end)), ("commits", 'v1\n{"nextBatchWatermarkMs":0}')):
+    (ckpt / log).mkdir(parents=True, exist_ok=True)
+    (ckpt / log / "0").write_text(text)
+
+# Spark's second SIGTERM (PythonWorkerFactory.stop() destroys the worker again) lands while stop()'s
+# dequeue holds the local store's write lock.
+real_held, armed = local_store.held, [True]
+
+@contextlib.contextmanager
+def held(*args, **kwargs):
+    with real_held(*args, **kwargs):
+        if armed and armed.pop():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # bytecodes: the pending handler runs here
+                pass
+        yield
+
+local_store.held = held
+os.kill(os.getpid(), signal.SIGTERM)  # the first SIGTERM (stopWorker)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:  # the worker's main thread, waiting on its socket
+    signal.pause()
+print("still alive")
+"""
+
+
+def test_a_second_sigterm_during_stop_does_not_lose_the_dequeue(tmp_path: pathlib.Path) -> None:
+    """Spark ends the stream reader's worker with two SIGTERMs back to back. The second one, handled
+    while stop() held the local store's write lock, re-entered stop() on the same thread: it waited 30 s
+    for that lock, then ended the process before the last micro-batch was dequeued (the intermittent
+    Connect failure of tests/spark/python_source_scenario.py). Now the worker ends, dequeued, at once."""
+    root, ckpt = tmp_path / "q", tmp_path / "ckpt"
+    python = str(pathlib.Path(__file__).resolve().parents[2] / "python")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [python, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run(
+        [sys.executable, "-c", _TEARDOWN, str(root), str(ckpt)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert child.returncode == -signal.SIGTERM, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert _head(root).tail_entries() == [], "stop() did not dequeue the committed micro-batch"
+
+
+def test_the_source_runs_gc_on_its_schedule(tmp_path: pathlib.Path) -> None:
+    """As the JVM source (GcSchedule): a stream that takes the queue over runs a GC cycle at once and one
+    every gcInterval, with the source's gcGracePeriod, until it stops; gc=false runs none."""
+    root = tmp_path / "q"
+    with Producer(str(root), flush_interval=3600, gc_grace_period=0.2) as producer:  # the queue's grace: 200 ms
+        for value in (b"a", b"b"):
+            handle = producer.produce([value])
+            producer.flush()
+            handle.wait_durable(30)
+    first = _reader(root, gc="false", maxBatchesPerTrigger="1")
+    assert first.driver.gc is None
+    start = first.initialOffset()
+    first.commit(first.latestOffset(start, ReadMaxFiles(1)))  # entry 0 dequeued: its batch file is garbage
+    files = sorted((root / "ingest").glob("*.batch"))
+    assert len(files) == 2
+    # A file is collected once the manifest (the store's clock, docs/format.md §6) is a grace period newer
+    # than it: the takeover's manifest write below must come 200 ms after the dequeued file was written.
+    time.sleep(max(0.0, files[0].stat().st_mtime + 0.25 - time.time()))
+    reader = _reader(root, gcGracePeriod="200ms", gcInterval="50ms")
+    reader.initialOffset()  # takes the queue over: a cycle at once, then every 50 ms
+    deadline = time.monotonic() + 30
+    while files[0].exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not files[0].exists(), "the source's GC did not collect the dequeued entry's file"
+    assert files[1].exists(), "a queued entry's file was collected"
+    assert reader.driver.gc is not None and reader.driver.gc.running
+    reader.stop()
+    assert not reader.driver.gc.running
+
+
+def test_the_end_of_available_now_never_dequeues_past_the_checkpoints_commit_log(tmp_path: pathlib.Path) -> None:
+    """With a local checkpointLocation, the last latestOffset's dequeue stops at the commit log's last
+    micro-batch, whatever position Spark passes."""
+    root, ckpt = tmp_path / "q", tmp_path / "ckpt"
+    _produce(root, 3)
+    reader = _reader(root, maxBatchesPerTrigger="2", checkpointLocation=str(ckpt))
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    end0 = reader.latestOffset(start, ReadMaxFiles(2))
+    end1 = reader.latestOffset(end0, ReadMaxFiles(2))
+    for log, text in (("offsets", "v1\n{}\n" + json.dumps(end0)), ("commits", "v1\n{}")):  # only batch 0 committed
+        (ckpt / log).mkdir(parents=True, exist_ok=True)
+        (ckpt / log / "0").write_text(text)
+    assert reader.latestOffset(end1, ReadMaxFiles(2)) == end1
+    assert [e.sequence for e in _head(root).tail_entries()] == [2], "dequeued past the commit log"

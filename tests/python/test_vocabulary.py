@@ -73,6 +73,7 @@ def test_error_conditions_and_their_kinds_are_the_shared_ones() -> None:
         "UnsupportedFormatVersion": ("k", "manifest", 9),
         "BatchNotFound": ("k", 1),
         "Fenced": (1, 2),
+        "WriterFenced": ("w", 1, 2),
         "ConflictRetriesExhausted": ("k", 3, 4),
         "ConditionalWritesNotHonoured": ("http://x", "d"),
         "CorruptSpool": ("p", 1, "d"),

@@ -171,9 +171,9 @@ def test_kill_dash_nine_mid_stream_twice_then_restart_gives_exact_counts(queue_d
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
     expected += produce_entries(str(queue_dir), batches=2, per_batch=2, tag="last-")
-    # pyspark 4.1 runs AvailableNow on a Python source as ONE micro-batch (Spark warns "does not support
-    # Trigger.AvailableNow"): a run after a kill first replays the batch the kill left uncommitted, and
-    # the next run reads the rest. Drain with at most two runs.
+    # pyspark 4.0 and 4.1 run AvailableNow on a Python source as ONE micro-batch (Spark warns "does not
+    # support Trigger.AvailableNow"): a run after a kill first replays the batch the kill left uncommitted,
+    # and the next run reads the rest. Drain with at most two runs (4.2+ drains in the first).
     for _ in range(2):
         job = _run_python_job(queue_dir, ckpt, out, "--available-now")
         assert job.wait(300) == 0, job.stdout.read()
@@ -181,3 +181,34 @@ def test_kill_dash_nine_mid_stream_twice_then_restart_gives_exact_counts(queue_d
             break
     assert _output_values(out) == expected
     assert manifest(queue_dir).entries == []
+
+
+def test_real_time_mode_is_refused_before_the_queue_is_touched(pyspark_session, queue_dir, tmp_path):
+    """Spark (4.1+) refuses real-time mode on every Python data source: PythonMicroBatchStream does not
+    implement SupportsRealTimeMode (checked in pyspark 4.1 to 4.3), and the query fails at its start with
+    STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED naming it, before any offset: the queue is not
+    taken over (its epoch is unchanged) and nothing is dequeued. Real-time mode needs the JVM connector."""
+    import pyspark
+
+    import osqueue.spark as osq
+
+    if tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 1):
+        pytest.skip(f"pyspark {pyspark.__version__} has no real-time mode (4.1+)")
+    produce_entries(str(queue_dir), batches=1, per_batch=1, tag="rt")
+    before = manifest(queue_dir)
+    writer = (
+        pyspark_session.readStream.format("osqueue_python")
+        .load(str(queue_dir))
+        .writeStream.outputMode("update")
+        .foreach(lambda row: None)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+    )
+    query = osq.trigger_real_time(writer, "5 seconds").start()  # 5 s: Spark's minimum real-time batch
+    try:
+        with pytest.raises(Exception, match=r"STREAMING_REAL_TIME_MODE\.INPUT_STREAM_NOT_SUPPORTED.*PythonMicroBatch"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    after = manifest(queue_dir)
+    assert [e.sequence for e in after.entries] == [e.sequence for e in before.entries]
+    assert after.epoch == before.epoch, "the refused query took the queue over"

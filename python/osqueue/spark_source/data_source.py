@@ -11,11 +11,14 @@ the JVM connector (``osqueue_python`` still picks this one).
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from osqueue.clock import SystemClock
+from osqueue.format.batch_names import encode_ulid
 from osqueue.spark_source.options import BatchReadOptions, SinkOptions, StreamOptions
 from osqueue.spark_source.reader import OsqueueBatchReader, stream_reader
 from osqueue.spark_source.writer import OsqueueStreamWriter, OsqueueWriter
@@ -26,6 +29,12 @@ SOURCE_SCHEMA = "value binary, sequence bigint, index int, location string, inge
 
 class OsqueueDataSource(DataSource):
     """``spark.read`` / ``readStream`` / ``write`` / ``writeStream`` of ``format("osqueue_python")``."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        # This run's id (a ULID: ordered by time). Spark makes this instance once per query run and
+        # commits each micro-batch of the run through it: the sink's fencing of older drivers (writer.py).
+        self.run = encode_ulid(SystemClock().now_ms(), random.Random().getrandbits(80))
 
     @classmethod
     def name(cls) -> str:
@@ -46,7 +55,7 @@ class OsqueueDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> OsqueueStreamWriter:
         checkpoint = {k.lower(): v for k, v in self.options.items()}.get("checkpointlocation")
         owner = "python" if checkpoint is None else f"python:{checkpoint}"
-        return OsqueueStreamWriter(SinkOptions.parse(self.options), schema, owner)
+        return OsqueueStreamWriter(SinkOptions.parse(self.options), schema, owner, getattr(self, "run", None))
 
 
 class OsqueueNamedDataSource(OsqueueDataSource):

@@ -24,6 +24,7 @@ DEFAULT_FLUSH_SIZE_BYTES = 64 << 20
 DEFAULT_SEGMENT_ENTRIES = 2048
 DEFAULT_GC_GRACE_PERIOD_S = 600.0
 DEFAULT_MAX_TRIGGER_DELAY_S = 900.0
+DEFAULT_GC_INTERVAL_S = 300.0
 
 STORE_OPTION_PREFIXES = ("fs.s3a.", "fs.azure.", "fs.gs.")
 # Keys Spark itself passes along with the user's options; checkpointLocation is also the source's
@@ -254,6 +255,9 @@ class StreamOptions:
     max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
     subscription: str | None = None
     create_subscription: bool = False
+    gc_enabled: bool = True  # the source's GC schedule (gc, gcInterval, gcGracePeriod), as the JVM source's
+    gc_interval_s: float = DEFAULT_GC_INTERVAL_S
+    gc_grace_period_s: float = DEFAULT_GC_GRACE_PERIOD_S
 
     @staticmethod
     def parse(raw: Mapping[str, str], admission_control: bool | None = None) -> StreamOptions:
@@ -283,9 +287,8 @@ class StreamOptions:
                 f"{_pyspark_version()}); leave it unset, upgrade pyspark, or use the JVM connector (format('osqueue')).",
             )
         delay = duration_s(options, "maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY_S)
-        for key in ("gcinterval", "gcgraceperiod", "pollinterval", "maxpollinterval"):
+        for key in ("pollinterval", "maxpollinterval"):  # the JVM source's polling: accepted, unused here
             duration_s(options, key, 1.0)
-        boolean(options, "gc", True)
         subscription = subscription_name(options)
         create = boolean(options, "createsubscription", False) and subscription is not None  # as the JVM: else unused
         return StreamOptions(
@@ -297,6 +300,9 @@ class StreamOptions:
             delay,
             subscription,
             create,
+            boolean(options, "gc", True),
+            duration_s(options, "gcinterval", DEFAULT_GC_INTERVAL_S),
+            duration_s(options, "gcgraceperiod", DEFAULT_GC_GRACE_PERIOD_S),
         )
 
 

@@ -35,6 +35,7 @@ from osqueue.queue.cas_object import CasObject, Snapshot
 from osqueue.queue.manifest_store import ManifestStore
 from osqueue.queue.queue_consumer import QueueConsumer
 from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.spark_source import gc_schedule
 from osqueue.spark_source.admission_control import AdmissionControl
 from osqueue.spark_source.options import BatchReadOptions, OsqueueSparkError, QueueLocation, StreamOptions
 from osqueue.spark_source.source_offset import SourceOffset
@@ -240,6 +241,17 @@ class _DriverSide:
         self.taken_over = False
         self.last: Manifest | None = None
         self.admission = AdmissionControl(options, clock.now_ms())
+        location = options.location
+        self.gc = gc_schedule.for_source(
+            store,
+            location.manifest_path,
+            location.data_path_prefix,
+            location.identity,
+            options.gc_enabled,
+            options.gc_interval_s,
+            options.gc_grace_period_s,
+            clock,
+        )
 
 
 class OsqueueStreamReader(DataSourceStreamReader):
@@ -302,6 +314,8 @@ class OsqueueStreamReader(DataSourceStreamReader):
                 self.location.identity,
             )
             self._stop_on_sigterm()
+            if self.driver.gc is not None:
+                self.driver.gc.start()  # one cycle at once, then every gcInterval (JVM: GcSchedule)
         self._last = self.consumer.read()  # FencedError once another reader took over
         return self._last
 
@@ -364,11 +378,42 @@ class OsqueueStreamReader(DataSourceStreamReader):
         now = (self._clock or SystemClock()).now_ms()
         end = admission.end(frm, m.next_sequence, limit, now)
         if end is None or end <= s.next_sequence and frm == s.next_sequence:
+            if end is not None and admission.available_now_target is not None:
+                self._end_of_available_now(s)
             return start  # nothing to read yet (or holding for minBatchesPerTrigger)
         admission.planned(frm, end, now)
         for a in delivered.admit_all(x for x in m.entries if frm <= x.sequence < end):
             delivered = a.after
         return self._offset(end, m, delivered)
+
+    def _end_of_available_now(self, start: SourceOffset) -> None:
+        """A Trigger.AvailableNow run reached its target: this is Spark's last ``latestOffset`` call
+        of the run (it plans no micro-batch, so the run ends), and Spark never calls ``commit(end)``
+        for the run's last micro-batch. Dequeue it now, through ``start``.
+
+        ``start`` is Spark's committed position: Spark asks for the next offset only once the
+        previous micro-batch is in the checkpoint's commit log (an uncommitted one is re-run first,
+        without a ``latestOffset`` call), and AvailableNow runs commit synchronously (Spark refuses
+        async progress tracking with it). So nothing Spark has not committed is dequeued. The
+        reader's ``stop()`` did this before, but pyspark runs it in a Python worker it is tearing
+        down, which can end first (pyspark 4.2+; on 4.0 and 4.1 an AvailableNow run is one
+        micro-batch, with no call after it, and ``stop()`` remains the only way).
+
+        With a local ``checkpointLocation`` its commit log is read too, and the dequeue never goes past
+        the last micro-batch there."""
+        end = start
+        committed = last_committed_end(self.options.checkpoint_location, self.queue_id)
+        if committed is not None:
+            c = self._parse(committed)
+            if c.next_sequence < end.next_sequence:
+                _log.warning(
+                    "the commit log of '%s' ends at %d, before Spark's position %d: dequeuing through the log",
+                    self.options.checkpoint_location,
+                    c.next_sequence,
+                    end.next_sequence,
+                )
+                end = c
+        self._dequeue(end)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         s, e = self._parse(start), self._parse(end)
@@ -430,21 +475,36 @@ class OsqueueStreamReader(DataSourceStreamReader):
 
     def _stop_on_sigterm(self) -> None:
         """Spark ends the driver's stream-reader worker with SIGTERM when the query stops (pyspark 4.1 does
-        not call ``stop()`` then): run :meth:`stop` first, then terminate as the signal would have."""
+        not call ``stop()`` then): run :meth:`stop` first, then terminate as the signal would have.
+
+        Spark sends that SIGTERM twice, microseconds apart (``PythonWorkerFactory.stopWorker`` destroys
+        the worker, then ``stop()`` destroys every worker again). The handler ignores the second one: run
+        inside the first one's ``stop()``, it waited for the local store's write lock that ``stop()``
+        held on the same thread (30 s), then ended the process before the dequeue landed."""
         if threading.current_thread() is not threading.main_thread():
             return
 
         def on_sigterm(signum: int, frame: object) -> None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # first: a second SIGTERM must not re-enter
+            if self._stopping:  # stop() is running on this thread, below this handler: let it finish
+                self._terminate_after_stop = True
+                return
             self.stop()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
         signal.signal(signal.SIGTERM, on_sigterm)
 
+    _stopping = False
+    _stopped = False
+    _terminate_after_stop = False
+
     def stop(self) -> None:
-        """The query ended: dequeue through the last micro-batch of the checkpoint's commit log (docs/adr/0003)."""
-        if self._driver is None or not self._taken_over:
+        """The query ended: dequeue through the last micro-batch of the checkpoint's commit log (docs/adr/0003).
+        Runs once; a SIGTERM arriving meanwhile ends the process after it."""
+        if self._driver is None or not self._taken_over or self._stopping or self._stopped:
             return
+        self._stopping = True
         try:
             end = last_committed_end(self.options.checkpoint_location, self.queue_id)
             if end is not None:
@@ -453,6 +513,14 @@ class OsqueueStreamReader(DataSourceStreamReader):
             _log.warning("not dequeuing the last micro-batch of '%s': %s", self.location.identity, e)
         except Exception as e:  # never over the query's own outcome
             _log.warning("could not dequeue the last micro-batch of '%s': %s", self.location.identity, e)
+        finally:
+            if self._driver.gc is not None:
+                self._driver.gc.stop()
+            self._stopping = False
+            self._stopped = True
+        if self._terminate_after_stop:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _local(path: str) -> str | None:

@@ -9,8 +9,16 @@ sink's format), so a replayed batch id adds nothing and the two sinks can share 
 The Python data source API gives a sink no query id: a streaming write needs the ``writerId`` option,
 and the writer state's owner is ``python:<checkpointLocation>`` (``python`` without one), so a second
 query reusing a writer id that another query or ``df.write`` committed under is refused with
-OSQUEUE_WRITER_OWNED_BY_ANOTHER_QUERY, as on the JVM. Unlike the JVM sink, the Python sink does not
-fence an older driver of the same writer (no generation claim: the API has no per-run hook).
+OSQUEUE_WRITER_OWNED_BY_ANOTHER_QUERY, as on the JVM.
+
+Fencing, as the JVM sink's writer generations (docs/adr/0002): each run of a streaming query has a run
+id, a ULID made when Spark instantiates the data source for that run (``OsqueueDataSource.__init__``;
+Spark pickles that instance once per run and commits every micro-batch of the run through it). A run's
+first commit claims the writer (``generation`` + 1, ``run`` = its id) unless a newer run already did;
+every manifest write attempt and the state update re-check the claim, so an older driver of the same
+writer (its query restarted elsewhere) lands nothing and fails with :class:`WriterFencedError`. Runs
+are ordered by their ids (their drivers' clocks): the newer one wins, even over an older run that
+commits first.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from osqueue.clock import SystemClock
+from osqueue.errors import WriterFencedError
 from osqueue.format.batch_codec import encode_batch
 from osqueue.format.batch_integrity import record as integrity_record
 from osqueue.format.batch_names import encode_ulid, new_batch_key
@@ -163,6 +172,7 @@ class WriterState:
     generation: int
     owner: str | None = None
     stage_uploads: bool = False
+    run: str | None = None  # the Python sink's claiming run (a ULID; the JVM sink ignores it)
 
     def encode(self) -> bytes:
         out: dict[str, Any] = {
@@ -175,6 +185,8 @@ class WriterState:
             out["owner"] = self.owner
         if self.stage_uploads:
             out["stageUploads"] = True
+        if self.run is not None:
+            out["run"] = self.run
         return json.dumps(out, separators=(",", ":")).encode("utf-8")
 
     @staticmethod
@@ -193,9 +205,10 @@ class WriterState:
         owner, stage = node.get("owner"), node.get("stageUploads", False)
         if not isinstance(last, int) or not isinstance(generation, int) or not isinstance(stage, bool):
             raise corrupt()
-        if owner is not None and not isinstance(owner, str):
+        run = node.get("run")
+        if (owner is not None and not isinstance(owner, str)) or (run is not None and not isinstance(run, str)):
             raise corrupt()
-        return WriterState(str(node.get("writerId", "")), last, generation, owner, stage)
+        return WriterState(str(node.get("writerId", "")), last, generation, owner, stage, run)
 
 
 def state_key(manifest_path: str, writer_id: str) -> str:
@@ -206,9 +219,14 @@ def state_key(manifest_path: str, writer_id: str) -> str:
 class SinkCommitter:
     """The driver's commit of one write (JVM: ``OsqueueSinkCommitter``)."""
 
-    def __init__(self, options: SinkOptions, owner: str | None, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, options: SinkOptions, owner: str | None, rng: random.Random | None = None, run: str | None = None
+    ) -> None:
         self.options = options
         self.owner = owner
+        self.run = run  # a streaming run's id: its first commit claims the writer (None: never claims)
+        self._generation: int | None = None  # the generation this committer claimed
+        self._write_attempted = False  # a manifest write went out: this commit's files may be referenced
         self.store = store_of(options.location)
         self.clock = SystemClock()
         self.rng = rng or random.Random()
@@ -257,14 +275,65 @@ class SinkCommitter:
                 f"sink writer '{writer}' belongs to {who}, which committed up to batch {state.last_committed_batch}; "
                 f"this writer ({self.owner}) would have its batches skipped as replays. Give it a new 'writerId'.",
             )
+        self._write_attempted = False
+        if self.run is not None:
+            try:
+                self._claim(state)
+            except WriterFencedError:
+                self._delete(batches)  # this attempt's own files: never referenced
+                raise
         if state is not None and state.last_committed_batch >= batch_id:
             _log.info("osqueue sink '%s': batch %d was already committed; deleting its files", writer, batch_id)
             self._delete(batches)
             return False
         attempt = encode_ulid(self.clock.now_ms(), self.rng.getrandbits(80))
-        self._append(batches, EntryTag(writer, batch_id, attempt).encode())
+        try:
+            self._append(batches, EntryTag(writer, batch_id, attempt).encode())
+        except WriterFencedError:
+            if not self._write_attempted:
+                self._delete(batches)
+            raise
         self._update_state(batch_id)
         return True
+
+    def _fenced(self, current: WriterState) -> WriterFencedError:
+        return WriterFencedError(self.options.writer_id or "", self._generation, current.generation)
+
+    def _claim(self, state: WriterState | None) -> None:
+        """This run's claim of the writer: made by its first commit (generation + 1, ``run`` = this run),
+        kept by the later ones; WriterFencedError once a newer run claimed it."""
+        run = self.run
+        assert run is not None
+        if state is not None and state.run is not None and state.run > run:
+            raise self._fenced(state)
+        if state is not None and state.run == run:
+            self._generation = state.generation
+            return
+        writer = self.options.writer_id or ""
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[WriterState]:
+            current = None if snapshot.raw is None else WriterState.decode(self.state_key, snapshot.raw)
+            before = current or WriterState(writer, -1, 0)
+            if before.run is not None and before.run >= run:
+                return Done(before)
+            after = replace(before, generation=before.generation + 1, run=run)
+            return Write(after.encode(), lambda: after)
+
+        claimed = self._state_loop.run(step)
+        if claimed.run != run:
+            raise self._fenced(claimed)
+        self._generation = claimed.generation
+        _log.info(
+            "osqueue sink '%s': run %s is writer generation %d (older drivers are fenced)",
+            writer,
+            run,
+            claimed.generation,
+        )
+
+    def _check_claim(self, current: WriterState | None) -> None:
+        """Raises WriterFencedError unless this run still holds the writer (a committer that claims)."""
+        if self.run is not None and (current is None or current.run != self.run):
+            raise self._fenced(current or WriterState(self.options.writer_id or "", -1, 0))
 
     def _delete(self, batches: Sequence[WrittenBatch]) -> None:
         for b in batches:
@@ -275,6 +344,7 @@ class SinkCommitter:
 
         def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[None]:
             current = None if snapshot.raw is None else WriterState.decode(self.state_key, snapshot.raw)
+            self._check_claim(current)
             before = current or WriterState(writer, -1, 0)
             if before.last_committed_batch >= batch_id:  # monotonic
                 return Done(None)
@@ -301,6 +371,9 @@ class SinkCommitter:
         def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[None]:
             if previous is not None and snapshot.raw is not None and self._landed(snapshot.raw, batches):
                 return Done(None)  # an earlier attempt of unknown outcome landed
+            if self.run is not None:  # every write attempt first re-checks the claim (JVM: beforeWrite)
+                self._check_claim(self._read_state())
+                self._write_attempted = True
             raw = empty_manifest(new_incarnation_epoch()) if snapshot.raw is None else snapshot.raw
             new_raw, _ = parse_head(raw, self.manifests.key).appended(entries, k, seal, fold)
             return Write(new_raw, lambda: None)
@@ -343,9 +416,10 @@ class OsqueueWriter(DataSourceArrowWriter):
 class OsqueueStreamWriter(DataSourceStreamWriter):
     """``writeStream``: one manifest write per micro-batch, idempotent per (writerId, batchId)."""
 
-    def __init__(self, options: SinkOptions, schema: StructType, owner: str) -> None:
+    def __init__(self, options: SinkOptions, schema: StructType, owner: str, run: str | None = None) -> None:
         self.options = options
         self.owner = owner
+        self.run = run  # this streaming run's id (fencing: see the module's doc)
         self.columns = check_input(schema)
         if options.writer_batch_id is not None:
             raise OsqueueSparkError(
@@ -373,7 +447,7 @@ class OsqueueStreamWriter(DataSourceStreamWriter):
         return write_task(self.options, rows())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        SinkCommitter(self.options, self.owner).commit(batchId, messages)
+        SinkCommitter(self.options, self.owner, run=self.run).commit(batchId, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         for msg in messages:
