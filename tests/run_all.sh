@@ -112,6 +112,8 @@ wheel="$(ls target/wheel/osqueue-*.whl 2>/dev/null | head -1)"
 # starting and waiting, not CPU): Spark's own tests here, and beside them integration, the
 # benchmarks, the Ceph run and the pyspark matrix, logged to target/test-reports/side.log.
 side_log="$reports/side.log"
+# shellcheck source=/dev/null
+source .ci/pyspark-lines.env  # PYSPARK_LINE_VERSIONS, split between the two lanes below
 (
   rc=0
   step "Python tests that need the jars, outside tests/spark (pytest -m jvm: integration, the benchmarks)"
@@ -121,8 +123,8 @@ side_log="$reports/side.log"
   step "Python S3 tests again, against Ceph RGW (skipped with the reason when Ceph is not installed)"
   OSQUEUE_S3_KIND=ceph .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest-ceph.xml" \
     tests/python/test_s3.py tests/python/test_store.py tests/python/test_queue.py -k "s3 or S3" || rc=1
-  step "The connector in the pyspark of every other Spark line (.ci/pyspark-lines.env)"
-  bash tests/spark_lines.sh "$wheel" "$reports" || rc=1
+  step "The connector in the pyspark of the other Spark lines but the newest (.ci/pyspark-lines.env)"
+  OSQUEUE_PYSPARK_LINES="${PYSPARK_LINE_VERSIONS% *}" bash tests/spark_lines.sh "$wheel" "$reports" || rc=1
   exit $rc
 ) >"$side_log" 2>&1 </dev/null &
 side_pid=$!
@@ -131,6 +133,9 @@ step "Spark's tests (pytest -m jvm: tests/spark, tests/azure; the rest runs besi
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -m jvm --junitxml="$reports/pytest.xml" \
   tests/spark tests/azure "$@"
 case $? in 0|5) ;; *) status=1 ;; esac
+# The matrix's newest line here: the side lane is the longer one without it.
+step "The connector in the pyspark of the newest Spark line (.ci/pyspark-lines.env)"
+OSQUEUE_PYSPARK_LINES="${PYSPARK_LINE_VERSIONS##* }" bash tests/spark_lines.sh "$wheel" "$reports" || status=1
 
 step "Integration, the benchmarks, Ceph and the pyspark matrix (started beside Spark's tests; their log follows)"
 wait $side_pid || status=1

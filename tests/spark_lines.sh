@@ -4,6 +4,9 @@
 # (existing Spark tests, selected below), writing JUnit XML to REPORTS/pyspark-<version>.xml.
 #
 #   bash tests/spark_lines.sh WHEEL REPORTS [extra pytest args]
+#
+# OSQUEUE_PYSPARK_LINES (a subset of PYSPARK_LINE_VERSIONS) runs only those lines: tests/run_all.sh
+# splits the matrix between its two lanes.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -31,7 +34,7 @@ select="$select or test_connect"  # every entry point in a Spark Connect session
 # 4.0-4.3 here, 4.1 in the jvm lane).
 select="$select or test_python_source_on_this_line"
 status=0
-for version in $PYSPARK_LINE_VERSIONS; do
+for version in ${OSQUEUE_PYSPARK_LINES:-$PYSPARK_LINE_VERSIONS}; do
   venv=".venv-pyspark/$version"
   k="$select"
   case "$version" in
