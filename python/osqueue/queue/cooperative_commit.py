@@ -165,15 +165,18 @@ class CooperativeCommitter:
         only from ``last_batch + 1``) unless the group landed meanwhile (its results then). Raises ``full``."""
         a = self.a
         key = a.manifest.key
+        unknown = []  # a withdrawing write of unknown outcome was sent: it may be what set the record
 
         def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[tuple[int, str]] | None]:
+            if isinstance(previous, Unknown):
+                unknown.append(previous)
             if snapshot.raw is None:
                 return Done(None)
             head = parse_head(snapshot.raw, key)
             writers = dict(writers_of(head.sections, key))
             mine = writers.get(self.writer_id)
             if mine is not None and mine.last_batch >= g.first_batch:
-                if isinstance(previous, Unknown):  # our record, or someone appended the group: only its entries tell
+                if unknown:  # our record, or someone appended the group: only its entries tell
                     found = self._locate(snapshot.raw, g)
                     if all(q >= 0 for q, _ in found):
                         return Done(found)
