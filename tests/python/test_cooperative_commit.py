@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from helpers import ManualClock, WrappedStore, assert_well_formed, lost_reply_hook, lying_precondition_hook
 
+from osqueue import Consumer
 from osqueue import metrics as m
-from osqueue.errors import CorruptManifestError, InvalidConfigError
-from osqueue.format import MetadataItem, decode_manifest
+from osqueue.errors import CorruptManifestError, DataLossError, InvalidConfigError, QueueFullError
+from osqueue.format import MetadataItem, decode_manifest, encode_batch
+from osqueue.format.batch_integrity import record as batch_record
 from osqueue.format.batch_integrity import record_of
 from osqueue.format.intent_codec import decode_intent, encode_intent, intent_key, parse_intent_name
 from osqueue.format.manifest_head import parse_head
@@ -26,6 +28,8 @@ from osqueue.format.writer_sequence import (
 )
 from osqueue.metrics import MetricsRegistry
 from osqueue.queue import ManifestStore, QueueProducer, RetryPolicy
+from osqueue.queue.queue_retention import QueueFullWait, QueueRetention
+from osqueue.queue.subscriptions import Subscriptions
 from osqueue.store import InMemoryStore
 
 KEY = "ingest/manifest"
@@ -343,3 +347,124 @@ def test_head_with_a_writers_section_golden_vector() -> None:
     rebuilt = encode_head([], head.low_water, head.tail, head.next_sequence, head.epoch, head.sections)
     assert rebuilt == data
     assert encode_writers(writers.values()) == head.sections.opaque[0].body
+
+
+# -- the queue's size caps (docs/format.md §2.3) ---------------------------------------------------------
+
+
+def _real_intent(mem: InMemoryStore, wid: bytes, first: int, names: list[str]) -> list[bytes]:
+    """Announces ``wid``'s batches ``first ..`` with real batch objects (a reader can read them); their rows."""
+    entries, rows = [], []
+    for i, name in enumerate(names):
+        row = name.encode()
+        data = encode_batch([row])
+        mem.put(f"ingest/{name}.batch", data)
+        entries.append((f"ingest/{name}.batch", [], batch_record(data) + sequence_record(wid, first + i)))
+        rows.append(row)
+    mem.put(intent_key(KEY, ULID, wid, first, len(names)), encode_intent(wid, first, entries))
+    return rows
+
+
+def _put_rows(mem: InMemoryStore, qp: QueueProducer, name: str) -> bytes:
+    data = encode_batch([name.encode()])
+    mem.put(f"ingest/{name}.batch", data)
+    qp.enqueue_async(f"ingest/{name}.batch", [], extension=batch_record(data)).result(timeout=10)
+    return name.encode()
+
+
+def test_a_cooperative_producer_is_refused_past_a_backpressure_cap_and_other_runs_wait() -> None:
+    mem = InMemoryStore()
+    qp = _coop(mem, queue_full_wait=QueueFullWait(0, 1))
+    qp.enqueue("ingest/first.batch", timeout=10)
+    QueueRetention(mem, KEY).set(max_entries=3)
+    _announce(mem, W1, 0, ["ingest/w1-0.batch", "ingest/w1-1.batch"])  # fits only without the own batches
+    _force_cooperative(qp)
+    qp.enqueue("ingest/a.batch", timeout=10)  # fits; W1's run would not: it stays announced for W1
+    qp.enqueue("ingest/b.batch", timeout=10)
+    with pytest.raises(QueueFullError, match="max_entries 3"):
+        qp.enqueue("ingest/c.batch", timeout=10)
+    assert [e.location for e in _entries(mem)] == ["ingest/first.batch", "ingest/a.batch", "ingest/b.batch"]
+    writers = _writers(mem)
+    assert W1 not in writers and [o.key for o in mem.list(KEY + ".intents/") if W1.hex() in o.key]
+    # The refused group was announced: its record is set past it, so no other committer can still append it.
+    own = next(w for w in writers if w != W1)
+    assert writers[own].last_batch == 3
+    qp.close()
+
+
+def test_cooperative_producers_under_backpressure_drop_nothing_and_never_pass_the_cap() -> None:
+    mem = InMemoryStore()
+    first = _coop(mem)
+    first.enqueue("ingest/first.batch", timeout=10)
+    first.close()
+    QueueRetention(mem, KEY).set(max_entries=12)
+    ok: dict[int, list[str]] = {}
+    full: dict[int, int] = {}
+
+    def producer(p: int) -> None:
+        qp = _coop(WrappedStore(mem), queue_full_wait=QueueFullWait(0, 1), metrics=MetricsRegistry())
+        _force_cooperative(qp)  # every group announced: the writers append each other's runs
+        ok[p], full[p] = [], 0
+        for i in range(6):
+            try:
+                qp.enqueue(f"ingest/p{p}-{i}.batch", timeout=30)
+                ok[p].append(f"ingest/p{p}-{i}.batch")
+            except QueueFullError:
+                full[p] += 1
+        qp.close()
+
+    threads = [threading.Thread(target=producer, args=(p,)) for p in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    locations = assert_well_formed(mem)
+    assert len(locations) == 12 and sum(len(v) for v in ok.values()) == 11 and sum(full.values()) == 24 - 11
+    assert set(locations) == {"ingest/first.batch"} | {loc for v in ok.values() for loc in v}  # refused: not in
+
+
+def test_drop_oldest_cuts_for_a_cooperative_write_and_tells_a_lagging_subscription_exactly() -> None:
+    mem = InMemoryStore()
+    metrics = MetricsRegistry()
+    qp = _coop(mem, metrics=metrics)
+    rows = [_put_rows(mem, qp, f"b{i}") for i in range(2)]
+    subs = Subscriptions(mem, KEY)
+    subs.create("fast")
+    subs.create("slow")
+    QueueRetention(mem, KEY).set(max_entries=4, policy="drop_oldest")
+    losses: list[DataLossError] = []
+    slow = Consumer(store=mem, run_gc=False, subscription="slow", fail_on_data_loss=False, on_data_loss=losses.append)
+    fast = Consumer(store=mem, run_gc=False, subscription="fast")
+
+    def read_all(c: Consumer) -> list[bytes]:
+        out = []
+        while (b := c.next_batch()) is not None:
+            out += b.entries
+            c.ack(b.sequence)
+        c.flush()
+        return out
+
+    got_fast = read_all(fast)
+    b = slow.next_batch()  # slow reads 0 (and 1 in its read-ahead), then lags
+    assert b is not None and b.sequence == 0
+    slow.ack(0)
+    slow.flush()
+    _force_cooperative(qp)
+    w1_rows = _real_intent(mem, W1, 0, ["w1-0", "w1-1"])
+    for i in range(2, 12):
+        rows.append(_put_rows(mem, qp, f"b{i}"))
+        if i == 2:
+            rows += w1_rows  # appended by this write, after its own batch (sequences 3, 4)
+        head = parse_head(mem.get(KEY).data, KEY)  # type: ignore[union-attr]
+        assert head.depth <= 4  # the cap holds after every cooperative write
+        got_fast += read_all(fast)
+    assert got_fast == rows  # fast keeps up: nothing lost for it
+    head = parse_head(mem.get(KEY).data, KEY)  # type: ignore[union-attr]
+    assert head.first_sequence == 10 and head.depth == 4 and _writers(mem)[W1].last_batch == 1
+    assert metrics.counter(m.ENTRIES_DROPPED).value == 9  # 1..9: slow's next was 1
+    rest = read_all(slow)
+    assert [(e.subscription, e.first, e.count) for e in losses] == [("slow", 2, 8)]
+    assert rest == [rows[1]] + rows[10:]  # 1 was in its read-ahead; nothing else lost
+    fast.close()
+    slow.close()
+    qp.close()

@@ -15,7 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from osqueue import metrics as m
-from osqueue.errors import AmbiguousCommitError, CorruptManifestError, InvalidConfigError, StoreError
+from osqueue.errors import AmbiguousCommitError, CorruptManifestError, InvalidConfigError, QueueFullError, StoreError
 from osqueue.format.batch_names import encode_ulid
 from osqueue.format.head_sections import HeadSections
 from osqueue.format.incarnation import new_incarnation_epoch
@@ -30,10 +30,11 @@ from osqueue.format.intent_codec import (
 )
 from osqueue.format.manifest import NewEntry
 from osqueue.format.manifest_codec import empty_manifest
-from osqueue.format.manifest_head import MAX_SEGMENT_ENTRIES, parse_head
+from osqueue.format.manifest_head import MAX_SEGMENT_ENTRIES, RawHead, entry_byte_length, parse_head
 from osqueue.format.writer_sequence import WriterRecord, sequence_record, with_writers, writers_of
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
 from osqueue.queue.cas_object import Snapshot
+from osqueue.queue.queue_retention import check_room, drop_oldest
 
 if TYPE_CHECKING:
     from osqueue.queue.manifest_appender import ManifestAppender, PendingLocation
@@ -77,6 +78,7 @@ class _Group:
     intent_keys: list[str] = field(default_factory=list)
     names: list[set[str]] = field(default_factory=list)
     sent_unknown: bool = False
+    full: bool = False  # its last step found the queue full (backpressure)
 
     @property
     def last_batch(self) -> int:
@@ -115,6 +117,7 @@ class CooperativeCommitter:
         self.next_batch += len(group)
 
         def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[tuple[int, str]]]:
+            g.full = False
             if isinstance(previous, Unknown):
                 g.sent_unknown = True
             elif previous is not None:
@@ -134,12 +137,68 @@ class CooperativeCommitter:
             if not solo:
                 self._announce(g)
             others = [] if solo else self._pending_others(head.sections, snapshot.raw is not None)
-            return self._write(raw, g, others)
+            try:
+                return self._write(raw, g, others)
+            except QueueFullError:
+                g.full = True  # nothing sent: an announced group is withdrawn after the wait (_withdraw)
+                raise
 
-        results = self.loop.run(step, _CoopSettle(self, g))
+        # The queue's size caps (§2.3) as the solo path applies them: under backpressure the group waits for
+        # room per queue_full_timeout (each try reads the head again), then fails with QueueFullError.
+        try:
+            results = a.queue_full_wait.run(lambda: self.loop.run(step, _CoopSettle(self, g)), a.clock, a.metrics)
+        except QueueFullError as full:
+            if g.announced is None:
+                raise
+            try:
+                results = self._withdraw(g, full)
+            except QueueFullError:
+                self._deleter.submit(self._delete, list(g.intent_keys))
+                raise
         if g.intent_keys:
             self._deleter.submit(self._delete, list(g.intent_keys))
         return results
+
+    def _withdraw(self, g: _Group, full: QueueFullError) -> list[tuple[int, str]]:
+        """A group refused by a full queue whose intent is out: another committer could still append it, so one
+        CAS sets this writer's record past the group (its batches then never land, §5.4: a run is appended
+        only from ``last_batch + 1``) unless the group landed meanwhile (its results then). Raises ``full``."""
+        a = self.a
+        key = a.manifest.key
+        unknown = []  # a withdrawing write of unknown outcome was sent: it may be what set the record
+
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[tuple[int, str]] | None]:
+            if isinstance(previous, Unknown):
+                unknown.append(previous)
+            if snapshot.raw is None:
+                return Done(None)
+            head = parse_head(snapshot.raw, key)
+            writers = dict(writers_of(head.sections, key))
+            mine = writers.get(self.writer_id)
+            if mine is not None and mine.last_batch >= g.first_batch:
+                if unknown:  # our record, or someone appended the group: only its entries tell
+                    found = self._locate(snapshot.raw, g)
+                    if all(q >= 0 for q, _ in found):
+                        return Done(found)
+                    if any(q >= 0 for q, _ in found):
+                        raise AmbiguousCommitError(
+                            f"manifest '{key}': batches {g.first_batch}..{g.last_batch} of writer "
+                            f"{self.writer_id.hex()} were refused (queue full) and withdrawn by a write of unknown "
+                            "outcome; some of them are in"
+                        )
+                    return Done(None)
+                return Done(self._landed(snapshot.raw, g, mine))
+            now = a.clock.now_ms()
+            writers[self.writer_id] = WriterRecord(self.writer_id, g.last_batch, now)
+            new_raw, _ = head.with_sections(
+                with_writers(head.sections, writers, now), a.segment_tree.children, cut=False
+            )
+            return Write(new_raw, lambda: None)
+
+        landed = self.loop.run(step)
+        if landed is not None:
+            return landed
+        raise full
 
     def _landed(self, raw: bytes, g: _Group, mine: WriterRecord | None) -> list[tuple[int, str]] | None:
         """This group's results if the head's writers section says it landed (exact, ADR 0006)."""
@@ -274,18 +333,24 @@ class CooperativeCommitter:
         writers = dict(writers_of(head.sections, key))
         now = a.clock.now_ms()
         writers[self.writer_id] = WriterRecord(self.writer_id, g.last_batch, now)
+        others = _with_room(head, g.pending, others)
         extra: list[NewEntry] = []
         for intent in others:
             writers[intent.writer_id] = WriterRecord(intent.writer_id, intent.last_batch, now)
             extra += intent.entries
         sections = with_writers(head.sections, writers, now)
         new_raw, base = a._appended(raw, g.pending, sections=sections, tagged=partial(self._entries, g), extra=extra)
+        # drop_oldest (§2.3): the same CAS cuts the oldest entries, never the ones it appends (from ``base`` on).
+        cut = drop_oldest(new_raw, key, base, a.segment_tree)
+        new_raw = new_raw if cut is None else cut.raw
         locations = [p.location for p in g.pending]
         for names, loc in zip(g.names, locations):
             names.add(loc)
         n_others = len(extra)
 
         def result() -> list[tuple[int, str]]:
+            if cut is not None:
+                cut.count(a.metrics)
             if n_others:
                 a.metrics.counter(m.INTENTS_APPENDED_FOR_OTHERS).inc(len(others))
             return [(base + i, loc) for i, loc in enumerate(locations)]
@@ -300,6 +365,24 @@ class CooperativeCommitter:
             except StoreError:
                 pass
             self._intents.pop(k, None)
+
+
+def _with_room(head: RawHead, own: Sequence[PendingLocation], others: list[Intent]) -> list[Intent]:
+    """Under ``backpressure`` (§2.3): raises ``QueueFullError`` unless the own group fits, then keeps the other
+    writers' runs, in order, while all of them fit (a prefix: each writer's run stays contiguous); the runs left
+    out stay announced for their writers (``check_room`` decides, as on the solo path)."""
+    added, added_bytes = len(own), sum(entry_byte_length(p.extension) for p in own)
+    check_room(head, added, added_bytes)
+    kept: list[Intent] = []
+    for intent in others:
+        added += len(intent.entries)
+        added_bytes += sum(entry_byte_length(e[2]) for e in intent.entries if len(e) == 3)
+        try:
+            check_room(head, added, added_bytes)
+        except QueueFullError:
+            break
+        kept.append(intent)
+    return kept
 
 
 class _CoopSettle:
@@ -318,7 +401,9 @@ class _CoopSettle:
         )
 
     def still_unknown(self, previous: PreviousAttempt | None) -> str | None:
-        if isinstance(previous, Unknown) or self._g.sent_unknown or self._g.announced is not None:
-            # An announced group may still be appended by another committer while its intent is fresh.
+        g = self._g
+        if isinstance(previous, Unknown) or g.sent_unknown or (g.announced is not None and not g.full):
+            # An announced group may still be appended by another committer while its intent is fresh (a
+            # group refused by a full queue is withdrawn by the committer: ``_withdraw``).
             return f"batches {self._g.first_batch}..{self._g.last_batch} of writer {self._c.writer_id.hex()}"
         return None

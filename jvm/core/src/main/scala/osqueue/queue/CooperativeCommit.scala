@@ -6,7 +6,15 @@ import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 import scala.jdk.CollectionConverters._
 
-import osqueue.{AmbiguousCommitException, Clock, CorruptManifestException, InvalidConfigException, RandomSource, StoreException}
+import osqueue.{
+  AmbiguousCommitException,
+  Clock,
+  CorruptManifestException,
+  InvalidConfigException,
+  QueueFullException,
+  RandomSource,
+  StoreException
+}
 import osqueue.format.{
   HeadSections,
   Incarnation,
@@ -15,6 +23,7 @@ import osqueue.format.{
   IntentName,
   ManifestHead,
   NewEntry,
+  Retention,
   WriterRecord,
   WriterSequence
 }
@@ -62,6 +71,8 @@ object CooperativeCommit {
     val intentKeys: ArrayBuffer[String] = ArrayBuffer.empty
     val names: IndexedSeq[mutable.Set[String]] = pending.map(p => mutable.LinkedHashSet(p.location))
     var sentUnknown = false
+    /** Its last step found the queue full (backpressure). */
+    var full = false
     def lastBatch: Long = firstBatch + pending.size - 1
   }
 
@@ -108,7 +119,27 @@ final class CooperativeCommitter private[queue] (
     val g = new Group(nextBatch, group)
     nextBatch += group.size
     val sealState = new ManifestAppender.SealState
-    val result = loop.run[IndexedSeq[Long]]({ (snapshot, previous) =>
+    // The queue's size caps (§2.3) as the solo path applies them: under backpressure the group waits for
+    // room per queueFullTimeout (each try reads the head again), then fails with QueueFullException.
+    val result =
+      try a.queueFullWait.run(() => run(g, sealState), clock, metrics)
+      catch {
+        case full: QueueFullException if g.announced.isDefined =>
+          try withdraw(g, full)
+          catch { case e: QueueFullException => deleteIntents(g); throw e }
+      }
+    deleteIntents(g)
+    result
+  }
+
+  private def deleteIntents(g: Group): Unit = if (g.intentKeys.nonEmpty) {
+    val keys = g.intentKeys.toList
+    deleter.submit(new Runnable { def run(): Unit = delete(keys) })
+  }
+
+  private def run(g: Group, sealState: ManifestAppender.SealState): IndexedSeq[Long] =
+    loop.run[IndexedSeq[Long]]({ (snapshot, previous) =>
+        g.full = false
         previous match {
           case Some(PreviousAttempt.Unknown(_)) => g.sentUnknown = true
           case Some(PreviousAttempt.Conflict) => lastConflictNanos = Some(clock.nanoTime())
@@ -125,7 +156,8 @@ final class CooperativeCommitter private[queue] (
               lastConflictNanos.forall(t => (clock.nanoTime() - t) / 1000000L >= SoloAfterConflictMs)
             if (!solo) announce(g)
             val others = if (solo) Seq.empty else pendingOthers(head.sections, snapshot.version.isDefined)
-            write(head, g, others, sealState)
+            try write(head, g, others, sealState)
+            catch { case e: QueueFullException => g.full = true; throw e } // nothing sent: withdrawn after the wait
         }
       },
       Some(new Settle[IndexedSeq[Long]] {
@@ -136,16 +168,65 @@ final class CooperativeCommitter private[queue] (
             CooperativeCommitter.this.landed(snapshot.raw, g, WriterSequence.writersOf(head.sections, key).get(writerId))
           }
         def stillUnknown(previous: Option[PreviousAttempt]): Option[String] =
-          // An announced group may still be appended by another committer while its intent is fresh.
-          if (previous.exists(_.isInstanceOf[PreviousAttempt.Unknown]) || g.sentUnknown || g.announced.isDefined)
+          // An announced group may still be appended by another committer while its intent is fresh (a
+          // group refused by a full queue is withdrawn by the committer: `withdraw`).
+          if (previous.exists(_.isInstanceOf[PreviousAttempt.Unknown]) || g.sentUnknown || (g.announced.isDefined && !g.full))
             Some(s"batches ${g.firstBatch}..${g.lastBatch} of writer $writerId")
           else None
       }))
-    if (g.intentKeys.nonEmpty) {
-      val keys = g.intentKeys.toList
-      deleter.submit(new Runnable { def run(): Unit = delete(keys) })
+
+  /**
+   * A group refused by a full queue whose intent is out: another committer could still append it, so one
+   * CAS sets this writer's record past the group (its batches then never land, §5.4: a run is appended only
+   * from `last_batch + 1`) unless the group landed meanwhile (its sequences then). Throws `full`.
+   */
+  private def withdraw(g: Group, full: QueueFullException): IndexedSeq[Long] = {
+    var unknown = false // a withdrawing write of unknown outcome was sent: it may be what set the record
+    val found = loop.run[Option[IndexedSeq[Long]]] { (snapshot, previous) =>
+      if (previous.exists(_.isInstanceOf[PreviousAttempt.Unknown])) unknown = true
+      if (snapshot.version.isEmpty) CasStep.Done(None)
+      else {
+        val head = ManifestHead.parse(snapshot.raw, key)
+        val writers = WriterSequence.writersOf(head.sections, key)
+        writers.get(writerId) match {
+          case Some(m) if m.lastBatch >= g.firstBatch =>
+            if (unknown) { // our record, or someone appended the group: only its entries tell
+              val at = locate(snapshot.raw, g)
+              if (at.forall(_ >= 0)) CasStep.Done(Some(at))
+              else if (at.exists(_ >= 0))
+                throw new AmbiguousCommitException(
+                  s"manifest '${manifest.describe}': batches ${g.firstBatch}..${g.lastBatch} of writer $writerId were " +
+                    "refused (queue full) and withdrawn by a write of unknown outcome; some of them are in")
+              else CasStep.Done(None)
+            } else CasStep.Done(landed(snapshot.raw, g, Some(m)))
+          case _ =>
+            val now = clock.nowMillis()
+            val sections =
+              WriterSequence.withWriters(head.sections, writers + (writerId -> WriterRecord(writerId, g.lastBatch, now)), now)
+            CasStep.Write(head.withReaders(head.epoch, sections, a.tree.children, cut = false), () => None)
+        }
+      }
     }
-    result
+    found.getOrElse(throw full)
+  }
+
+  /**
+   * Under `backpressure` (§2.3): throws QueueFullException unless the own group fits, then keeps the other
+   * writers' runs, in order, while all of them fit (a prefix: each writer's run stays contiguous); the runs
+   * left out stay announced for their writers (`QueueRetention.checkRoom` decides, as on the solo path).
+   */
+  private def withRoom(head: ManifestHead, own: IndexedSeq[PendingLocation], others: Seq[Intent]): Seq[Intent] = {
+    var added = own.size.toLong
+    var addedBytes = own.map(p => ManifestHead.entryByteLength(p.extension)).sum
+    QueueRetention.checkRoom(head, added, addedBytes)
+    if (head.sections.retention.isEmpty) others
+    else
+      others.takeWhile { i =>
+        added += i.entries.size
+        addedBytes += i.entries.map(e => ManifestHead.entryByteLength(e.extension)).sum
+        try { QueueRetention.checkRoom(head, added, addedBytes); true }
+        catch { case _: QueueFullException => false }
+      }
   }
 
   /** Marks a conflict now, as if one was just seen (tests: the next group announces before its first CAS). */
@@ -303,15 +384,22 @@ final class CooperativeCommitter private[queue] (
     val now = clock.nowMillis()
     var writers = WriterSequence.writersOf(head.sections, key)
     writers += writerId -> WriterRecord(writerId, g.lastBatch, now)
-    others.foreach(i => writers += i.writerId -> WriterRecord(i.writerId, i.lastBatch, now))
-    val extra = others.flatMap(_.entries)
+    val kept = withRoom(head, g.pending, others)
+    kept.foreach(i => writers += i.writerId -> WriterRecord(i.writerId, i.lastBatch, now))
+    val extra = kept.flatMap(_.entries)
     val sections = WriterSequence.withWriters(head.sections, writers, now)
-    val (bytes, base) = a.appendedFresh(head, g.pending, sealState, Some(sections), Some(() => entries(g)), extra)
+    val (appended, base) = a.appendedFresh(head, g.pending, sealState, Some(sections), Some(() => entries(g)), extra)
+    // drop_oldest (§2.3): the same CAS cuts the oldest entries, never the ones it appends (from `base` on).
+    val cut =
+      if (head.sections.retention.exists(_.policy == Retention.DropOldest)) QueueRetention.dropOldest(appended, manifest, base, a.tree)
+      else None
+    val bytes = cut.fold(appended)(_.raw)
     val locations = g.pending.map(_.location)
     g.names.zip(locations).foreach { case (n, l) => n += l }
     CasStep.Write(bytes,
       { () =>
-        if (extra.nonEmpty) appendedForOthers.add(others.size)
+        cut.foreach(_.count(metrics))
+        if (extra.nonEmpty) appendedForOthers.add(kept.size)
         locations.indices.map(base + _)
       })
   }

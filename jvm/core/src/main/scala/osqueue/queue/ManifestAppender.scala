@@ -45,7 +45,7 @@ final class ManifestAppender(
     beforeWrite: () => Unit = () => (),
     random: RandomSource = SystemRandomSource,
     segmentEntries: Int = ManifestHead.DefaultSegmentEntries,
-    queueFullWait: QueueFullWait = QueueFullWait(),
+    private[queue] val queueFullWait: QueueFullWait = QueueFullWait(),
     commitMode: String = CooperativeCommit.Solo,
     writerId: Option[String] = None) {
 

@@ -3,7 +3,7 @@ package osqueue.queue
 import java.nio.{ByteBuffer, ByteOrder}
 import java.nio.file.Files
 import java.util.Base64
-import java.util.concurrent.{Executors, TimeUnit}
+import java.util.concurrent.{CopyOnWriteArrayList, ExecutionException, Executors, TimeUnit}
 import java.util.concurrent.atomic.AtomicBoolean
 
 import scala.concurrent.duration._
@@ -12,7 +12,8 @@ import scala.jdk.CollectionConverters._
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.scalatest.funsuite.AnyFunSuite
 
-import osqueue.{Clock, CorruptManifestException, InvalidConfigException, SystemClock}
+import osqueue.{Clock, CorruptManifestException, DataLossException, InvalidConfigException, QueueFullException, SystemClock}
+import osqueue.consumer.{Consumer, ConsumerConfig}
 import osqueue.format._
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.producer.ProducerConfig
@@ -41,13 +42,15 @@ class CooperativeCommitSuite extends AnyFunSuite {
     WriterSequence.writersOf(ManifestHead.parse(store.get(Key).get.bytes, Key).sections, Key)
 
   private def coop(store: ObjectStore, metrics: MetricsRegistry = new MetricsRegistry, clock: Clock = SystemClock,
-      segmentEntries: Int = ManifestHead.DefaultSegmentEntries) =
+      segmentEntries: Int = ManifestHead.DefaultSegmentEntries, wait: QueueFullWait = QueueFullWait()) =
     new QueueProducer(new ManifestStore(store, Key), Fast, clock, metrics, Grace, segmentEntries = segmentEntries,
-      commitMode = CooperativeCommit.Cooperative)
+      queueFullWait = wait, commitMode = CooperativeCommit.Cooperative)
 
   private def enqueue(qp: QueueProducer, location: String, ext: Array[Byte] = Array.emptyByteArray): (Long, String) = {
     val p = new PendingLocation(location, IndexedSeq.empty, () => fail("no re-upload expected"), ext)
-    val s = qp.enqueue(p).get(60, TimeUnit.SECONDS)
+    val s =
+      try qp.enqueue(p).get(60, TimeUnit.SECONDS)
+      catch { case e: ExecutionException => throw e.getCause }
     (s, p.location)
   }
 
@@ -320,5 +323,128 @@ class CooperativeCommitSuite extends AnyFunSuite {
     // The writers section as this codec writes it is the vector's, byte for byte.
     assert(WriterSequence.encodeWriters(ws.values).toSeq == head.sections.opaque.head.body.toSeq)
     assert(WriterSequence.withWriters(head.sections, ws, s.get("writers").get(0).get("last_append_ms").asLong) == head.sections)
+  }
+
+  // -- the queue's size caps (docs/format.md §2.3), case for case as test_cooperative_commit.py ----------
+
+  private val AtOnce = QueueFullWait(0L, 1L)
+  private def setRetention(mem: ObjectStore, maxEntries: Long, policy: String = "backpressure"): Unit =
+    new QueueRetention(new ManifestStore(mem, Key)).set(maxEntries = maxEntries, policy = policy)
+
+  /** A real batch holding one row, `name`, with its integrity record; its row. */
+  private def putRow(mem: ObjectStore, name: String): (String, Array[Byte], String) = {
+    val data = BatchCodec.encode(Seq(name.getBytes), Compression.None)
+    mem.put(s"ingest/$name.batch", data)
+    (s"ingest/$name.batch", BatchIntegrity.record(data), name)
+  }
+
+  test("a cooperative producer is refused past a backpressure cap and other runs wait") {
+    val mem = InMemoryStore.fresh()
+    val qp = coop(mem, wait = AtOnce)
+    try {
+      enqueue(qp, "ingest/first.batch")
+      setRetention(mem, 3)
+      announce(mem, W1, 0, Seq("ingest/w1-0.batch", "ingest/w1-1.batch")) // fits only without the own batches
+      forceCooperative(qp)
+      enqueue(qp, "ingest/a.batch") // fits; W1's run would not: it stays announced for W1
+      enqueue(qp, "ingest/b.batch")
+      val full = intercept[QueueFullException](enqueue(qp, "ingest/c.batch"))
+      assert(full.getMessage.contains("max_entries 3"))
+      assert(entries(mem).map(_.location) == Seq("ingest/first.batch", "ingest/a.batch", "ingest/b.batch"))
+      val ws = writers(mem)
+      assert(!ws.contains(W1) && mem.list(Key + ".intents/").exists(_.key.contains(W1)))
+      // The refused group was announced: its record is set past it, so no other committer can still append it.
+      assert(ws(qp.cooperative.get.writerId).lastBatch == 3)
+    } finally qp.close()
+  }
+
+  test("cooperative producers under backpressure drop nothing and never pass the cap") {
+    val mem = InMemoryStore.fresh()
+    val first = coop(mem)
+    try enqueue(first, "ingest/first.batch")
+    finally first.close()
+    setRetention(mem, 12)
+    val ok = new CopyOnWriteArrayList[String]()
+    val full = new java.util.concurrent.atomic.AtomicInteger()
+    val pool = Executors.newFixedThreadPool(4)
+    val futures = (0 until 4).map { p =>
+      pool.submit(new java.util.concurrent.Callable[Unit] {
+        def call(): Unit = {
+          val qp = coop(new ForwardingStore(mem), wait = AtOnce)
+          forceCooperative(qp) // every group announced: the writers append each other's runs
+          try (0 until 6).foreach { i =>
+              try { enqueue(qp, s"ingest/p$p-$i.batch"); ok.add(s"ingest/p$p-$i.batch") }
+              catch { case _: QueueFullException => full.incrementAndGet() }
+            }
+          finally qp.close()
+        }
+      })
+    }
+    try futures.foreach(_.get(120, TimeUnit.SECONDS))
+    finally pool.shutdownNow()
+    val locations = entries(mem).map(_.location)
+    assert(locations.size == 12 && ok.size == 11 && full.get == 24 - 11)
+    assert(locations.toSet == ok.asScala.toSet + "ingest/first.batch") // refused: not in; none twice
+  }
+
+  test("drop_oldest cuts for a cooperative write and tells a lagging subscription exactly") {
+    val mem = InMemoryStore.fresh()
+    val metrics = new MetricsRegistry
+    val qp = coop(mem, metrics)
+    def produce(name: String): String = {
+      val (loc, ext, row) = putRow(mem, name)
+      enqueue(qp, loc, ext)
+      row
+    }
+    def consumer(sub: String, config: ConsumerConfig => ConsumerConfig = identity): Consumer = {
+      val c = new Consumer(mem, config(ConsumerConfig(runGc = false, subscription = Some(sub))), SystemClock, new MetricsRegistry)
+      c.initialize()
+      c
+    }
+    def readAll(c: Consumer): Seq[String] = {
+      val out = scala.collection.mutable.ArrayBuffer.empty[String]
+      Iterator.continually(c.nextBatch()).takeWhile(_.isDefined).flatten.foreach { b =>
+        out ++= b.entries.map(new String(_)); c.ack(b.sequence)
+      }
+      c.flush()
+      out.toSeq
+    }
+    try {
+      val rows = scala.collection.mutable.ArrayBuffer(produce("b0"), produce("b1"))
+      val subs = new Subscriptions(new ManifestStore(mem, Key), RetryPolicy(), SystemClock, new MetricsRegistry)
+      subs.create("fast")
+      subs.create("slow")
+      setRetention(mem, 4, "drop_oldest")
+      val losses = new CopyOnWriteArrayList[DataLossException]()
+      val slow = consumer("slow", _.copy(failOnDataLoss = false, onDataLoss = { e => losses.add(e); () }))
+      val fast = consumer("fast")
+      val gotFast = scala.collection.mutable.ArrayBuffer.empty[String] ++ readAll(fast)
+      val b = slow.nextBatch().get // slow reads 0 (and 1 in its read-ahead), then lags
+      assert(b.sequence == 0)
+      slow.ack(0)
+      slow.flush()
+      forceCooperative(qp)
+      val w1 = Seq("w1-0", "w1-1").map(putRow(mem, _))
+      mem.put(IntentCodec.intentKey(Key, Ulid, W1, 0, 2),
+        IntentCodec.encodeIntent(W1, 0,
+          w1.zipWithIndex.map {
+            case ((loc, ext, _), i) => NewEntry(loc, IndexedSeq.empty, ext ++ WriterSequence.sequenceRecord(WriterSequence.unhex(W1), i))
+          }.toIndexedSeq))
+      (2 until 12).foreach { i =>
+        rows += produce(s"b$i")
+        if (i == 2) rows ++= w1.map(_._3) // appended by this write, after its own batch (sequences 3, 4)
+        assert(ManifestHead.parse(mem.get(Key).get.bytes, Key).depth <= 4) // the cap holds after every write
+        gotFast ++= readAll(fast)
+      }
+      assert(gotFast == rows) // fast keeps up: nothing lost for it
+      val h = ManifestHead.parse(mem.get(Key).get.bytes, Key)
+      assert(h.firstSequence == 10 && h.depth == 4 && writers(mem)(W1).lastBatch == 1)
+      assert(counter(metrics, MetricNames.EntriesDropped) == 9) // 1..9: slow's next was 1
+      val rest = readAll(slow)
+      assert(losses.asScala.map(e => (e.subscription, e.first, e.count)).toList == List((Some("slow"), 2L, 8L)))
+      assert(rest == Seq(rows(1)) ++ rows.drop(10)) // 1 was in its read-ahead; nothing else lost
+      fast.close()
+      slow.close()
+    } finally qp.close()
   }
 }
