@@ -8,8 +8,9 @@ preceded by an ATTEMPT record, and every later write of the batch (a retry, or a
 crash) is seeded with all of them, so a write of unknown outcome is resolved as docs/format.md §5
 does (the locations at their bases, the segments, the receipts) before anything is appended again.
 
-Resolution here is §5's rule for queues without a writers section: the writers section of the v3
-head (ADR 0005 type 4) is not built yet, so the exact ``batch_no <= last_batch`` rule is not used.
+Resolution here is §5's rule for queues without a writers section: a spooled producer commits solo
+and records no writer sequence (cooperative commit refuses a spool), so the exact ``batch_no <=
+last_batch`` rule of the writers section (§5.4) is not used.
 """
 
 from __future__ import annotations

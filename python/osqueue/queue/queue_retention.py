@@ -1,5 +1,5 @@
 """A queue's retention and size caps: set, clear, and the caps an append applies (docs/format.md §2.3,
-ADR 0005 "Retention and size caps"; the JVM's ``QueueRetention`` is not built yet, see parity.json).
+ADR 0005 "Retention and size caps"; the JVM's ``queue/QueueRetention.scala`` is its mirror).
 
 The policy lives in the head's retention section (type 3) with ``queued_bytes``, the running sum of the
 retained entries' ``byte_length`` (their integrity records, §2.1 type 3). Every writer keeps that sum:
