@@ -80,7 +80,10 @@ def _start_server(work: pathlib.Path):
 
 def _kill_server(server) -> None:
     """kill -9 of the server's process group: its JVM, and the Python workers it started."""
-    os.killpg(server.pid, signal.SIGKILL)
+    try:
+        os.killpg(server.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group is gone already (a server that failed to start)
+        pass
     server.wait(30)
 
 
