@@ -44,9 +44,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_server(work: pathlib.Path):
-    """A Connect server (connect_server.py) in a process group of its own, on a free port; returns the
-    process and the client URL once it serves (pytest.fail with its output if it does not)."""
+def _spawn_server(work: pathlib.Path):
+    """Starts a Connect server (connect_server.py) in a process group of its own, on a free port, and
+    returns at once: (process, client URL, log file) for _await_server."""
     port = _free_port()
     token = uuid.uuid4().hex if SPARK >= (4, 0) else None  # 3.5's server has no authentication
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
@@ -66,6 +66,13 @@ def _start_server(work: pathlib.Path):
             env=env,
             start_new_session=True,
         )
+    return server, f"sc://localhost:{port}" + (f"/;token={token}" if token else ""), log
+
+
+def _await_server(spawned):
+    """The process and client URL of a server _spawn_server started, once it serves (pytest.fail with
+    its output if it does not)."""
+    server, url, log = spawned
     deadline = time.monotonic() + STARTUP_S
     said = []  # the server's stdout: Spark's Ivy prints there on 3.5, then `ready`
     while time.monotonic() < deadline and server.poll() is None and "ready" not in said:
@@ -75,7 +82,11 @@ def _start_server(work: pathlib.Path):
         _kill_server(server)
         out = "\n".join(said)[-2000:]
         pytest.fail(f"the Connect server did not start (exit {server.poll()}):\n{out}\n{log.read_text()[-4000:]}")
-    return server, f"sc://localhost:{port}" + (f"/;token={token}" if token else "")
+    return server, url
+
+
+def _start_server(work: pathlib.Path):
+    return _await_server(_spawn_server(work))
 
 
 def _kill_server(server) -> None:
@@ -352,10 +363,13 @@ def test_python_source_kill_dash_nine_of_the_server_twice_then_available_now_giv
         ).start()
 
     expected: list[str] = []
-    for run in range(2):
-        server, url = _start_server(tmp_path)
-        try:
+    spawned = [_spawn_server(tmp_path)]
+    try:
+        for run in range(2):
+            server, url = _await_server(spawned[run])
             query = start(_client(url, new=True), available_now=False)
+            if run == 0:  # the next server starts while this one runs (it restarts the query once this dies)
+                spawned.append(_spawn_server(tmp_path))
             # Delivered while it runs (on the second server: after what the first server's kill left).
             expected += produce_entries(str(queue_dir), batches=2, per_batch=2, tag=f"r{run}-")
             deadline = time.monotonic() + WAIT_S
@@ -365,8 +379,10 @@ def test_python_source_kill_dash_nine_of_the_server_twice_then_available_now_giv
                 time.sleep(0.1)
             # Entries the query has not read yet as the server dies: a micro-batch may be mid-flight.
             expected += produce_entries(str(queue_dir), batches=1, per_batch=2, tag=f"r{run}-kill-")
-        finally:
             _kill_server(server)  # the client session goes with it: it is never used again
+    finally:
+        for server, _, _ in spawned:  # (a server killed already is skipped)
+            _kill_server(server)
     expected += produce_entries(str(queue_dir), batches=2, per_batch=2, tag="last-")
     # pyspark 4.0 and 4.1 run AvailableNow on a Python source as ONE micro-batch: a run after a kill may
     # first replay the batch the kill left uncommitted, and the next one reads the rest (4.2+ drains in
