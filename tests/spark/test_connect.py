@@ -5,7 +5,8 @@ by `configure_spark_with_osqueue` (tests/spark/connect_server.py, its own proces
 Connect session cannot share one Python process, and the other Spark tests share a classic one);
 this module talks to it as a Connect client over 127.0.0.1. Runs on every pyspark line of the
 matrix (3.5 resolves the spark-connect package, Scala 2.12, through Spark's Ivy); what a line
-lacks is skipped with the reason. Needs `pyspark[connect]` (grpcio, pandas, pyarrow).
+lacks is skipped with the reason. Needs `pyspark[connect]` (grpcio, pandas, pyarrow). One test, the
+Python source's kill -9, starts and kills servers of its own (and drains on the module's).
 """
 
 from __future__ import annotations
@@ -358,9 +359,11 @@ def test_python_source_kill_dash_nine_of_the_server_twice_then_available_now_giv
             .writeStream.foreachBatch(_batch_files(str(out)))
             .option("checkpointLocation", str(ckpt))
         )
-        return writer.trigger(availableNow=True).start() if available_now else writer.trigger(
-            processingTime="200 milliseconds"
-        ).start()
+        return (
+            writer.trigger(availableNow=True).start()
+            if available_now
+            else writer.trigger(processingTime="200 milliseconds").start()
+        )
 
     expected: list[str] = []
     spawned = [_spawn_server(tmp_path)]
