@@ -27,7 +27,7 @@ source .ci/pyspark-lines.env
 select="test_kill_dash_nine_mid_stream"
 select="$select or test_spark_submit_packages_resolves_the_connector"
 select="$select or test_spark_lines"
-select="$select or test_connect"  # every entry point in a Spark Connect session (and the Python data source there)
+select="$select or test_connect"  # every entry point in a Spark Connect session (and the Python data source there, killed -9 twice too)
 # The Python data source (osqueue_python, pyspark 4.0+; skipped on 3.5) in a classic session: batch read,
 # df.write, AvailableNow through its sink, admission control on 4.2+ (tests/spark/python_source_scenario.py).
 # test_kill_dash_nine_mid_stream above also selects the Python source's kill -9 twice (test_python_source.py;

@@ -5,7 +5,8 @@ by `configure_spark_with_osqueue` (tests/spark/connect_server.py, its own proces
 Connect session cannot share one Python process, and the other Spark tests share a classic one);
 this module talks to it as a Connect client over 127.0.0.1. Runs on every pyspark line of the
 matrix (3.5 resolves the spark-connect package, Scala 2.12, through Spark's Ivy); what a line
-lacks is skipped with the reason. Needs `pyspark[connect]` (grpcio, pandas, pyarrow).
+lacks is skipped with the reason. Needs `pyspark[connect]` (grpcio, pandas, pyarrow). One test, the
+Python source's kill -9, starts and kills servers of its own (and drains on the module's).
 """
 
 from __future__ import annotations
@@ -44,12 +45,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def connect(tmp_path_factory):
-    """A Connect client session on a local server that has the connector (one per module)."""
-    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
-
-    work = tmp_path_factory.mktemp("connect-server")
+def _spawn_server(work: pathlib.Path):
+    """Starts a Connect server (connect_server.py) in a process group of its own, on a free port, and
+    returns at once: (process, client URL, log file) for _await_server."""
     port = _free_port()
     token = uuid.uuid4().hex if SPARK >= (4, 0) else None  # 3.5's server has no authentication
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
@@ -57,7 +55,7 @@ def connect(tmp_path_factory):
     env["PYSPARK_PYTHON"] = sys.executable  # the server's Python workers import osqueue (the Python data source)
     if token:
         env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
-    log = work / "server.log"
+    log = work / f"server-{port}.log"
     with open(log, "w") as err:
         server = subprocess.Popen(
             [sys.executable, str(HERE / "connect_server.py"), str(port)],
@@ -69,26 +67,61 @@ def connect(tmp_path_factory):
             env=env,
             start_new_session=True,
         )
+    return server, f"sc://localhost:{port}" + (f"/;token={token}" if token else ""), log
+
+
+def _await_server(spawned):
+    """The process and client URL of a server _spawn_server started, once it serves (pytest.fail with
+    its output if it does not)."""
+    server, url, log = spawned
+    deadline = time.monotonic() + STARTUP_S
+    said = []  # the server's stdout: Spark's Ivy prints there on 3.5, then `ready`
+    while time.monotonic() < deadline and server.poll() is None and "ready" not in said:
+        if select.select([server.stdout], [], [], 0.5)[0]:
+            said.append(server.stdout.readline().strip())
+    if "ready" not in said:
+        _kill_server(server)
+        out = "\n".join(said)[-2000:]
+        pytest.fail(f"the Connect server did not start (exit {server.poll()}):\n{out}\n{log.read_text()[-4000:]}")
+    return server, url
+
+
+def _start_server(work: pathlib.Path):
+    return _await_server(_spawn_server(work))
+
+
+def _kill_server(server) -> None:
+    """kill -9 of the server's process group: its JVM, and the Python workers it started."""
     try:
-        deadline = time.monotonic() + STARTUP_S
-        said = []  # the server's stdout: Spark's Ivy prints there on 3.5, then `ready`
-        while time.monotonic() < deadline and server.poll() is None and "ready" not in said:
-            if select.select([server.stdout], [], [], 0.5)[0]:
-                said.append(server.stdout.readline().strip())
-        if "ready" not in said:
-            out = "\n".join(said)[-2000:]
-            pytest.fail(f"the Connect server did not start (exit {server.poll()}):\n{out}\n{log.read_text()[-4000:]}")
-        url = f"sc://localhost:{port}" + (f"/;token={token}" if token else "")
-        spark = RemoteSparkSession.builder.remote(url).getOrCreate()
-        spark.conf.set("spark.sql.shuffle.partitions", "2")
-        spark.conf.set("spark.sql.streaming.stopTimeout", "30s")
-        if SPARK >= (4, 1):
-            spark.conf.set("spark.sql.streaming.realTimeMode.minBatchDuration", "500")
+        os.killpg(server.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group is gone already (a server that failed to start)
+        pass
+    server.wait(30)
+
+
+def _client(url: str, new: bool = False):
+    """A Connect client session on `url` (`new`: a session of its own, not the process's default one)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    builder = RemoteSparkSession.builder.remote(url)
+    spark = builder.create() if new else builder.getOrCreate()
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    spark.conf.set("spark.sql.streaming.stopTimeout", "30s")
+    if SPARK >= (4, 1):
+        spark.conf.set("spark.sql.streaming.realTimeMode.minBatchDuration", "500")
+    return spark
+
+
+@pytest.fixture(scope="module")
+def connect(tmp_path_factory):
+    """A Connect client session on a local server that has the connector (one per module)."""
+    server, url = _start_server(tmp_path_factory.mktemp("connect-server"))
+    try:
+        spark = _client(url)
         yield spark
         spark.stop()
     finally:  # the server keeps nothing: its state is in this module's temporary directories
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait(30)
+        _kill_server(server)
 
 
 def _values(rows) -> list[str]:
@@ -276,3 +309,96 @@ def test_python_data_source_in_a_connect_session(connect, tmp_path):
     from . import python_source_scenario
 
     python_source_scenario.run(connect, tmp_path)
+
+
+def _batch_files(out: str):
+    """A foreachBatch function writing each micro-batch's rows to OUT/batch-<id>.json (temp + rename):
+    a replayed batch id rewrites its own file, so the output is exactly once by batch id. Made here, so
+    that the server's Python worker gets it by value."""
+
+    def write_batch(batch_df, batch_id):
+        rows = [
+            {"sequence": r["sequence"], "index": r["index"], "value": bytes(r["value"]).decode()}
+            for r in batch_df.select("sequence", "index", "value").collect()
+        ]
+        tmp = os.path.join(out, f".batch-{batch_id}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(rows, f)
+        os.replace(tmp, os.path.join(out, f"batch-{batch_id}.json"))
+
+    return write_batch
+
+
+def _batch_file_values(out: pathlib.Path) -> list[str]:
+    rows = [r for f in out.glob("batch-*.json") for r in json.loads(f.read_text())]
+    return [r["value"] for r in sorted(rows, key=lambda r: (r["sequence"], r["index"]))]
+
+
+def test_python_source_kill_dash_nine_of_the_server_twice_then_available_now_gives_exact_counts(
+    connect, queue_dir, tmp_path
+):
+    """The Python data source (osqueue_python) in a stream hosted by a Connect server, with entries
+    produced while it runs: the server's process group (its JVM and the Python workers running the
+    source and the foreachBatch sink) killed with -9 twice mid-stream, each time a new server on a new
+    port restarting the query from the same checkpoint; then AvailableNow runs drain the queue: every
+    entry delivered exactly once (by batch id) and nothing delivered left queued. (The classic case is
+    test_python_source.py's test_kill_dash_nine_mid_stream_twice_then_restart_gives_exact_counts.)"""
+    if SPARK < (4, 0):
+        pytest.skip(f"pyspark {pyspark.__version__} has no Python data source API (4.0+)")
+    pytest.importorskip("pyspark.sql.datasource")
+    from osqueue.spark_source import register
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    out.mkdir()
+
+    def start(spark, available_now: bool):
+        writer = (
+            spark.readStream.format(register(spark))
+            .option("checkpointLocation", str(ckpt))
+            .load(str(queue_dir))
+            .writeStream.foreachBatch(_batch_files(str(out)))
+            .option("checkpointLocation", str(ckpt))
+        )
+        return (
+            writer.trigger(availableNow=True).start()
+            if available_now
+            else writer.trigger(processingTime="200 milliseconds").start()
+        )
+
+    expected: list[str] = []
+    spawned = [_spawn_server(tmp_path)]
+    try:
+        for run in range(2):
+            server, url = _await_server(spawned[run])
+            query = start(_client(url, new=True), available_now=False)
+            if run == 0:  # the next server starts while this one runs (it restarts the query once this dies)
+                spawned.append(_spawn_server(tmp_path))
+            # Delivered while it runs (on the second server: after what the first server's kill left).
+            expected += produce_entries(str(queue_dir), batches=2, per_batch=2, tag=f"r{run}-")
+            deadline = time.monotonic() + WAIT_S
+            while expected[-1] not in _batch_file_values(out):
+                assert time.monotonic() < deadline, f"run {run}: {expected[-1]} was not delivered"
+                assert query.exception() is None, query.exception()
+                time.sleep(0.1)
+            # Entries the query has not read yet as the server dies: a micro-batch may be mid-flight.
+            expected += produce_entries(str(queue_dir), batches=1, per_batch=2, tag=f"r{run}-kill-")
+            _kill_server(server)  # the client session goes with it: it is never used again
+    finally:
+        for server, _, _ in spawned:  # (a server killed already is skipped)
+            _kill_server(server)
+    expected += produce_entries(str(queue_dir), batches=2, per_batch=2, tag="last-")
+    # pyspark 4.0 and 4.1 run AvailableNow on a Python source as ONE micro-batch: a run after a kill may
+    # first replay the batch the kill left uncommitted, and the next one reads the rest (4.2+ drains in
+    # the first). On the module's server: a fresh one would cost another start.
+    for _ in range(2):
+        query = start(connect, available_now=True)
+        assert query.awaitTermination(WAIT_S), "the AvailableNow run did not finish"
+        assert query.exception() is None, query.exception()
+        if _batch_file_values(out) == expected:
+            break
+    assert _batch_file_values(out) == expected
+    # On 4.0 and 4.1 the reader's stop() dequeues the last committed micro-batch just after the query ends.
+    deadline = time.monotonic() + 30
+    while _queued(queue_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _queued(queue_dir) == [], "entries delivered are still queued"
