@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import threading
 
 import pytest
 
@@ -100,8 +101,27 @@ def test_a_lost_entry_inside_a_partition_skips_only_that_entry(tmp_path: pathlib
     (root / lenient.entries[1].key).unlink()
     assert _values(lenient) == [b"a", b"c"]
     (strict,) = _planned(root, fail_on_data_loss=True)
+    batches = read_partition(strict)
+    assert next(batches).column(0).to_pylist() == [b"a"]  # in order: the loss is raised at its entry's turn
     with pytest.raises(Exception, match="OSQUEUE_DATA_LOSS"):
-        _values(strict)
+        next(batches)
+
+
+def test_a_task_fetches_its_batch_files_ahead(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "q"
+    _queue(root, [[b"%d" % b] for b in range(6)])
+    (whole,) = _planned(root, fail_on_data_loss=True)
+    store = partition_reader.store_of(whole.location)
+    together = threading.Barrier(3, timeout=30)  # broken (an error) unless 3 GETs are in flight at once
+
+    class Gated:
+        def get(self, key: str):  # type: ignore[no-untyped-def]
+            if key in (whole.entries[0].key, whole.entries[1].key, whole.entries[2].key):
+                together.wait()
+            return store.get(key)
+
+    monkeypatch.setattr(partition_reader, "store_of", lambda location: Gated())
+    assert _values(whole) == [b"%d" % b for b in range(6)]
 
 
 def test_metadata_columns_follow_each_item_range() -> None:

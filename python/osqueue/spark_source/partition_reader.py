@@ -4,13 +4,16 @@
 A partition is a run of consecutive entries cut as the JVM planner cuts them (at most
 :data:`SLICE_ENTRIES` entries and :data:`SLICE_BYTES` batch-file bytes): one Spark task per batch file
 cost more than reading it (a Python task costs a worker round trip, the pickled partition and the
-Arrow hand-over). The task yields one Arrow record batch per batch file, built column-wise.
+Arrow hand-over). The task fetches a few batch files ahead and yields one Arrow record batch per batch
+file, built column-wise.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -32,6 +35,12 @@ SLICE_ENTRIES = 128
 SLICE_BYTES = 32 << 20
 """Batch-file bytes per partition at most, by the entries' integrity records (an entry without one
 counts 0; a larger batch file is a partition of its own) (JVM: ``OsqueuePlanner.SliceBytes``)."""
+
+READ_AHEAD_BATCHES = 8
+"""Batch files fetched at once by a task (JVM: ``ReadAheadLimits.Default``)."""
+READ_AHEAD_BYTES = 64 << 20
+"""Bytes of batch files in flight at most, by their integrity records; the first always goes (JVM: the
+same limit, counted by the largest batch file fetched so far)."""
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -115,14 +124,42 @@ def partitions_of(
 
 def read_partition(partition: BatchPartition) -> Iterator[pa.RecordBatch]:
     """The entries' records, one Arrow record batch per entry (none for an entry whose file is gone or
-    corrupt when data loss is allowed)."""
-    for entry in partition.entries:
-        batch = _read_entry(partition, entry)
-        if batch is not None:
-            yield batch
+    corrupt when data loss is allowed), in order. The batch files are fetched ahead of the one being
+    decoded: at most :data:`READ_AHEAD_BATCHES` GETs and :data:`READ_AHEAD_BYTES` (by the integrity
+    records) in flight (JVM: ``BatchReadAhead``); an error is raised at its entry's turn."""
+    entries = partition.entries
+    if len(entries) == 1:
+        data = _fetch(partition, entries[0])
+        if data is not None:
+            yield _record_batch(entries[0], data)
+        return
+    with ThreadPoolExecutor(READ_AHEAD_BATCHES, thread_name_prefix="osqueue-batch-read-ahead") as pool:
+        in_flight: deque[tuple[EntryRead, Future[bytes | None]]] = deque()
+        at, held = 0, 0
+        try:
+            while in_flight or at < len(entries):
+                while at < len(entries) and len(in_flight) < READ_AHEAD_BATCHES:
+                    size = _size(entries[at])
+                    if in_flight and held + size > READ_AHEAD_BYTES:
+                        break
+                    in_flight.append((entries[at], pool.submit(_fetch, partition, entries[at])))
+                    held, at = held + size, at + 1
+                entry, fetched = in_flight.popleft()
+                held -= _size(entry)
+                data = fetched.result()
+                if data is not None:
+                    yield _record_batch(entry, data)
+        finally:
+            for _, pending in in_flight:
+                pending.cancel()
 
 
-def _read_entry(partition: BatchPartition, entry: EntryRead) -> pa.RecordBatch | None:
+def _size(entry: EntryRead) -> int:
+    return 0 if entry.integrity is None else entry.integrity.byte_length
+
+
+def _fetch(partition: BatchPartition, entry: EntryRead) -> bytes | None:
+    """The entry's batch file, checked against its integrity record (None: skipped, data loss allowed)."""
     location = partition.location
     store = store_of(location)
     obj = store.get(entry.key)
@@ -132,20 +169,23 @@ def _read_entry(partition: BatchPartition, entry: EntryRead) -> pa.RecordBatch |
             raise data_loss(location, f"the batch file of entry {entry.sequence} is gone ({error})")
         _log.warning("skipping entry %d of '%s': %s", entry.sequence, location.identity, error)
         return None
-    data = obj.data
-    if entry.integrity is not None:
+    if entry.integrity is None:
+        return obj.data
 
-        def reread() -> bytes:
-            again = store.get(entry.key)
-            return b"" if again is None else again.data
+    def reread() -> bytes:
+        again = store.get(entry.key)
+        return b"" if again is None else again.data
 
-        try:
-            data = verify(entry.integrity, data, entry.key, reread)
-        except CorruptBatchError as e:
-            if partition.fail_on_data_loss:
-                raise  # as the JVM source: the core condition, naming the object
-            _log.warning("skipping entry %d of '%s': %s", entry.sequence, location.identity, e)
-            return None
+    try:
+        return verify(entry.integrity, obj.data, entry.key, reread)
+    except CorruptBatchError as e:
+        if partition.fail_on_data_loss:
+            raise  # as the JVM source: the core condition, naming the object
+        _log.warning("skipping entry %d of '%s': %s", entry.sequence, location.identity, e)
+        return None
+
+
+def _record_batch(entry: EntryRead, data: bytes) -> pa.RecordBatch:
     records = decode_batch(data, entry.key)
     n = len(records)
     times, payloads = _metadata_columns(entry.metadata, n)
