@@ -15,8 +15,8 @@ pytest.importorskip("pyspark.sql.datasource", reason="the Python data source API
 from osqueue import Producer  # noqa: E402
 from osqueue.errors import CorruptBatchError  # noqa: E402
 from osqueue.format import decode_manifest  # noqa: E402
-from osqueue.spark_source.options import BatchReadOptions  # noqa: E402
 from osqueue.spark_source import partition_reader  # noqa: E402
+from osqueue.spark_source.options import BatchReadOptions  # noqa: E402
 from osqueue.spark_source.reader import partitions_of, read_partition  # noqa: E402
 
 
