@@ -33,6 +33,19 @@ def _build(uri: str, options: dict[str, str] | None, records: int, record_bytes:
             p.flush()
 
 
+def _await_dequeue(store: ObjectStore, restored: bytes, timeout_s: float = 30.0) -> None:
+    """Waits (polling, with a deadline) for the Python source's end-of-run dequeue: on pyspark 4.1 its
+    driver-side worker runs it when Spark stops that worker, after awaitTermination() returns; landing
+    after the next run restored the manifest, it dequeued that run's queue (the local store's ETag is
+    its content's hash, so the CAS matched) and the next side read 0 rows."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        current = store.get(MANIFEST)
+        if current is None or current.data != restored:
+            return
+        time.sleep(0.02)
+
+
 def _pair(
     s: Settings, name: str, expected: int, jvm: Callable[[], dict[str, Any]], python: Callable[[], dict[str, Any]]
 ) -> dict[str, Any]:
@@ -99,7 +112,10 @@ def bench_python_source(env: Env, s: Settings) -> dict[str, Any]:
                 reader = (
                     reader.option("gc", "false") if source == "osqueue" else reader.option("checkpointLocation", ckpt)
                 )
-                return stream_to_noop(spark, reader.load(queue).select("value"), ckpt)
+                result = stream_to_noop(spark, reader.load(queue).select("value"), ckpt)
+                if source != "osqueue":
+                    _await_dequeue(store, manifest)
+                return result
 
             return run
 

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
+import threading
 
 import pytest
 
@@ -13,14 +15,20 @@ pytest.importorskip("pyspark.sql.datasource", reason="the Python data source API
 from osqueue import Producer  # noqa: E402
 from osqueue.errors import CorruptBatchError  # noqa: E402
 from osqueue.format import decode_manifest  # noqa: E402
+from osqueue.spark_source import partition_reader  # noqa: E402
 from osqueue.spark_source.options import BatchReadOptions  # noqa: E402
 from osqueue.spark_source.reader import partitions_of, read_partition  # noqa: E402
 
 
-def _partitions(root: pathlib.Path, fail_on_data_loss: bool):  # type: ignore[no-untyped-def]
+def _planned(root: pathlib.Path, fail_on_data_loss: bool):  # type: ignore[no-untyped-def]
     location = BatchReadOptions.parse({"path": str(root)}).location
     manifest = decode_manifest((root / location.manifest_path).read_bytes(), location.manifest_path)
     return partitions_of(location, manifest.entries, fail_on_data_loss)
+
+
+def _partitions(root: pathlib.Path, fail_on_data_loss: bool):  # type: ignore[no-untyped-def]
+    """One partition per entry (the planner groups consecutive entries: split them back)."""
+    return [dataclasses.replace(p, entries=(e,)) for p in _planned(root, fail_on_data_loss) for e in p.entries]
 
 
 def _values(partition) -> list[bytes]:  # type: ignore[no-untyped-def]
@@ -36,16 +44,92 @@ def test_a_flipped_byte_in_a_batch_is_never_delivered(tmp_path: pathlib.Path, co
             producer.flush()
             handle.wait_durable(30)
     first, second = _partitions(root, fail_on_data_loss=True)
-    assert first.integrity is not None and second.integrity is not None
-    batch = root / first.key
+    assert first.entries[0].integrity is not None and second.entries[0].integrity is not None
+    batch = root / first.entries[0].key
     data = bytearray(batch.read_bytes())
     data[len(data) // 2] ^= 0x01
     batch.write_bytes(bytes(data))
 
-    with pytest.raises(CorruptBatchError, match=first.key):
+    with pytest.raises(CorruptBatchError, match=first.entries[0].key):
         _values(first)
     assert _values(second) == [b"c"]
 
     lenient, second = _partitions(root, fail_on_data_loss=False)
     assert _values(lenient) == []  # skipped (and logged), not delivered corrupted
     assert _values(second) == [b"c"]
+
+
+def _queue(root: pathlib.Path, batches: list[list[bytes]]) -> None:
+    with Producer(str(root), flush_interval=3600) as producer:
+        for values in batches:  # one batch file each
+            handle = producer.produce(values)
+            producer.flush()
+            handle.wait_durable(30)
+
+
+def test_consecutive_entries_share_a_partition_as_the_jvm_planner_cuts_them(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "q"
+    _queue(root, [[b"%d-%d" % (b, i) for i in range(b + 1)] for b in range(5)])
+    (whole,) = _planned(root, fail_on_data_loss=True)
+    assert [e.sequence for e in whole.entries] == [0, 1, 2, 3, 4]
+    batches = list(read_partition(whole))  # one Arrow record batch per batch file
+    assert [b.num_rows for b in batches] == [1, 2, 3, 4, 5]
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert [(r["value"], r["sequence"], r["index"]) for r in rows] == [
+        (b"%d-%d" % (b, i), b, i) for b in range(5) for i in range(b + 1)
+    ]
+    assert {r["location"] for r in rows if r["sequence"] == 3} == {whole.entries[3].key}
+    assert all(r["ingestionTime"] is not None for r in rows)
+
+    monkeypatch.setattr(partition_reader, "SLICE_ENTRIES", 2)
+    assert [[e.sequence for e in p.entries] for p in _planned(root, True)] == [[0, 1], [2, 3], [4]]
+    sizes = [e.integrity.byte_length for e in whole.entries]  # type: ignore[union-attr]
+    monkeypatch.setattr(partition_reader, "SLICE_ENTRIES", 128)
+    monkeypatch.setattr(partition_reader, "SLICE_BYTES", sizes[0] + sizes[1])
+    planned = [[e.sequence for e in p.entries] for p in _planned(root, True)]
+    assert planned[0] == [0, 1] and [s for run in planned for s in run] == [0, 1, 2, 3, 4]
+    monkeypatch.setattr(partition_reader, "SLICE_BYTES", 1)  # each batch file is larger: a partition of its own
+    assert [[e.sequence for e in p.entries] for p in _planned(root, True)] == [[0], [1], [2], [3], [4]]
+
+
+def test_a_lost_entry_inside_a_partition_skips_only_that_entry(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "q"
+    _queue(root, [[b"a"], [b"b"], [b"c"]])
+    (lenient,) = _planned(root, fail_on_data_loss=False)
+    (root / lenient.entries[1].key).unlink()
+    assert _values(lenient) == [b"a", b"c"]
+    (strict,) = _planned(root, fail_on_data_loss=True)
+    batches = read_partition(strict)
+    assert next(batches).column(0).to_pylist() == [b"a"]  # in order: the loss is raised at its entry's turn
+    with pytest.raises(Exception, match="OSQUEUE_DATA_LOSS"):
+        next(batches)
+
+
+def test_a_task_fetches_its_batch_files_ahead(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "q"
+    _queue(root, [[b"%d" % b] for b in range(6)])
+    (whole,) = _planned(root, fail_on_data_loss=True)
+    store = partition_reader.store_of(whole.location)
+    together = threading.Barrier(3, timeout=30)  # broken (an error) unless 3 GETs are in flight at once
+
+    class Gated:
+        def get(self, key: str):  # type: ignore[no-untyped-def]
+            if key in (whole.entries[0].key, whole.entries[1].key, whole.entries[2].key):
+                together.wait()
+            return store.get(key)
+
+    monkeypatch.setattr(partition_reader, "store_of", lambda location: Gated())
+    assert _values(whole) == [b"%d" % b for b in range(6)]
+
+
+def test_metadata_columns_follow_each_item_range() -> None:
+    from osqueue.format.manifest import MetadataItem
+
+    items = (MetadataItem(2, 5, b"x"), MetadataItem(4, 7, b"y"), MetadataItem(4, 8, b"z"))
+    times, payloads = partition_reader._metadata_columns(items, 6)
+    assert payloads.to_pylist() == [None, None, b"x", b"x", b"z", b"z"]
+    assert [None if t is None else t.timestamp() * 1000 for t in times.to_pylist()] == [None, None, 5, 5, 8, 8]
+    assert partition_reader._metadata_columns((), 3)[1].to_pylist() == [None, None, None]
+    assert partition_reader._metadata_columns(items, 0)[0].to_pylist() == []

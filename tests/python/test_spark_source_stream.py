@@ -148,7 +148,7 @@ def test_a_missing_subscription_is_refused_unless_created(tmp_path: pathlib.Path
     # A batch read from the subscription's position: nothing left for it, and it acks nothing.
     later = _produce(root, 1, tag="late")
     batch = OsqueueBatchReader(BatchReadOptions.parse({"path": str(root), "subscription": "audit"}))
-    assert [p.sequence for p in batch.partitions()] == [_head(root).next_sequence - 1]
+    assert [e.sequence for p in batch.partitions() for e in p.entries] == [_head(root).next_sequence - 1]
     assert later == ["late0"] and _head(root).sections.subscription("audit").next == _head(root).next_sequence - 1
 
 

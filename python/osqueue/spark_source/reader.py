@@ -1,8 +1,8 @@
 """Reading a queue from the Python data source: a batch read of a window and a micro-batch stream
 (JVM: ``OsqueueBatch``, ``OsqueueMicroBatchStream``, ``DriverQueue``, ``OsqueuePartitionReader``).
 
-The driver plans from the manifest; each partition is one batch file, read on an executor and handed
-to Spark as one Arrow record batch. A stream takes the queue over (epoch bump, fencing any other
+The driver plans from the manifest; each partition is a run of consecutive batch files, read on an
+executor and handed to Spark as one Arrow record batch each (:mod:`osqueue.spark_source.partition_reader`). A stream takes the queue over (epoch bump, fencing any other
 consumer) at its first offset request, and dequeues only in ``commit(end)`` and, when the query stops,
 through the last micro-batch of the checkpoint's commit log (when given ``checkpointLocation``).
 """
@@ -17,19 +17,16 @@ import signal
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from osqueue.clock import Clock, SystemClock
-from osqueue.errors import BatchNotFoundError, CorruptBatchError, FencedError
-from osqueue.format.batch_codec import decode_batch
-from osqueue.format.batch_integrity import EntryIntegrity, verify, verify_entry
+from osqueue.errors import FencedError
 from osqueue.format.entry_tag import Delivered
 from osqueue.format.incarnation import incarnation_of
-from osqueue.format.manifest import Manifest, ManifestEntry, MetadataItem
+from osqueue.format.manifest import Manifest
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Write
 from osqueue.queue.cas_object import CasObject, Snapshot
 from osqueue.queue.manifest_store import ManifestStore
@@ -38,9 +35,15 @@ from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.spark_source import gc_schedule
 from osqueue.spark_source.admission_control import AdmissionControl
 from osqueue.spark_source.options import BatchReadOptions, OsqueueSparkError, QueueLocation, StreamOptions
+from osqueue.spark_source.partition_reader import (
+    BatchPartition,
+    data_loss,
+    partitions_of,
+    read_partition,
+    store_of,
+)
 from osqueue.spark_source.source_offset import SourceOffset
 from osqueue.store.object_store import ObjectStore
-from osqueue.store.object_stores import open_store
 
 try:  # pyspark >= 4.2: the stream reader offers Trigger.AvailableNow's target (prepareForTriggerAvailableNow)
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -49,88 +52,6 @@ except ImportError:
 
 _log = logging.getLogger(__name__)
 
-ARROW_SCHEMA = pa.schema(
-    [
-        ("value", pa.binary()),
-        ("sequence", pa.int64()),
-        ("index", pa.int32()),
-        ("location", pa.string()),
-        ("ingestionTime", pa.timestamp("us", tz="UTC")),
-        ("metadata", pa.binary()),
-    ]
-)
-
-_stores: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}
-
-
-def store_of(location: QueueLocation) -> ObjectStore:
-    """The store of ``location``, opened once per Python worker process."""
-    key = (location.uri, tuple(sorted(location.store_options.items())))
-    store = _stores.get(key)
-    if store is None:
-        store = open_store(location.uri, dict(location.store_options) or None)
-        _stores[key] = store
-    return store
-
-
-@dataclass(frozen=True)
-class BatchPartition(InputPartition):
-    """One queue entry (a batch file) to read on an executor."""
-
-    location: QueueLocation
-    sequence: int
-    key: str
-    metadata: tuple[MetadataItem, ...]
-    fail_on_data_loss: bool
-    integrity: EntryIntegrity | None  # its producer's length and CRC (None: an RFC writer's entry, unverified)
-
-
-def read_partition(partition: BatchPartition) -> Iterator[pa.RecordBatch]:
-    """The entry's records as one Arrow record batch (none when its file is gone and data loss is allowed)."""
-    obj = store_of(partition.location).get(partition.key)
-    if obj is None:
-        error = BatchNotFoundError(partition.key, partition.sequence)
-        if partition.fail_on_data_loss:
-            raise data_loss(partition.location, f"the batch file of entry {partition.sequence} is gone ({error})")
-        _log.warning("skipping entry %d of '%s': %s", partition.sequence, partition.location.identity, error)
-        return
-    data = obj.data
-    if partition.integrity is not None:
-        store = store_of(partition.location)
-
-        def reread() -> bytes:
-            again = store.get(partition.key)
-            return b"" if again is None else again.data
-
-        try:
-            data = verify(partition.integrity, data, partition.key, reread)
-        except CorruptBatchError as e:
-            if partition.fail_on_data_loss:
-                raise  # as the JVM source: the core condition, naming the object
-            _log.warning("skipping entry %d of '%s': %s", partition.sequence, partition.location.identity, e)
-            return
-    records = decode_batch(data, partition.key)
-    n = len(records)
-    items = sorted(partition.metadata, key=lambda i: i.start_index)
-    times: list[int | None] = [None] * n
-    payloads: list[bytes | None] = [None] * n
-    for i, item in enumerate(items):
-        end = items[i + 1].start_index if i + 1 < len(items) else n
-        for r in range(max(item.start_index, 0), min(end, n)):
-            times[r] = item.ingestion_time_ms * 1000
-            payloads[r] = item.payload
-    yield pa.RecordBatch.from_arrays(
-        [
-            pa.array(records, pa.binary()),
-            pa.array([partition.sequence] * n, pa.int64()),
-            pa.array(range(n), pa.int32()),
-            pa.array([partition.key] * n, pa.string()),
-            pa.array(times, pa.timestamp("us", tz="UTC")),
-            pa.array(payloads, pa.binary()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
-
 
 def no_subscription(name: str, location: QueueLocation) -> OsqueueSparkError:
     return OsqueueSparkError(
@@ -138,31 +59,6 @@ def no_subscription(name: str, location: QueueLocation) -> OsqueueSparkError:
         f"queue '{location.identity}' has no subscription '{name}': create it first (osqueue subscriptions create), "
         "or set createSubscription=true on a stream",
     )
-
-
-def data_loss(location: QueueLocation, reason: str) -> OsqueueSparkError:
-    return OsqueueSparkError(
-        "OSQUEUE_DATA_LOSS",
-        f"{reason} (queue '{location.identity}'). If you want the query to continue anyway, set the option "
-        "'failOnDataLoss' to false (the entries are then skipped and the event is logged).",
-    )
-
-
-def partitions_of(
-    location: QueueLocation, entries: Sequence[ManifestEntry], fail_on_data_loss: bool
-) -> list[BatchPartition]:
-    """One partition per entry; each entry's own CRC is checked here, on the driver (CorruptManifest)."""
-    return [
-        BatchPartition(
-            location,
-            e.sequence,
-            e.location,
-            tuple(e.metadata),
-            fail_on_data_loss,
-            verify_entry(e, location.manifest_path),
-        )
-        for e in entries
-    ]
 
 
 class OsqueueBatchReader(DataSourceReader):

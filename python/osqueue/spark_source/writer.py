@@ -54,7 +54,7 @@ from osqueue.queue.data_prefix_owner import claim_data_prefix
 from osqueue.queue.manifest_store import ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.spark_source.options import OsqueueSparkError, SinkOptions
-from osqueue.spark_source.reader import store_of
+from osqueue.spark_source.partition_reader import store_of
 
 _log = logging.getLogger(__name__)
 
