@@ -27,6 +27,7 @@ import osqueue.SystemClock$;
 import osqueue.consumer.BatchDescriptor;
 import osqueue.consumer.Consumer;
 import osqueue.consumer.ConsumerConfig;
+import osqueue.consumer.ConsumerConfig$;
 import osqueue.format.BatchNames;
 import osqueue.format.ManifestCodec;
 import osqueue.format.ManifestHead;
@@ -34,6 +35,7 @@ import osqueue.format.MetadataItem;
 import osqueue.format.NewEntry;
 import osqueue.metrics.MetricsRegistry;
 import osqueue.queue.ManifestAppender;
+import osqueue.queue.ManifestAppender$;
 import osqueue.queue.ManifestStore;
 import osqueue.queue.PendingLocation;
 import osqueue.queue.RetryPolicy;
@@ -112,7 +114,8 @@ public class SegmentedDepth {
     q.buildS = (System.nanoTime() - buildStart) / 1e9;
     q.appender = new ManifestAppender(ms, new RetryPolicy(10, 1000, 1000, 30000), SystemClock$.MODULE$,
         new MetricsRegistry(), 600000L, "producer", () -> scala.runtime.BoxedUnit.UNIT,
-        osqueue.SystemRandomSource$.MODULE$, k);
+        osqueue.SystemRandomSource$.MODULE$, k, ManifestAppender$.MODULE$.$lessinit$greater$default$10(),
+        ManifestAppender$.MODULE$.$lessinit$greater$default$11(), ManifestAppender$.MODULE$.$lessinit$greater$default$12());
     return q;
   }
 
@@ -160,7 +163,8 @@ public class SegmentedDepth {
       Consumer c = new Consumer(store, new ConsumerConfig(MANIFEST, "ingest", 100, false,
           Duration.create(5, java.util.concurrent.TimeUnit.MINUTES), Duration.create(10, java.util.concurrent.TimeUnit.MINUTES),
           new RetryPolicy(10, 1000, 1000, 30000), scala.Option.empty(), false,
-          scala.concurrent.duration.Duration.Zero()), SystemClock$.MODULE$, new MetricsRegistry());
+          scala.concurrent.duration.Duration.Zero(), ConsumerConfig$.MODULE$.apply$default$11(),
+          ConsumerConfig$.MODULE$.apply$default$12()), SystemClock$.MODULE$, new MetricsRegistry());
       long t0 = System.nanoTime();
       c.initialize(scala.Option.empty(), scala.Option.empty());
       initMs = (System.nanoTime() - t0) / 1e6;
