@@ -3,11 +3,12 @@
     python outage_producer.py CONFIG_JSON
 
 CONFIG_JSON: bucket, prefix, endpoint, access_key, secret_key, region, spool_dir, name, durable_log,
-stop_file, pace_s. Produces one-entry calls ``<name>-<i>`` with ``durability="local"``; after each
-``produce()`` returns (the call is fsync'd in the spool) it appends the value to ``durable_log``
-(one line, flushed: the page cache survives kill -9). Numbering goes on from the log, so a restarted
-process never reuses a value. When ``stop_file`` exists it closes the producer (every spooled call
-in the queue) and exits 0."""
+stop_file, pace_s. Produces one-entry calls ``<name>-<pid>-<i>`` with ``durability="local"``; after
+each ``produce()`` returns (the call is fsync'd in the spool) it appends the value to ``durable_log``
+(one line, flushed: the page cache survives kill -9). The pid keeps a restarted process's values
+apart from those of the one it replaces: a kill -9 between ``produce()`` and the log line leaves a
+value spooled (and replayed) but unlogged, which a restart counting from the log would reuse. When
+``stop_file`` exists it closes the producer (every spooled call in the queue) and exits 0."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ from osqueue.store import S3Store  # noqa: E402
 def main(config_path: str) -> None:
     cfg = json.loads(pathlib.Path(config_path).read_text(encoding="utf-8"))
     log = pathlib.Path(cfg["durable_log"])
-    start = sum(1 for _ in log.open(encoding="utf-8")) if log.exists() else 0
     store = S3Store(
         cfg["bucket"],
         cfg["prefix"],
@@ -44,9 +44,9 @@ def main(config_path: str) -> None:
     producer = Producer(store=store, spool_dir=cfg["spool_dir"], durability="local", flush_interval=0.05)
     stop = pathlib.Path(cfg["stop_file"])
     with log.open("a", encoding="utf-8") as out:
-        i = start
+        i = 0
         while not stop.exists():
-            value = f"{cfg['name']}-{i}"
+            value = f"{cfg['name']}-{os.getpid()}-{i}"
             producer.produce([value.encode()])  # returns once fsync'd: durable locally
             out.write(value + "\n")
             out.flush()
