@@ -419,3 +419,111 @@ def test_a_spooled_producer_starts_in_an_outage_and_replays_when_the_store_is_ba
         store.down.clear()
         handle.wait_durable(10)
     assert _values(store) == [b"first", b"in the outage"]
+
+
+class _ManifestWrites(WrappedStore):
+    """Counts the manifest's conditional writes and the batches each carried; holds the first until ``gate``."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.sizes: list[int] = []
+        self.batch_puts = 0
+
+        def hook(key: str, data: bytes, expected: Any, apply: Any) -> Any:
+            if key == KEY:
+                self.gate.wait(10)
+                before = 0 if expected is None else len(decode_manifest(self.inner.get(KEY).data, KEY).entries)
+                outcome = apply()
+                self.sizes.append(len(decode_manifest(data, KEY).entries) - before)
+                return outcome
+            return apply()
+
+        def on_put(key: str, data: bytes) -> None:
+            if key.endswith(".batch"):
+                with self.lock:
+                    self.batch_puts += 1
+
+        self.on_conditional = hook
+        self.on_put = on_put
+
+
+def _calls(n: int) -> list[EntriesRecord]:
+    return [EntriesRecord(i, 1_700_000_000_000, b"", (f"c{i}".encode(),)) for i in range(n)]
+
+
+def _named(store: Any, calls: list[EntriesRecord], batch_no: int, location: str) -> BatchRecord:
+    r = _named_batch(store, calls, location)
+    return BatchRecord(batch_no, r.first_call, r.last_call, r.byte_length, r.batch_crc32, r.location)
+
+
+LOCS = [f"ingest/01JD00000000000000000000{i:02d}.batch" for i in range(3)]
+
+
+def test_batches_put_before_a_crash_are_replayed_in_one_manifest_write_in_spool_order(tmp_path: pathlib.Path) -> None:
+    # Issue 28: the uploader appends several batches per manifest write. A crash after three BATCH records
+    # and their PUTs, before any ATTEMPT: the replay appends the three in one write, in batch order, once.
+    inner = InMemoryStore()
+    calls = _calls(6)
+    batches = [_named(inner, calls[2 * i : 2 * i + 2], i, LOCS[i]) for i in range(3)]
+    _spool_with(tmp_path, [*calls, *batches])
+    store = _ManifestWrites(inner)
+    metrics = MetricsRegistry()
+    with _producer(store, tmp_path, metrics=metrics) as p:
+        p.flush(10)
+    assert store.sizes == [3]
+    assert [e.location for e in decode_manifest(inner.get(KEY).data, KEY).entries] == LOCS
+    assert _values(inner) == [f"c{i}".encode() for i in range(6)]
+    assert metrics.counter(SPOOL_REPLAYED_BATCHES).value == 3
+    with _producer(store, tmp_path) as p:  # settled: a second restart adds nothing
+        p.flush(10)
+    assert store.sizes == [3] and _values(inner) == [f"c{i}".encode() for i in range(6)]
+
+
+@pytest.mark.parametrize("landed", [True, False])
+def test_a_crash_after_the_attempt_of_a_several_batch_write_appends_each_once(
+    tmp_path: pathlib.Path, landed: bool
+) -> None:
+    # One ATTEMPT record names the three batches of one write. Whether that write landed (the process died
+    # before LANDED) or not, the replay resolves the three as that one write: each batch once, in order.
+    inner = InMemoryStore()
+    calls = _calls(6)
+    batches = [_named(inner, calls[2 * i : 2 * i + 2], i, LOCS[i]) for i in range(3)]
+    _spool_with(tmp_path, [*calls, *batches, AttemptRecord(0, (0, 1, 2), tuple(LOCS))])
+    if landed:
+        with QueueProducer(inner, KEY) as q:
+            for i in range(3):
+                q.enqueue(LOCS[i], [MetadataItem(0, 1_700_000_000_000, b""), MetadataItem(1, 1_700_000_000_000, b"")])
+    store = _ManifestWrites(inner)
+    with _producer(store, tmp_path) as p:
+        p.flush(10)
+    assert store.sizes == ([] if landed else [3])
+    locations = [e.location for e in decode_manifest(inner.get(KEY).data, KEY).entries]
+    # not landed: their ULIDs are old, so they are PUT again under fresh names (stale, docs/format.md §6)
+    assert locations == LOCS if landed else len(set(locations) - set(LOCS)) == 3
+    assert _values(inner) == [f"c{i}".encode() for i in range(6)]
+    again = Spool(str(tmp_path), clock=SystemClock())
+    assert again.pending_batches() == [] and again.unbatched_calls() == []
+    again.close()
+
+
+def test_a_spooled_producer_puts_ahead_and_appends_several_batches_per_manifest_write(tmp_path: pathlib.Path) -> None:
+    # Issue 28: while a manifest write is in flight, the next batches are PUT and then go into the next
+    # write together (as an unspooled producer's group commit does). It used to be one write per batch,
+    # each waited for before the next batch's PUT.
+    inner = InMemoryStore()
+    store = _ManifestWrites(inner)
+    store.gate.clear()  # the first manifest write waits
+    with _producer(store, tmp_path, durability="local", flush_size_bytes=1) as p:
+        handles = [p.produce([f"e{i}".encode()]) for i in range(5)]  # one batch each
+        deadline = time.monotonic() + 3
+        while store.batch_puts < 5 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        puts_while_blocked = store.batch_puts
+        store.gate.set()
+        p.flush(10)
+        assert all(h.exception() is None for h in handles)
+    assert puts_while_blocked == 5
+    assert store.sizes == [1, 4]
+    assert _values(inner) == [f"e{i}".encode() for i in range(5)]

@@ -419,8 +419,10 @@ class Producer:
             self._wait(waiting, timeout)
         finally:
             self._queue.close()
-            if self._spool is not None and not self._thread.is_alive():
-                self._spool.close()
+            if self._uploader is not None and self._spool is not None and not self._thread.is_alive():
+                if self._uploader.idle(timeout):  # nothing on its way writes to the spool any more
+                    self._uploader.close()
+                    self._spool.close()
             self._release_store()
 
     def __enter__(self) -> Producer:
@@ -495,7 +497,8 @@ class Producer:
             batch = _Batch()
 
     def _flush_spooled(self, batch: _Batch) -> None:
-        """Steps 2-6: name the batch in the spool, PUT it, append it (ATTEMPT before each CAS), LANDED."""
+        """Steps 2-6: name the batch in the spool here; the uploader PUTs it and appends it with others (ATTEMPT
+        before each CAS), then LANDED, in the background (at most _MAX_UNCOMMITTED_BATCHES on their way)."""
         assert self._spool is not None and self._uploader is not None
         started = self._clock.monotonic()
         first, last = batch.inputs[0].call_no, batch.inputs[-1].call_no
@@ -515,13 +518,22 @@ class Producer:
             return
         try:
             calls = [EntriesRecord(i.call_no, i.time_ms, i.metadata, tuple(i.entries)) for i in batch.inputs]
-            result, size = self._uploader.ship_calls(calls)
+            shipped = self._uploader.submit(calls)  # named here; PUT and appended in the background
         except BaseException as e:
             self._finish(batch, None, e, started, 0)
             return
-        done: Future[EnqueueResult] = Future()
-        done.set_result(result)
-        self._finish(batch, done, None, started, size)
+
+        def landed(f: Future[tuple[EnqueueResult, int]]) -> None:
+            error = f.exception()
+            if error is not None:
+                self._finish(batch, None, error, started, 0)
+                return
+            result, size = f.result()
+            done: Future[EnqueueResult] = Future()
+            done.set_result(result)
+            self._finish(batch, done, None, started, size)
+
+        shipped.add_done_callback(landed)
 
     def _upload(self, data: bytes) -> str:
         key = new_batch_key(self._prefix, self._clock, self._rng)

@@ -1,6 +1,8 @@
 """Ships a producer spool's batches: PUT, manifest CAS with ATTEMPT records, LANDED; replay (JVM: ``SpoolUploader``).
 
-Steps 2-6 of docs/adr/0006 part 2. The uploader retries PUTs and manifest writes without a budget
+Steps 2-6 of docs/adr/0006 part 2, pipelined as an unspooled producer's group commit is (issue 28): up to
+``PARALLEL_PUTS`` batch files are PUT at once while one thread appends the uploaded ones, in batch order,
+several per manifest write (one ATTEMPT record names them all; one LANDED record settles them all). The uploader retries PUTs and manifest writes without a budget
 (backoff up to the retry policy's ``max_delay``), so an outage only delays delivery. Each CAS is
 preceded by an ATTEMPT record, and every later write of the batch (a retry, or a replay after a
 crash) is seeded with all of them, so a write of unknown outcome is resolved as docs/format.md §5
@@ -13,10 +15,14 @@ last_batch`` rule of the writers section (§5.4) is not used.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
+import threading
 import zlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar
 
 from osqueue import metrics as m
@@ -26,10 +32,10 @@ from osqueue.format.batch_codec import Compression, encode_batch
 from osqueue.format.batch_integrity import record as integrity_record
 from osqueue.format.batch_names import new_batch_key
 from osqueue.format.manifest import MetadataItem
-from osqueue.producer.spool import Spool
+from osqueue.producer.spool import Spool, SpooledBatch
 from osqueue.producer.spool_log import BatchRecord, EntriesRecord
 from osqueue.queue.data_prefix_owner import DataPrefixOwner
-from osqueue.queue.manifest_appender import EnqueueResult, ManifestAppender
+from osqueue.queue.manifest_appender import EnqueueResult, ManifestAppender, PendingLocation
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.store.object_store import ObjectStore
 
@@ -38,6 +44,10 @@ _log = logging.getLogger("osqueue.producer.spool")
 # A store error is retried; so is a CAS loop that ran out of budget against other writers.
 _RETRIED = (StoreError, ConflictRetriesExhaustedError)
 _T = TypeVar("_T")
+
+# Batch files PUT at once, and batches appended per manifest write at most (an ATTEMPT record's count is a u16).
+PARALLEL_PUTS = 4
+MAX_GROUP = 64
 
 
 def assemble(calls: Sequence[EntriesRecord]) -> tuple[list[bytes], list[MetadataItem]]:
@@ -50,8 +60,52 @@ def assemble(calls: Sequence[EntriesRecord]) -> tuple[list[bytes], list[Metadata
     return records, metadata
 
 
+@dataclass(eq=False)
+class Shipment:
+    """One named batch on its way: its PUT (resolving to when it started, by ``clock.monotonic()``) and
+    the future its landing resolves with (its result and size)."""
+
+    batch_no: int
+    data: bytes
+    location: str
+    metadata: list[MetadataItem]
+    put: Future[float]
+    done: Future[tuple[EnqueueResult, int]]
+
+
+def replay_groups(pending: Sequence[SpooledBatch]) -> list[list[SpooledBatch]]:
+    """The pending batches cut into manifest writes, in batch order: a batch with ATTEMPT records goes with
+    the batches its write carried (so each earlier write is resolved as the group it was); runs of batches
+    never sent go MAX_GROUP at a time."""
+    by_no = {b.record.batch_no: b for b in pending}
+    placed: set[int] = set()
+    groups: list[list[SpooledBatch]] = []
+    run: list[SpooledBatch] = []
+    for b in pending:
+        n = b.record.batch_no
+        if n in placed:
+            continue
+        if not b.attempts:
+            run.append(b)
+            placed.add(n)
+            if len(run) == MAX_GROUP:
+                groups.append(run)
+                run = []
+            continue
+        if run:
+            groups.append(run)
+            run = []
+        members = sorted({k for a in b.attempts for k in a.batch_nos if k in by_no and k not in placed} | {n})
+        placed.update(members)
+        groups.append([by_no[m] for m in members])
+    if run:
+        groups.append(run)
+    return groups
+
+
 class SpoolUploader:
-    """Uploads and appends one batch at a time, recording each step in the spool."""
+    """PUTs named batches a few at a time and appends them in batch order, several per manifest write,
+    recording each step in the spool."""
 
     def __init__(
         self,
@@ -82,6 +136,10 @@ class SpoolUploader:
         self._retry = retry
         self._metrics = metrics
         self._jitter = rng or random.Random(0)
+        self._puts = ThreadPoolExecutor(PARALLEL_PUTS, thread_name_prefix="osqueue-spool-put")
+        self._cond = threading.Condition()
+        self._in_flight: list[Shipment] = []  # submitted, not yet taken by the committer, in batch order
+        self._committer: threading.Thread | None = None
 
     def _forever(self, what: str, action: Callable[[], _T]) -> _T:
         failures = 0
@@ -104,75 +162,142 @@ class SpoolUploader:
                     )
                 self._clock.sleep(self._retry.delay(min(failures, 30), self._jitter))
 
-    def _put(self, key: str, data: bytes) -> None:
+    def _put(self, key: str, data: bytes) -> float:
+        started = self._clock.monotonic()
         self._forever(f"PUT {key}", lambda: self._store.put(key, data))
+        return started
 
     def _reupload(self, data: bytes) -> str:
         key = new_batch_key(self._prefix, self._clock, self._rng)
         self._put(key, data)
         return key
 
-    def ship(self, batch_no: int, data: bytes, location: str, metadata: Sequence[MetadataItem]) -> EnqueueResult:
-        """PUTs the batch (already named by a BATCH record) and appends it; LANDED when it is in.
+    def _shipment(self, batch_no: int, data: bytes, location: str, metadata: list[MetadataItem]) -> Shipment:
+        """Starts the PUT of a batch its BATCH record already named (step 3)."""
+        return Shipment(batch_no, data, location, metadata, self._puts.submit(self._put, location, data), Future())
 
-        Raises:
-            OsqueueError: A failure that retrying cannot fix (e.g. ``AmbiguousCommitError``); the
-                batch stays in the spool.
-        """
-        put_started = self._clock.monotonic()
-        self._put(location, data)
-
-        def record(base: int, loc: str) -> None:
-            self._spool.record_attempt(base, [batch_no], [loc])
-
-        def commit() -> EnqueueResult:
-            prior = [(a.base, a.locations) for a in self._spool.attempts_of(batch_no)]
-            return self._appender.commit_one(
-                location,
-                metadata,
-                prior=prior,
-                on_attempt=record,
-                reupload=lambda: self._reupload(data),
-                max_age_ms=self._grace_ms // 2,
-                put_started=put_started if not prior else None,
-                extension=integrity_record(data),
-            )
-
-        result = self._forever(f"appending batch {batch_no}", commit)
-        assert result is not None
-        self._spool.record_landed(result.sequence, [batch_no])
-        return result
-
-    def ship_calls(self, calls: Sequence[EntriesRecord]) -> tuple[EnqueueResult, int]:
-        """Steps 2-6 for calls that are in no batch yet: encode, BATCH record, :meth:`ship`; the result and size."""
+    def submit(self, calls: Sequence[EntriesRecord]) -> Future[tuple[EnqueueResult, int]]:
+        """Steps 2-6 for calls that are in no batch yet: encode, BATCH record (fsync'd, in this thread), then
+        the PUT and the append in the background. The future resolves once the batch is LANDED, with its
+        result and size, or fails with what retrying cannot fix (e.g. ``AmbiguousCommitError``; the batch
+        stays in the spool)."""
         data, metadata = self.encode(calls)
         key = new_batch_key(self._prefix, self._clock, self._rng)
         batch_no = self._spool.record_batch(calls[0].call_no, calls[-1].call_no, len(data), zlib.crc32(data), key)
-        return self.ship(batch_no, data, key, metadata), len(data)
+        shipment = self._shipment(batch_no, data, key, metadata)
+        with self._cond:
+            self._in_flight.append(shipment)
+            if self._committer is None:
+                self._committer = threading.Thread(target=self._run, name="osqueue-spool-commit", daemon=True)
+                self._committer.start()
+            self._cond.notify_all()
+        return shipment.done
+
+    def _run(self) -> None:
+        """The committer: waits for the oldest PUT, then appends it with every later one already uploaded."""
+        while True:
+            with self._cond:
+                if not self._in_flight:
+                    self._committer = None
+                    self._cond.notify_all()
+                    return
+                first = self._in_flight[0]
+            try:
+                first.put.result()
+            except BaseException as e:  # not a store error (those are retried): this batch fails alone
+                with self._cond:
+                    self._in_flight.pop(0)
+                first.done.set_exception(e)
+                continue
+            with self._cond:
+                n = 1
+                while (
+                    n < min(len(self._in_flight), MAX_GROUP)
+                    and self._in_flight[n].put.done()
+                    and self._in_flight[n].put.exception() is None
+                ):
+                    n += 1
+                group, self._in_flight = self._in_flight[:n], self._in_flight[n:]
+            try:
+                results = self._commit(group)
+            except BaseException as e:
+                for s in group:
+                    s.done.set_exception(e)
+                continue
+            for s, r in zip(group, results):
+                s.done.set_result((r, len(s.data)))
+
+    def _commit(self, group: Sequence[Shipment]) -> list[EnqueueResult]:
+        """Steps 4-6 for uploaded batches: appended in one write (ATTEMPT before each CAS), then LANDED."""
+        batch_nos = [s.batch_no for s in group]
+
+        def record(base: int, locations: tuple[str, ...]) -> None:
+            self._spool.record_attempt(base, batch_nos, locations)
+
+        def commit() -> list[EnqueueResult]:
+            seen: dict[int, tuple[int, tuple[str, ...]]] = {}  # an ATTEMPT record names every batch it carried
+            for n in batch_nos:
+                for a in self._spool.attempts_of(n):
+                    seen.setdefault(id(a), (a.base, a.locations))
+            prior = list(seen.values())
+            pending = [
+                PendingLocation(
+                    s.location,
+                    s.metadata,
+                    Future(),
+                    functools.partial(self._reupload, s.data),
+                    self._grace_ms // 2,
+                    s.put.result() if not prior else None,
+                    self._clock,
+                    integrity_record(s.data),
+                )
+                for s in group
+            ]
+            return self._appender.commit_many(pending, prior=prior, on_attempt=record)
+
+        what = f"appending batch {batch_nos[0]}" + (f"..{batch_nos[-1]}" if len(group) > 1 else "")
+        results = self._forever(what, commit)
+        self._spool.record_landed(results[0].sequence, batch_nos)
+        return results
 
     def encode(self, calls: Sequence[EntriesRecord]) -> tuple[bytes, list[MetadataItem]]:
         records, metadata = assemble(calls)
         return encode_batch(records, self._compression), metadata
 
     def replay(self) -> int:
-        """Ships every batch the spool named but did not see land (step 2 on); how many. The data prefix
-        is claimed first (the queue's grace period, if shorter than ours, is the one kept)."""
+        """Ships every batch the spool named but did not see land (step 2 on), in batch order and grouped
+        as :func:`replay_groups` says; how many. The data prefix is claimed first (the queue's grace period,
+        if shorter than ours, is the one kept)."""
         if self._claim is not None:
             owner = self._forever("claiming the data prefix", self._claim)
             if owner is not None:
                 self._grace_ms = min(self._grace_ms, owner.gc_grace_period_ms)
         shipped = 0
-        for b in self._spool.pending_batches():
-            r = b.record
-            data, metadata = self.encode(self._spool.batch_calls(r.batch_no))
-            location = r.location
-            if len(data) != r.byte_length or zlib.crc32(data) != r.batch_crc32:
-                # Other bytes (another compression or zstd build): a fresh name, recorded before its PUT.
-                location = new_batch_key(self._prefix, self._clock, self._rng)
-                self._spool.rename_batch(
-                    BatchRecord(r.batch_no, r.first_call, r.last_call, len(data), zlib.crc32(data), location)
-                )
-            self.ship(r.batch_no, data, location, metadata)
-            self._metrics.counter(m.SPOOL_REPLAYED_BATCHES).inc()
-            shipped += 1
+        for group in replay_groups(self._spool.pending_batches()):
+            shipments = []
+            for b in group:
+                r = b.record
+                data, metadata = self.encode(self._spool.batch_calls(r.batch_no))
+                location = r.location
+                if len(data) != r.byte_length or zlib.crc32(data) != r.batch_crc32:
+                    # Other bytes (another compression or zstd build): a fresh name, recorded before its PUT.
+                    location = new_batch_key(self._prefix, self._clock, self._rng)
+                    self._spool.rename_batch(
+                        BatchRecord(r.batch_no, r.first_call, r.last_call, len(data), zlib.crc32(data), location)
+                    )
+                shipments.append(self._shipment(r.batch_no, data, location, metadata))
+            for s in shipments:
+                s.put.result()
+            self._commit(shipments)
+            self._metrics.counter(m.SPOOL_REPLAYED_BATCHES).inc(len(group))
+            shipped += len(group)
         return shipped
+
+    def idle(self, timeout: float | None = None) -> bool:
+        """Waits until nothing submitted is still on its way; whether that happened within ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._committer is None, timeout)
+
+    def close(self) -> None:
+        """Stops the PUT threads (call once :meth:`idle`)."""
+        self._puts.shutdown(wait=False)

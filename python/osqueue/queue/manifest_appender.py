@@ -485,38 +485,30 @@ class ManifestAppender:
 
         return self.loop.run(step)
 
-    def commit_one(
+    def commit_many(
         self,
-        location: str,
-        metadata: Sequence[MetadataItem] = (),
+        group: Sequence[PendingLocation],
         *,
         prior: Sequence[tuple[int, Sequence[str]]] = (),
-        on_attempt: Callable[[int, str], None] | None = None,
-        reupload: Callable[[], str] | None = None,
-        max_age_ms: int | None = None,
-        put_started: float | None = None,
-        extension: bytes = b"",
-    ) -> EnqueueResult:
-        """Appends one location now, in the calling thread, through the CAS loop (a producer spool's uploader).
+        on_attempt: Callable[[int, tuple[str, ...]], None] | None = None,
+    ) -> list[EnqueueResult]:
+        """Appends the group now, in one write in the calling thread, through the CAS loop (a spool's uploader).
 
         Args:
-            prior: ``(base, locations)`` of earlier writes of this entry whose outcome is unknown (a
-                spool's ATTEMPT records, possibly of a process that died): resolved as §5 does before
-                anything is written again, so a write that landed is found, never appended twice.
-            on_attempt: Told ``(base, location)`` right before each CAS is sent (the spool records it).
-            extension: The entry's extension records (its batch's integrity record, docs/format.md §2.1).
+            prior: ``(base, locations)`` of earlier writes of this group whose outcome is unknown (a
+                spool's ATTEMPT records, possibly of a process that died; each carried the whole group):
+                resolved as §5 does before anything is written again, so a write that landed is found,
+                never appended twice.
+            on_attempt: Told ``(base, locations)`` right before each CAS is sent (the spool records it).
         """
-        pending = PendingLocation(
-            location, list(metadata), Future(), reupload, max_age_ms, put_started, self.clock, extension
-        )
         seeded = [_Attempt(base, tuple(locs), None, unknown_outcome=True) for base, locs in prior]
-        return self._commit([pending], seeded, on_attempt)[0]
+        return self._commit(list(group), seeded, on_attempt)
 
     def _commit(
         self,
         group: list[PendingLocation],
         seeded: Sequence[_Attempt] = (),
-        on_attempt: Callable[[int, str], None] | None = None,
+        on_attempt: Callable[[int, tuple[str, ...]], None] | None = None,
     ) -> list[EnqueueResult]:
         """Appends the group in one write through the CAS loop (JVM: ``ManifestAppender.append``)."""
         self._claim_prefixes(group)
@@ -549,8 +541,7 @@ class ManifestAppender:
             incarnation = None if snapshot.raw is None else incarnation_of(self.manifest.head(raw).epoch)
             last_sent = _Attempt(base, locations, incarnation)
             if on_attempt is not None:
-                for i, loc in enumerate(locations):
-                    on_attempt(base + i, loc)
+                on_attempt(base, locations)
 
             def on_landed() -> list[EnqueueResult]:
                 if cut is not None:

@@ -31,7 +31,8 @@ import osqueue.store.ObjectStore
  *
  * With `spoolDir` (docs/adr/0006 part 2), `produce()` first writes the call to the [[Spool]]'s log (forced
  * before it returns with `durability = "local"`; the spool's cap bounds what waits, not
- * `maxBufferedInputs`), and the flush thread ships one batch at a time through a [[SpoolUploader]]
+ * `maxBufferedInputs`), and the flush thread names each batch and hands it to a [[SpoolUploader]] (PUTs
+ * ahead, several batches per manifest write)
  * with its own appender, so each write can be resolved against its ATTEMPT records. At start the
  * flush thread first replays what the spool holds (a batch named but not landed; calls in no batch
  * join the next batch).
@@ -49,12 +50,15 @@ final class Producer(
 
   import Producer._
 
+  private val claim = () =>
+    DataPrefixOwner.claim(store, config.manifestPath, config.dataPathPrefix, clock, Some(config.gcGracePeriod.toMillis),
+      config.retry)
   // Claimed before the first upload, so GC can prove this producer's files are its queue's, and the
-  // queue's grace period (what GC uses) caps ours (docs/format.md §6).
+  // queue's grace period (what GC uses) caps ours (docs/format.md §6). A spooled producer claims from its
+  // upload thread, retried without a budget (its appender reads the queue's grace period then), so it
+  // starts, and takes calls, while the store is unreachable (issue 28).
   private val gracePeriodMs: Long = math.min(config.gcGracePeriod.toMillis,
-    DataPrefixOwner.claim(store,
-      config.manifestPath, config.dataPathPrefix, clock, Some(config.gcGracePeriod.toMillis), config.retry).fold(Long.MaxValue)(
-      _.gcGracePeriodMs))
+    if (config.spoolDir.isDefined) Long.MaxValue else claim().fold(Long.MaxValue)(_.gcGracePeriodMs))
   // Before the committer's thread starts: a spool owned by another producer fails the constructor.
   private val byCall = new java.util.concurrent.ConcurrentHashMap[java.lang.Long, WriteHandle]()
   private[producer] val spool: Option[Spool] = config.spoolDir.map { dir =>
@@ -68,7 +72,8 @@ final class Producer(
   private val uploader: Option[SpoolUploader] = spool.map { s =>
     val appender = new ManifestAppender(new ManifestStore(store, config.manifestPath), config.retry, clock, metrics,
       gracePeriodMs, random = random, segmentEntries = config.manifestSegmentEntries, queueFullWait = queueFullWait)
-    new SpoolUploader(store, s, appender, config.dataPathPrefix, config.compression, clock, random, config.retry, metrics)
+    new SpoolUploader(store, s, appender, config.dataPathPrefix, config.compression, clock, random, config.retry, metrics,
+      claim)
   }
   @volatile private var replayError: Throwable = null
   private val spoolOrder = new Object
@@ -159,7 +164,10 @@ final class Producer(
       finally {
         flusher.join()
         queueProducer.close()
-        spool.foreach(_.close())
+        // Nothing on its way writes to the spool any more once the uploader is idle.
+        if (uploader.forall { u =>
+            val idle = u.idle(10000L); if (idle) u.close(); idle
+          }) spool.foreach(_.close())
       }
       throwReplayError()
     }
@@ -319,16 +327,25 @@ final class Producer(
       if (inputs.nonEmpty)
         try {
           val calls = inputs.map(in => EntriesRecord(in.callNo, in.ingestionTimeMs, in.metadata, in.entries))
-          val (sequence, location, size) = uploader.get.shipCalls(calls)
-          batchesFlushed.increment(); entriesFlushed.add(inputs.map(_.entries.size.toLong).sum)
-          bytesFlushed.add(inputs.map(in => in.entries.foldLeft(0L)(_ + _.length) + in.metadata.length).sum)
-          bytesWritten.add(size.toLong)
-          flushDuration.observe((clock.nanoTime() - started) / 1e9)
-          var index = 0
-          inputs.foreach { in =>
-            in.handle.future.complete(DurableWrite(sequence, location, index, in.ingestionTimeMs))
-            index += in.entries.size
+          awaitUncommittedBelowCap()
+          // Named here; PUT and appended in the background, several per manifest write.
+          val landed = uploader.get.submit(calls).whenComplete { (done, error) =>
+            if (error != null) inputs.foreach(_.handle.future.completeExceptionally(unwrap(error)))
+            else {
+              val (sequence, location, size) = done
+              batchesFlushed.increment(); entriesFlushed.add(inputs.map(_.entries.size.toLong).sum)
+              bytesFlushed.add(inputs.map(in => in.entries.foldLeft(0L)(_ + _.length) + in.metadata.length).sum)
+              bytesWritten.add(size.toLong)
+              flushDuration.observe((clock.nanoTime() - started) / 1e9)
+              var index = 0
+              inputs.foreach { in =>
+                in.handle.future.complete(DurableWrite(sequence, location, index, in.ingestionTimeMs))
+                index += in.entries.size
+              }
+            }
           }
+          inFlight.filterInPlace(!_.isDone)
+          inFlight += landed
         } catch { case NonFatal(e) => inputs.foreach(_.handle.future.completeExceptionally(e)) }
     } finally {
       all.foreach(in => byCall.remove(in.callNo))

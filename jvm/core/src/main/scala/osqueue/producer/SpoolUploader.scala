@@ -1,13 +1,17 @@
 package osqueue.producer
 
+import java.util.concurrent.{CompletableFuture, ExecutorService, Executors}
 import java.util.zip.CRC32
+
+import scala.collection.mutable.ArrayBuffer
+import scala.util.control.NonFatal
 
 import org.slf4j.LoggerFactory
 
 import osqueue.{AmbiguousCommitException, Clock, ConflictRetriesExhaustedException, RandomSource, StoreException}
 import osqueue.format.{BatchCodec, BatchIntegrity, BatchNames, Compression, MetadataItem}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
-import osqueue.queue.{ManifestAppender, PendingLocation, RetryPolicy}
+import osqueue.queue.{DataPrefixOwner, ManifestAppender, PendingLocation, RetryPolicy}
 import osqueue.store.ObjectStore
 
 /**
@@ -19,6 +23,10 @@ import osqueue.store.ObjectStore
  * every later write of the batch (a retry, or a replay after a crash) is seeded with all of them, so
  * a write of unknown outcome is resolved as docs/format.md §5 does (the locations at their bases, the
  * segments, the receipts) before anything is appended again.
+ *
+ * Pipelined as an unspooled producer's group commit is (issue 28): up to [[SpoolUploader.ParallelPuts]]
+ * batch files are PUT at once while one thread appends the uploaded ones, in batch order, several per
+ * manifest write (one ATTEMPT record names them all; one LANDED record settles them all).
  */
 final class SpoolUploader(
     store: ObjectStore,
@@ -29,8 +37,17 @@ final class SpoolUploader(
     clock: Clock,
     random: RandomSource,
     retry: RetryPolicy,
-    metrics: MetricsRegistry) {
+    metrics: MetricsRegistry,
+    claim: () => Option[DataPrefixOwner] = () => None) {
+  import SpoolUploader._
   private val log = LoggerFactory.getLogger("osqueue.producer.spool")
+  private val puts: ExecutorService = Executors.newFixedThreadPool(ParallelPuts,
+    { (r: Runnable) =>
+      val t = new Thread(r, "osqueue-spool-put"); t.setDaemon(true); t
+    })
+  private val lock = new Object
+  private val inFlight = ArrayBuffer.empty[Shipment] // submitted, not yet taken by the committer, in batch order
+  private var committer: Thread = null
 
   /** A store error is retried; so is a CAS loop that ran out of budget (against other writers, or undecided). */
   private def retried(e: Throwable): Boolean = e match {
@@ -56,37 +73,89 @@ final class SpoolUploader(
     throw new IllegalStateException("unreachable")
   }
 
-  private def put(key: String, data: Array[Byte]): Unit = forever(s"PUT $key")(store.put(key, data))
+  /** PUTs, retried without a budget; when it started (clock.nanoTime()). */
+  private def put(key: String, data: Array[Byte]): Long = {
+    val started = clock.nanoTime()
+    forever(s"PUT $key")(store.put(key, data))
+    started
+  }
 
   private def newKey(): String = BatchNames.newKey(prefix, clock.nowMillis(), random)
 
-  /**
-   * PUTs the batch (already named by a BATCH record) and appends it; LANDED when it is in. Returns
-   * (sequence, location). Throws what retrying cannot fix (e.g. [[AmbiguousCommitException]]); the
-   * batch stays in the spool then.
-   */
-  def ship(batchNo: Long, data: Array[Byte], location: String, metadata: IndexedSeq[MetadataItem]): (Long, String) = {
-    val putStarted = clock.nanoTime()
-    put(location, data)
-    val reupload = () => { val key = newKey(); put(key, data); key }
-    val sequence = forever(s"appending batch $batchNo") {
-      val prior = spool.attemptsOf(batchNo).map(a => (a.base, a.locations.toIndexedSeq))
-      val pending = new PendingLocation(location, metadata, reupload, BatchIntegrity.record(data),
-        if (prior.isEmpty) Some(putStarted) else None)
-      val s = appender.commitOne(pending, prior, (base, loc) => spool.recordAttempt(base, Seq(batchNo), Seq(loc)))
-      (s, pending.location)
-    }
-    spool.recordLanded(sequence._1, Seq(batchNo))
-    sequence
+  /** Starts the PUT of a batch its BATCH record already named (step 3). */
+  private def shipment(batchNo: Long, data: Array[Byte], location: String, metadata: IndexedSeq[MetadataItem])
+      : Shipment = {
+    val putDone = CompletableFuture.supplyAsync[java.lang.Long](() => java.lang.Long.valueOf(put(location, data)), puts)
+    new Shipment(batchNo, data, location, metadata, putDone, new CompletableFuture[(Long, String, Int)]())
   }
 
-  /** Steps 2-6 for calls in no batch yet: encode, BATCH record, [[ship]]; (sequence, location, size). */
-  def shipCalls(calls: Seq[EntriesRecord]): (Long, String, Int) = {
+  /**
+   * Steps 2-6 for calls in no batch yet: encode, BATCH record (forced, in this thread), then the PUT and
+   * the append in the background. The future completes once the batch is LANDED, with (sequence,
+   * location, size), or fails with what retrying cannot fix (e.g. [[AmbiguousCommitException]]; the
+   * batch stays in the spool).
+   */
+  def submit(calls: Seq[EntriesRecord]): CompletableFuture[(Long, String, Int)] = {
     val (data, metadata) = encode(calls)
     val key = newKey()
-    val batchNo = spool.recordBatch(calls.head.callNo, calls.last.callNo, data.length.toLong, SpoolUploader.crc(data), key)
-    val (sequence, location) = ship(batchNo, data, key, metadata)
-    (sequence, location, data.length)
+    val batchNo = spool.recordBatch(calls.head.callNo, calls.last.callNo, data.length.toLong, crc(data), key)
+    val s = shipment(batchNo, data, key, metadata)
+    lock.synchronized {
+      inFlight += s
+      if (committer == null) {
+        committer = new Thread(() => run(), "osqueue-spool-commit")
+        committer.setDaemon(true)
+        committer.start()
+      }
+    }
+    s.done
+  }
+
+  /** The committer: waits for the oldest PUT, then appends it with every later one already uploaded. */
+  private def run(): Unit = while (true) {
+    val first = lock.synchronized {
+      if (inFlight.isEmpty) { committer = null; lock.notifyAll(); return }
+      inFlight.head
+    }
+    val putFailure =
+      try { first.put.join(); None }
+      catch { case NonFatal(e) => Some(Option(e.getCause).getOrElse(e)) }
+    putFailure match {
+      case Some(e) => // not a store error (those are retried): this batch fails alone
+        lock.synchronized(inFlight.remove(0))
+        first.done.completeExceptionally(e)
+      case None =>
+        val group = lock.synchronized {
+          var n = 1
+          while (n < math.min(inFlight.size, MaxGroup) && inFlight(n).put.isDone &&
+            !inFlight(n).put.isCompletedExceptionally) n += 1
+          val g = inFlight.take(n).toIndexedSeq
+          inFlight.remove(0, n)
+          g
+        }
+        try {
+          val sequences = commit(group)
+          group.zip(sequences).foreach { case (s, (q, loc)) => s.done.complete((q, loc, s.data.length)) }
+        } catch { case NonFatal(e) => group.foreach(_.done.completeExceptionally(e)) }
+    }
+  }
+
+  /** Steps 4-6 for uploaded batches: appended in one write (ATTEMPT before each CAS), then LANDED. */
+  private def commit(group: IndexedSeq[Shipment]): IndexedSeq[(Long, String)] = {
+    val batchNos = group.map(_.batchNo)
+    val what = s"appending batch ${batchNos.head}" + (if (group.size > 1) s"..${batchNos.last}" else "")
+    val landed = forever(what) {
+      // An ATTEMPT record names every batch it carried.
+      val prior = batchNos.flatMap(spool.attemptsOf).distinct.map(a => (a.base, a.locations.toIndexedSeq))
+      val pending = group.map { s =>
+        new PendingLocation(s.location, s.metadata, () => { val key = newKey(); put(key, s.data); key },
+          BatchIntegrity.record(s.data), if (prior.isEmpty) Some(s.put.join().longValue) else None)
+      }
+      val sequences = appender.commitMany(pending, prior, (base, locs) => spool.recordAttempt(base, batchNos, locs))
+      sequences.zip(pending.map(_.location))
+    }
+    spool.recordLanded(landed.head._1, batchNos)
+    landed
   }
 
   def encode(calls: Seq[EntriesRecord]): (Array[Byte], IndexedSeq[MetadataItem]) = {
@@ -94,23 +163,88 @@ final class SpoolUploader(
     (BatchCodec.encode(records, compression), metadata)
   }
 
-  /** Ships every batch the spool named but did not see land (step 2 on); how many. */
-  def replay(): Int = spool.pendingBatches().map { r =>
-    val (data, metadata) = encode(spool.batchCalls(r.batchNo))
-    var location = r.location
-    if (data.length.toLong != r.byteLength || SpoolUploader.crc(data) != r.batchCrc32) {
-      // Other bytes (another compression or zstd build): a fresh name, recorded before its PUT.
-      location = newKey()
-      spool.renameBatch(BatchRecord(r.batchNo, r.firstCall, r.lastCall, data.length.toLong, SpoolUploader.crc(data),
-          location))
-    }
-    ship(r.batchNo, data, location, metadata)
-    metrics.counter(MetricNames.SpoolReplayedBatches).increment()
-    1
-  }.sum
+  /**
+   * Ships every batch the spool named but did not see land (step 2 on), in batch order and grouped as
+   * [[SpoolUploader.replayGroups]] says; how many. The data prefix is claimed first (`claim`, retried
+   * like an upload, so a producer started while the store is unreachable starts).
+   */
+  def replay(): Int = {
+    // The appender then takes the queue's grace period from the record, if shorter than ours (§6).
+    forever("claiming the data prefix")(claim())
+    replayGroups(spool.pendingBatches(), spool.attemptsOf).map { group =>
+      val shipments = group.map { r =>
+        val (data, metadata) = encode(spool.batchCalls(r.batchNo))
+        var location = r.location
+        if (data.length.toLong != r.byteLength || crc(data) != r.batchCrc32) {
+          // Other bytes (another compression or zstd build): a fresh name, recorded before its PUT.
+          location = newKey()
+          spool.renameBatch(BatchRecord(r.batchNo, r.firstCall, r.lastCall, data.length.toLong, crc(data), location))
+        }
+        shipment(r.batchNo, data, location, metadata)
+      }
+      shipments.foreach(_.put.join())
+      commit(shipments.toIndexedSeq)
+      metrics.counter(MetricNames.SpoolReplayedBatches).add(group.size.toLong)
+      group.size
+    }.sum
+  }
+
+  /** Waits until nothing submitted is still on its way; whether that happened within `timeoutMs`. */
+  def idle(timeoutMs: Long): Boolean = lock.synchronized {
+    val deadline = clock.nanoTime() + timeoutMs * 1000000L
+    while (committer != null && clock.nanoTime() < deadline)
+      lock.wait(math.max(1L, (deadline - clock.nanoTime()) / 1000000L))
+    committer == null
+  }
+
+  /** Stops the PUT threads (call once [[idle]]). */
+  def close(): Unit = puts.shutdown()
 }
 
+/** One named batch on its way: its PUT (completing with when it started) and its landing. */
+final class Shipment(
+    val batchNo: Long,
+    val data: Array[Byte],
+    val location: String,
+    val metadata: IndexedSeq[MetadataItem],
+    val put: CompletableFuture[java.lang.Long],
+    val done: CompletableFuture[(Long, String, Int)])
+
 object SpoolUploader {
+  /** Batch files PUT at once, and batches appended per manifest write at most (an ATTEMPT record's count is a u16). */
+  val ParallelPuts = 4
+  val MaxGroup = 64
+
+  /**
+   * The pending batches cut into manifest writes, in batch order: a batch with ATTEMPT records goes with
+   * the batches its write carried (so each earlier write is resolved as the group it was); runs of
+   * batches never sent go [[MaxGroup]] at a time.
+   */
+  def replayGroups(pending: Seq[BatchRecord], attemptsOf: Long => Seq[AttemptRecord]): Seq[Seq[BatchRecord]] = {
+    val byNo = pending.map(b => b.batchNo -> b).toMap
+    val placed = scala.collection.mutable.Set.empty[Long]
+    val groups = ArrayBuffer.empty[Seq[BatchRecord]]
+    val run = ArrayBuffer.empty[BatchRecord]
+    def endRun(): Unit = if (run.nonEmpty) { groups += run.toList; run.clear() }
+    pending.foreach { b =>
+      if (!placed(b.batchNo)) {
+        val attempts = attemptsOf(b.batchNo)
+        if (attempts.isEmpty) {
+          run += b; placed += b.batchNo
+          if (run.size == MaxGroup) endRun()
+        } else {
+          endRun()
+          val members = (attempts.flatMap(_.batchNos).filter(n => byNo.contains(n) && !placed(n)) :+ b.batchNo)
+            .distinct.sorted
+          placed ++= members
+          groups += members.map(byNo)
+        }
+      }
+    }
+    endRun()
+    groups.toList
+  }
+
   /** A batch's records and metadata items from its calls, as the producer builds them. */
   def assemble(calls: Seq[EntriesRecord]): (IndexedSeq[Array[Byte]], IndexedSeq[MetadataItem]) = {
     val records = IndexedSeq.newBuilder[Array[Byte]]

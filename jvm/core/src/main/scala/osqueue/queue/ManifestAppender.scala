@@ -210,15 +210,15 @@ final class ManifestAppender(
   }
 
   /**
-   * Appends one location now, in the calling thread (a producer spool's uploader). `prior`: (base,
-   * locations) of earlier writes of this entry whose outcome is unknown (a spool's ATTEMPT records,
-   * possibly of a process that died), resolved as §5 does before anything is written again, so a
-   * write that landed is found, never appended twice. `onAttempt` is told (base, location) right
-   * before each CAS is sent (the spool records it). Returns the entry's sequence; `p.location` is
-   * the location that landed.
+   * Appends the group now, in one write in the calling thread (a producer spool's uploader). `prior`:
+   * (base, locations) of earlier writes of this group whose outcome is unknown (a spool's ATTEMPT
+   * records, possibly of a process that died; each carried the whole group), resolved as §5 does before
+   * anything is written again, so a write that landed is found, never appended twice. `onAttempt` is
+   * told (base, locations) right before each CAS is sent (the spool records it). Returns the entries'
+   * sequences; each `p.location` is the location that landed.
    */
-  def commitOne(p: PendingLocation, prior: Seq[(Long, IndexedSeq[String])],
-      onAttempt: (Long, String) => Unit): Long = append(IndexedSeq(p), prior, onAttempt).head
+  def commitMany(group: IndexedSeq[PendingLocation], prior: Seq[(Long, IndexedSeq[String])],
+      onAttempt: (Long, IndexedSeq[String]) => Unit): IndexedSeq[Long] = append(group, prior, onAttempt)
 
   def append(group: IndexedSeq[PendingLocation]): IndexedSeq[Long] = cooperative match {
     case Some(c) => c.commit(group)
@@ -226,7 +226,7 @@ final class ManifestAppender(
   }
 
   private def append(group: IndexedSeq[PendingLocation], prior: Seq[(Long, IndexedSeq[String])],
-      onAttempt: (Long, String) => Unit): IndexedSeq[Long] = {
+      onAttempt: (Long, IndexedSeq[String]) => Unit): IndexedSeq[Long] = {
     checkPrefixes(group)
     val sealState = new SealState
     val attempts = ArrayBuffer.empty[Attempt]
@@ -277,7 +277,7 @@ final class ManifestAppender(
             // A create is judged against whichever incarnation it finds: it made that one if it landed.
             val incarnation = if (snapshot.version.isEmpty) None else Some(Incarnation.of(ManifestHead.parse(raw, manifest.key).epoch))
             lastSent = Some((base, group.map(_.location), incarnation))
-            group.zipWithIndex.foreach { case (p, i) => onAttempt(base + i, p.location) }
+            onAttempt(base, group.map(_.location))
             CasStep.Write(bytes, () => { cut.foreach(_.count(metrics)); base until base + group.size })
         }
       }, Some(settle))

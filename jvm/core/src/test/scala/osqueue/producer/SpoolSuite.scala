@@ -278,4 +278,124 @@ class SpoolSuite extends AnyFunSuite {
     assert(dropped.forall(h => Try(h.awaitDurable(1.second)).failed.get.isInstanceOf[QueueFullException]))
     assert(dropped.forall(h => Try(h.awaitDurable(1.second)).failed.get.getMessage.contains("dropped by drop_oldest")))
   }
+
+  test("should start in an outage and replay when the store is back (the data prefix claimed later)") {
+    // Issue 28's chaos case: a producer restarted on its spool while the store is unreachable. It used to
+    // fail in its constructor (the data prefix's owner claim, a GET); it now claims from its upload thread.
+    val store = new Outage(InMemoryStore.fresh())
+    val dir = tmp()
+    val first = producer(store, dir, config = _.copy(durability = "local"))
+    first.produce(Seq("first".getBytes)).awaitDurable(5.seconds)
+    first.close()
+    store.down = true
+    val p = producer(store, dir, config = _.copy(durability = "local"))
+    val handle = p.produce(Seq("in the outage".getBytes)) // returned: forced locally
+    eventually(5)(store.failed.get >= 2)
+    assert(!handle.isDone)
+    store.down = false
+    handle.awaitDurable(10.seconds)
+    p.close()
+    assert(values(store) == Seq("first", "in the outage"))
+  }
+
+  /** Counts the manifest's conditional writes and the entries each added; holds them while `gate` is closed. */
+  private class ManifestWrites(inner: ObjectStore) extends ForwardingStore(inner) {
+    @volatile var held = new java.util.concurrent.CountDownLatch(0)
+    val sizes = new java.util.concurrent.ConcurrentLinkedQueue[Int]()
+    val batchPuts = new AtomicInteger()
+    private def entries(bytes: Array[Byte]): Int = ManifestCodec.decode(bytes, Key).entries.size
+    private def counted(key: String, bytes: Array[Byte])(write: => CasOutcome): CasOutcome =
+      if (key != Key) write
+      else {
+        held.await(10, java.util.concurrent.TimeUnit.SECONDS)
+        val before = inner.get(Key).fold(0)(o => entries(o.bytes))
+        val outcome = write
+        if (outcome.isInstanceOf[CasOutcome.Written]) sizes.add(entries(bytes) - before)
+        outcome
+      }
+    override def put(key: String, bytes: Array[Byte]): Unit = {
+      if (key.endsWith(".batch")) batchPuts.incrementAndGet()
+      super.put(key, bytes)
+    }
+    override def putIfAbsent(key: String, bytes: Array[Byte]): CasOutcome =
+      counted(key, bytes)(super.putIfAbsent(key, bytes))
+    override def putIfVersionMatches(key: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome =
+      counted(key, bytes)(super.putIfVersionMatches(key, bytes, expected))
+  }
+
+  private val Six = (0 until 6).map(i => EntriesRecord(i.toLong, 1700000000000L, Array.emptyByteArray, Seq(s"c$i".getBytes)))
+  private val Locs = (0 until 3).map(i => f"ingest/01JD00000000000000000000$i%02d.batch")
+  private def threeBatches(store: ObjectStore): Seq[BatchRecord] = (0 until 3).map { i =>
+    namedBatch(store, Six.slice(2 * i, 2 * i + 2), Locs(i)).copy(batchNo = i.toLong)
+  }
+  private def locations(store: ObjectStore): Seq[String] =
+    ManifestCodec.decode(store.get(Key).get.bytes, Key).entries.map(_.location)
+
+  test("should replay batches PUT before a crash in one manifest write, in spool order") {
+    // Issue 28: the uploader appends several batches per manifest write. A crash after three BATCH records
+    // and their PUTs, before any ATTEMPT: the replay appends the three in one write, in batch order, once.
+    val inner = InMemoryStore.fresh()
+    val dir = tmp()
+    spoolWith(dir, Six ++ threeBatches(inner))
+    val store = new ManifestWrites(inner)
+    val metrics = new MetricsRegistry
+    val p = producer(store, dir, metrics)
+    p.flush(); p.close()
+    assert(store.sizes.toArray.toSeq == Seq(3))
+    assert(locations(inner) == Locs)
+    assert(values(inner) == (0 until 6).map(i => s"c$i"))
+    assert(metrics.counterValue(MetricNames.SpoolReplayedBatches) == 3)
+    val again = producer(store, dir) // settled: a second restart adds nothing
+    again.flush(); again.close()
+    assert(store.sizes.toArray.toSeq == Seq(3) && values(inner) == (0 until 6).map(i => s"c$i"))
+  }
+
+  Seq(true, false).foreach { landed =>
+    test(s"should append each batch of a several-batch write once after a crash after its ATTEMPT (landed=$landed)") {
+      // One ATTEMPT record names the three batches of one write. Whether that write landed (the process died
+      // before LANDED) or not, the replay resolves the three as that one write: each batch once, in order.
+      val inner = InMemoryStore.fresh()
+      val dir = tmp()
+      spoolWith(dir, Six ++ threeBatches(inner) :+ AttemptRecord(0, Seq(0L, 1L, 2L), Locs))
+      if (landed) {
+        val q = new QueueProducer(new ManifestStore(inner, Key), RetryPolicy(), SystemClock, new MetricsRegistry, 600000)
+        val items = IndexedSeq(MetadataItem(0, 1700000000000L, Array.emptyByteArray),
+          MetadataItem(1, 1700000000000L, Array.emptyByteArray))
+        Locs.foreach(l => q.enqueue(new PendingLocation(l, items, () => l, uploadStartedNanos = Some(SystemClock.nanoTime()))).get())
+        q.close()
+      }
+      val store = new ManifestWrites(inner)
+      val p = producer(store, dir)
+      p.flush(); p.close()
+      assert(store.sizes.toArray.toSeq == (if (landed) Seq() else Seq(3)))
+      // not landed: their ULIDs are old, so they are PUT again under fresh names (stale, docs/format.md §6)
+      if (landed) assert(locations(inner) == Locs) else assert((locations(inner).toSet -- Locs).size == 3)
+      assert(values(inner) == (0 until 6).map(i => s"c$i"))
+      val again = new Spool(dir, clock = SystemClock)
+      assert(again.pendingBatches().isEmpty && again.unbatchedCalls().isEmpty)
+      again.close()
+    }
+  }
+
+  test("should PUT ahead and append several spooled batches per manifest write") {
+    // Issue 28: while a manifest write is in flight, the next batches are PUT and then go into the next
+    // write together (as an unspooled producer's group commit does). It used to be one write per batch,
+    // each waited for before the next batch's PUT.
+    val inner = InMemoryStore.fresh()
+    val store = new ManifestWrites(inner)
+    val gate = new java.util.concurrent.CountDownLatch(1)
+    store.held = gate // the first manifest write waits
+    val p = producer(store, tmp(), config = _.copy(durability = "local", flushSizeBytes = 1))
+    val handles = (0 until 5).map(i => p.produce(Seq(s"e$i".getBytes))) // one batch each
+    val deadline = System.nanoTime() + 3000000000L
+    while (store.batchPuts.get < 5 && System.nanoTime() < deadline) Thread.sleep(5)
+    val putsWhileBlocked = store.batchPuts.get
+    gate.countDown()
+    p.flush()
+    handles.foreach(_.awaitDurable(10.seconds))
+    p.close()
+    assert(putsWhileBlocked == 5)
+    assert(store.sizes.toArray.toSeq == Seq(1, 4))
+    assert(values(inner) == (0 until 5).map(i => s"e$i"))
+  }
 }
