@@ -428,11 +428,13 @@ class _ManifestWrites(WrappedStore):
         super().__init__(inner)
         self.gate = threading.Event()
         self.gate.set()
+        self.blocked = threading.Event()  # a manifest write reached the gate
         self.sizes: list[int] = []
         self.batch_puts = 0
 
         def hook(key: str, data: bytes, expected: Any, apply: Any) -> Any:
             if key == KEY:
+                self.blocked.set()
                 self.gate.wait(10)
                 before = 0 if expected is None else len(decode_manifest(self.inner.get(KEY).data, KEY).entries)
                 outcome = apply()
@@ -516,8 +518,10 @@ def test_a_spooled_producer_puts_ahead_and_appends_several_batches_per_manifest_
     store = _ManifestWrites(inner)
     store.gate.clear()  # the first manifest write waits
     with _producer(store, tmp_path, durability="local", flush_size_bytes=1) as p:
-        handles = [p.produce([f"e{i}".encode()]) for i in range(5)]  # one batch each
-        deadline = time.monotonic() + 3
+        handles = [p.produce([b"e0"])]
+        assert store.blocked.wait(10), "the first batch's manifest write never started"
+        handles += [p.produce([f"e{i}".encode()]) for i in range(1, 5)]  # one batch each
+        deadline = time.monotonic() + 10
         while store.batch_puts < 5 and time.monotonic() < deadline:
             time.sleep(0.005)
         puts_while_blocked = store.batch_puts

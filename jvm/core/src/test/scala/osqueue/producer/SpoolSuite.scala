@@ -301,12 +301,14 @@ class SpoolSuite extends AnyFunSuite {
   /** Counts the manifest's conditional writes and the entries each added; holds them while `gate` is closed. */
   private class ManifestWrites(inner: ObjectStore) extends ForwardingStore(inner) {
     @volatile var held = new java.util.concurrent.CountDownLatch(0)
+    val blocked = new java.util.concurrent.CountDownLatch(1) // a manifest write reached `held`
     val sizes = new java.util.concurrent.ConcurrentLinkedQueue[Int]()
     val batchPuts = new AtomicInteger()
     private def entries(bytes: Array[Byte]): Int = ManifestCodec.decode(bytes, Key).entries.size
     private def counted(key: String, bytes: Array[Byte])(write: => CasOutcome): CasOutcome =
       if (key != Key) write
       else {
+        blocked.countDown()
         held.await(10, java.util.concurrent.TimeUnit.SECONDS)
         val before = inner.get(Key).fold(0)(o => entries(o.bytes))
         val outcome = write
@@ -386,8 +388,10 @@ class SpoolSuite extends AnyFunSuite {
     val gate = new java.util.concurrent.CountDownLatch(1)
     store.held = gate // the first manifest write waits
     val p = producer(store, tmp(), config = _.copy(durability = "local", flushSizeBytes = 1))
-    val handles = (0 until 5).map(i => p.produce(Seq(s"e$i".getBytes))) // one batch each
-    val deadline = System.nanoTime() + 3000000000L
+    val first = p.produce(Seq("e0".getBytes))
+    assert(store.blocked.await(10, java.util.concurrent.TimeUnit.SECONDS), "the first manifest write never started")
+    val handles = first +: (1 until 5).map(i => p.produce(Seq(s"e$i".getBytes))) // one batch each
+    val deadline = System.nanoTime() + 10000000000L
     while (store.batchPuts.get < 5 && System.nanoTime() < deadline) Thread.sleep(5)
     val putsWhileBlocked = store.batchPuts.get
     gate.countDown()
