@@ -10,8 +10,6 @@ import json
 import math
 import pathlib
 import re
-import shutil
-import subprocess
 import sys
 
 import pytest
@@ -23,7 +21,6 @@ if str(ROOT) not in sys.path:  # the harness is imported from the checkout, as `
 
 from bench.harness.__main__ import main as harness  # noqa: E402
 from bench.harness.client_benchmarks import CountingStore  # noqa: E402
-from bench.harness.jvm_benchmarks import jvm_classpath  # noqa: E402
 from bench.harness.report import replot  # noqa: E402
 from bench.harness.run import BENCHMARKS, QUICK_SKIPS, normalize_names  # noqa: E402
 from bench.harness.stats import summarize  # noqa: E402
@@ -209,19 +206,6 @@ def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
         }
         for name in data["plots"]:
             assert (out / name).stat().st_size > 1000
-
-
-def test_the_jvm_bench_programs_compile_against_the_connector(tmp_path) -> None:
-    """The harness runs bench/jvm/*.java with java's source launcher, outside sbt: a changed core API
-    would otherwise break them only when that benchmark runs."""
-    cp, javac = jvm_classpath(), shutil.which("javac")
-    if cp is None or javac is None:
-        pytest.skip("needs javac, pyspark's jars and the connector jar")
-    for source in sorted((ROOT / "bench" / "jvm").glob("*.java")):
-        r = subprocess.run(
-            [javac, "-proc:none", "-cp", cp, "-d", str(tmp_path), str(source)], capture_output=True, text=True
-        )
-        assert r.returncode == 0, f"{source.name}: {r.stderr[-2000:]}"
 
 
 def test_deep_v1_bench_reports_the_chunked_and_the_one_segment_head(monkeypatch: pytest.MonkeyPatch) -> None:
