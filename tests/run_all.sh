@@ -3,13 +3,13 @@
 # the JVM tests (sbt, against real files and a real S3 server), the connector jar build,
 # and the Python tests (pytest, incl. Spark and S3 servers) — and prints one closing line.
 #
-#   bash tests/run_all.sh [pytest args]   everything (CI, .ci/run; about 35 minutes cold on 2 cores)
+#   bash tests/run_all.sh [pytest args]   everything (CI, .ci/run; about 45 minutes cold on 2 cores)
 #
-# Two lanes: the tests that need no jar (pytest -m "not jvm": the native client, CLI, stores and
-# their test servers, then the same on Python 3.10 and 3.13) run in the background from the start,
-# logged to target/test-reports/native.log and shown at the end; the foreground builds and tests the
-# JVM side, then runs the tests that need its jars (pytest -m jvm) in two processes: tests/spark in
-# the foreground, and beside it integration and the benchmarks, then the pyspark matrix (side.log).
+# Lanes: the tests that need no jar (pytest -m "not jvm": the native client, CLI, stores and their
+# test servers, then the same on Python 3.10 and 3.13) run in the background from the start, logged
+# to target/test-reports/native.log and shown at the end. The foreground builds the jars and the
+# wheel, then starts the JVM suites (sbt, jvm.log) and the tests that need the jars outside
+# tests/spark with the pyspark matrix (side.log) in the background, and runs tests/spark itself.
 # Every pytest test runs in exactly one lane (conftest.py's marker).
 #   bash tests/run_all.sh --quick         the inner loop (under 3 minutes warm, CONTRIBUTING.md)
 set -uo pipefail
@@ -78,39 +78,46 @@ native_pid=$!
 # would otherwise leave its /tmp/spark-* behind. Checked at the end.
 spark_scratch_in_tmp() { ls -d /tmp/spark-* /tmp/temporary-* 2>/dev/null | sort; }
 spark_scratch_before="$(spark_scratch_in_tmp)"
-step "Connector jars and the build's Maven repository, then the JVM tests (sbt): the core (Scala 2.13);"
-echo "   each Spark line's suite, the full one on the newest"
-# The jars first: sbt stops at a failing suite, and the Python tests need the jars and the build
-# repository anyway (else one JVM failure shows up again as every packaging test erroring).
-bash .ci/sbt spark/assembly spark/package core/assembly core_2_12/assembly publishBuildRepo test || status=1
-keep_jvm_reports() { mkdir -p "$reports/$1"; cp jvm/*/target/test-reports/*.xml "$reports/$1/" 2>/dev/null || true; }
-keep_jvm_reports jvm
-for d in jvm/spark/target/line-*/test-reports; do  # one per Spark line (the same suite names)
-  [ -d "$d" ] || continue
-  line="$(basename "$(dirname "$d")")"; mkdir -p "$reports/jvm-$line"; cp "$d"/*.xml "$reports/jvm-$line/" 2>/dev/null || true
-done
-step "JVM S3 suites again, against LocalStack's S3 (the run above used moto)"
-OSQUEUE_S3_KIND=localstack OSQUEUE_LOCALSTACK_PYTHON="$root/.venv-localstack/bin/python" \
-  bash .ci/sbt "core/testOnly osqueue.store.S3StoreSuite osqueue.queue.QueueProducerSuite" || status=1
-rm -rf "$reports/jvm-localstack"; mkdir -p "$reports/jvm-localstack"
-cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
-   jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-localstack/" 2>/dev/null || true
-
-step "JVM S3 suites again, against Ceph RGW (cancelled with the reason when Ceph is not installed)"
-OSQUEUE_S3_KIND=ceph bash .ci/sbt "core/testOnly osqueue.store.S3StoreSuite osqueue.queue.QueueProducerSuite" || status=1
-rm -rf "$reports/jvm-ceph"; mkdir -p "$reports/jvm-ceph"
-cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
-   jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-ceph/" 2>/dev/null || true
-
+step "Connector jars and the build's Maven repository (sbt)"
+# The jars first: the Python tests need them and the build repository, and the JVM suites then run
+# beside those tests (below) instead of before them.
+bash .ci/sbt spark/assembly spark/package core/assembly core_2_12/assembly publishBuildRepo || status=1
 step "Building the osqueue wheel (bundles the jars) and installing it into .venv"
 rm -rf target/wheel
 .venv/bin/python -m pip wheel -q --no-deps -w target/wheel . || status=1
 wheel="$(ls target/wheel/osqueue-*.whl 2>/dev/null | head -1)"
 .venv/bin/python -m pip install -q --no-deps --force-reinstall "$wheel" || status=1
 
-# The tests that need the jars, in two processes at once (most of their time is Spark and servers
-# starting and waiting, not CPU): Spark's own tests here, and beside them integration, the
-# benchmarks, the Ceph run and the pyspark matrix, logged to target/test-reports/side.log.
+# Three processes at once from here (most of their time is Spark and servers starting and waiting,
+# not CPU): the JVM suites (sbt, logged to target/test-reports/jvm.log); the tests that need the jars
+# outside tests/spark, the Ceph run and the pyspark matrix (side.log); Spark's own tests here.
+jvm_log="$reports/jvm.log"
+(
+  rc=0
+  step "The JVM tests (sbt): the core (Scala 2.13); each Spark line's suite, the full one on the newest"
+  bash .ci/sbt test || rc=1
+  keep_jvm_reports() { mkdir -p "$reports/$1"; cp jvm/*/target/test-reports/*.xml "$reports/$1/" 2>/dev/null || true; }
+  keep_jvm_reports jvm
+  for d in jvm/spark/target/line-*/test-reports; do  # one per Spark line (the same suite names)
+    [ -d "$d" ] || continue
+    line="$(basename "$(dirname "$d")")"; mkdir -p "$reports/jvm-$line"; cp "$d"/*.xml "$reports/jvm-$line/" 2>/dev/null || true
+  done
+  for kind in localstack ceph; do
+    if [ "$kind" = localstack ]; then
+      step "JVM S3 suites again, against LocalStack's S3 (the run above used moto)"
+    else
+      step "JVM S3 suites again, against Ceph RGW (cancelled with the reason when Ceph is not installed)"
+    fi
+    OSQUEUE_S3_KIND=$kind OSQUEUE_LOCALSTACK_PYTHON="$root/.venv-localstack/bin/python" \
+      bash .ci/sbt "core/testOnly osqueue.store.S3StoreSuite osqueue.queue.QueueProducerSuite" || rc=1
+    rm -rf "$reports/jvm-$kind"; mkdir -p "$reports/jvm-$kind"
+    cp jvm/core/target/test-reports/TEST-osqueue.store.S3StoreSuite.xml \
+       jvm/core/target/test-reports/TEST-osqueue.queue.QueueProducerSuite.xml "$reports/jvm-$kind/" 2>/dev/null || true
+  done
+  exit $rc
+) >"$jvm_log" 2>&1 </dev/null &
+jvm_pid=$!
+
 side_log="$reports/side.log"
 # shellcheck source=/dev/null
 source .ci/pyspark-lines.env  # PYSPARK_LINE_VERSIONS, split between the two lanes below
@@ -140,6 +147,10 @@ OSQUEUE_PYSPARK_LINES="${PYSPARK_LINE_VERSIONS##* }" bash tests/spark_lines.sh "
 step "Integration, the benchmarks, Ceph and the pyspark matrix (started beside Spark's tests; their log follows)"
 wait $side_pid || status=1
 cat "$side_log"
+
+step "The JVM tests (started beside the jvm lanes; their log follows)"
+wait $jvm_pid || status=1
+cat "$jvm_log"
 
 step "The native lane (started first; its log follows)"
 wait $native_pid || status=1

@@ -30,8 +30,9 @@ select="$select or test_spark_lines"
 select="$select or test_connect"  # every entry point in a Spark Connect session (and the Python data source there, killed -9 twice too)
 # The Python data source (osqueue_python, pyspark 4.0+; skipped on 3.5) in a classic session: batch read,
 # df.write, AvailableNow through its sink, admission control on 4.2+ (tests/spark/python_source_scenario.py).
-# test_kill_dash_nine_mid_stream above also selects the Python source's kill -9 twice (test_python_source.py;
-# 4.0-4.3 here, 4.1 in the jvm lane).
+# test_kill_dash_nine_mid_stream above also selects the Python source's kill -9 twice (test_python_source.py),
+# and test_connect its Connect server's kill -9: both marked line_ends, they run on the oldest and newest
+# line with the source (4.0, 4.3; minutes each); OSQUEUE_EVERY_LINE=1 runs them on every line.
 select="$select or test_python_source_on_this_line"
 status=0
 for version in ${OSQUEUE_PYSPARK_LINES:-$PYSPARK_LINE_VERSIONS}; do

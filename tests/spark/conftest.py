@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import re
 import sys
 import uuid
 
@@ -16,6 +18,38 @@ sys.path.insert(0, str(REPO / "tests" / "s3"))
 from fixtures import new_bucket, run_s3_server  # noqa: E402
 
 from .support import spark_builder  # noqa: E402
+
+
+def _python_source_line_ends() -> set[str]:
+    """The oldest and newest pyspark line of the full run's matrix that has the Python data source API (4.0 on)."""
+    text = (REPO / ".ci" / "pyspark-lines.env").read_text(encoding="utf-8")
+    versions = re.search(r'^PYSPARK_LINE_VERSIONS="([^"]*)"', text, re.M)
+    assert versions, ".ci/pyspark-lines.env has no PYSPARK_LINE_VERSIONS"
+    lines = [".".join(v.split(".")[:2]) for v in versions.group(1).split()]
+    with_source = [v for v in lines if tuple(map(int, v.split("."))) >= (4, 0)]
+    return {with_source[0], with_source[-1]}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "line_ends: a kill -9 case of the Python data source, minutes per line: run on the oldest and newest "
+        "pyspark line with the source (.ci/pyspark-lines.env), or on any line with OSQUEUE_EVERY_LINE=1",
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("line_ends") is None or os.environ.get("OSQUEUE_EVERY_LINE") == "1":
+        return
+    import pyspark
+
+    line = ".".join(pyspark.__version__.split(".")[:2])
+    ends = _python_source_line_ends()
+    if line not in ends:
+        pytest.skip(
+            f"runs on the pyspark lines {' and '.join(sorted(ends))} in the full run (tests/spark_lines.sh); "
+            f"OSQUEUE_EVERY_LINE=1 runs it on {line} too"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -334,6 +334,7 @@ def _batch_file_values(out: pathlib.Path) -> list[str]:
     return [r["value"] for r in sorted(rows, key=lambda r: (r["sequence"], r["index"]))]
 
 
+@pytest.mark.line_ends
 def test_python_source_kill_dash_nine_of_the_server_twice_then_available_now_gives_exact_counts(
     connect, queue_dir, tmp_path
 ):

@@ -153,6 +153,7 @@ def _output_values(out: pathlib.Path) -> list[str]:
     return [r["value"] for r in sorted(rows, key=lambda r: (r["sequence"], r["index"]))]
 
 
+@pytest.mark.line_ends
 def test_kill_dash_nine_mid_stream_twice_then_restart_gives_exact_counts(queue_dir, tmp_path):
     """Entries produced while the job runs, the job killed with -9 twice mid-stream; AvailableNow
     runs from the same checkpoint then end with every entry delivered once (by batch id: a replayed
