@@ -35,11 +35,11 @@ from osqueue.metrics import (
 from osqueue.producer import Producer
 from osqueue.producer.spool import Spool
 from osqueue.producer.spool_log import (
+    PREALLOC_MIN_BYTES,
     AttemptRecord,
     BatchRecord,
     DroppedRecord,
     EntriesRecord,
-    PREALLOC_MIN_BYTES,
     LandedRecord,
     SpoolLog,
     decode_records,
