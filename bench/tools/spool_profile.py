@@ -13,6 +13,7 @@ to count them). `--profile`: cProfile of the caller's thread, the 15 costliest f
 from __future__ import annotations
 
 import cProfile
+import importlib.util
 import os
 import pathlib
 import pstats
@@ -22,7 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
-sys.path[:0] = [str(pathlib.Path(__file__).resolve().parents[2] / "python")]
+if importlib.util.find_spec("osqueue") is None:  # PYTHONPATH may name another checkout's (a before/after)
+    sys.path[:0] = [str(pathlib.Path(__file__).resolve().parents[2] / "python")]
 
 from osqueue.producer import Producer  # noqa: E402 (after the sys.path setup)
 from osqueue.store.local_file_system_store import LocalFileSystemStore  # noqa: E402
