@@ -1,8 +1,10 @@
 """Issue 28's rows (docs/adr/0006): the producer spool's cost and the readers' verification cost.
 
-``spool``: a Python producer's MB/s to the S3 server (through the latency proxy) with and without
-a spool (``durability="local"``), paired runs; and ``produce()`` to locally durable (its return, once
-the call is fsync'd) p50/p99 in the spooled runs.
+``spool``: a Python producer's MB/s to the S3 server (through the latency proxy) without a spool, with
+a spool and ``durability="local"`` (each call fsync'd before it returns), and with a spool and
+``durability="queue"`` (Quiver's streaming path: the call is written to the log, and the uploader's
+fsync of the BATCH record, before the batch's PUT, covers it), in runs of three; and ``produce()`` to
+locally durable p50/p99 in the ``local`` runs.
 
 ``verify_read``: a native Consumer reading the queue, rows/s, and the time its integrity checks
 take (``verify_entry`` and the batch CRC over the same entries and batch bytes, timed on their own):
@@ -29,14 +31,15 @@ CHECK_REPEATS = 5
 one long pass on a loaded machine once made the checks alone look slower than the whole read."""
 
 
-def _produce_run(env: Env, s: Settings, spooled: bool, calls: int, per_call: int) -> dict[str, Any]:
+def _produce_run(env: Env, s: Settings, durability: str | None, calls: int, per_call: int) -> dict[str, Any]:
+    """One run: no spool (``durability`` None) or a spool with that durability."""
     from osqueue.producer import Producer
 
     record = b"s" * s.record_bytes
-    store = env.store(f"spool-{'on' if spooled else 'off'}-{uuid.uuid4().hex[:8]}")
+    store = env.store(f"spool-{durability or 'off'}-{uuid.uuid4().hex[:8]}")
     returns: list[float] = []
     with tempfile.TemporaryDirectory(prefix="osq-bench-spool-") as spool:
-        kwargs: dict[str, Any] = {"spool_dir": spool, "durability": "local"} if spooled else {}
+        kwargs: dict[str, Any] = {} if durability is None else {"spool_dir": spool, "durability": durability}
         t0 = time.perf_counter()
         with Producer(store=store, flush_interval=0.05, **kwargs) as p:
             for _ in range(calls):
@@ -62,15 +65,18 @@ def bench_spool(env: Env, s: Settings) -> dict[str, Any]:
     calls = SPOOL_CALLS[0] if s.quick else SPOOL_CALLS[1]
     per_call = 16
     pairs = []
+    streaming = []
     for _ in range(s.ratio_repeats):
-        off = _produce_run(env, s, False, calls, per_call)
-        on = _produce_run(env, s, True, calls, per_call)
+        off = _produce_run(env, s, None, calls, per_call)
+        on = _produce_run(env, s, "local", calls, per_call)
+        streaming.append(_produce_run(env, s, "queue", calls, per_call))
         pairs.append((off, on))
     out: dict[str, Any] = {
         "description": f"{calls} produce() calls of {per_call} × {s.record_bytes} B as fast as they return, "
-        "flush_interval 0.05 s, then close() (every call in the queue); MB/s over the whole run, unspooled "
-        "and spooled (durability local, spool in the temp directory) in pairs; produce() latency in the "
-        "spooled runs is the time to locally durable (fsync'd)",
+        "flush_interval 0.05 s, then close() (every call in the queue); MB/s over the whole run, unspooled, "
+        "spooled with durability local and spooled with durability queue (the streaming path: no fsync per "
+        "call) in runs of three, spool in the temp directory; produce() latency in the durability-local runs "
+        "is the time to locally durable (fsync'd)",
         "unspooled_mb_s": summarize([a["mb_s"] for a, _ in pairs]),
         "spooled_mb_s": summarize([b["mb_s"] for _, b in pairs]),
         "ratio": summarize([b["mb_s"] / a["mb_s"] for a, b in pairs]),
@@ -81,13 +87,20 @@ def bench_spool(env: Env, s: Settings) -> dict[str, Any]:
         "unspooled_close_s": summarize([a["close_s"] for a, _ in pairs]),
         "spooled_calls_s": summarize([b["calls_s"] for _, b in pairs]),
         "spooled_close_s": summarize([b["close_s"] for _, b in pairs]),
+        "streaming_mb_s": summarize([q["mb_s"] for q in streaming]),
+        "streaming_ratio": summarize([q["mb_s"] / a["mb_s"] for (a, _), q in zip(pairs, streaming)]),
+        "streaming_produce_p99_ms": summarize([q["produce_p99_ms"] for q in streaming]),
+        "streaming_calls_s": summarize([q["calls_s"] for q in streaming]),
+        "streaming_close_s": summarize([q["close_s"] for q in streaming]),
     }
     s.log(
         f"spool: {out['spooled_mb_s']['median']:.1f} vs {out['unspooled_mb_s']['median']:.1f} MB/s "
         f"(ratio {out['ratio']['median']:.3f}); produce() to locally durable p99 "
         f"{out['durable_p99_ms']['median']:.2f} ms; calls + close(): unspooled "
         f"{out['unspooled_calls_s']['median']:.2f} + {out['unspooled_close_s']['median']:.2f} s, spooled "
-        f"{out['spooled_calls_s']['median']:.2f} + {out['spooled_close_s']['median']:.2f} s"
+        f"{out['spooled_calls_s']['median']:.2f} + {out['spooled_close_s']['median']:.2f} s; streaming path "
+        f"(durability queue) {out['streaming_mb_s']['median']:.1f} MB/s, ratio {out['streaming_ratio']['median']:.3f}, "
+        f"calls + close() {out['streaming_calls_s']['median']:.2f} + {out['streaming_close_s']['median']:.2f} s"
     )
     return out
 

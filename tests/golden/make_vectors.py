@@ -873,8 +873,10 @@ SPOOL_LOCATION = "ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch"
 
 def build_spool() -> tuple[dict[str, bytes], dict]:
     """spool_log_v1.bin (one record of each type, described in spool.json), spool_torn_tail.bin (a
-    last record cut short: read as the valid ones, the rest cut off) and spool_bad_record_middle.bin
-    (a flipped length in the first record, a valid one after it: CorruptSpool at offset 0)."""
+    last record cut short: read as the valid ones, the rest cut off), spool_bad_record_middle.bin
+    (a flipped length in the first record, a valid one after it: CorruptSpool at offset 0) and
+    spool_zero_tail.bin (the records, a last one cut short, then the zeros of a preallocated file:
+    read as the valid ones, a clean end)."""
     loc = SPOOL_LOCATION.encode()
     described = [
         {"type": "entries", "call_no": 0, "ingestion_time_ms": 1700000000000, "metadata": b64(b"meta"),
@@ -901,11 +903,13 @@ def build_spool() -> tuple[dict[str, bytes], dict]:
         "spool_log_v1.bin": log,
         "spool_torn_tail.bin": log + records[0][:-3],
         "spool_bad_record_middle.bin": bytes(bad),
+        "spool_zero_tail.bin": log + records[0][:-3] + bytes(4096),
     }
     meta = {
         "spool_log_v1.bin": {"records": described},
         "spool_torn_tail.bin": {"records": described, "valid_length": len(log)},
         "spool_bad_record_middle.bin": {"error": "CorruptSpool", "offset": 0},
+        "spool_zero_tail.bin": {"records": described, "valid_length": len(log)},
     }
     return files, meta
 

@@ -242,7 +242,7 @@ def test_spool_and_verify_read_rows_run_on_the_in_memory_store(monkeypatch: pyte
 
     settings = Settings(True, 0.0, lambda _: None)
     spool = spool_benchmarks.bench_spool(_Env(), settings)  # type: ignore[arg-type]
-    for key in ("unspooled_mb_s", "spooled_mb_s", "ratio", "durable_p50_ms", "durable_p99_ms"):
+    for key in ("unspooled_mb_s", "spooled_mb_s", "ratio", "durable_p50_ms", "durable_p99_ms", "streaming_ratio"):
         assert spool[key]["n"] == settings.ratio_repeats and spool[key]["median"] > 0, key
     read = spool_benchmarks.bench_verify_read(_Env(), settings)  # type: ignore[arg-type]
     assert 0 < read["verification_share"]["median"] < 1

@@ -35,11 +35,13 @@ from osqueue.metrics import (
 from osqueue.producer import Producer
 from osqueue.producer.spool import Spool
 from osqueue.producer.spool_log import (
+    PREALLOC_MIN_BYTES,
     AttemptRecord,
     BatchRecord,
     DroppedRecord,
     EntriesRecord,
     LandedRecord,
+    SpoolLog,
     decode_records,
     encode_record,
 )
@@ -109,6 +111,8 @@ def test_the_golden_spool_logs_decode_and_encode_byte_for_byte() -> None:
     with pytest.raises(CorruptSpoolError) as e:
         decode_records((GOLDEN / "spool_bad_record_middle.bin").read_bytes(), "bad")
     assert e.value.offset == spool["spool_bad_record_middle.bin"]["offset"]
+    zeros = (GOLDEN / "spool_zero_tail.bin").read_bytes()  # a torn record, then a preallocated file's zeros
+    assert decode_records(zeros, "zeros") == (expected, spool["spool_zero_tail.bin"]["valid_length"])
 
 
 def test_a_torn_tail_is_cut_off_at_open(tmp_path: pathlib.Path) -> None:
@@ -120,6 +124,32 @@ def test_a_torn_tail_is_cut_off_at_open(tmp_path: pathlib.Path) -> None:
         assert (tmp_path / f"{0:020d}.log").read_bytes() == whole
     finally:
         spool.close()
+
+
+def test_the_log_preallocates_zeros_and_a_reopen_cuts_them_and_appends_after_the_records(
+    tmp_path: pathlib.Path,
+) -> None:
+    log = SpoolLog(str(tmp_path))
+    list(log.read_all())
+    path = log.write(SAMPLES[:2])
+    whole = b"".join(encode_record(r) for r in SAMPLES[:2])
+    # fdatasync finds the size already written: the zeros after the records (as a kill -9 leaves them)
+    assert (tmp_path / path).read_bytes() == whole + bytes(PREALLOC_MIN_BYTES)
+    again = SpoolLog(str(tmp_path))  # the first one never closed: a crash
+    assert [r for _, r in again.read_all()] == list(SAMPLES[:2])
+    assert (tmp_path / path).read_bytes() == whole  # the zero tail is a clean end, cut
+    again.write(SAMPLES[2:3])
+    again.close()  # cuts its own zeros
+    assert (tmp_path / path).read_bytes() == whole + encode_record(SAMPLES[2])
+    assert log._fd is not None
+    os.close(log._fd)  # the crashed one's descriptor, without its close() (which would cut the file)
+
+
+def test_a_valid_record_after_zeros_is_corrupt_spool_not_a_clean_end(tmp_path: pathlib.Path) -> None:
+    data = encode_record(SAMPLES[0]) + bytes(100) + encode_record(SAMPLES[1])
+    with pytest.raises(CorruptSpoolError) as e:
+        decode_records(data, "gap")
+    assert e.value.offset == len(encode_record(SAMPLES[0]))
 
 
 @pytest.mark.parametrize("offset", [5, 9, 20])  # the length, the type, the body
@@ -529,5 +559,7 @@ def test_a_spooled_producer_puts_ahead_and_appends_several_batches_per_manifest_
         p.flush(10)
         assert all(h.exception() is None for h in handles)
     assert puts_while_blocked == 5
-    assert store.sizes == [1, 4]
+    # the held write, then one with every batch PUT meanwhile (how many the first carried is a race: the
+    # BATCH records' fsyncs run in the PUT threads)
+    assert len(store.sizes) == 2 and sum(store.sizes) == 5
     assert _values(inner) == [f"e{i}".encode() for i in range(5)]

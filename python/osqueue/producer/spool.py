@@ -310,23 +310,31 @@ class Spool:
                     self.calls[c].batch_no = -1
             return gone
 
-    def record_batch(self, first_call: int, last_call: int, byte_length: int, crc: int, location: str) -> int:
-        """Step 2: names a batch of calls before its PUT (fsync'd); its batch_no."""
+    def name_batch(self, first_call: int, last_call: int, byte_length: int, crc: int, location: str) -> tuple[int, int]:
+        """Step 2: names a batch of calls before its PUT; (batch_no, ticket): ``sync(ticket)`` before the PUT.
+
+        The streaming path: the upload thread encodes the next batch while a PUT thread makes this one
+        durable (one fsync may cover several), instead of waiting for it."""
         with self._cond:
             record = BatchRecord(self.next_batch, first_call, last_call, byte_length, crc, location)
             self.next_batch += 1
-        return self.rename_batch(record)
+            ticket, path = self._log.append([record])
+            self._named(record, path)
+        return record.batch_no, ticket
 
     def rename_batch(self, record: BatchRecord) -> int:
         path = self._log.write([record])
         with self._cond:
-            b = self.batches.setdefault(record.batch_no, SpooledBatch(record))
-            b.record = record
-            b.paths.add(path)
-            for c in range(record.first_call, record.last_call + 1):
-                if c in self.calls:
-                    self.calls[c].batch_no = record.batch_no
+            self._named(record, path)
         return record.batch_no
+
+    def _named(self, record: BatchRecord, path: str) -> None:
+        b = self.batches.setdefault(record.batch_no, SpooledBatch(record))
+        b.record = record
+        b.paths.add(path)
+        for c in range(record.first_call, record.last_call + 1):
+            if c in self.calls:
+                self.calls[c].batch_no = record.batch_no
 
     def record_attempt(self, base: int, batch_nos: Sequence[int], locations: Sequence[str]) -> None:
         """Step 4: before a manifest CAS that carries these batches (fsync'd)."""

@@ -6,8 +6,14 @@ Bytes (docs/adr/0006, part 2; docs/format.md §9)::
 
 Files are ``<dir>/<20-digit first record no>.log``, rotated at ``rotate_bytes``. At open, every file
 is read to its end; at the first record that does not check, the rest of the file is scanned for a
-valid record: none is a torn tail (written, never fsync'd: its ``produce()`` never returned), cut
-off; one is damage in the middle, :class:`~osqueue.errors.CorruptSpoolError`.
+valid record: none is a torn tail (written, never fsync'd: its ``produce()`` never returned) or the
+zero-filled tail of a preallocated file, cut off; one is damage in the middle,
+:class:`~osqueue.errors.CorruptSpoolError`.
+
+Preallocation (issue 28): records that would pass the zeros already written are written together
+with a chunk of zeros after them (the file's size so far, within 64 KiB and 1 MiB), so most
+``fdatasync`` calls find the file's size and blocks unchanged and write only data, not the
+filesystem's journal. ``close()`` cuts the zeros off.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ _HEADER = struct.Struct(">4sIB")  # magic, body_len, type
 _CRC = struct.Struct(">I")
 OVERHEAD = _HEADER.size + _CRC.size
 DEFAULT_ROTATE_BYTES = 64 * 1024 * 1024
+PREALLOC_MIN_BYTES = 64 * 1024
+PREALLOC_MAX_BYTES = 1024 * 1024
+"""Zeros written ahead of the log's end: the file's size so far, within these bounds."""
 
 ENTRIES = 1
 BATCH = 2
@@ -210,6 +219,13 @@ def decode_records(data: bytes, name: str) -> tuple[list[SpoolRecord], int]:
     return records, at
 
 
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
 def log_file_name(first_record_no: int) -> str:
     return f"{first_record_no:020d}.log"
 
@@ -229,7 +245,8 @@ class SpoolLog:
         self._synced = 0
         self._syncing = False
         self._fd: int | None = None
-        self._file_size = 0
+        self._file_size = 0  # where the next record goes (the records' end)
+        self._zeroed = 0  # the file's size: zeros from _file_size to here
         self.files: list[tuple[int, str]] = []  # (first record no, path), oldest first
         self.next_record_no = 0
 
@@ -258,16 +275,16 @@ class SpoolLog:
 
     def _open_current(self) -> None:
         if self._fd is None:
-            if self.files:
-                self._fd = os.open(self.files[-1][1], os.O_WRONLY | os.O_APPEND)
-                self._file_size = os.fstat(self._fd).st_size
+            if self.files:  # read_all cut it at its records' end
+                self._fd = os.open(self.files[-1][1], os.O_WRONLY)
+                self._file_size = self._zeroed = os.fstat(self._fd).st_size
             else:
                 self._start_file()
 
     def _start_file(self) -> None:
         path = os.path.join(self._dir, log_file_name(self.next_record_no))
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._file_size = 0
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._file_size = self._zeroed = 0
         self.files.append((self.next_record_no, path))
         fsync_directory(self._dir)
 
@@ -279,8 +296,12 @@ class SpoolLog:
             if self._file_size > 0 and self._file_size + len(data) > self._rotate_bytes:
                 self._rotate()
             assert self._fd is not None
-            os.write(self._fd, data)
-            self._file_size += len(data)
+            end = self._file_size + len(data)
+            if end > self._zeroed:  # the records and a chunk of zeros after them, in one write
+                self._zeroed = end + min(max(self._file_size, PREALLOC_MIN_BYTES), PREALLOC_MAX_BYTES)
+                data += bytes(self._zeroed - end)
+            _write_all(self._fd, data, self._file_size)
+            self._file_size = end
             self.next_record_no += len(records)
             self._written += 1
             return self._written, self.files[-1][1]
@@ -289,7 +310,7 @@ class SpoolLog:
         while self._syncing:  # never close the file under an fdatasync in flight
             self._cond.wait()
         assert self._fd is not None
-        os.fsync(self._fd)
+        os.fdatasync(self._fd)  # its zero tail stays: a clean end, cut if the file is ever read
         os.close(self._fd)
         self._synced = self._written
         self._start_file()
@@ -336,12 +357,11 @@ class SpoolLog:
         if doomed:
             fsync_directory(self._dir)
 
-    def total_bytes(self) -> int:
-        return sum(os.path.getsize(p) for _, p in self.files if os.path.exists(p))
-
     def close(self) -> None:
         with self._cond:
             if self._fd is not None:
+                if self._zeroed > self._file_size:
+                    os.ftruncate(self._fd, self._file_size)
                 os.fsync(self._fd)
                 os.close(self._fd)
                 self._fd = None

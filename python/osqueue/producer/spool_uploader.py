@@ -176,15 +176,21 @@ class SpoolUploader:
         """Starts the PUT of a batch its BATCH record already named (step 3)."""
         return Shipment(batch_no, data, location, metadata, self._puts.submit(self._put, location, data), Future())
 
+    def _synced_put(self, ticket: int, key: str, data: bytes) -> float:
+        self._spool.sync(ticket)  # the BATCH record (and every call before it) on disk before the name is used
+        return self._put(key, data)
+
     def submit(self, calls: Sequence[EntriesRecord]) -> Future[tuple[EnqueueResult, int]]:
-        """Steps 2-6 for calls that are in no batch yet: encode, BATCH record (fsync'd, in this thread), then
-        the PUT and the append in the background. The future resolves once the batch is LANDED, with its
+        """Steps 2-6 for calls that are in no batch yet: encode and BATCH record in this thread, then in the
+        background its fsync, the PUT and the append. The future resolves once the batch is LANDED, with its
         result and size, or fails with what retrying cannot fix (e.g. ``AmbiguousCommitError``; the batch
         stays in the spool)."""
         data, metadata = self.encode(calls)
         key = new_batch_key(self._prefix, self._clock, self._rng)
-        batch_no = self._spool.record_batch(calls[0].call_no, calls[-1].call_no, len(data), zlib.crc32(data), key)
-        shipment = self._shipment(batch_no, data, key, metadata)
+        batch_no, ticket = self._spool.name_batch(calls[0].call_no, calls[-1].call_no, len(data), zlib.crc32(data), key)
+        shipment = Shipment(
+            batch_no, data, key, metadata, self._puts.submit(self._synced_put, ticket, key, data), Future()
+        )
         with self._cond:
             self._in_flight.append(shipment)
             if self._committer is None:

@@ -250,25 +250,31 @@ final class Spool(
     gone
   }
 
-  /** Step 2: names a batch of calls before its PUT (forced); its batchNo. */
-  def recordBatch(firstCall: Long, lastCall: Long, byteLength: Long, crc: Long, location: String): Long = {
-    val record = lock.synchronized {
-      val r = BatchRecord(nextBatch, firstCall, lastCall, byteLength, crc, location)
+  /**
+   * Step 2: names a batch of calls before its PUT; (batchNo, ticket): `sync(ticket)` before the PUT. The
+   * streaming path: the upload thread encodes the next batch while a PUT thread makes this one durable
+   * (one force may cover several), instead of waiting for it.
+   */
+  def nameBatch(firstCall: Long, lastCall: Long, byteLength: Long, crc: Long, location: String): (Long, Long) =
+    lock.synchronized {
+      val record = BatchRecord(nextBatch, firstCall, lastCall, byteLength, crc, location)
       nextBatch += 1
-      r
+      val (ticket, path) = log.append(Seq(record))
+      named(record, path)
+      (record.batchNo, ticket)
     }
-    renameBatch(record)
-  }
 
   def renameBatch(record: BatchRecord): Long = {
     val path = log.write(Seq(record))
-    lock.synchronized {
-      val b = batches.getOrElseUpdate(record.batchNo, new SpooledBatch(record))
-      b.record = record
-      b.paths += path
-      (record.firstCall to record.lastCall).foreach(c => calls.get(c).foreach(_.batchNo = Some(record.batchNo)))
-    }
+    lock.synchronized(named(record, path))
     record.batchNo
+  }
+
+  private def named(record: BatchRecord, path: Path): Unit = {
+    val b = batches.getOrElseUpdate(record.batchNo, new SpooledBatch(record))
+    b.record = record
+    b.paths += path
+    (record.firstCall to record.lastCall).foreach(c => calls.get(c).foreach(_.batchNo = Some(record.batchNo)))
   }
 
   /** Step 4: before a manifest CAS that carries these batches (forced). */

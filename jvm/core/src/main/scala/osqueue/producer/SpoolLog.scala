@@ -80,6 +80,10 @@ object SpoolLog {
   val Magic: Array[Byte] = "OSQS".getBytes(UTF_8)
   val Overhead: Int = 4 + 4 + 1 + 4
   val DefaultRotateBytes: Long = 64L * 1024 * 1024
+
+  /** Zeros written ahead of the log's end (docs/format.md §9 "Preallocation"): the file's size so far, within these. */
+  val PreallocMinBytes: Long = 64L * 1024
+  val PreallocMaxBytes: Long = 1024L * 1024
   val Entries = 1
   val Batch = 2
   val Attempt = 3
@@ -199,9 +203,12 @@ object SpoolLog {
 }
 
 /**
- * The log files of one spool directory: read once at open (a torn tail cut off its file), then
- * appended to. `append` writes records whole; `sync(ticket)` returns once they are on disk, one
- * force covering every record written while the previous one ran (group fsync).
+ * The log files of one spool directory: read once at open (a torn tail or a preallocated file's
+ * zero tail cut off its file), then appended to. `append` writes records whole, with a chunk of
+ * zeros after them when they would pass the zeros already written (so most forces write data, not
+ * the file's size: docs/format.md §9 "Preallocation"); `sync(ticket)` returns once they are on disk,
+ * one force covering every record written while the previous one ran (group fsync). `close` cuts
+ * the zeros off.
  */
 final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotateBytes) {
   private val lock = new Object
@@ -209,7 +216,8 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
   private var synced = 0L
   private var syncing = false
   private var channel: FileChannel = _
-  private var fileSize = 0L
+  private var fileSize = 0L // where the next record goes (the records' end)
+  private var zeroed = 0L // the file's size: zeros from fileSize to here
   private val files = mutable.ArrayBuffer.empty[(Long, Path)]
   private var nextRecordNo = 0L
 
@@ -234,15 +242,17 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
 
   private def openCurrent(): Unit = if (channel == null) {
     if (files.nonEmpty) {
-      channel = FileChannel.open(files.last._2, StandardOpenOption.WRITE, StandardOpenOption.APPEND)
+      channel = FileChannel.open(files.last._2, StandardOpenOption.WRITE) // readAll cut it at its records' end
       fileSize = channel.size()
+      zeroed = fileSize
     } else startFile()
   }
 
   private def startFile(): Unit = {
     val path = directory.resolve(SpoolLog.logFileName(nextRecordNo))
-    channel = FileChannel.open(path, StandardOpenOption.WRITE, StandardOpenOption.APPEND, StandardOpenOption.CREATE)
+    channel = FileChannel.open(path, StandardOpenOption.WRITE, StandardOpenOption.CREATE)
     fileSize = 0
+    zeroed = 0
     files += ((nextRecordNo, path))
     forceDirectory()
   }
@@ -256,12 +266,20 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
 
   /** Writes the records (one write); their ticket and file. */
   def append(records: Seq[SpoolRecord]): (Long, Path) = lock.synchronized {
-    val data = records.map(SpoolLog.encodeRecord).reduce(_ ++ _)
+    val encoded = records.map(SpoolLog.encodeRecord).reduce(_ ++ _)
     openCurrent()
-    if (fileSize > 0 && fileSize + data.length > rotateBytes) rotateNow()
+    if (fileSize > 0 && fileSize + encoded.length > rotateBytes) rotateNow()
+    val end = fileSize + encoded.length
+    val data =
+      if (end <= zeroed) encoded
+      else { // the records and a chunk of zeros after them, in one write
+        zeroed = end + math.min(math.max(fileSize, SpoolLog.PreallocMinBytes), SpoolLog.PreallocMaxBytes)
+        java.util.Arrays.copyOf(encoded, (zeroed - fileSize).toInt)
+      }
     val buf = ByteBuffer.wrap(data)
-    while (buf.hasRemaining) channel.write(buf)
-    fileSize += data.length
+    var at = fileSize
+    while (buf.hasRemaining) at += channel.write(buf, at)
+    fileSize = end
     nextRecordNo += records.size
     written += 1
     (written, files.last._2)
@@ -269,7 +287,7 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
 
   private def rotateNow(): Unit = {
     while (syncing) lock.wait()
-    channel.force(false); channel.close()
+    channel.force(false); channel.close() // its zero tail stays: a clean end, cut if the file is ever read
     synced = written
     startFile()
   }
@@ -305,6 +323,9 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
   def logFiles: Seq[Path] = lock.synchronized(files.map(_._2).toSeq)
 
   def close(): Unit = lock.synchronized {
-    if (channel != null) { channel.force(false); channel.close(); channel = null }
+    if (channel != null) {
+      if (zeroed > fileSize) channel.truncate(fileSize)
+      channel.force(true); channel.close(); channel = null
+    }
   }
 }

@@ -90,16 +90,20 @@ final class SpoolUploader(
   }
 
   /**
-   * Steps 2-6 for calls in no batch yet: encode, BATCH record (forced, in this thread), then the PUT and
-   * the append in the background. The future completes once the batch is LANDED, with (sequence,
+   * Steps 2-6 for calls in no batch yet: encode and BATCH record in this thread, then in the background
+   * its force (before the PUT: the record and every call before it on disk), the PUT and the append. The future completes once the batch is LANDED, with (sequence,
    * location, size), or fails with what retrying cannot fix (e.g. [[AmbiguousCommitException]]; the
    * batch stays in the spool).
    */
   def submit(calls: Seq[EntriesRecord]): CompletableFuture[(Long, String, Int)] = {
     val (data, metadata) = encode(calls)
     val key = newKey()
-    val batchNo = spool.recordBatch(calls.head.callNo, calls.last.callNo, data.length.toLong, crc(data), key)
-    val s = shipment(batchNo, data, key, metadata)
+    val (batchNo, ticket) = spool.nameBatch(calls.head.callNo, calls.last.callNo, data.length.toLong, crc(data), key)
+    val putDone = CompletableFuture.supplyAsync[java.lang.Long](
+      () => { spool.sync(ticket); java.lang.Long.valueOf(put(key, data)) },
+      puts
+    )
+    val s = new Shipment(batchNo, data, key, metadata, putDone, new CompletableFuture[(Long, String, Int)]())
     lock.synchronized {
       inFlight += s
       if (committer == null) {

@@ -51,6 +51,30 @@ class SpoolLogSuite extends AnyFunSuite {
     assert(Files.size(dir.resolve(SpoolLog.logFileName(0))) == valid.toLong)
   }
 
+  test("should read a preallocated file's zero tail as a clean end, after a torn record") {
+    val zeros = golden("spool_zero_tail.bin")
+    val valid = spool.get("spool_zero_tail.bin").get("valid_length").asInt
+    assert(SpoolLog.decodeRecords(zeros, "zeros") == ((expected, valid)))
+    val gap = SpoolLog.encodeRecord(expected.head) ++ new Array[Byte](100) ++ SpoolLog.encodeRecord(expected(1))
+    val e = intercept[CorruptSpoolException](SpoolLog.decodeRecords(gap, "gap")) // a record after zeros: damage
+    assert(e.offset == SpoolLog.encodeRecord(expected.head).length.toLong)
+  }
+
+  test("should preallocate zeros, and a reopen after a crash cuts them and appends after the records") {
+    val dir = Files.createTempDirectory("spool-log")
+    val log = new SpoolLog(dir)
+    log.readAll()
+    val path = log.write(expected.take(2))
+    val whole = expected.take(2).map(SpoolLog.encodeRecord).reduce(_ ++ _)
+    assert(Files.readAllBytes(path).sameElements(whole ++ new Array[Byte](SpoolLog.PreallocMinBytes.toInt)))
+    val again = new SpoolLog(dir) // the first one never closed: a crash
+    assert(again.readAll().map(_._2) == expected.take(2))
+    assert(Files.readAllBytes(path).sameElements(whole))
+    again.write(expected.slice(2, 3))
+    again.close() // cuts its own zeros
+    assert(Files.readAllBytes(path).sameElements(whole ++ SpoolLog.encodeRecord(expected(2))))
+  }
+
   test("should refuse damage in the middle as CorruptSpool naming the file and offset") {
     val bad = golden("spool_bad_record_middle.bin")
     val e = intercept[CorruptSpoolException](SpoolLog.decodeRecords(bad, "the-file"))

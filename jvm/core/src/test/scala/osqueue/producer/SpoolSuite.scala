@@ -4,6 +4,7 @@ import java.nio.file.{Files, Path}
 import java.util.concurrent.atomic.AtomicInteger
 
 import scala.concurrent.duration._
+import scala.jdk.CollectionConverters._
 import scala.util.Try
 
 import org.scalatest.funsuite.AnyFunSuite
@@ -399,7 +400,9 @@ class SpoolSuite extends AnyFunSuite {
     handles.foreach(_.awaitDurable(10.seconds))
     p.close()
     assert(putsWhileBlocked == 5)
-    assert(store.sizes.toArray.toSeq == Seq(1, 4))
+    // the held write, then one with every batch PUT meanwhile (how many the first carried is a race: the
+    // BATCH records' forces run in the PUT threads)
+    assert(store.sizes.size == 2 && store.sizes.asScala.sum == 5)
     assert(values(inner) == (0 until 5).map(i => s"e$i"))
   }
 }
