@@ -263,7 +263,14 @@ def _rates(text: str) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def s3_behind_faults(state_dir: pathlib.Path, seed: int, faults: dict, conditional: dict, delay_s: float):
+def s3_behind_faults(
+    state_dir: pathlib.Path,
+    seed: int,
+    faults: dict,
+    conditional: dict,
+    delay_s: float,
+    drop_reply_every: int | None = None,
+):
     """A moto server (state in ``state_dir``) and a fresh bucket, behind the fault proxy: yields the
     :class:`StoreSpec` and the proxy (its ``counts`` say what was injected)."""
     for p in (REPO / "tests" / "s3", REPO / "tests" / "faults"):
@@ -276,7 +283,12 @@ def s3_behind_faults(state_dir: pathlib.Path, seed: int, faults: dict, condition
     with run_s3_server("moto", state_dir=state_dir) as s3:
         bucket = new_bucket(s3)
         with FaultProxy(
-            s3.endpoint, seed=seed, rates=faults, conditional_rates=conditional or None, delay_seconds=delay_s
+            s3.endpoint,
+            seed=seed,
+            rates=faults,
+            conditional_rates=conditional or None,
+            delay_seconds=delay_s,
+            drop_reply_every=drop_reply_every,
         ) as proxy:
 
             def options(endpoint: str) -> dict[str, str]:
@@ -300,7 +312,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=150, help="one-entry produce() calls per process")
     ap.add_argument("--kills", type=int, default=4, help="processes killed with -9 mid-write (each replaced)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--store", choices=("local", "s3"), default="local", help="local files, or moto S3 behind the proxy")
+    ap.add_argument(
+        "--store", choices=("local", "s3"), default="local", help="local files, or moto S3 behind the proxy"
+    )
     ap.add_argument("--faults", default="", help="s3: fault rates for every request, e.g. 503=0.02,reset=0.01")
     ap.add_argument(
         "--conditional-faults", default="", help="s3: fault rates for conditional PUTs instead, e.g. drop_reply=0.05"
