@@ -36,11 +36,14 @@ def _child(spec: dict[str, Any]) -> None:
     lat: list[float] = []
     mode, duration = spec["mode"], spec["duration"]
     store = S3Store(spec["bucket"], spec["prefix"], spec["options"])
+    requests = _count_requests(store)
     producer = None
     if mode != "raw":
         producer = Producer(store=store, flush_interval=FLUSH_S, commit_mode=mode, metrics=reg)
     print("ready", flush=True)
     sys.stdin.readline()
+    requests.clear()
+    cpu0 = time.process_time()
     start = time.monotonic()
     calls = puts = 0
     handles: list[Any] = []
@@ -67,6 +70,7 @@ def _child(spec: dict[str, Any]) -> None:
         except Exception as e:  # e.g. ConflictRetriesExhausted: reported in the row, not a crash
             failure = f"{type(e).__name__}: {e}"
     elapsed = time.monotonic() - start
+    cpu_s = time.process_time() - cpu0
     errors = sum(1 for h in handles if h.done() and h.exception() is not None)
     print(
         json.dumps(
@@ -81,10 +85,39 @@ def _child(spec: dict[str, Any]) -> None:
                 "conflicts": reg.counter(m.MANIFEST_CONFLICTS, role="producer").value,
                 "announced": reg.counter(m.INTENTS_ANNOUNCED).value,
                 "for_others": reg.counter(m.INTENTS_APPENDED_FOR_OTHERS).value,
+                "cpu_s": cpu_s,
+                "requests": dict(requests),
             }
         ),
         flush=True,
     )
+
+
+def _count_requests(store: Any) -> dict[str, int]:
+    """Counts the store's requests by kind (the profile of where a committed batch's requests go)."""
+    counts: dict[str, int] = {}
+
+    def kind(key: str) -> str:
+        if key.endswith(".intent"):
+            return "intent"
+        if key.endswith(MANIFEST):
+            return "head"
+        return "batch" if key.endswith(".batch") else "other"
+
+    def wrap(name: str, label: Any) -> None:
+        inner = getattr(store, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            k = f"{name} {label(*args)}"
+            counts[k] = counts.get(k, 0) + 1
+            return inner(*args, **kwargs)
+
+        setattr(store, name, counted)
+
+    for name in ("get", "put", "put_if_absent", "put_if_version_matches", "delete"):
+        wrap(name, lambda key, *_: kind(key))
+    wrap("list", lambda prefix: "")
+    return counts
 
 
 def _run(env: Env, n: int, mode: str, duration: float) -> dict[str, Any]:
@@ -132,6 +165,13 @@ def _run(env: Env, n: int, mode: str, duration: float) -> dict[str, Any]:
         "p99_ms": percentile(lat, 99) * 1000 if lat else None,
         "errors": sum(o["errors"] for o in outs),
         "failures": sorted({o["failure"][:160] for o in outs if o.get("failure")}),
+        "client_cpu_ms_per_batch": 1000 * sum(o["cpu_s"] for o in outs) / batches if batches else None,
+        "requests_per_batch": {
+            k: round(sum(o["requests"].get(k, 0) for o in outs) / batches, 2)
+            for k in sorted({k for o in outs for k in o["requests"]})
+        }
+        if batches
+        else {},
         "children_cpu_s": round(
             (cpu1.children_user + cpu1.children_system) - (cpu0.children_user + cpu0.children_system), 2
         ),
@@ -161,12 +201,15 @@ def _run(env: Env, n: int, mode: str, duration: float) -> dict[str, Any]:
 def bench_producers_processes(env: Env, s: Settings) -> dict[str, Any]:
     duration = 2.0 if s.quick else 8.0
     counts = [1, 4] if s.quick else [1, 8, 32]
+    if os.environ.get("OSQUEUE_BENCH_PROCESSES"):  # e.g. "8,32": only these counts
+        counts = [int(x) for x in os.environ["OSQUEUE_BENCH_PROCESSES"].split(",")]
     rows = []
     for n in counts:
         load = loadavg()
-        by_mode = {mode: _run(env, n, mode, duration) for mode in ("raw", "solo", "cooperative")}
+        modes = os.environ.get("OSQUEUE_BENCH_MODES", "raw,solo,cooperative").split(",")  # raw is always run
+        by_mode = {mode: _run(env, n, mode, duration) for mode in dict.fromkeys(["raw", *modes])}
         raw_rate = by_mode["raw"]["batches_per_s"]
-        for mode in ("solo", "cooperative"):
+        for mode in [m for m in ("solo", "cooperative") if m in by_mode]:
             r = by_mode[mode]
             r["ratio_to_raw_put"] = r["batches_per_s"] / raw_rate if raw_rate else None
             s.log(
@@ -175,6 +218,7 @@ def bench_producers_processes(env: Env, s: Settings) -> dict[str, Any]:
                 f"p99 {r['p99_ms'] or 0:.0f} ms, CAS attempts/write {r['cas_attempts_per_write'] or 0:.2f}, "
                 f"batches/CAS {r['batches_per_cas'] or 0:.2f}, duplicates {r['duplicates']}, missing {r['missing']}"
                 + (f", failures {r['failures']}" if r["failures"] else "")
+                + f", client CPU {r['client_cpu_ms_per_batch'] or 0:.1f} ms/batch, requests/batch {r['requests_per_batch']}"
             )
         rows.append({"processes": n, "loadavg_before": load, **{m: by_mode[m] for m in by_mode}})
     top = rows[-1]

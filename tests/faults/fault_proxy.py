@@ -10,6 +10,7 @@ LocalStack S3 server). Per request, a seeded random generator decides whether to
 | ``stall``    | nothing for ``stall_seconds`` (past its timeout), then a reset | no  |
 | ``reset``    | a TCP reset (RST) instead of a reply                   | no         |
 | ``drop_reply`` | a TCP reset after the server applied the request: the *ambiguous* case | yes |
+| ``delay``    | the reply, ``delay_seconds`` late (within the client's timeout) | yes |
 
 Rates are per kind (``rates``); ``conditional_rates`` applies instead to PUTs carrying
 ``If-Match`` or ``If-None-Match`` (the manifest's compare-and-swap writes), so tests can target
@@ -35,7 +36,7 @@ import urllib.parse
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-KINDS = ("503", "500", "stall", "reset", "drop_reply")
+KINDS = ("503", "500", "stall", "reset", "drop_reply", "delay")  # new kinds go last: same draws for old rates
 
 _ERROR_BODY = {
     "503": (503, "Service Unavailable", "SlowDown", "Please reduce your request rate."),
@@ -63,6 +64,7 @@ class FaultProxy:
         stall_seconds: float = 3.0,
         upstream_timeout: float = 30.0,
         drop_reply_every: int | None = None,
+        delay_seconds: float = 0.2,
     ) -> None:
         u = urllib.parse.urlsplit(upstream)
         if u.scheme != "http" or not u.hostname:
@@ -77,6 +79,7 @@ class FaultProxy:
         self.rates = dict(rates or {})
         self.conditional_rates = dict(conditional_rates) if conditional_rates is not None else None
         self.stall_seconds = stall_seconds
+        self.delay_seconds = delay_seconds
         self.drop_reply_every = drop_reply_every
         self.upstream_timeout = upstream_timeout
         self.enabled = True
@@ -95,7 +98,7 @@ class FaultProxy:
         class Handler(_Handler):
             owner = proxy
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = _QuietServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="fault-proxy", daemon=True)
@@ -150,6 +153,15 @@ class FaultProxy:
         """Injected faults by kind (kinds never injected are 0)."""
         with self._lock:
             return {k: self.counts[k] for k in KINDS}
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that gives up on a request (its timeout, a delay fault) resets the connection: not an error."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -209,6 +221,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "reset":
             self._reset()
             return
+        if fault == "delay":
+            time.sleep(self.owner.delay_seconds)
         # Forward (also for drop_reply: the server applies the request, then the reply is lost).
         conn = http.client.HTTPConnection(
             self.owner.upstream_host, self.owner.upstream_port, timeout=self.owner.upstream_timeout

@@ -147,6 +147,11 @@ def test_proxy_forwards_and_counts_each_fault_kind(s3) -> None:
         with pytest.raises((ReadTimeoutError, ConnectionClosedError, OSError)):
             c.get_object(Bucket=bucket, Key="a")
         assert time.monotonic() - t0 < 5
+        # delay: forwarded, the reply late but within the client's timeout
+        proxy.rates, proxy.delay_seconds = {"delay": 1.0}, 0.3
+        t0 = time.monotonic()
+        assert c.get_object(Bucket=bucket, Key="a")["Body"].read() == b"hello"
+        assert time.monotonic() - t0 >= 0.3
         # drop_reply on a conditional PUT: the write is applied, the client sees a reset.
         proxy.rates, proxy.conditional_rates = {}, {"drop_reply": 1.0}
         c.get_object(Bucket=bucket, Key="a")  # not conditional: forwarded normally
@@ -154,7 +159,7 @@ def test_proxy_forwards_and_counts_each_fault_kind(s3) -> None:
             c.put_object(Bucket=bucket, Key="c", Body=b"landed", IfNoneMatch="*")
         proxy.conditional_rates = None
         assert c.get_object(Bucket=bucket, Key="c")["Body"].read() == b"landed"
-        assert proxy.injected() == {"503": 1, "500": 1, "stall": 1, "reset": 1, "drop_reply": 1}
+        assert proxy.injected() == {"503": 1, "500": 1, "stall": 1, "reset": 1, "drop_reply": 1, "delay": 1}
         assert proxy.injected_on_conditional["drop_reply"] == 1
 
     # Determinism: the same seed gives the same decisions in the same order.
