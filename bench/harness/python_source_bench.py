@@ -18,6 +18,7 @@ from typing import Any
 from bench.harness.environment import MANIFEST, Env, Settings
 from bench.harness.spark_benchmarks import SparkHolder, stream_to_noop
 from bench.harness.stats import summarize
+from osqueue.format.manifest_head import parse_head
 from osqueue.producer import Producer
 from osqueue.store import LocalFileSystemStore, ObjectStore
 from osqueue.store.object_stores import open_store
@@ -37,13 +38,17 @@ def _await_dequeue(store: ObjectStore, restored: bytes, timeout_s: float = 30.0)
     """Waits (polling, with a deadline) for the Python source's end-of-run dequeue: on pyspark 4.1 its
     driver-side worker runs it when Spark stops that worker, after awaitTermination() returns; landing
     after the next run restored the manifest, it dequeued that run's queue (the local store's ETag is
-    its content's hash, so the CAS matched) and the next side read 0 rows."""
+    its content's hash, so the CAS matched) and the next side read 0 rows. The wait is for the dequeue
+    itself (nothing before the restored queue's end still queued): the source's takeover changed the
+    manifest (its epoch) when the run started, so "the manifest changed" returned at once."""
+    end = parse_head(restored, MANIFEST).next_sequence
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         current = store.get(MANIFEST)
-        if current is None or current.data != restored:
+        if current is None or parse_head(current.data, MANIFEST).first_sequence >= end:
             return
         time.sleep(0.02)
+    raise RuntimeError(f"the Python source's end-of-run dequeue did not land within {timeout_s:g} s")
 
 
 def _pair(

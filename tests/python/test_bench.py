@@ -247,3 +247,28 @@ def test_spool_and_verify_read_rows_run_on_the_in_memory_store(monkeypatch: pyte
     read = spool_benchmarks.bench_verify_read(_Env(), settings)  # type: ignore[arg-type]
     assert 0 < read["verification_share"]["median"] < 1
     assert read["rows_s_without_checks"]["median"] > read["rows_s"]["median"] > 0
+
+
+def test_python_source_row_waits_for_the_dequeue_not_for_the_takeover(tmp_path) -> None:
+    """The python_source row restores the manifest between runs; it must first wait for the Python
+    source's end-of-run dequeue. The source's takeover (an epoch bump) changes the manifest too: a wait
+    for "any change" returned at once and the late dequeue emptied the next run's queue (0 rows read)."""
+    from bench.harness.environment import MANIFEST
+    from bench.harness.python_source_bench import _await_dequeue
+
+    from osqueue.producer import Producer
+    from osqueue.queue import QueueConsumer
+    from osqueue.store import LocalFileSystemStore
+
+    with Producer(str(tmp_path), manifest_path=MANIFEST) as p:
+        p.produce([b"a", b"b"])
+        p.flush()
+    store = LocalFileSystemStore(str(tmp_path))
+    restored = store.get(MANIFEST)
+    assert restored is not None
+    consumer = QueueConsumer(store, MANIFEST)
+    consumer.initialize()  # the takeover: the manifest changed, nothing dequeued
+    with pytest.raises(RuntimeError, match="dequeue did not land"):
+        _await_dequeue(store, restored.data, timeout_s=0.2)
+    consumer.dequeue_through(consumer.read().next_sequence - 1)
+    _await_dequeue(store, restored.data, timeout_s=5)

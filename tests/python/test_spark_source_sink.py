@@ -13,7 +13,14 @@ pytest.importorskip("pyarrow", reason="osqueue.spark_source needs pyarrow (osque
 import osqueue  # noqa: E402
 from osqueue.errors import WriterFencedError  # noqa: E402
 from osqueue.spark_source.options import SinkOptions  # noqa: E402
-from osqueue.spark_source.writer import SinkCommitter, WriterState, state_key, write_task  # noqa: E402
+from osqueue.spark_source.writer import (  # noqa: E402
+    SinkCommitter,
+    WriterState,
+    arrow_rows,
+    state_key,
+    write_arrow_task,
+    write_task,
+)
 
 
 def _values(queue: pathlib.Path) -> list[str]:
@@ -104,3 +111,61 @@ def test_a_claim_between_the_state_read_and_the_manifest_write_fences_that_write
         old.commit(1, [late])
     assert _values(tmp_path) == ["a"]
     assert not (tmp_path / late.batches[0].location).exists()
+
+
+def _files(tmp_path: pathlib.Path, message: object) -> list[tuple[bytes, int, list[tuple[int, bytes]]]]:
+    """Each written file's bytes, record count and metadata items (index, payload; not the time)."""
+    return [
+        ((tmp_path / b.location).read_bytes(), b.records, [(m.start_index, m.payload) for m in b.metadata])
+        for b in message.batches  # type: ignore[attr-defined]
+    ]
+
+
+@pytest.mark.parametrize(("flush", "compression"), [(3, "none"), (40, "zstd"), (1 << 20, "none")])
+def test_the_column_wise_sink_writes_the_row_wise_sinks_files(
+    tmp_path: pathlib.Path, compression: str, flush: int
+) -> None:
+    """Issue 27: the sink task takes a value column's records from Arrow's buffers; the files, where
+    they are cut, and their metadata are the row-wise path's (empty values, a string column, a sliced
+    batch, cuts inside and across Arrow batches)."""
+    import random
+
+    import pyarrow as pa
+
+    rng = random.Random(27)
+    values = [bytes(rng.randrange(256) for _ in range(rng.choice([0, 0, 1, 5, 13, 40]))) for _ in range(100)]
+    binary = pa.record_batch([pa.array(values, pa.binary())], names=["value"])
+    text = pa.record_batch([pa.array([v.hex() for v in values[:20]], pa.string())], names=["value"])
+    large = pa.record_batch([pa.array(values[:10], pa.large_binary())], names=["value"])
+    batches = [
+        binary.slice(3, 40),
+        text,
+        pa.record_batch([pa.array([], pa.binary())], names=["value"]),
+        large,
+        binary.slice(43),
+    ]
+    out = {}
+    for path in ("rows", "columns"):
+        root = tmp_path / path
+        options = SinkOptions.parse({"path": str(root), "flushSizeBytes": str(flush), "compression": compression})
+        if path == "rows":
+            message = write_task(options, arrow_rows(iter(batches), 0, None))
+        else:
+            message = write_arrow_task(options, iter(batches), 0, None)
+        out[path] = _files(root, message)
+    assert out["columns"] == out["rows"]
+    assert sum(n for _, n, _ in out["rows"]) == 40 + 20 + 10 + 57
+    assert len(out["rows"]) > 1 or flush == 1 << 20
+
+
+def test_the_column_wise_sink_refuses_a_null_value_and_leaves_no_file(tmp_path: pathlib.Path) -> None:
+    import pyarrow as pa
+
+    options = SinkOptions.parse({"path": str(tmp_path), "flushSizeBytes": "1"})
+    batches = [
+        pa.record_batch([pa.array([b"a", b"b"])], names=["value"]),
+        pa.record_batch([pa.array([b"c", None])], names=["value"]),
+    ]
+    with pytest.raises(Exception, match=r"\[OSQUEUE_SINK_NULL_VALUE\]"):
+        write_arrow_task(options, iter(batches), 0, None)
+    assert [f for f in tmp_path.rglob("*") if f.is_file()] == []

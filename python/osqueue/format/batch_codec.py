@@ -32,7 +32,6 @@ def encode_batch(records: Sequence[bytes], compression: Compression = Compressio
         records: The records, in order (empty records are allowed).
         compression: ``Compression.ZSTD`` compresses the record block at level 3.
     """
-    compression = Compression(compression)
     if len(records) > U32_MAX:
         raise InvalidConfigError("records", len(records), "at most 2^32 - 1 records per batch")
     parts: list[bytes] = []
@@ -41,12 +40,27 @@ def encode_batch(records: Sequence[bytes], compression: Compression = Compressio
             raise InvalidConfigError("record", len(r), "a record is at most 2^32 - 1 bytes")
         parts.append(U32.pack(len(r)))
         parts.append(bytes(r))
-    block = b"".join(parts)
+    return encode_batch_block(b"".join(parts), len(records), compression)
+
+
+def encode_batch_block(block: bytes, count: int, compression: Compression = Compression.NONE) -> bytes:
+    """A data batch from its record block laid out already: each record's u32 little-endian length,
+    then its bytes (docs/format.md §3); :func:`encode_batch` of the same records gives the same bytes.
+    The Python data source's sink builds the block column-wise from an Arrow batch.
+
+    Args:
+        block: The uncompressed record block.
+        count: How many records it holds.
+        compression: ``Compression.ZSTD`` compresses the record block at level 3.
+    """
+    compression = Compression(compression)
+    if count > U32_MAX:
+        raise InvalidConfigError("records", count, "at most 2^32 - 1 records per batch")
     if compression is Compression.ZSTD:
         import zstandard
 
         block = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(block)
-    return block + _BATCH_FOOTER.pack(int(compression), len(records), FORMAT_VERSION)
+    return bytes(block) + _BATCH_FOOTER.pack(int(compression), count, FORMAT_VERSION)
 
 
 def _zstd_decompress(block: bytes, key: str) -> bytes:

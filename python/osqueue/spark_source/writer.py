@@ -24,6 +24,7 @@ commits first.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import random
@@ -38,7 +39,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from osqueue.clock import SystemClock
 from osqueue.errors import WriterFencedError
-from osqueue.format.batch_codec import encode_batch
+from osqueue.format.batch_codec import encode_batch, encode_batch_block
 from osqueue.format.batch_integrity import record as integrity_record
 from osqueue.format.batch_names import encode_ulid, new_batch_key
 from osqueue.format.entry_tag import EntryTag
@@ -53,6 +54,7 @@ from osqueue.queue.cas_object import CasObject, Snapshot
 from osqueue.queue.data_prefix_owner import claim_data_prefix
 from osqueue.queue.manifest_store import ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
+from osqueue.spark_source.arrow_records import COLUMN_WISE, file_blocks, null_value
 from osqueue.spark_source.options import OsqueueSparkError, SinkOptions
 from osqueue.spark_source.partition_reader import store_of
 
@@ -111,9 +113,7 @@ class OsqueueCommitMessage(WriterCommitMessage):
 
 def _as_bytes(value: Any) -> bytes:
     if value is None:
-        raise OsqueueSparkError(
-            "OSQUEUE_SINK_NULL_VALUE", "the osqueue sink got a row whose 'value' is null; queue entries cannot be null"
-        )
+        raise null_value()
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
@@ -149,6 +149,30 @@ def write_task(options: SinkOptions, rows: Iterator[tuple[Any, Any]]) -> Osqueue
             if size >= options.flush_size_bytes:
                 flush()
         flush()
+    except BaseException:
+        for b in written:  # an aborted task deletes what it uploaded
+            store.delete(b.location)
+        raise
+    return OsqueueCommitMessage(written)
+
+
+def write_arrow_task(
+    options: SinkOptions, batches: Iterator[pa.RecordBatch], value: int, meta: int | None
+) -> OsqueueCommitMessage:
+    """:func:`write_task` of Arrow batches: the same files, their records taken column-wise
+    (:mod:`osqueue.spark_source.arrow_records`); row-wise with a ``metadata`` column."""
+    if meta is not None or not COLUMN_WISE:
+        return write_task(options, arrow_rows(batches, value, meta))
+    store = store_of(options.location)
+    clock = SystemClock()
+    written: list[WrittenBatch] = []
+    try:
+        for pieces, count in file_blocks(batches, value, options.flush_size_bytes):
+            metadata = (MetadataItem(0, clock.now_ms(), b""),)
+            key = new_batch_key(options.location.data_path_prefix, clock)
+            data = encode_batch_block(b"".join(pieces), count, options.compression)
+            store.put(key, data)
+            written.append(WrittenBatch(key, metadata, count, integrity_record(data)))
     except BaseException:
         for b in written:  # an aborted task deletes what it uploaded
             store.delete(b.location)
@@ -401,7 +425,7 @@ class OsqueueWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> OsqueueCommitMessage:
         value, _, meta = self.columns
-        return write_task(self.options, arrow_rows(iterator, value, meta))
+        return write_arrow_task(self.options, iterator, value, meta)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         owner = None if self.options.writer_id is None else BATCH_WRITE_OWNER
@@ -436,9 +460,15 @@ class OsqueueStreamWriter(DataSourceStreamWriter):
 
     def write(self, iterator: Iterator[Any]) -> OsqueueCommitMessage:
         value, _, meta = self.columns
+        first = next(iterator, None)
+        if first is None:
+            return OsqueueCommitMessage([])
+        items = itertools.chain([first], iterator)
+        if isinstance(first, pa.RecordBatch):  # pyspark hands a stream writer Arrow batches or rows, all alike
+            return write_arrow_task(self.options, items, value, meta)
 
         def rows() -> Iterator[tuple[Any, Any]]:
-            for item in iterator:
+            for item in items:
                 if isinstance(item, pa.RecordBatch):
                     yield from arrow_rows(iter([item]), value, meta)
                 else:
