@@ -117,31 +117,48 @@ def _as_bytes(value: Any) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
+class _TaskUploads:
+    """A write task's batch files: each PUT under a new name; an aborted task deletes what it uploaded."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.store = store_of(options.location)
+        self.clock = SystemClock()
+        self._prefix = options.location.data_path_prefix
+        self.written: list[WrittenBatch] = []
+
+    def put(self, data: bytes, metadata: tuple[MetadataItem, ...], count: int) -> None:
+        key = new_batch_key(self._prefix, self.clock)
+        self.store.put(key, data)
+        self.written.append(WrittenBatch(key, metadata, count, integrity_record(data)))
+
+    def __enter__(self) -> _TaskUploads:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is not None:
+            for b in self.written:
+                self.store.delete(b.location)
+
+
 def write_task(options: SinkOptions, rows: Iterator[tuple[Any, Any]]) -> OsqueueCommitMessage:
     """Writes ``(value, metadata)`` rows as batch files of ``flushSizeBytes`` (JVM: ``OsqueueDataWriter``)."""
-    store = store_of(options.location)
-    clock = SystemClock()
-    written: list[WrittenBatch] = []
     records: list[bytes] = []
     metadata: list[MetadataItem] = []
     last_meta: bytes | None = None
     size = 0
+    with _TaskUploads(options) as uploads:
 
-    def flush() -> None:
-        nonlocal records, metadata, size
-        if records:
-            key = new_batch_key(options.location.data_path_prefix, clock)
-            data = encode_batch(records, options.compression)
-            store.put(key, data)
-            written.append(WrittenBatch(key, tuple(metadata), len(records), integrity_record(data)))
-            records, metadata, size = [], [], 0
+        def flush() -> None:
+            nonlocal records, metadata, size
+            if records:
+                uploads.put(encode_batch(records, options.compression), tuple(metadata), len(records))
+                records, metadata, size = [], [], 0
 
-    try:
         for value, meta in rows:
             data = _as_bytes(value)
             payload = b"" if meta is None else bytes(meta)
             if not records or payload != last_meta:
-                metadata.append(MetadataItem(len(records), clock.now_ms(), payload))
+                metadata.append(MetadataItem(len(records), uploads.clock.now_ms(), payload))
                 last_meta = payload
                 size += len(payload)
             records.append(data)
@@ -149,11 +166,7 @@ def write_task(options: SinkOptions, rows: Iterator[tuple[Any, Any]]) -> Osqueue
             if size >= options.flush_size_bytes:
                 flush()
         flush()
-    except BaseException:
-        for b in written:  # an aborted task deletes what it uploaded
-            store.delete(b.location)
-        raise
-    return OsqueueCommitMessage(written)
+    return OsqueueCommitMessage(uploads.written)
 
 
 def write_arrow_task(
@@ -163,21 +176,11 @@ def write_arrow_task(
     (:mod:`osqueue.spark_source.arrow_records`); row-wise with a ``metadata`` column."""
     if meta is not None or not COLUMN_WISE:
         return write_task(options, arrow_rows(batches, value, meta))
-    store = store_of(options.location)
-    clock = SystemClock()
-    written: list[WrittenBatch] = []
-    try:
+    with _TaskUploads(options) as uploads:
         for pieces, count in file_blocks(batches, value, options.flush_size_bytes):
-            metadata = (MetadataItem(0, clock.now_ms(), b""),)
-            key = new_batch_key(options.location.data_path_prefix, clock)
             data = encode_batch_block(b"".join(pieces), count, options.compression)
-            store.put(key, data)
-            written.append(WrittenBatch(key, metadata, count, integrity_record(data)))
-    except BaseException:
-        for b in written:  # an aborted task deletes what it uploaded
-            store.delete(b.location)
-        raise
-    return OsqueueCommitMessage(written)
+            uploads.put(data, (MetadataItem(0, uploads.clock.now_ms(), b""),), count)
+    return OsqueueCommitMessage(uploads.written)
 
 
 def arrow_rows(batches: Iterator[pa.RecordBatch], value: int, meta: int | None) -> Iterator[tuple[Any, Any]]:
