@@ -43,6 +43,7 @@ from osqueue.producer.spool_log import (
     LandedRecord,
     SpoolLog,
     decode_records,
+    encode_entries,
     encode_record,
 )
 from osqueue.queue import QueueProducer, RetryPolicy
@@ -79,6 +80,25 @@ def test_every_record_type_round_trips_with_its_crc() -> None:
     data = b"".join(encode_record(r) for r in SAMPLES)
     assert data[:4] == b"OSQS"
     assert decode_records(data, "f") == (SAMPLES, len(data))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        EntriesRecord(7, 1_700_000_000_000, b"meta", (b"a", b"", b"ccc")),
+        EntriesRecord(0, -1, b"", (b"",)),
+        EntriesRecord(2**64 - 1, 2**63 - 1, bytes(range(256)), tuple(bytes([i]) * (i * 97) for i in range(20))),
+    ],
+)
+def test_the_callers_entries_encoding_is_the_generic_record_encoding(record: EntriesRecord) -> None:
+    # encode_entries (every spooled produce()) builds the record in one join: the same bytes as the header,
+    # body() and CRC composed as for every other record type, and its length is the cap's size plus its CRC.
+    body = record.body()
+    head = b"OSQS" + len(body).to_bytes(4, "big") + b"\x01" + body
+    generic = head + zlib.crc32(head).to_bytes(4, "big")
+    fast = encode_entries(record.call_no, record.ingestion_time_ms, record.metadata, record.entries)
+    assert fast == generic == encode_record(record)
+    assert len(fast) - 4 == 9 + 4 + 20 + len(record.metadata) + sum(4 + len(e) for e in record.entries)
 
 
 GOLDEN = REPO / "tests" / "golden"
@@ -393,7 +413,7 @@ def test_drop_oldest_drops_exactly_what_it_counts(tmp_path: pathlib.Path) -> Non
 _CHILD = """
 import sys
 from osqueue.producer import Producer
-p = Producer(sys.argv[1], spool_dir=sys.argv[2], durability="local", flush_interval=0.005)
+p = Producer(sys.argv[1], spool_dir=sys.argv[2], durability=sys.argv[3], flush_interval=0.005)
 i = 0
 while True:
     p.produce([b"v%d" % i])
@@ -402,11 +422,19 @@ while True:
 """
 
 
-def test_kill_9_then_a_restart_delivers_each_returned_produce_exactly_once(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("durability", ["local", "queue"])
+def test_kill_9_then_a_restart_delivers_each_returned_produce_exactly_once(
+    tmp_path: pathlib.Path, durability: str
+) -> None:
+    # docs/format.md §9: with durability="queue" too, a spooled produce() returns once its record is
+    # written (in the page cache), so a kill -9 of the process loses no call that returned.
     queue, spool = tmp_path / "queue", tmp_path / "spool"
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(queue), str(spool)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", _CHILD, str(queue), str(spool), durability],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert child.stdout is not None
     returned: list[int] = []

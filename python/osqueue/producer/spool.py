@@ -36,6 +36,7 @@ from osqueue.producer.spool_log import (
     EntriesRecord,
     LandedRecord,
     SpoolLog,
+    encode_entries,
 )
 
 DEFAULT_SPOOL_MAX_BYTES = 1 << 30
@@ -112,6 +113,8 @@ class Spool:
         self._timeout = float(full_timeout)
         self._clock = clock
         self._metrics = metrics or m.REGISTRY
+        self._bytes_gauge = self._metrics.gauge(m.SPOOL_BYTES)  # set on every call: looked up once
+        self._age_gauge = self._metrics.gauge(m.SPOOL_OLDEST_ENTRY_AGE_SECONDS)
         self._on_drop = on_drop
         os.makedirs(self.directory, exist_ok=True)
         self._lock_fd = self._take_lock(clock)
@@ -254,16 +257,18 @@ class Spool:
         Raises:
             QueueFullError: ``backpressure`` and the spool stayed full for ``spool_full_timeout``.
         """
+        entries = tuple(entries)
         with self._cond:
-            record = EntriesRecord(self.next_call, time_ms, metadata, tuple(entries))
-            size = _size(record)
+            call_no = self.next_call
+            data = encode_entries(call_no, time_ms, metadata, entries)
+            size = len(data) - 4  # _size(record), the cap's measure, without a pass over the entries
             self._make_room(size)
             self.next_call += 1
-            ticket, path = self._log.append([record])
-            self.calls[record.call_no] = SpooledCall(record, size, path)
+            ticket, path = self._log.append_encoded(data, 1)
+            self.calls[call_no] = SpooledCall(EntriesRecord(call_no, time_ms, metadata, entries), size, path)
             self._live_bytes += size
             self._gauges()
-            return record.call_no, ticket
+            return call_no, ticket
 
     def sync(self, ticket: int) -> None:
         self._log.sync(ticket)
@@ -381,10 +386,10 @@ class Spool:
 
     def _gauges(self) -> None:
         """``buffer.spool_bytes`` and ``buffer.spool_oldest_entry_age_seconds`` (0 when nothing waits)."""
-        self._metrics.gauge(m.SPOOL_BYTES).set(self._live_bytes)
+        self._bytes_gauge.set(self._live_bytes)
         first = next(iter(self.calls.values()), None)
         age = 0.0 if first is None else (self._clock.now_ms() - first.record.ingestion_time_ms) / 1000
-        self._metrics.gauge(m.SPOOL_OLDEST_ENTRY_AGE_SECONDS).set(max(0.0, age))
+        self._age_gauge.set(max(0.0, age))
 
     def log_files(self) -> list[str]:
         with self._cond:
