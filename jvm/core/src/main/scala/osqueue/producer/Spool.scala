@@ -55,6 +55,8 @@ final class Spool(
 
   val directory: Path = dir.toAbsolutePath.normalize
   private val lock = new Object
+  private val bytesGauge = metrics.gauge(MetricNames.SpoolBytes) // set on every call: looked up once
+  private val ageGauge = metrics.gauge(MetricNames.SpoolOldestEntryAgeSeconds)
   Files.createDirectories(directory)
   private var lockChannel: FileChannel = _
   private var fileLock: FileLock = _
@@ -196,10 +198,11 @@ final class Spool(
    */
   def appendEntries(entries: Seq[Array[Byte]], metadata: Array[Byte], timeMs: Long): (Long, Long) = lock.synchronized {
     val record = EntriesRecord(nextCall, timeMs, metadata, entries)
-    val size = Spool.sizeOf(record)
+    val data = SpoolLog.encodeEntries(record.callNo, timeMs, metadata, entries)
+    val size = data.length - 4L // Spool.sizeOf(record), the cap's measure, without another pass over the entries
     makeRoom(size)
     nextCall += 1
-    val (ticket, path) = log.append(Seq(record))
+    val (ticket, path) = log.appendEncoded(data, 1)
     calls(record.callNo) = new SpooledCall(record, size, path)
     liveBytes += size
     gauges()
@@ -308,9 +311,9 @@ final class Spool(
 
   /** `buffer.spool_bytes` and `buffer.spool_oldest_entry_age_seconds` (0 when nothing waits). */
   private def gauges(): Unit = {
-    metrics.gauge(MetricNames.SpoolBytes).set(liveBytes)
+    bytesGauge.set(liveBytes)
     val age = calls.headOption.fold(0L) { case (_, c) => (clock.nowMillis() - c.record.ingestionTimeMs) / 1000 }
-    metrics.gauge(MetricNames.SpoolOldestEntryAgeSeconds).set(math.max(0L, age))
+    ageGauge.set(math.max(0L, age))
   }
 
   def logFiles: Seq[Path] = log.logFiles

@@ -102,8 +102,30 @@ object SpoolLog {
     val c = new CRC32(); c.update(data, from, until - from); c.getValue
   }
 
+  /**
+   * An ENTRIES record's bytes, CRC included: the bytes of `encodeRecord(EntriesRecord(...))`. Every
+   * spooled `produce()` pays for it (issue 28): one array of the record's size filled in place and
+   * one CRC over it, instead of a growing stream for the body, then header and body, then the CRC.
+   */
+  def encodeEntries(callNo: Long, timeMs: Long, metadata: Array[Byte], entries: Seq[Array[Byte]]): Array[Byte] = {
+    var bodyLen = 24L + metadata.length
+    entries.foreach(e => bodyLen += 4L + e.length)
+    val out = new Array[Byte](Math.toIntExact(Overhead + bodyLen))
+    val b = ByteBuffer.wrap(out)
+    b.put(Magic).putInt(bodyLen.toInt).put(Entries.toByte).putLong(callNo).putLong(timeMs)
+    b.putInt(metadata.length).put(metadata).putInt(entries.size)
+    entries.foreach(e => b.putInt(e.length).put(e))
+    b.putInt(crc(out, 0, b.position()).toInt)
+    out
+  }
+
   /** The record's bytes, CRC included. */
-  def encodeRecord(record: SpoolRecord): Array[Byte] = {
+  def encodeRecord(record: SpoolRecord): Array[Byte] = record match {
+    case e: EntriesRecord => encodeEntries(e.callNo, e.ingestionTimeMs, e.metadata, e.entries)
+    case _ => encodeGeneric(record)
+  }
+
+  private def encodeGeneric(record: SpoolRecord): Array[Byte] = {
     val body = record.body
     val head = bytes { out =>
       out.write(Magic); out.writeInt(body.length); out.writeByte(record.recordType); out.write(body)
@@ -265,8 +287,11 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
     } catch { case _: java.io.IOException => () } // not every platform opens directories
 
   /** Writes the records (one write); their ticket and file. */
-  def append(records: Seq[SpoolRecord]): (Long, Path) = lock.synchronized {
-    val encoded = records.map(SpoolLog.encodeRecord).reduce(_ ++ _)
+  def append(records: Seq[SpoolRecord]): (Long, Path) =
+    appendEncoded(records.map(SpoolLog.encodeRecord).reduce(_ ++ _), records.size)
+
+  /** `append` for `count` records already encoded into `encoded` (whole records, in order). */
+  def appendEncoded(encoded: Array[Byte], count: Int): (Long, Path) = lock.synchronized {
     openCurrent()
     if (fileSize > 0 && fileSize + encoded.length > rotateBytes) rotateNow()
     val end = fileSize + encoded.length
@@ -280,7 +305,7 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
     var at = fileSize
     while (buf.hasRemaining) at += channel.write(buf, at)
     fileSize = end
-    nextRecordNo += records.size
+    nextRecordNo += count
     written += 1
     (written, files.last._2)
   }

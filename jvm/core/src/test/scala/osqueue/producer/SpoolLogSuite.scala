@@ -40,6 +40,25 @@ class SpoolLogSuite extends AnyFunSuite {
     assert(expected.map(SpoolLog.encodeRecord).reduce(_ ++ _).sameElements(log))
   }
 
+  test("should encode a call's ENTRIES record as the generic record encoding, its length the cap's size") {
+    val samples = Seq(
+      EntriesRecord(7L, 1700000000000L, "meta".getBytes, Seq("a".getBytes, Array.emptyByteArray, "ccc".getBytes)),
+      EntriesRecord(0L, -1L, Array.emptyByteArray, Seq(Array.emptyByteArray)),
+      EntriesRecord(-1L, Long.MaxValue, Array.tabulate(256)(_.toByte), (0 until 20).map(i => Array.fill(i * 97)(i.toByte)))
+    )
+    for (r <- samples) {
+      val body = r.body
+      val head = SpoolLog.bytes { out =>
+        out.write(SpoolLog.Magic); out.writeInt(body.length); out.writeByte(SpoolLog.Entries); out.write(body)
+      }
+      val crc = new java.util.zip.CRC32(); crc.update(head)
+      val generic = head ++ SpoolLog.bytes(_.writeInt(crc.getValue.toInt))
+      val fast = SpoolLog.encodeEntries(r.callNo, r.ingestionTimeMs, r.metadata, r.entries)
+      assert(fast.sameElements(generic) && SpoolLog.encodeRecord(r).sameElements(generic))
+      assert(fast.length - 4L == Spool.sizeOf(r))
+    }
+  }
+
   test("should stop at a torn tail and cut it off the file at open") {
     val torn = golden("spool_torn_tail.bin")
     val valid = spool.get("spool_torn_tail.bin").get("valid_length").asInt
