@@ -24,7 +24,7 @@ from bench.harness.python_source_bench import bench_python_source
 from bench.harness.report import markdown_report, write_plots
 from bench.harness.spark_benchmarks import SparkHolder, bench_latency, bench_spark_file
 from bench.harness.spark_depth import bench_spark_depth, bench_spark_depth_s3
-from bench.harness.spool_benchmarks import bench_spool, bench_verify_read
+from bench.harness.spool_benchmarks import bench_jvm_spool, bench_spool, bench_verify_read
 from bench.harness.subscription_benchmarks import bench_subscriptions
 
 FUNCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -44,6 +44,7 @@ FUNCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "producers_processes": bench_producers_processes,
     "python_source": bench_python_source,
     "spool": bench_spool,
+    "jvm_spool": bench_jvm_spool,
     "verify_read": bench_verify_read,
     "delta": bench_delta,
     "subscriptions": bench_subscriptions,
@@ -62,6 +63,7 @@ QUICK_SKIPS = (
     "producers_processes",
     "python_source",
     "spool",
+    "jvm_spool",
     "verify_read",
     "subscriptions",
 )

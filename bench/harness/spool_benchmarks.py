@@ -6,6 +6,10 @@ a spool and ``durability="local"`` (each call fsync'd before it returns), and wi
 fsync of the BATCH record, before the batch's PUT, covers it), in runs of three; and ``produce()`` to
 locally durable p50/p99 in the ``local`` runs.
 
+``jvm_spool``: the same three producers with the JVM core's Producer, in one warm JVM
+(bench/jvm/SpoolProducers.java, Java's source launcher; the core's class path from
+``OSQUEUE_BENCH_JVM_CP`` or the wheel's jars): MB/s, the ratios to unspooled and ``produce()`` p50/p99.
+
 ``verify_read``: a native Consumer reading the queue, rows/s, and the time its integrity checks
 take (``verify_entry`` and the batch CRC over the same entries and batch bytes, timed on their own):
 the cost is that time over the read's. No switch turns verification off in the library.
@@ -13,13 +17,18 @@ the cost is that time over the read's. No switch turns verification off in the l
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import tempfile
 import time
 import uuid
 import zlib
 from typing import Any
 
-from bench.harness.environment import MANIFEST, Env, Settings
+from bench.harness.environment import MANIFEST, REPO_ROOT, Env, Settings
+from bench.harness.jvm_benchmarks import jvm_classpath
 from bench.harness.stats import percentile, summarize
 
 SPOOL_CALLS = (200, 2_000)
@@ -101,6 +110,87 @@ def bench_spool(env: Env, s: Settings) -> dict[str, Any]:
         f"{out['spooled_calls_s']['median']:.2f} + {out['spooled_close_s']['median']:.2f} s; streaming path "
         f"(durability queue) {out['streaming_mb_s']['median']:.1f} MB/s, ratio {out['streaming_ratio']['median']:.3f}, "
         f"calls + close() {out['streaming_calls_s']['median']:.2f} + {out['streaming_close_s']['median']:.2f} s"
+    )
+    return out
+
+
+JVM_SPOOL_SOURCE = REPO_ROOT / "bench" / "jvm" / "SpoolProducers.java"
+JVM_SPOOL_WARMUP_CALLS = 500
+"""produce() calls of each mode first, for the JIT (not reported)."""
+
+
+def bench_jvm_spool(env: Env, s: Settings) -> dict[str, Any]:
+    cp = os.environ.get("OSQUEUE_BENCH_JVM_CP") or jvm_classpath()
+    if cp is None or not JVM_SPOOL_SOURCE.is_file():
+        s.log(
+            "jvm_spool: skipped (needs java and the core on the class path: OSQUEUE_BENCH_JVM_CP or the wheel's jars)"
+        )
+        return {"skipped": "java or the core's class path not found"}
+    calls = SPOOL_CALLS[0] if s.quick else SPOOL_CALLS[1]
+    per_call, flush_ms = 16, 50
+    warmup = min(calls, JVM_SPOOL_WARMUP_CALLS)
+    opts = [f"{k}={v}" for k, v in env.options().items()]
+    with tempfile.TemporaryDirectory(prefix="osq-bench-jvm-spool-") as spool_parent:
+        cmd = [
+            shutil.which("java") or "java",
+            "-cp",
+            cp,
+            str(JVM_SPOOL_SOURCE),
+            env.uri(f"jvm-spool-{uuid.uuid4().hex[:8]}"),
+            str(s.record_bytes),
+            str(per_call),
+            str(calls),
+            str(flush_ms),
+            str(s.ratio_repeats),
+            str(warmup),
+            spool_parent,
+            *opts,
+        ]
+        s.log(f"jvm_spool: one JVM, {s.ratio_repeats} repeats of off / local / queue, {calls} calls each ...")
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    runs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    runs = [r for r in runs if r["repeat"] >= 0]
+    if proc.returncode != 0 or len(runs) != 3 * s.ratio_repeats:
+        raise RuntimeError(f"SpoolProducers.java exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+    by = {(r["repeat"], r["mode"]): r for r in runs}
+    for r in runs:
+        r["mb_s"] = r["payload_bytes"] / r["elapsed_s"] / 1e6
+        if r["entries_decoded"] != r["entries"]:
+            raise RuntimeError(
+                f"jvm_spool: {r['mode']} run {r['repeat']} decoded {r['entries_decoded']} of {r['entries']}"
+            )
+    reps = range(s.ratio_repeats)
+
+    def col(mode: str, key: str) -> dict[str, float]:
+        return summarize([by[(i, mode)][key] for i in reps])
+
+    out: dict[str, Any] = {
+        "description": f"the spool row's workload with the JVM core's Producer in one warm JVM "
+        f"(bench/jvm/SpoolProducers.java, after {warmup} calls of each mode): {calls} produce() calls of "
+        f"{per_call} × {s.record_bytes} B as fast as they return, flush every {flush_ms} ms, then every handle "
+        "durable and close(); MB/s over the whole run, unspooled, spooled durability local and spooled "
+        "durability queue (the streaming path) in runs of three, spool in the temp directory",
+        "unspooled_mb_s": col("off", "mb_s"),
+        "spooled_mb_s": col("local", "mb_s"),
+        "streaming_mb_s": col("queue", "mb_s"),
+        "ratio": summarize([by[(i, "local")]["mb_s"] / by[(i, "off")]["mb_s"] for i in reps]),
+        "streaming_ratio": summarize([by[(i, "queue")]["mb_s"] / by[(i, "off")]["mb_s"] for i in reps]),
+        "durable_p50_ms": col("local", "produce_p50_ms"),
+        "durable_p99_ms": col("local", "produce_p99_ms"),
+        "streaming_produce_p99_ms": col("queue", "produce_p99_ms"),
+        "unspooled_calls_s": col("off", "calls_s"),
+        "unspooled_close_s": col("off", "close_s"),
+        "spooled_calls_s": col("local", "calls_s"),
+        "spooled_close_s": col("local", "close_s"),
+        "streaming_calls_s": col("queue", "calls_s"),
+        "streaming_close_s": col("queue", "close_s"),
+        "raw_runs": runs,
+    }
+    s.log(
+        f"jvm_spool: unspooled {out['unspooled_mb_s']['median']:.1f} MB/s; local {out['spooled_mb_s']['median']:.1f} "
+        f"MB/s (ratio {out['ratio']['median']:.3f}, produce() to locally durable p99 "
+        f"{out['durable_p99_ms']['median']:.2f} ms); streaming path (durability queue) "
+        f"{out['streaming_mb_s']['median']:.1f} MB/s, ratio {out['streaming_ratio']['median']:.3f}"
     )
     return out
 

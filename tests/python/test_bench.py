@@ -8,6 +8,7 @@ import ast
 import importlib.util
 import json
 import math
+import os
 import pathlib
 import re
 import sys
@@ -247,6 +248,32 @@ def test_spool_and_verify_read_rows_run_on_the_in_memory_store(monkeypatch: pyte
     read = spool_benchmarks.bench_verify_read(_Env(), settings)  # type: ignore[arg-type]
     assert 0 < read["verification_share"]["median"] < 1
     assert read["rows_s_without_checks"]["median"] > read["rows_s"]["median"] > 0
+
+
+def test_jvm_spool_row_runs_its_three_producers_on_the_local_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """bench/jvm/SpoolProducers.java through the jvm_spool row, tiny, on the local store: every figure."""
+    from bench.harness import spool_benchmarks
+    from bench.harness.environment import Settings
+    from bench.harness.jvm_benchmarks import jvm_classpath
+
+    if not (os.environ.get("OSQUEUE_BENCH_JVM_CP") or jvm_classpath()):
+        pytest.skip("needs java and the core's class path (OSQUEUE_BENCH_JVM_CP or the wheel's jars)")
+    monkeypatch.setattr(spool_benchmarks, "SPOOL_CALLS", (30, 30))
+
+    class _Env:
+        def uri(self, prefix: str) -> str:
+            return (tmp_path / prefix).as_uri()
+
+        def options(self) -> dict[str, str]:
+            return {}
+
+    settings = Settings(True, 0.0, lambda _: None)
+    out = spool_benchmarks.bench_jvm_spool(_Env(), settings)  # type: ignore[arg-type]
+    for key in ("unspooled_mb_s", "spooled_mb_s", "streaming_mb_s", "ratio", "streaming_ratio", "durable_p99_ms"):
+        assert out[key]["n"] == settings.ratio_repeats and out[key]["median"] > 0, key
+    assert all(r["entries_decoded"] == 30 * 16 for r in out["raw_runs"])
 
 
 def test_python_source_row_waits_for_the_dequeue_not_for_the_takeover(tmp_path) -> None:
