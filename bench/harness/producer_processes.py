@@ -5,12 +5,17 @@ cadence (no manifest). Each process produces one 100-byte entry every 10 ms with
 attempts per landed write, batches per CAS, duplicates (target 0) and missing.
 
     python -m bench.harness run --only producers-processes --latency-ms 20
+
+``OSQUEUE_BENCH_PROFILE=DIR`` samples the first process of each run with py-spy (from PyPI; ``py-spy`` on
+``PATH`` or ``OSQUEUE_BENCH_PYSPY``) into ``DIR/<n>-<mode>.txt`` (raw collapsed stacks, every thread);
+``bench/tools/producer_profile.py DIR`` says where its CPU went per committed batch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -117,6 +122,12 @@ def _count_requests(store: Any) -> dict[str, int]:
     for name in ("get", "put", "put_if_absent", "put_if_version_matches", "delete"):
         wrap(name, lambda key, *_: kind(key))
     wrap("list", lambda prefix: "")
+
+    def sent(model: Any = None, **_: Any) -> None:  # every S3 call the client makes (the HEAD after a 412 too)
+        k = f"s3 {getattr(model, 'name', '?')}"
+        counts[k] = counts.get(k, 0) + 1
+
+    store.client.meta.events.register("before-call.s3", sent)
     return counts
 
 
@@ -128,11 +139,24 @@ def _run(env: Env, n: int, mode: str, duration: float) -> dict[str, Any]:
         subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(n)
     ]
+    profile_dir = os.environ.get("OSQUEUE_BENCH_PROFILE")
+    spy = None
     try:
         for p in procs:
             assert p.stdout is not None
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"producer process failed: {p.stderr.read()[-2000:] if p.stderr else ''}")
+        # The first process, sampled by py-spy from "go" to its exit (the thread holding the GIL: Python CPU).
+        if profile_dir:
+            pyspy = os.environ.get("OSQUEUE_BENCH_PYSPY") or shutil.which("py-spy") or "py-spy"
+            os.makedirs(profile_dir, exist_ok=True)
+            out = os.path.join(profile_dir, f"{n}-{mode}.txt")
+            spy = subprocess.Popen(
+                [pyspy, "record", "-r", "250", "--gil", "--format", "raw", "-o", out, "--pid", str(procs[0].pid)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(0.5)  # py-spy attaches
         cpu0 = os.times()
         for p in procs:  # all at once
             assert p.stdin is not None
@@ -144,6 +168,11 @@ def _run(env: Env, n: int, mode: str, duration: float) -> dict[str, Any]:
             if p.returncode != 0:
                 raise RuntimeError(f"producer process exited {p.returncode}: {err[-2000:]}")
             outs.append(json.loads(out.strip().splitlines()[-1]))
+        if spy is not None:
+            spy.wait(60)
+        if profile_dir:
+            with open(os.path.join(profile_dir, f"{n}-{mode}.json"), "w") as f:
+                json.dump({k: v for k, v in outs[0].items() if k != "latencies"}, f)
     finally:
         for p in procs:
             if p.poll() is None:

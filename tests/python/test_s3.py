@@ -292,6 +292,7 @@ class _TagServer:
         self.form = form
         self.etag = '"0cc175b9c0f1b6a831c399e269772661"'
         self.if_match_sent: list[str] = []
+        self.heads = 0
 
     def put_object(self, **kw: Any) -> Any:
         sent = kw["IfMatch"]
@@ -302,6 +303,7 @@ class _TagServer:
         return {"ETag": self.etag}
 
     def head_object(self, **kw: Any) -> Any:
+        self.heads += 1
         return {"ETag": self.etag}
 
 
@@ -341,6 +343,43 @@ def test_if_match_failing_while_the_tag_never_changes_is_reported_as_not_honoure
     with pytest.raises(ConditionalWritesNotHonouredError):
         consumer.initialize()
     assert len(server.if_match_sent) == sent + 2  # one write, once in each form: no retry loop
+
+
+def test_once_a_replace_landed_412s_skip_the_head_three_in_a_row_per_key_then_the_next_is_checked() -> None:
+    """Issue 29: a contended writer's conflicts cost one request each, not two (docs/format.md §8)."""
+    server = _TagServer(IF_MATCH_QUOTED)
+    _skip_probe()  # the verdict seeded, no replace landed in it yet
+    store = S3Store("bucket", "", client=server)
+    assert store.put_if_version_matches("m", b"0", ObjectVersion('"ffff"')) is PRECONDITION_FAILED
+    assert server.heads == 1  # the form not confirmed yet: the form rule's HEAD
+    landed = store.put_if_version_matches("m", b"1", ObjectVersion(server.etag))
+    assert isinstance(landed, Written)
+    for conflicts in range(1, 4):  # another writer moves the tag each time: real conflicts
+        server.etag = f'"moved-{conflicts}"'
+        assert store.put_if_version_matches("m", b"x", landed.version) is PRECONDITION_FAILED
+        assert server.heads == 1
+    assert store.put_if_version_matches("m", b"x", landed.version) is PRECONDITION_FAILED
+    assert server.heads == 2  # the 4th in a row is checked; the tag changed, so the count restarts
+    assert store.put_if_version_matches("m", b"x", landed.version) is PRECONDITION_FAILED
+    assert server.heads == 2
+    assert store.put_if_version_matches("other", b"x", landed.version) is PRECONDITION_FAILED
+    assert server.heads == 2  # the form is confirmed for the endpoint, the count kept per key
+    fresh = S3Store("bucket", "", client=server)  # another store on the endpoint: the same verdict
+    assert fresh.put_if_version_matches("m", b"x", landed.version) is PRECONDITION_FAILED
+    assert server.heads == 2
+
+
+def test_a_server_that_stops_honouring_if_match_after_a_landed_replace_is_named_within_four_attempts() -> None:
+    server = _TagServer(IF_MATCH_QUOTED)
+    _skip_probe()
+    store = S3Store("bucket", "", client=server)
+    landed = store.put_if_version_matches("m", b"1", ObjectVersion(server.etag))
+    assert isinstance(landed, Written)
+    server.form = None  # from now on it fails every If-Match, the tag unchanged
+    for _ in range(3):
+        assert store.put_if_version_matches("m", b"2", landed.version) is PRECONDITION_FAILED
+    with pytest.raises(ConditionalWritesNotHonouredError, match="while the object did not change"):
+        store.put_if_version_matches("m", b"2", landed.version)
 
 
 @pytest.mark.parametrize(

@@ -46,10 +46,15 @@ class EndpointConditions:
         refusal: Why the endpoint is refused, or None.
     """
 
-    def __init__(self, endpoint: str, if_match_forms: tuple[str, ...], refusal: str | None = None) -> None:
+    def __init__(
+        self, endpoint: str, if_match_forms: tuple[str, ...], refusal: str | None = None, confirmed: str | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.if_match_forms = if_match_forms
         self.refusal = refusal
+        self.confirmed = confirmed
+        """The form a replace with the object's own tag last landed in (the probe's step 4, or a write): the
+        server takes it, so a 412 in it is a conflict (the form rule then checks only every 4th in a row)."""
 
     @property
     def if_match_form(self) -> str:
@@ -58,6 +63,7 @@ class EndpointConditions:
     def learned(self, form: str) -> None:
         """``form`` matched where the current one did not: send it from now on."""
         self.if_match_forms = (form,) + tuple(f for f in self.if_match_forms if f != form)
+        self.confirmed = form
 
 
 _endpoint_conditions: dict[str, EndpointConditions] = {}

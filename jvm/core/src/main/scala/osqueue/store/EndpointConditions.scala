@@ -35,8 +35,17 @@ final class EndpointConditions(val endpoint: String, initialForms: Vector[IfMatc
   def ifMatchForms: Vector[IfMatchForm] = forms
   def ifMatchForm: IfMatchForm = forms.head
 
+  /**
+   * The form a replace with the object's own tag last landed in (the probe's step 4, or a write): the
+   * server takes it, so a 412 in it is a conflict (the form rule then checks only every 4th in a row).
+   */
+  @volatile var confirmed: Option[IfMatchForm] = None
+
   /** `form` matched where the current one did not: send it from now on. */
-  def learned(form: IfMatchForm): Unit = synchronized { forms = form +: forms.filterNot(_ == form) }
+  def learned(form: IfMatchForm): Unit = synchronized {
+    forms = form +: forms.filterNot(_ == form)
+    confirmed = Some(form)
+  }
 }
 
 /** What was learned per endpoint, for the life of the JVM. */
