@@ -117,14 +117,13 @@ def file_blocks(
 
 def record_column(data: bytes, key: str) -> pa.Array:
     """The records of a batch file as an Arrow binary column: :func:`decode_batch`'s records, and its
-    errors (a block whose records do not walk to its end exactly is handed to :func:`decode_batch`,
-    which raises the error naming it). The block is the column's data buffer with each record's length
+    errors (a block whose records do not walk to its end exactly, or past 2 GiB, is decoded by
+    :func:`decode_batch`, which raises the error naming it). The block is the column's data buffer with each record's length
     prefix in its value; one ``binary_slice`` kernel call drops the prefixes (no Python object per record)."""
     block, count = decode_batch_block(data, key)
     starts = record_starts(block, count)
-    if starts is None:
-        decode_batch(data, key)  # raises CorruptBatchError naming the first inconsistency
-        raise AssertionError(f"batch '{key}': the record walk failed but decode_batch did not")
+    if starts is None:  # decode_batch raises the CorruptBatchError naming the first inconsistency
+        return pa.array(decode_batch(data, key), pa.binary())  # (or decodes a block past int32 offsets)
     framed = pa.Array.from_buffers(
         pa.binary(), count, [None, pa.py_buffer(starts.astype(np.int32)), pa.py_buffer(block)]
     )
