@@ -474,6 +474,42 @@ def markdown_report(result: dict[str, Any]) -> str:
                     f"{fmt(r['ratio_python_to_jvm'], 'x', 2)} |"
                 )
         lines.append("")
+        if any("fixed_cost" in sides["source"] for sides in ps["stores"].values()):
+            lines += [
+                "Per-query fixed cost (a whole query or write of one batch file) and steady state (rows past the "
+                "first file over the wall time past the one-file query's; the source's Spark `addBatch` rate beside "
+                "it):",
+                "",
+                "| store | side | JVM fixed s | Python fixed s | Python − JVM s | steady from | JVM rows/s steady | "
+                "Python rows/s steady | Python ÷ JVM steady | JVM / Python addBatch rows/s |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            for store, sides in ps["stores"].items():
+                for side in ("source", "sink"):
+                    f, st = sides[side].get("fixed_cost"), sides[side].get("steady_state")
+                    if not f or not st:
+                        continue
+                    add_batch = (
+                        f"{fmt(st['jvm_add_batch_rows_per_s'], '', 0)} / {fmt(st['python_add_batch_rows_per_s'], '', 0)}"
+                        if "jvm_add_batch_rows_per_s" in st
+                        else "—"
+                    )
+                    lines.append(
+                        f"| {store} | {side} | {fmt(f['jvm_wall_s'], '', 2)} | {fmt(f['python_wall_s'], '', 2)} | "
+                        f"{fmt(f['python_minus_jvm_s'], '', 2)} | {st['records']:,} | "
+                        f"{fmt(st['jvm_rows_per_s'], '', 0)} | {fmt(st['python_rows_per_s'], '', 0)} | "
+                        f"{fmt(st['ratio_python_to_jvm'], 'x', 2)} | {add_batch} |"
+                    )
+            for store, sides in ps["stores"].items():
+                for side in ("source", "sink"):
+                    big = sides[side].get("large")
+                    if big:
+                        lines.append(
+                            f"- {store} {side}, {big['records']:,} records, whole query: JVM "
+                            f"{fmt(big['jvm_rows_per_s'], ' rows/s', 0)}, Python {fmt(big['python_rows_per_s'], ' rows/s', 0)}, "
+                            f"Python ÷ JVM {fmt(big['ratio_python_to_jvm'], 'x', 2)}"
+                        )
+            lines.append("")
     if "delta" in b and "results" in b["delta"]:
         r = b["delta"]
         lines += [

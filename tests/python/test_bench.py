@@ -299,3 +299,20 @@ def test_python_source_row_waits_for_the_dequeue_not_for_the_takeover(tmp_path) 
         _await_dequeue(store, restored.data, timeout_s=0.2)
     consumer.dequeue_through(consumer.read().next_sequence - 1)
     _await_dequeue(store, restored.data, timeout_s=5)
+
+
+def test_python_source_row_steady_state_takes_the_fixed_cost_out_for_both_sides() -> None:
+    """The steady state is the rows past the first file over the wall time past the one-file query's
+    median, per side; a run shorter than that median (noise on a small queue) gives no rate, not a
+    huge or negative one."""
+    from bench.harness.python_source_bench import _steady
+    from bench.harness.stats import summarize
+
+    fixed = {"jvm_wall_s": summarize([0.5, 0.5, 0.5]), "python_wall_s": summarize([1.5, 1.0, 2.0])}
+    runs = [{"jvm": {"wall_s": 2.5}, "python": {"wall_s": 5.5}}, {"jvm": {"wall_s": 4.5}, "python": {"wall_s": 9.5}}]
+    steady = _steady(fixed, {"raw_runs": runs}, 401_024, 1_024)
+    assert steady["jvm_rows_per_s"]["median"] == pytest.approx((200_000 + 100_000) / 2)
+    assert steady["python_rows_per_s"]["median"] == pytest.approx((100_000 + 50_000) / 2)
+    assert steady["ratio_python_to_jvm"]["median"] == pytest.approx(0.5)
+    noisy = _steady(fixed, {"raw_runs": [{"jvm": {"wall_s": 0.4}, "python": {"wall_s": 1.2}}]}, 2_048, 1_024)
+    assert noisy["jvm_rows_per_s"]["median"] is None and noisy["ratio_python_to_jvm"]["median"] is None

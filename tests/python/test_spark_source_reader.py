@@ -12,6 +12,8 @@ import pytest
 pytest.importorskip("pyarrow", reason="osqueue.spark_source needs pyarrow (osqueue[spark])")
 pytest.importorskip("pyspark.sql.datasource", reason="the Python data source API (pyspark 4)")
 
+import pyarrow as pa  # noqa: E402
+
 from osqueue import Producer  # noqa: E402
 from osqueue.errors import CorruptBatchError  # noqa: E402
 from osqueue.format import decode_manifest  # noqa: E402
@@ -133,3 +135,80 @@ def test_metadata_columns_follow_each_item_range() -> None:
     assert [None if t is None else t.timestamp() * 1000 for t in times.to_pylist()] == [None, None, 5, 5, 8, 8]
     assert partition_reader._metadata_columns((), 3)[1].to_pylist() == [None, None, None]
     assert partition_reader._metadata_columns(items, 0)[0].to_pylist() == []
+
+
+def _batches_to_decode() -> list[tuple[str, bytes]]:
+    """Batch files of every shape: records of one size, of many sizes, empty ones, none, zstd."""
+    import random
+
+    from osqueue.format.batch_codec import Compression, encode_batch
+
+    rng = random.Random(27)
+    shapes = {
+        "one size": [b"%04d" % i * 256 for i in range(300)],
+        "many sizes": [rng.randbytes(rng.randrange(0, 2000)) for _ in range(300)],
+        "empty records": [b"", b"", b""],
+        "one empty among others": [b"abcd", b"", b"abcd"],
+        "no records": [],
+        "one record": [b"x" * 5000],
+        "sizes that look like one stride": [b"aaaa", b"bbbbbbbb", b"", b"cccc"],
+    }
+    out = [(name, encode_batch(records)) for name, records in shapes.items()]
+    return out + [(f"{name}, zstd", encode_batch(r, Compression.ZSTD)) for name, r in shapes.items()]
+
+
+def test_the_record_column_holds_decode_batchs_records() -> None:
+    """The source builds each batch file's value column from its block (no Python object per record):
+    the same records as decode_batch, for every shape of batch."""
+    from osqueue.format.batch_codec import decode_batch
+    from osqueue.spark_source.arrow_records import record_column
+
+    for name, data in _batches_to_decode():
+        column = record_column(data, "k")
+        assert column.type == pa.binary(), name
+        assert column.to_pylist() == decode_batch(data, "k"), name
+
+
+def test_the_record_column_raises_decode_batchs_error_on_a_corrupt_batch() -> None:
+    """A block whose records do not walk to its end exactly: the same CorruptBatchError (message and
+    all) as decode_batch, for a truncated record, a wrong count, trailing bytes and a short object."""
+    from osqueue.format.batch_codec import decode_batch, encode_batch
+    from osqueue.spark_source.arrow_records import record_column
+
+    good = encode_batch([b"abcd", b"efgh", b"ij"])
+    uniform = encode_batch([b"abcd", b"efgh"])
+    body, footer = good[:-7], good[-7:]
+    corrupt = {
+        "record runs past the block": body[:-1] + footer,
+        "trailing bytes": body + b"\x00" + footer,
+        "count too high": body + bytes([0, 4]) + footer[2:],
+        "count too low": body + bytes([0, 2]) + footer[2:],
+        "uniform, count too low": uniform[:-7] + bytes([0, 1]) + uniform[-5:],
+        "short object": b"\x00\x01",
+        "unknown compression": body + bytes([9]) + footer[1:],
+    }
+    for name, data in corrupt.items():
+        with pytest.raises(CorruptBatchError) as expected:
+            decode_batch(data, "k")
+        with pytest.raises(CorruptBatchError) as got:
+            record_column(data, "k")
+        assert str(got.value) == str(expected.value), name
+
+
+def test_the_local_store_reads_a_batch_file_without_hashing_it(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task reads the local store's batch files with get_bytes (JVM: getBytes): no SHA-256 of each
+    file for a version nobody uses; the values are those of the queue."""
+    from osqueue.store import local_file_system_store
+
+    root = tmp_path / "q"
+    _queue(root, [[b"a", b"b"], [b"c"]])
+    (whole,) = _planned(root, fail_on_data_loss=True)
+    hashed: list[int] = []
+    real = local_file_system_store._content_version
+    monkeypatch.setattr(local_file_system_store, "_content_version", lambda data: hashed.append(1) or real(data))
+    assert _values(whole) == [b"a", b"b", b"c"]
+    assert hashed == []
+    assert partition_reader.store_of(whole.location).get(whole.entries[0].key) is not None  # get still versions
+    assert hashed == [1]

@@ -46,21 +46,36 @@ def encode_batch(records: Sequence[bytes], compression: Compression = Compressio
 def encode_batch_block(block: bytes, count: int, compression: Compression = Compression.NONE) -> bytes:
     """A data batch from its record block laid out already: each record's u32 little-endian length,
     then its bytes (docs/format.md §3); :func:`encode_batch` of the same records gives the same bytes.
-    The Python data source's sink builds the block column-wise from an Arrow batch.
 
     Args:
         block: The uncompressed record block.
         count: How many records it holds.
         compression: ``Compression.ZSTD`` compresses the record block at level 3.
     """
+    return encode_batch_pieces([block], count, compression)
+
+
+def encode_batch_pieces(
+    pieces: Sequence[bytes | memoryview], count: int, compression: Compression = Compression.NONE
+) -> bytes:
+    """:func:`encode_batch_block` of the block ``b"".join(pieces)``, copied once (uncompressed): the
+    Python data source's sink lays the block out column-wise from Arrow batches, in pieces.
+
+    Args:
+        pieces: The uncompressed record block, in pieces (bytes or memoryviews), in order.
+        count: How many records it holds.
+        compression: ``Compression.ZSTD`` compresses the record block at level 3.
+    """
     compression = Compression(compression)
     if count > U32_MAX:
         raise InvalidConfigError("records", count, "at most 2^32 - 1 records per batch")
+    footer = _BATCH_FOOTER.pack(int(compression), count, FORMAT_VERSION)
     if compression is Compression.ZSTD:
         import zstandard
 
-        block = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(block)
-    return bytes(block) + _BATCH_FOOTER.pack(int(compression), count, FORMAT_VERSION)
+        compressor = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True)
+        return compressor.compress(b"".join(pieces)) + footer
+    return b"".join([*pieces, footer])
 
 
 def _zstd_decompress(block: bytes, key: str) -> bytes:
@@ -92,6 +107,28 @@ def _zstd_decompress(block: bytes, key: str) -> bytes:
     return bytes(out)
 
 
+def decode_batch_block(data: bytes, key: str) -> tuple[bytes, int]:
+    """A data batch's record block (decompressed) and its footer's record count, the footer checked;
+    :func:`decode_batch` walks the block's records. The Python data source's reader builds its Arrow
+    column from the block (the walk's checks are :func:`decode_batch`'s).
+
+    Raises:
+        CorruptBatchError: A short object, an unknown compression or a block that does not decompress.
+        UnsupportedFormatVersionError: The version is not 1.
+    """
+    n = len(data)
+    if n < BATCH_FOOTER_LEN:
+        raise CorruptBatchError(key, f"shorter than the 7-byte footer ({n} bytes)")
+    compression, count, version = _BATCH_FOOTER.unpack_from(data, n - BATCH_FOOTER_LEN)
+    if version != FORMAT_VERSION:
+        raise UnsupportedFormatVersionError(key, "batch", version)
+    if compression == Compression.NONE:
+        return bytes(data[: n - BATCH_FOOTER_LEN]), count
+    if compression == Compression.ZSTD:
+        return _zstd_decompress(bytes(data[: n - BATCH_FOOTER_LEN]), key), count
+    raise CorruptBatchError(key, f"unknown compression type 0x{compression:02x}")
+
+
 def decode_batch(data: bytes, key: str) -> list[bytes]:
     """Decodes a data batch into its records.
 
@@ -103,18 +140,7 @@ def decode_batch(data: bytes, key: str) -> list[bytes]:
         CorruptBatchError: See the table in docs/format.md §3.
         UnsupportedFormatVersionError: The version is not 1.
     """
-    n = len(data)
-    if n < BATCH_FOOTER_LEN:
-        raise CorruptBatchError(key, f"shorter than the 7-byte footer ({n} bytes)")
-    compression, count, version = _BATCH_FOOTER.unpack_from(data, n - BATCH_FOOTER_LEN)
-    if version != FORMAT_VERSION:
-        raise UnsupportedFormatVersionError(key, "batch", version)
-    if compression == Compression.NONE:
-        block = bytes(data[: n - BATCH_FOOTER_LEN])
-    elif compression == Compression.ZSTD:
-        block = _zstd_decompress(bytes(data[: n - BATCH_FOOTER_LEN]), key)
-    else:
-        raise CorruptBatchError(key, f"unknown compression type 0x{compression:02x}")
+    block, count = decode_batch_block(data, key)
     size = len(block)
     if count * 4 > size:
         raise CorruptBatchError(key, f"fewer records than record_count {count} ({size}-byte block)")

@@ -1,5 +1,6 @@
-"""The sink's records taken column-wise from Arrow batches (issue 27): a task's ``value`` column becomes
-batch files' record blocks without a Python object per row.
+"""Records as Arrow columns and back, without a Python object per record (issue 27): the sink's
+``value`` column becomes batch files' record blocks, and the source's batch file becomes a ``value``
+column (:func:`record_column`).
 
 A batch file's record block (docs/format.md §3) is each record's u32 little-endian length, then its
 bytes. For a binary (or string, viewed as binary) column, Arrow gives the lengths from the offsets
@@ -22,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from osqueue.errors import InvalidConfigError
-from osqueue.format.manifest_codec import U32_MAX
+from osqueue.format.batch_codec import decode_batch, decode_batch_block
+from osqueue.format.manifest_codec import U32, U32_MAX
 from osqueue.spark_source.options import OsqueueSparkError
 
 COLUMN_WISE = sys.byteorder == "little"
@@ -111,3 +113,50 @@ def file_blocks(
                 pending = Pending([])
     if pending.count:
         yield pending.pieces, pending.count
+
+
+def record_column(data: bytes, key: str) -> pa.Array:
+    """The records of a batch file as an Arrow binary column: :func:`decode_batch`'s records, and its
+    errors (a block whose records do not walk to its end exactly, or past 2 GiB, is decoded by
+    :func:`decode_batch`, which raises the error naming it). The block is the column's data buffer with each record's length
+    prefix in its value; one ``binary_slice`` kernel call drops the prefixes (no Python object per record)."""
+    block, count = decode_batch_block(data, key)
+    starts = record_starts(block, count)
+    if starts is None:  # decode_batch raises the CorruptBatchError naming the first inconsistency
+        return pa.array(decode_batch(data, key), pa.binary())  # (or decodes a block past int32 offsets)
+    framed = pa.Array.from_buffers(
+        pa.binary(), count, [None, pa.py_buffer(starts.astype(np.int32)), pa.py_buffer(block)]
+    )
+    longest = int(np.diff(starts).max()) if count else 4
+    return pc.binary_slice(framed, 4, longest)  # an explicit stop: pyarrow 26 fails on the default one
+
+
+def record_starts(block: bytes, count: int) -> np.ndarray | None:
+    """Where each of the block's ``count`` records (its length prefix) starts, then the block's size
+    (``count + 1`` int64s); None unless the records walk to the block's end exactly. Records of one size
+    (the common case) are checked at once, others walked record by record. A block is below 2 GiB (the
+    decompression cap), so int32 offsets hold it."""
+    size = len(block)
+    if count == 0:
+        return np.zeros(1, dtype=np.int64) if size == 0 else None
+    if size < 4 or size > (1 << 31) - 1:
+        return None
+    (first,) = U32.unpack_from(block, 0)
+    stride = 4 + first
+    if stride * count == size:
+        starts: np.ndarray = np.arange(count + 1, dtype=np.int64) * stride
+        lengths = np.frombuffer(block, dtype=np.uint8)[starts[:-1, None] + np.arange(4)].view("<u4")
+        if bool((lengths == first).all()):
+            return starts
+    positions: list[int] = []
+    pos = 0
+    unpack = U32.unpack_from
+    for _ in range(count):
+        if pos + 4 > size:
+            return None
+        positions.append(pos)
+        pos += 4 + unpack(block, pos)[0]
+    if pos != size:
+        return None
+    positions.append(size)
+    return np.array(positions, dtype=np.int64)

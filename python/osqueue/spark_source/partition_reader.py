@@ -17,14 +17,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from osqueue.errors import BatchNotFoundError, CorruptBatchError
-from osqueue.format.batch_codec import decode_batch
 from osqueue.format.batch_integrity import EntryIntegrity, verify, verify_entry
 from osqueue.format.manifest import ManifestEntry, MetadataItem
+from osqueue.spark_source.arrow_records import record_column
 from osqueue.spark_source.options import OsqueueSparkError, QueueLocation
+from osqueue.store.local_file_system_store import LocalFileSystemStore
 from osqueue.store.object_store import ObjectStore
 from osqueue.store.object_stores import open_store
 
@@ -162,22 +164,22 @@ def _fetch(partition: BatchPartition, entry: EntryRead) -> bytes | None:
     """The entry's batch file, checked against its integrity record (None: skipped, data loss allowed)."""
     location = partition.location
     store = store_of(location)
-    obj = store.get(entry.key)
-    if obj is None:
+    data = _get_bytes(store, entry.key)
+    if data is None:
         error = BatchNotFoundError(entry.key, entry.sequence)
         if partition.fail_on_data_loss:
             raise data_loss(location, f"the batch file of entry {entry.sequence} is gone ({error})")
         _log.warning("skipping entry %d of '%s': %s", entry.sequence, location.identity, error)
         return None
     if entry.integrity is None:
-        return obj.data
+        return data
 
     def reread() -> bytes:
-        again = store.get(entry.key)
-        return b"" if again is None else again.data
+        again = _get_bytes(store, entry.key)
+        return b"" if again is None else again
 
     try:
-        return verify(entry.integrity, obj.data, entry.key, reread)
+        return verify(entry.integrity, data, entry.key, reread)
     except CorruptBatchError as e:
         if partition.fail_on_data_loss:
             raise  # as the JVM source: the core condition, naming the object
@@ -185,15 +187,24 @@ def _fetch(partition: BatchPartition, entry: EntryRead) -> bytes | None:
         return None
 
 
+def _get_bytes(store: ObjectStore, key: str) -> bytes | None:
+    """A batch file's bytes without its version: the local store's read skips the content hash it
+    would compute for the version (JVM: ``ObjectStore.getBytes``)."""
+    if isinstance(store, LocalFileSystemStore):
+        return store.get_bytes(key)
+    obj = store.get(key)
+    return None if obj is None else obj.data
+
+
 def _record_batch(entry: EntryRead, data: bytes) -> pa.RecordBatch:
-    records = decode_batch(data, entry.key)
-    n = len(records)
+    values = record_column(data, entry.key)
+    n = len(values)
     times, payloads = _metadata_columns(entry.metadata, n)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(records, pa.binary()),
+            values,
             pa.repeat(pa.scalar(entry.sequence, pa.int64()), n),
-            pa.array(range(n), pa.int32()),
+            pa.array(np.arange(n, dtype=np.int32)),
             pa.repeat(pa.scalar(entry.key, pa.string()), n),
             times,
             payloads,

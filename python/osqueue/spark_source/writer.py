@@ -39,7 +39,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from osqueue.clock import SystemClock
 from osqueue.errors import WriterFencedError
-from osqueue.format.batch_codec import encode_batch, encode_batch_block
+from osqueue.format.batch_codec import encode_batch, encode_batch_pieces
 from osqueue.format.batch_integrity import record as integrity_record
 from osqueue.format.batch_names import encode_ulid, new_batch_key
 from osqueue.format.entry_tag import EntryTag
@@ -178,7 +178,7 @@ def write_arrow_task(
         return write_task(options, arrow_rows(batches, value, meta))
     with _TaskUploads(options) as uploads:
         for pieces, count in file_blocks(batches, value, options.flush_size_bytes):
-            data = encode_batch_block(b"".join(pieces), count, options.compression)
+            data = encode_batch_pieces(pieces, count, options.compression)
             uploads.put(data, (MetadataItem(0, uploads.clock.now_ms(), b""),), count)
     return OsqueueCommitMessage(uploads.written)
 

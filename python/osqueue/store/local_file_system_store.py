@@ -91,15 +91,20 @@ class LocalFileSystemStore:
         return path
 
     def get(self, key: str) -> VersionedObject | None:
+        data = self.get_bytes(key)
+        return None if data is None else VersionedObject(data, _content_version(data))
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """The object's bytes without its version (batch reads: no content hash), or None if it does
+        not exist (JVM: ``getBytes``)."""
         path = self._path(key)
         try:
             with open(path, "rb") as f:
-                data = f.read()
+                return f.read()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None  # a directory is not an object (as on S3)
         except OSError as e:
             raise StoreError(f"cannot read '{key}' in {self.uri}: {e}") from e
-        return VersionedObject(data, _content_version(data))
 
     def _ensure_directory(self, directory: str) -> None:
         """Creates missing directories one by one, fsyncing each parent so the entry is durable."""
