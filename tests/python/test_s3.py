@@ -382,6 +382,22 @@ def test_a_server_that_stops_honouring_if_match_after_a_landed_replace_is_named_
         store.put_if_version_matches("m", b"2", landed.version)
 
 
+def test_a_412_in_a_form_other_than_the_confirmed_one_is_checked_not_trusted() -> None:
+    """Only a 412 in the form a replace landed in is taken without the HEAD: with the endpoint's form
+    learned wrong after a landed replace (as S3StoreSuite does on Ceph RGW), the next write still
+    corrects it and lands, rather than failing as a conflict."""
+    server = _TagServer(IF_MATCH_UNQUOTED)
+    _skip_probe()
+    store = S3Store("bucket", "", client=server)
+    landed = store.put_if_version_matches("m", b"1", ObjectVersion(server.etag))
+    assert isinstance(landed, Written) and store.conditions().confirmed == IF_MATCH_UNQUOTED
+    store.conditions().learned(IF_MATCH_QUOTED)  # the endpoint's form learned wrong
+    heads = server.heads
+    again = store.put_if_version_matches("m", b"2", landed.version)
+    assert isinstance(again, Written) and server.heads == heads + 1
+    assert store.conditions().if_match_form == IF_MATCH_UNQUOTED == store.conditions().confirmed
+
+
 @pytest.mark.parametrize(
     "drop,what",
     [

@@ -63,7 +63,6 @@ class EndpointConditions:
     def learned(self, form: str) -> None:
         """``form`` matched where the current one did not: send it from now on."""
         self.if_match_forms = (form,) + tuple(f for f in self.if_match_forms if f != form)
-        self.confirmed = form
 
 
 _endpoint_conditions: dict[str, EndpointConditions] = {}

@@ -189,6 +189,7 @@ class S3Store:
             outcome = self._conditional(key, data, IfMatch=if_match_value(expected_version.token, form))
             if isinstance(outcome, Written):
                 conditions.learned(form)
+                conditions.confirmed = form
                 self._unchecked.pop(key, None)
                 return outcome
         if not self._still_at(key, expected_version):

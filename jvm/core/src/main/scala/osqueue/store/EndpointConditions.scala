@@ -42,10 +42,7 @@ final class EndpointConditions(val endpoint: String, initialForms: Vector[IfMatc
   @volatile var confirmed: Option[IfMatchForm] = None
 
   /** `form` matched where the current one did not: send it from now on. */
-  def learned(form: IfMatchForm): Unit = synchronized {
-    forms = form +: forms.filterNot(_ == form)
-    confirmed = Some(form)
-  }
+  def learned(form: IfMatchForm): Unit = synchronized { forms = form +: forms.filterNot(_ == form) }
 }
 
 /** What was learned per endpoint, for the life of the JVM. */

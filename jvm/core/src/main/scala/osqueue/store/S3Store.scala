@@ -159,7 +159,8 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
     val retried = known.ifMatchForms.iterator.filterNot(_ == tried).map(form => form -> attempt(form))
       .collectFirst { case (form, written: CasOutcome.Written) => form -> written }
     retried match {
-      case Some((form, written)) => known.learned(form); unchecked.remove(key); written
+      case Some((form, written)) =>
+        known.learned(form); known.confirmed = Some(form); unchecked.remove(key); written
       case None if !stillAt(key, expected) => CasOutcome.PreconditionFailed
       case None => throw new ConditionalWritesNotHonouredException(endpoint,
           s"a PUT of '${fullKey(key)}' in bucket '$bucket' with If-Match set to the object's current entity tag " +
