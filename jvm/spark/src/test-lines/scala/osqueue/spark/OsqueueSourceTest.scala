@@ -103,13 +103,16 @@ trait OsqueueSourceTest extends LocalSparkSuite { self: AnyFunSuite =>
   /**
    * The rows after the first `from` are `expected`. A running query may see new data a poll
    * interval late (the source's idle backoff), after `processAllAvailable` returned: it is given
-   * up to a minute to deliver as many rows as expected.
+   * up to a minute to deliver as many rows as expected. The rows reach the sink before Spark's commit
+   * log has their batch, so it then waits for the query to be idle again: a `StopStream` right after
+   * must not find that batch uncommitted (its entries would rightly stay queued).
    */
   private def checkAnswer(run: StreamRun, from: Int, expected: Seq[String]): Unit = {
     run.query.filter(_.isActive).foreach { q =>
       q.processAllAvailable()
       val deadline = System.nanoTime() + 60L * 1000000000L
       while (run.rows.size - from < expected.size && q.isActive && System.nanoTime() < deadline) Thread.sleep(50)
+      if (q.isActive) q.processAllAvailable()
     }
     assert(run.values.drop(from) == expected, "entries lost, duplicated or out of order")
     run.checked = run.rows.size
