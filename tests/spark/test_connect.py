@@ -100,11 +100,17 @@ def _kill_server(server) -> None:
 
 
 def _client(url: str, new: bool = False):
-    """A Connect client session on `url` (`new`: a session of its own, not the process's default one)."""
+    """A Connect client session on `url` (`new`: a session of its own, not the process's default one,
+    on a server the test kills: its calls retry for about a second, not Connect's 10 minutes, since
+    the client's release threads are shared and the session's end waits for them)."""
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
     builder = RemoteSparkSession.builder.remote(url)
     spark = builder.create() if new else builder.getOrCreate()
+    if new:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        spark.client.set_retry_policies([DefaultPolicy(max_retries=4)])
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     spark.conf.set("spark.sql.streaming.stopTimeout", "30s")
     if SPARK >= (4, 1):
