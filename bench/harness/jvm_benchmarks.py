@@ -40,6 +40,17 @@ def jvm_classpath() -> str | None:
     return f"{jar}:{jars}/*"
 
 
+def bench_classpath(s: Settings, name: str, program: pathlib.Path) -> str | None:
+    """The class path a JVM bench program runs on (OSQUEUE_BENCH_JVM_CP, e.g. the last line of
+    `bash .ci/sbt "export core/Test/fullClasspath"`, else the wheel's jars), or None, logged, when
+    there is none or the program's source is missing."""
+    cp = os.environ.get("OSQUEUE_BENCH_JVM_CP") or jvm_classpath()
+    if cp is None or not program.is_file():
+        s.log(f"{name}: skipped (needs java and osqueue on the class path: OSQUEUE_BENCH_JVM_CP or the wheel's jars)")
+        return None
+    return cp
+
+
 def _python_produce(env: Env, prefix: str, tag: str, count: int, per_call: int, flush_s: float) -> float:
     from osqueue.producer import Producer
 
@@ -242,13 +253,8 @@ DEPTH_BENCH_SOURCE = REPO_ROOT / "bench" / "jvm" / "SegmentedDepth.java"
 
 
 def bench_jvm_depth(env: Env, s: Settings) -> dict[str, Any]:
-    # OSQUEUE_BENCH_JVM_CP: the core's class path without the wheel's jars, e.g. the last line of
-    # `bash .ci/sbt "export core/Test/fullClasspath"`.
-    cp = os.environ.get("OSQUEUE_BENCH_JVM_CP") or jvm_classpath()
-    if cp is None or not DEPTH_BENCH_SOURCE.is_file():
-        s.log(
-            "jvm_depth: skipped (needs java and the core on the class path: OSQUEUE_BENCH_JVM_CP or the wheel's jars)"
-        )
+    cp = bench_classpath(s, "jvm_depth", DEPTH_BENCH_SOURCE)
+    if cp is None:
         return {"skipped": "java or the core's class path not found"}
     k, heap_mb = 2048, 512
     appends, deliveries = (10, 2000) if s.quick else (50, 20000)

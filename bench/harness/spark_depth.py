@@ -230,13 +230,9 @@ def _run_driver(args: list[str], what: str) -> dict[str, Any]:
 
 
 def _classpath(s: Settings, name: str) -> str | None:
-    from bench.harness.jvm_benchmarks import jvm_classpath
+    from bench.harness.jvm_benchmarks import bench_classpath
 
-    cp = os.environ.get("OSQUEUE_BENCH_JVM_CP") or jvm_classpath()
-    if cp is None or not DEEP_QUEUE_SOURCE.is_file():
-        s.log(f"{name}: skipped (needs java and the connector jar: the wheel's jars or OSQUEUE_BENCH_JVM_CP)")
-        return None
-    return cp
+    return bench_classpath(s, name, DEEP_QUEUE_SOURCE)
 
 
 def bench_spark_depth(env: Env, s: Settings) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import zlib
 from typing import Any
 
 from bench.harness.environment import MANIFEST, REPO_ROOT, Env, Settings
-from bench.harness.jvm_benchmarks import jvm_classpath
+from bench.harness.jvm_benchmarks import bench_classpath
 from bench.harness.stats import percentile, summarize
 
 SPOOL_CALLS = (200, 2_000)
@@ -128,11 +128,8 @@ JVM_SPOOL_WARMUP_CALLS = 500
 
 
 def bench_jvm_spool(env: Env, s: Settings) -> dict[str, Any]:
-    cp = os.environ.get("OSQUEUE_BENCH_JVM_CP") or jvm_classpath()
-    if cp is None or not JVM_SPOOL_SOURCE.is_file():
-        s.log(
-            "jvm_spool: skipped (needs java and the core on the class path: OSQUEUE_BENCH_JVM_CP or the wheel's jars)"
-        )
+    cp = bench_classpath(s, "jvm_spool", JVM_SPOOL_SOURCE)
+    if cp is None:
         return {"skipped": "java or the core's class path not found"}
     calls = _spool_calls(s)
     per_call, flush_ms = 16, 50
