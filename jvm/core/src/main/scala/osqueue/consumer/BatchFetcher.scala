@@ -26,6 +26,8 @@ final case class ConsumedBatch(entries: IndexedSeq[Array[Byte]], sequence: Long,
     metadata: IndexedSeq[MetadataItem]) {
   /** The metadata range covering entry `index`: the last item with `startIndex <= index`. */
   def metadataFor(index: Int): Option[MetadataItem] = metadata.takeWhile(_.startIndex <= index).lastOption
+  /** The records' summed length. */
+  lazy val byteLength: Long = BatchCodec.recordBytes(entries)
 }
 
 /**
@@ -38,16 +40,20 @@ final class BatchFetcher(store: ObjectStore, clock: Clock, metrics: MetricsRegis
   private val bytesCollected = metrics.counter(MetricNames.BytesCollected)
   private val unverified = metrics.counter(MetricNames.BatchesUnverified)
 
-  def fetch(d: BatchDescriptor): ConsumedBatch = {
+  /**
+   * `copyOnRead`: leave the records in the decoded block and copy each out when it is read
+   * ([[BatchCodec.decodeBlock]]), for a reader that reads each record once, at once.
+   */
+  def fetch(d: BatchDescriptor, copyOnRead: Boolean = false): ConsumedBatch = {
     val started = clock.nanoTime()
     def get() = store.getBytes(d.location).getOrElse(throw new BatchNotFoundException(d.location, d.sequence))
     val bytes = d.integrity match {
       case Some(rec) => BatchIntegrity.verify(rec, get(), d.location)(get()) // one re-GET on a mismatch
       case None => unverified.add(1); get()
     }
-    val entries = BatchCodec.decode(bytes, d.location)
+    val block = BatchCodec.decodeBlock(bytes, d.location)
     fetchDuration.observe((clock.nanoTime() - started) / 1e9)
-    bytesCollected.add(entries.foldLeft(0L)(_ + _.length)) // record bytes, as Python (bytes_written is the encoded side)
-    ConsumedBatch(entries, d.sequence, d.location, d.metadata)
+    bytesCollected.add(block.byteLength) // record bytes, as Python (bytes_written is the encoded side)
+    ConsumedBatch(if (copyOnRead) block else block.copied, d.sequence, d.location, d.metadata)
   }
 }

@@ -33,7 +33,7 @@ object BatchCodec {
   val MaxBlockSize: Long = Int.MaxValue - 8L
 
   /** Size of the uncompressed record block for these records. */
-  def blockSize(records: Seq[Array[Byte]]): Long = records.foldLeft(0L)((n, r) => n + 4 + r.length)
+  def blockSize(records: Seq[Array[Byte]]): Long = 4L * records.size + recordBytes(records)
 
   def encode(records: Seq[Array[Byte]], compression: Compression): Array[Byte] = {
     val size = blockSize(records)
@@ -58,7 +58,15 @@ object BatchCodec {
     } finally ctx.close()
   }
 
-  def decode(bytes: Array[Byte], key: String): IndexedSeq[Array[Byte]] = {
+  /** The records of a batch, each its own array. */
+  def decode(bytes: Array[Byte], key: String): IndexedSeq[Array[Byte]] = decodeBlock(bytes, key).copied
+
+  /**
+   * The records of a batch, checked as [[decode]] checks them, left in the decoded block: each is
+   * copied out when it is read. A reader that turns each record into a row at once (the Spark
+   * source) then holds one array per batch, not one per record until the batch is read.
+   */
+  def decodeBlock(bytes: Array[Byte], key: String): RecordBlock = {
     def corrupt(msg: String, cause: Throwable = null) = new CorruptBatchException(key, msg, cause)
     if (bytes.length < FooterSize) throw corrupt(s"${bytes.length} bytes is shorter than the 7-byte footer")
     val f = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).position(bytes.length - FooterSize)
@@ -67,8 +75,7 @@ object BatchCodec {
     val version = java.lang.Short.toUnsignedInt(f.getShort())
     if (version != Version) throw new UnsupportedFormatVersionException(key, "data batch", version)
     val bodyLen = bytes.length - FooterSize
-    // An uncompressed block is read in place (its first bodyLen bytes): each record is copied once,
-    // out of the fetched bytes, not the whole block first.
+    // An uncompressed block is read in place (its first bodyLen bytes).
     val block: Array[Byte] = compressionId match {
       case 0 => bytes
       case 1 => decompress(bytes, bodyLen, corrupt(_, _))
@@ -77,7 +84,7 @@ object BatchCodec {
     val blockLen = if (compressionId == 0) bodyLen else block.length
     val b = ByteBuffer.wrap(block).order(ByteOrder.LITTLE_ENDIAN)
     if (count > blockLen / 4L) throw corrupt(s"record_count $count cannot fit in a $blockLen-byte block")
-    val records = new Array[Array[Byte]](count.toInt)
+    val starts = new Array[Int](count.toInt + 1) // record i is block[starts(i), starts(i + 1) - 4)
     var pos = 0
     var i = 0
     while (i < count) {
@@ -85,12 +92,23 @@ object BatchCodec {
       val len = Integer.toUnsignedLong(b.getInt(pos))
       pos += 4
       if (len > blockLen - pos) throw corrupt(s"record $i of $count: $len bytes run past the block")
-      records(i) = java.util.Arrays.copyOfRange(block, pos, pos + len.toInt)
+      starts(i) = pos
       pos += len.toInt
       i += 1
     }
     if (pos != blockLen) throw corrupt(s"${blockLen - pos} trailing bytes after $count records")
-    records.toIndexedSeq
+    starts(count.toInt) = pos + 4
+    new RecordBlock(block, starts)
+  }
+
+  /** The summed length of `records` (no boxing: this runs once per record read or written). */
+  def recordBytes(records: Iterable[Array[Byte]]): Long = records match {
+    case block: RecordBlock => block.byteLength
+    case _ =>
+      var n = 0L
+      val it = records.iterator
+      while (it.hasNext) n += it.next().length
+      n
   }
 
   /** Streaming decode: accepts several frames and frames without a content size, bounded in size. */
@@ -111,5 +129,26 @@ object BatchCodec {
     } catch {
       case e: IOException => throw corrupt(s"zstd block does not decompress: ${e.getMessage}", e)
     } finally in.close()
+  }
+}
+
+/**
+ * A decoded batch's records as ranges of one array ([[BatchCodec.decodeBlock]]): `apply(i)` copies
+ * record `i` out, so every read returns an array of its own and the block is never exposed.
+ */
+final class RecordBlock private[format] (block: Array[Byte], starts: Array[Int]) extends IndexedSeq[Array[Byte]] {
+  override def length: Int = starts.length - 1
+  override def apply(i: Int): Array[Byte] = {
+    if (i < 0 || i >= length) throw new IndexOutOfBoundsException(s"record $i of $length")
+    java.util.Arrays.copyOfRange(block, starts(i), starts(i + 1) - 4)
+  }
+  /** The records' summed length. */
+  val byteLength: Long = (starts(starts.length - 1) - 4L) - 4L * length
+  /** Every record copied out once, as [[BatchCodec.decode]] returns them. */
+  def copied: IndexedSeq[Array[Byte]] = {
+    val out = new Array[Array[Byte]](length)
+    var i = 0
+    while (i < out.length) { out(i) = apply(i); i += 1 }
+    out.toIndexedSeq
   }
 }

@@ -272,7 +272,7 @@ final class Producer(
     batchInputs += ((in, batchRecords.size))
     batchMetadata += MetadataItem(batchRecords.size, in.ingestionTimeMs, in.metadata)
     batchRecords ++= in.entries
-    batchBytes += in.entries.foldLeft(0L)(_ + _.length) + in.metadata.length
+    batchBytes += BatchCodec.recordBytes(in.entries) + in.metadata.length
   }
 
   /** Encodes and uploads the open batch, then hands its location to the group committer. */
@@ -334,7 +334,7 @@ final class Producer(
             else {
               val (sequence, location, size) = done
               batchesFlushed.increment(); entriesFlushed.add(inputs.map(_.entries.size.toLong).sum)
-              bytesFlushed.add(inputs.map(in => in.entries.foldLeft(0L)(_ + _.length) + in.metadata.length).sum)
+              bytesFlushed.add(inputs.map(in => BatchCodec.recordBytes(in.entries) + in.metadata.length).sum)
               bytesWritten.add(size.toLong)
               flushDuration.observe((clock.nanoTime() - started) / 1e9)
               var index = 0

@@ -54,6 +54,24 @@ class BatchCodecSuite extends AnyFunSuite {
     rejects[CorruptBatchException](footer(0, Int.MaxValue, 1), "cannot fit")
   }
 
+  test("should hand out a block's records as fresh copies, checked as decode checks them, with their summed length") {
+    for (c <- Seq(Compression.None, Compression.Zstd)) {
+      val block = BatchCodec.decodeBlock(BatchCodec.encode(records, c), key)
+      assert(block.map(new String(_, "UTF-8")) == records.map(new String(_, "UTF-8")))
+      assert(block.byteLength == records.map(_.length.toLong).sum && BatchCodec.recordBytes(block) == block.byteLength)
+      val first = block(0)
+      first(0) = 'X'.toByte
+      assert(new String(block(0), "UTF-8") == "alpha" && (block(2) ne block(2)))
+      intercept[IndexOutOfBoundsException](block(3))
+    }
+    val empty = BatchCodec.decodeBlock(BatchCodec.encode(IndexedSeq.empty, Compression.None), key)
+    assert(empty.isEmpty && empty.byteLength == 0)
+    val good = BatchCodec.encode(records, Compression.None)
+    val e = intercept[CorruptBatchException](BatchCodec.decodeBlock(good.dropRight(7) ++ Array[Byte](0) ++ footer(0, 3, 1), key))
+    assert(e.getMessage.contains("trailing bytes"))
+    assert(BatchCodec.recordBytes(records) == records.map(_.length.toLong).sum)
+  }
+
   test("should parse compression options and name a bad one") {
     assert(Compression.parse("compression", "ZSTD") == Compression.Zstd)
     val e = intercept[InvalidConfigException](Compression.parse("compression", "lz4"))

@@ -91,7 +91,7 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
       case s: OsqueueSlicePartition => sliceBatches(s)
     }
     val ahead = new BatchReadAhead[(BatchDescriptor, Int), ConsumedBatch](batches, readAhead, { case (d, _) => timedFetch(d) },
-      batch => batch.entries.foldLeft(0L)(_ + _.length), p.location.identity)
+      _.byteLength, p.location.identity)
     fetches = Some(ahead)
     ahead.flatMap { case ((d, skip), fetched) => batchRows(d, skip, fetched) }
   }
@@ -118,7 +118,7 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
 
   private def timedFetch(d: BatchDescriptor): ConsumedBatch = {
     val started = clock.nanoTime()
-    try fetcher.fetch(d)
+    try fetcher.fetch(d, copyOnRead = true)
     finally fetchTimeMs.addAndGet((clock.nanoTime() - started) / 1000000)
   }
 
@@ -126,7 +126,7 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
   private def batchRows(d: BatchDescriptor, skip: Int, fetched: Try[ConsumedBatch]): Iterator[InternalRow] =
     try {
       val batch = fetched.get
-      bytesFetched += batch.entries.foldLeft(0L)(_ + _.length)
+      bytesFetched += batch.byteLength
       OsqueueSchema.rows(batch, fields).drop(skip)
     } catch {
       case e: BatchNotFoundException if !p.failOnDataLoss =>

@@ -26,6 +26,7 @@ private[spark] object OsqueueSchema {
    */
   def rows(batch: ConsumedBatch, fields: Array[Int]): Iterator[InternalRow] = {
     val location = UTF8String.fromString(batch.location)
+    val sequence: Any = batch.sequence // boxed once per batch, not per row
     val items = batch.metadata
     var item = -1
     val values = new Array[Any](fields.length)
@@ -39,7 +40,7 @@ private[spark] object OsqueueSchema {
       while (i < fields.length) {
         values(i) = fields(i) match {
           case 0 => value
-          case 1 => batch.sequence
+          case 1 => sequence
           case 2 => index
           case 3 => location
           case 4 => if (meta == null) null else java.lang.Long.valueOf(meta.ingestionTimeMs * 1000L)

@@ -83,8 +83,8 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
       override def next(): Admission = pending.next()
     },
     ReadAheadLimits.Default,
-    a => if (a.admitted) Some(fetcher.fetch(BatchDescriptor.of(a.entry, p.location.manifestPath))) else None,
-    _.fold(0L)(_.entries.foldLeft(0L)(_ + _.length)),
+    a => if (a.admitted) Some(fetcher.fetch(BatchDescriptor.of(a.entry, p.location.manifestPath), copyOnRead = true)) else None,
+    _.fold(0L)(_.byteLength),
     p.location.identity)
 
   private var bytesFetched = 0L
@@ -162,7 +162,7 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
       val batchRows =
         try {
           val batch = fetched.get.getOrElse(throw OsqueueExceptions.internalError(s"no fetch of '${e.location}'"))
-          bytesFetched += batch.entries.foldLeft(0L)(_ + _.length)
+          bytesFetched += batch.byteLength
           OsqueueSchema.rows(batch, fields).drop(if (e.sequence == nextSeq) index else 0)
         } catch {
           case _: BatchNotFoundException if !p.failOnDataLoss =>
