@@ -946,18 +946,22 @@ def varint(v: int) -> bytes:
 
 def in_key_name(ulid: str, writer_id: bytes, first_batch: int, batches: list[tuple[str, bytes, list]]) -> str:
     """docs/format.md §2.4 "In-key intents": per batch location_len varint | location | byte_length + 1 varint
-    (0: no integrity record) | batch_crc32 u32 | item_count varint | items (start delta varint | zigzag time delta varint | payload_len
-    varint | payload), base64url without padding after the count."""
+    (0: no integrity record) | batch_crc32 u32 | item_count varint | items (tag varint = zigzag time delta x 4 + 1 if the start delta is not 1
+    + 2 if the payload changed | start delta varint if 1 | payload_len varint | payload if 2), base64url without
+    padding after the count."""
     payload = b""
+    time, prev = 0, b""
     for loc, data, items in batches:
         lb = loc.encode()
         payload += varint(len(lb)) + lb + varint(len(data) + 1) + struct.pack("<I", zlib.crc32(data))
         payload += varint(len(items))
-        start = time = 0
+        start = -1
         for s, t, p in items:
             d = t - time
-            payload += varint(s - start) + varint(d * 2 if d >= 0 else -d * 2 - 1) + varint(len(p)) + p
-            start, time = s, t
+            own_start, own_payload = s - start != 1, p != prev
+            payload += varint((d * 2 if d >= 0 else -d * 2 - 1) * 4 + own_start + 2 * own_payload)
+            payload += (varint(s - start) if own_start else b"") + (varint(len(p)) + p if own_payload else b"")
+            start, time, prev = s, t, p
     text = base64.urlsafe_b64encode(payload).rstrip(b"=").decode()
     return f"ingest/manifest.intents/{ulid}-{writer_id.hex()}-{first_batch}-{len(batches)}-{text}.intent"
 

@@ -108,6 +108,7 @@ def in_key_payload(writer_id: bytes, first_batch: int, entries: Sequence[NewEntr
     shape: a location, metadata items in ``start_index`` order with times in [0, 2^53), and an extension that
     is exactly an integrity record (``entry_crc32`` 0) or none, then the type-4 record of its ``(writer_id, batch)``."""
     out = bytearray()
+    time, payload = 0, b""
     for i, e in enumerate(entries):
         location, metadata = e[0], e[1]
         ext = bytes(e[2]) if len(e) == 3 else b""
@@ -122,13 +123,17 @@ def in_key_payload(writer_id: bytes, first_batch: int, entries: Sequence[NewEntr
         else:
             out += _varint(rec.byte_length + 1) + struct.pack("<I", rec.batch_crc32)
         out += _varint(len(metadata))
-        start = time = 0
+        start = -1  # per batch; time and payload run on across the intent's batches
         for item in metadata:
-            if item.start_index < start or not 0 <= item.ingestion_time_ms < _TIME_LIMIT:
+            if item.start_index < max(start, 0) or not 0 <= item.ingestion_time_ms < _TIME_LIMIT:
                 return None
-            out += _varint(item.start_index - start) + _varint(_zigzag(item.ingestion_time_ms - time))
-            out += _varint(len(item.payload)) + item.payload
-            start, time = item.start_index, item.ingestion_time_ms
+            own_start, own_payload = item.start_index - start != 1, bytes(item.payload) != payload
+            out += _varint(_zigzag(item.ingestion_time_ms - time) * 4 + own_start + 2 * own_payload)
+            if own_start:
+                out += _varint(item.start_index - start)
+            if own_payload:
+                out += _varint(len(item.payload)) + item.payload
+            start, time, payload = item.start_index, item.ingestion_time_ms, bytes(item.payload)
     return base64.urlsafe_b64encode(bytes(out)).rstrip(b"=").decode("ascii")
 
 
@@ -198,6 +203,7 @@ def decode_in_key_intent(name: IntentName, key: str) -> Intent:
         raise CorruptManifestError(key, "in-key intent: not canonical base64url")
     r = _Reader(data, key)
     entries: list[NewEntry] = []
+    time, payload = 0, b""
     for i in range(name.count):
         try:
             location = r.take(r.varint()).decode("utf-8")
@@ -208,14 +214,17 @@ def decode_in_key_intent(name: IntentName, key: str) -> Intent:
         if length_1 > 0x100000000 or not location or len(location.encode("utf-8")) > 0xFFFF:
             raise r.fail(f"batch {i}: byte_length or location out of range")
         metadata: list[MetadataItem] = []
-        start = time = 0
+        start = -1
         for _ in range(r.varint()):
-            start += r.varint()
-            z = r.varint()
+            tag = r.varint()
+            z = tag >> 2
             time += -(z + 1) // 2 if z & 1 else z // 2
-            if start > MAX_START_INDEX or not 0 <= time < _TIME_LIMIT:
+            start += r.varint() if tag & 1 else 1
+            if tag & 2:
+                payload = r.take(r.varint())
+            if not 0 <= start <= MAX_START_INDEX or not 0 <= time < _TIME_LIMIT:
                 raise r.fail(f"batch {i}: a metadata item is out of range")
-            metadata.append(MetadataItem(start, time, r.take(r.varint())))
+            metadata.append(MetadataItem(start, time, payload))
         ext = integrity + sequence_record(name.writer_id, name.first_batch + i)
         entries.append((location, metadata, ext))
     if r.pos != len(data):
