@@ -280,6 +280,9 @@ def test_gc_deletes_intents_a_grace_period_old_and_keeps_younger_ones() -> None:
     clock = ManualClock()
     mem = InMemoryStore(clock=clock)
     _announce(mem, W1, 0, ["ingest/w1-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q1")  # a dead owner's
+    in_key = in_key_intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q3", W1, 1, _in_key_entries(W1, 1, 1))
+    assert in_key is not None
+    mem.put(in_key, b"")  # a dead owner's, in-key
     clock.advance(400)
     _announce(mem, W2, 0, ["ingest/w2-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")
     mem.put(KEY + ".intents/not-an-intent", b"x")
@@ -288,6 +291,7 @@ def test_gc_deletes_intents_a_grace_period_old_and_keeps_younger_ones() -> None:
     qp.enqueue("ingest/first.batch", timeout=10)  # the head: 600 s after W1's intent, 200 s after W2's
     result = GarbageCollector(mem, KEY, "ingest", grace_period=600, clock=clock).run_once()
     assert intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q1", W1, 0, 1) in result.deleted
+    assert in_key in result.deleted
     left = {o.key for o in mem.list(KEY + ".intents/")}
     assert left == {intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1), KEY + ".intents/not-an-intent"}
     qp.close()
@@ -443,11 +447,11 @@ def test_a_cooperative_producer_announces_in_the_key_when_its_group_fits() -> No
     qp = _coop(store)
     qp.enqueue("ingest/first.batch", timeout=10)
     _force_cooperative(qp)
-    qp.enqueue("ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch", timeout=10)
+    qp.enqueue("ingest/mine.batch", timeout=10)
     assert len(announced) == 1
     name = parse_intent_name(KEY, announced[0])
     assert name is not None and name.payload is not None
-    assert decode_in_key_intent(name, announced[0]).entries[0][0] == "ingest/01J5T4R3KXBMZ7QV9N2WG8YDHP.batch"
+    assert decode_in_key_intent(name, announced[0]).entries[0][0] == "ingest/mine.batch"
     qp.close()
 
 

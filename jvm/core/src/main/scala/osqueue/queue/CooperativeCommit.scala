@@ -308,8 +308,14 @@ final class CooperativeCommitter private[queue] (
     val locations = g.pending.map(_.location)
     g.names.zip(locations).foreach { case (n, l) => n += l }
     if (g.announced.contains(locations)) return
-    val k = IntentCodec.newIntentKey(key, clock.nowMillis(), random, writerId, g.firstBatch, g.pending.size)
-    manifest.store.put(k, IntentCodec.encodeIntent(writerId, g.firstBatch, entries(g)))
+    val ulid = IntentCodec.newIntentUlid(clock.nowMillis(), random)
+    val es = entries(g)
+    // The in-key form when the group fits its name (other committers then read no body, §2.4); the body is
+    // the same either way.
+    val limit = if (manifest.store.uri.contains("file:")) IntentCodec.MaxFileNameBytes else IntentCodec.MaxKeyBytes
+    val k = IntentCodec.inKeyIntentKey(key, ulid, writerId, g.firstBatch, es, limit)
+      .getOrElse(IntentCodec.intentKey(key, ulid, writerId, g.firstBatch, g.pending.size))
+    manifest.store.put(k, IntentCodec.encodeIntent(writerId, g.firstBatch, es))
     g.announced = Some(locations)
     g.intentKeys += k
     announcedCount.increment()
@@ -341,6 +347,16 @@ final class CooperativeCommitter private[queue] (
         // than the head this CAS is conditioned on (listed after that head was read: no older).
         .filter(_ => headMs.forall(h => h - o.lastModifiedMs < quarter))
         .map(o.key -> _)
+    }
+    names.foreach { case (k, n) =>
+      if (n.payload.isDefined && !intents.containsKey(k)) { // in-key (§2.4): its name is the announcement, no GET
+        try intents.put(k, Some(IntentCodec.decodeInKeyIntent(n, k)))
+        catch {
+          case _: CorruptManifestException =>
+            intents.put(k, None)
+            rejected.increment()
+        }
+      }
     }
     fetch(names.filter { case (k, _) => !intents.containsKey(k) })
     val byWriter = mutable.LinkedHashMap.empty[String, ArrayBuffer[Intent]]
