@@ -330,7 +330,8 @@ class CooperativeCommitSuite extends AnyFunSuite {
     val t0 = 1767225600000L
     (0 until n).map { i =>
       NewEntry(f"ingest/01J5T4R3KXBMZ7QV9N2WG8Y$i%03d.batch",
-        (0 until items).map(j => MetadataItem(j, t0 + 10 * j - (if (j == 4) 3 else 0), if (j % 3 != 0) Array.emptyByteArray else "app".getBytes)),
+        (0 until items).map(j =>
+          MetadataItem(j, t0 + 10 * j - (if (j == 4) 3 else 0), if (j % 3 != 0) Array.emptyByteArray else "app".getBytes)),
         BatchIntegrity.record(100L + i, 0xFFFFFFF0L + i) ++ WriterSequence.sequenceRecord(WriterSequence.unhex(wid), first + i))
     }
   }
@@ -342,7 +343,8 @@ class CooperativeCommitSuite extends AnyFunSuite {
     val name = IntentCodec.parseIntentName(Key, key.get).get
     assert((name.writerId, name.firstBatch, name.count) == ((W1, 5L, 3)))
     val got = IntentCodec.decodeInKeyIntent(name, key.get)
-    def rows(x: Seq[NewEntry]) = x.map(e => (e.location, e.metadata.map(m => (m.startIndex, m.ingestionTimeMs, m.payload.toSeq)), e.extension.toSeq))
+    def rows(x: Seq[NewEntry]) =
+      x.map(e => (e.location, e.metadata.map(m => (m.startIndex, m.ingestionTimeMs, m.payload.toSeq)), e.extension.toSeq))
     assert(rows(got.entries) == rows(es))
     assert(IntentCodec.inKeyIntentKey(Key, Ulid, W1, 5, inKeyEntries(W1, 5, 12)).isEmpty) // past 1,024 bytes
     assert(IntentCodec.inKeyIntentKey(Key, Ulid, W1, 5, es, IntentCodec.MaxFileNameBytes).isEmpty) // a local file name
