@@ -432,10 +432,13 @@ def test_a_round_reads_no_in_key_intent_and_still_gets_an_old_format_one() -> No
     intent_gets = [k for k in store.keys if k.startswith(KEY + ".intents/")]
     assert intent_gets == [intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1)]
     assert metrics.counter(m.INTENTS_REJECTED).value == 0
-    assert {w: r.last_batch for w, r in _writers(mem).items() if w != qp._committer.cooperative.writer_id} == {
-        W1: 1,
-        W2: 0,
-    }
+    coop = qp._committer.cooperative
+    assert coop is not None
+    assert {w: r.last_batch for w, r in _writers(mem).items() if w != coop.writer_id} == {W1: 1, W2: 0}
+    assert len(coop._intents) == 2
+    _force_cooperative(qp)
+    qp.enqueue("ingest/next.batch", timeout=10)  # both appended: the next round forgets them
+    assert coop._intents == {}
     qp.close()
 
 

@@ -300,6 +300,11 @@ class CooperativeCommitter:
                 except CorruptManifestError:
                     self._intents[o.key] = None
                     a.metrics.counter(m.INTENTS_REJECTED).inc()
+        # Forget what this round does not need: an intent appended, stale or deleted never becomes a candidate again
+        # (last_batch only grows, store time only ages, names are never reused), so the cache stays this round's size.
+        wanted = {k for k, _ in names}
+        for k in [k for k in list(self._intents) if k not in wanted]:
+            self._intents.pop(k, None)
         self._fetch([k for k, _ in names if k not in self._intents], dict(names))
         by_writer: dict[bytes, list[tuple[str, Intent]]] = {}
         for k, name in sorted(names, key=lambda t: t[1].ulid):

@@ -98,6 +98,8 @@ final class CooperativeCommitter private[queue] (
   @volatile private var lastConflictNanos: Option[Long] = None
   /** Immutable objects: read once (None: rejected). */
   private val intents = new ConcurrentHashMap[String, Option[Intent]]()
+  /** How many other writers' intents it holds decoded (tests: bounded by one round's candidates). */
+  private[queue] def cachedIntents: Int = intents.size
   private val rounds = metrics.counter(MetricNames.CommitRounds)
   private val announcedCount = metrics.counter(MetricNames.IntentsAnnounced)
   private val appendedForOthers = metrics.counter(MetricNames.IntentsAppendedForOthers)
@@ -348,6 +350,9 @@ final class CooperativeCommitter private[queue] (
         .filter(_ => headMs.forall(h => h - o.lastModifiedMs < quarter))
         .map(o.key -> _)
     }
+    // Forget what this round does not need: an intent appended, stale or deleted never becomes a candidate again
+    // (last_batch only grows, store time only ages, names are never reused), so the cache stays this round's size.
+    intents.keySet.retainAll(names.map(_._1).toSet.asJava)
     names.foreach { case (k, n) =>
       if (n.payload.isDefined && !intents.containsKey(k)) { // in-key (§2.4): its name is the announcement, no GET
         try intents.put(k, Some(IntentCodec.decodeInKeyIntent(n, k)))

@@ -399,6 +399,10 @@ class CooperativeCommitSuite extends AnyFunSuite {
         Seq(IntentCodec.intentKey(Key, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1)))
       assert(counter(metrics, MetricNames.IntentsRejected) == 0)
       assert(writers(mem)(W1).lastBatch == 1 && writers(mem)(W2).lastBatch == 0)
+      assert(qp.cooperative.get.cachedIntents == 2)
+      forceCooperative(qp)
+      enqueue(qp, "ingest/next.batch") // both appended: the next round forgets them
+      assert(qp.cooperative.get.cachedIntents == 0)
     } finally qp.close()
   }
 
