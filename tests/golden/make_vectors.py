@@ -935,6 +935,37 @@ def intent(
     return data + struct.pack("<I", zlib.crc32(data))
 
 
+def varint(v: int) -> bytes:
+    """Unsigned LEB128, shortest form."""
+    out = b""
+    while v >= 0x80:
+        out += bytes([(v & 0x7F) | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def in_key_name(ulid: str, writer_id: bytes, first_batch: int, batches: list[tuple[str, bytes, list]]) -> str:
+    """docs/format.md §2.4 "In-key intents": per batch location_len varint | location | byte_length + 1 varint
+    (0: no integrity record) | batch_crc32 u32 | item_count varint | items (tag varint = zigzag time delta x 4 + 1 if the start delta is not 1
+    + 2 if the payload changed | start delta varint if 1 | payload_len varint | payload if 2), base64url without
+    padding after the count."""
+    payload = b""
+    time, prev = 0, b""
+    for loc, data, items in batches:
+        lb = loc.encode()
+        payload += varint(len(lb)) + lb + varint(len(data) + 1) + struct.pack("<I", zlib.crc32(data))
+        payload += varint(len(items))
+        start = -1
+        for s, t, p in items:
+            d = t - time
+            own_start, own_payload = s - start != 1, p != prev
+            payload += varint((d * 2 if d >= 0 else -d * 2 - 1) * 4 + own_start + 2 * own_payload)
+            payload += (varint(s - start) if own_start else b"") + (varint(len(p)) + p if own_payload else b"")
+            start, time, prev = s, t, p
+    text = base64.urlsafe_b64encode(payload).rstrip(b"=").decode()
+    return f"ingest/manifest.intents/{ulid}-{writer_id.hex()}-{first_batch}-{len(batches)}-{text}.intent"
+
+
 def build_intents() -> tuple[dict[str, bytes], dict]:
     """intent_v1.bin (two batches of one writer, with integrity and writer records), four rejected
     intents, and head_v3_writers.bin (a v3 head whose only section is the writers section, its tail's
@@ -966,7 +997,19 @@ def build_intents() -> tuple[dict[str, bytes], dict]:
     writers_body = struct.pack("<I", len(rows)) + b"".join(w + struct.pack("<Qq", n, ms) for w, n, ms in rows)
     files["head_v3_writers.bin"] = head_v3([section(4, writers_body)], b"", 0, tail, 2, 40, 42, 9)
     meta_out = {
-        "intent_v1.bin": {"name": name, "writer_id": WRITER_A.hex(), "first_batch": 7, "entries": entries},
+        "intent_v1.bin": {
+            "name": name,
+            "writer_id": WRITER_A.hex(),
+            "first_batch": 7,
+            "entries": entries,
+            # The same batches announced in the key (§2.4 "In-key intents"): a committer reads no body.
+            "in_key_name": in_key_name(
+                ulid,
+                WRITER_A,
+                7,
+                [(loc, b, [(0, T0 + 1 + i, p)]) for i, (loc, b, p) in enumerate(zip(locs, batches, [b"m1", b""]))],
+            ),
+        },
         "intent_bad_crc.bin": {"name": name, "error": "CorruptManifest"},
         "intent_bad_magic.bin": {"name": name, "error": "CorruptManifest"},
         "intent_count_zero.bin": {

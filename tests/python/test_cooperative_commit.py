@@ -16,7 +16,15 @@ from osqueue.errors import CorruptManifestError, DataLossError, InvalidConfigErr
 from osqueue.format import MetadataItem, decode_manifest, encode_batch
 from osqueue.format.batch_integrity import record as batch_record
 from osqueue.format.batch_integrity import record_of
-from osqueue.format.intent_codec import decode_intent, encode_intent, intent_key, parse_intent_name
+from osqueue.format.intent_codec import (
+    MAX_FILE_NAME_BYTES,
+    decode_in_key_intent,
+    decode_intent,
+    encode_intent,
+    in_key_intent_key,
+    intent_key,
+    parse_intent_name,
+)
 from osqueue.format.manifest_head import parse_head
 from osqueue.format.writer_sequence import (
     WriterRecord,
@@ -272,6 +280,9 @@ def test_gc_deletes_intents_a_grace_period_old_and_keeps_younger_ones() -> None:
     clock = ManualClock()
     mem = InMemoryStore(clock=clock)
     _announce(mem, W1, 0, ["ingest/w1-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q1")  # a dead owner's
+    in_key = in_key_intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q3", W1, 1, _in_key_entries(W1, 1, 1))
+    assert in_key is not None
+    mem.put(in_key, b"")  # a dead owner's, in-key
     clock.advance(400)
     _announce(mem, W2, 0, ["ingest/w2-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")
     mem.put(KEY + ".intents/not-an-intent", b"x")
@@ -280,6 +291,7 @@ def test_gc_deletes_intents_a_grace_period_old_and_keeps_younger_ones() -> None:
     qp.enqueue("ingest/first.batch", timeout=10)  # the head: 600 s after W1's intent, 200 s after W2's
     result = GarbageCollector(mem, KEY, "ingest", grace_period=600, clock=clock).run_once()
     assert intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q1", W1, 0, 1) in result.deleted
+    assert in_key in result.deleted
     left = {o.key for o in mem.list(KEY + ".intents/")}
     assert left == {intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1), KEY + ".intents/not-an-intent"}
     qp.close()
@@ -317,6 +329,133 @@ def test_intent_golden_vectors(file: str) -> None:
     ]
     # Encoding it again gives the same bytes.
     assert encode_intent(intent.writer_id, intent.first_batch, list(intent.entries)) == data
+
+
+def test_the_in_key_golden_name_announces_the_intent_v1_batches() -> None:
+    spec = INTENTS["intent_v1.bin"]
+    intent = decode_intent((GOLDEN / "intent_v1.bin").read_bytes(), spec["name"], parse_intent_name(KEY, spec["name"]))
+    name = parse_intent_name(KEY, spec["in_key_name"])
+    assert name is not None and name.payload is not None
+    from_key = decode_in_key_intent(name, spec["in_key_name"])
+    assert (from_key.writer_id, from_key.first_batch) == (intent.writer_id, intent.first_batch)
+    assert [(e[0], list(e[1]), bytes(e[2])) for e in from_key.entries] == [
+        (e[0], list(e[1]), bytes(e[2])) for e in intent.entries
+    ]
+    assert in_key_intent_key(KEY, ULID, W1, 7, list(intent.entries)) == spec["in_key_name"]
+
+
+# -- in-key intents (docs/format.md §2.4 "In-key intents") ------------------------------------------
+
+
+def _in_key_entries(wid: bytes, first: int, n: int, items: int = 10) -> list[Any]:
+    t0 = 1767225600000
+    return [
+        (
+            f"ingest/01J5T4R3KXBMZ7QV9N2WG8Y{i:03d}.batch",
+            [MetadataItem(j, t0 + 10 * j - (3 if j == 4 else 0), b"" if j % 3 else b"app") for j in range(items)],
+            record_of(100 + i, 0xFFFFFFF0 + i) + sequence_record(wid, first + i),
+        )
+        for i in range(n)
+    ]
+
+
+def test_an_in_key_intent_round_trips_and_falls_back_when_it_does_not_fit() -> None:
+    entries = _in_key_entries(W1, 5, 3)
+    key = in_key_intent_key(KEY, ULID, W1, 5, entries)
+    assert key is not None and len(key) <= 1024
+    name = parse_intent_name(KEY, key)
+    assert name is not None and (name.writer_id, name.first_batch, name.count) == (W1, 5, 3)
+    got = decode_in_key_intent(name, key)
+    assert [(e[0], list(e[1]), bytes(e[2])) for e in got.entries] == [(e[0], list(e[1]), e[2]) for e in entries]
+    assert in_key_intent_key(KEY, ULID, W1, 5, _in_key_entries(W1, 5, 12)) is None  # past 1,024 bytes
+    assert in_key_intent_key(KEY, ULID, W1, 5, entries, MAX_FILE_NAME_BYTES) is None  # a local file name
+    one = _in_key_entries(W1, 5, 1, items=1)
+    assert in_key_intent_key(KEY, ULID, W1, 5, one, MAX_FILE_NAME_BYTES) is not None
+    # Not the shape: a sink tag or another record after the writer record, or a record of another batch number.
+    assert in_key_intent_key(KEY, ULID, W1, 5, [(one[0][0], one[0][1], one[0][2] + b"OSQ1\x01")]) is None
+    assert in_key_intent_key(KEY, ULID, W1, 6, one) is None
+
+
+@pytest.mark.parametrize("damage", ["count", "trailing", "truncated", "not_canonical"])
+def test_an_in_key_intent_that_does_not_decode_exactly_is_rejected(damage: str) -> None:
+    key = in_key_intent_key(KEY, ULID, W1, 5, _in_key_entries(W1, 5, 2))
+    assert key is not None
+    head, payload = key[: -len(".intent")].rsplit("-", 1)
+    if damage == "count":
+        head = head.replace("-5-2", "-5-3")
+    elif damage == "trailing":
+        payload = payload + "AA"
+    elif damage == "truncated":
+        payload = payload[:-8]
+    else:  # unused low bits set in the last character, or a length base64 cannot have
+        alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+        if len(payload) % 4 in (2, 3):
+            payload = payload[:-1] + alphabet[alphabet.index(payload[-1]) ^ 1]
+        else:
+            payload += "A"
+    bad = f"{head}-{payload}.intent"
+    name = parse_intent_name(KEY, bad)
+    assert name is not None
+    with pytest.raises(CorruptManifestError):
+        decode_in_key_intent(name, bad)
+
+
+class _GetLog(WrappedStore):
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.keys: list[str] = []
+
+    def get(self, key: str) -> Any:
+        self.keys.append(key)
+        return super().get(key)
+
+
+def test_a_round_reads_no_in_key_intent_and_still_gets_an_old_format_one() -> None:
+    mem = InMemoryStore()
+    store = _GetLog(mem)
+    metrics = MetricsRegistry()
+    qp = _coop(store, metrics=metrics)
+    qp.enqueue("ingest/first.batch", timeout=10)
+    in_key = in_key_intent_key(KEY, ULID, W1, 0, _in_key_entries(W1, 0, 2))
+    assert in_key is not None
+    mem.put(in_key, b"its body is never read")  # a GET would reject it (not an intent)
+    _announce(mem, W2, 0, ["ingest/w2-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")  # today's form: read by GET
+    _force_cooperative(qp)
+    qp.enqueue("ingest/mine.batch", timeout=10)
+    assert [e.location for e in _entries(mem)] == [
+        "ingest/first.batch",
+        "ingest/mine.batch",
+        "ingest/01J5T4R3KXBMZ7QV9N2WG8Y000.batch",
+        "ingest/01J5T4R3KXBMZ7QV9N2WG8Y001.batch",
+        "ingest/w2-0.batch",
+    ]
+    intent_gets = [k for k in store.keys if k.startswith(KEY + ".intents/")]
+    assert intent_gets == [intent_key(KEY, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1)]
+    assert metrics.counter(m.INTENTS_REJECTED).value == 0
+    coop = qp._committer.cooperative
+    assert coop is not None
+    assert {w: r.last_batch for w, r in _writers(mem).items() if w != coop.writer_id} == {W1: 1, W2: 0}
+    assert len(coop._intents) == 2
+    _force_cooperative(qp)
+    qp.enqueue("ingest/next.batch", timeout=10)  # both appended: the next round forgets them
+    assert coop._intents == {}
+    qp.close()
+
+
+def test_a_cooperative_producer_announces_in_the_key_when_its_group_fits() -> None:
+    mem = InMemoryStore()
+    store = WrappedStore(mem)
+    announced: list[str] = []
+    store.on_put = lambda key, data: announced.append(key) if ".intents/" in key else None
+    qp = _coop(store)
+    qp.enqueue("ingest/first.batch", timeout=10)
+    _force_cooperative(qp)
+    qp.enqueue("ingest/mine.batch", timeout=10)
+    assert len(announced) == 1
+    name = parse_intent_name(KEY, announced[0])
+    assert name is not None and name.payload is not None
+    assert decode_in_key_intent(name, announced[0]).entries[0][0] == "ingest/mine.batch"
+    qp.close()
 
 
 def test_head_with_a_writers_section_golden_vector() -> None:

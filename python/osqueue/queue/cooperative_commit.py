@@ -20,10 +20,14 @@ from osqueue.format.batch_names import encode_ulid
 from osqueue.format.head_sections import HeadSections
 from osqueue.format.incarnation import new_incarnation_epoch
 from osqueue.format.intent_codec import (
+    MAX_FILE_NAME_BYTES,
+    MAX_KEY_BYTES,
     Intent,
     IntentName,
+    decode_in_key_intent,
     decode_intent,
     encode_intent,
+    in_key_intent_key,
     intent_key,
     intents_prefix,
     parse_intent_name,
@@ -246,8 +250,15 @@ class CooperativeCommitter:
         if g.announced == locations:
             return
         ulid = encode_ulid(a.clock.now_ms(), a.rng.getrandbits(80))
-        key = intent_key(a.manifest.key, ulid, self.writer_id, g.first_batch, len(g.pending))
-        a.manifest.store.put(key, encode_intent(self.writer_id, g.first_batch, self._entries(g)))
+        entries = self._entries(g)
+        # The in-key form when the group fits its name (other committers then read no body, §2.4); the body is
+        # the same either way.
+        store = a.manifest.store
+        limit = MAX_FILE_NAME_BYTES if "file:" in store.uri else MAX_KEY_BYTES  # a local file name
+        key = in_key_intent_key(a.manifest.key, ulid, self.writer_id, g.first_batch, entries, limit) or intent_key(
+            a.manifest.key, ulid, self.writer_id, g.first_batch, len(g.pending)
+        )
+        store.put(key, encode_intent(self.writer_id, g.first_batch, entries))
         g.announced = locations
         g.intent_keys.append(key)
         a.metrics.counter(m.INTENTS_ANNOUNCED).inc()
@@ -283,6 +294,17 @@ class CooperativeCommitter:
             if head_ms is not None and head_ms - o.last_modified_ms >= quarter:
                 continue
             names.append((o.key, name))
+            if name.payload is not None and o.key not in self._intents:
+                try:  # in-key (§2.4): its name is the announcement, no GET
+                    self._intents[o.key] = decode_in_key_intent(name, o.key)
+                except CorruptManifestError:
+                    self._intents[o.key] = None
+                    a.metrics.counter(m.INTENTS_REJECTED).inc()
+        # Forget what this round does not need: an intent appended, stale or deleted never becomes a candidate again
+        # (last_batch only grows, store time only ages, names are never reused), so the cache stays this round's size.
+        wanted = {k for k, _ in names}
+        for k in [k for k in list(self._intents) if k not in wanted]:
+            self._intents.pop(k, None)
         self._fetch([k for k, _ in names if k not in self._intents], dict(names))
         by_writer: dict[bytes, list[tuple[str, Intent]]] = {}
         for k, name in sorted(names, key=lambda t: t[1].ulid):

@@ -98,6 +98,8 @@ final class CooperativeCommitter private[queue] (
   @volatile private var lastConflictNanos: Option[Long] = None
   /** Immutable objects: read once (None: rejected). */
   private val intents = new ConcurrentHashMap[String, Option[Intent]]()
+  /** How many other writers' intents it holds decoded (tests: bounded by one round's candidates). */
+  private[queue] def cachedIntents: Int = intents.size
   private val rounds = metrics.counter(MetricNames.CommitRounds)
   private val announcedCount = metrics.counter(MetricNames.IntentsAnnounced)
   private val appendedForOthers = metrics.counter(MetricNames.IntentsAppendedForOthers)
@@ -308,8 +310,14 @@ final class CooperativeCommitter private[queue] (
     val locations = g.pending.map(_.location)
     g.names.zip(locations).foreach { case (n, l) => n += l }
     if (g.announced.contains(locations)) return
-    val k = IntentCodec.newIntentKey(key, clock.nowMillis(), random, writerId, g.firstBatch, g.pending.size)
-    manifest.store.put(k, IntentCodec.encodeIntent(writerId, g.firstBatch, entries(g)))
+    val ulid = IntentCodec.newIntentUlid(clock.nowMillis(), random)
+    val es = entries(g)
+    // The in-key form when the group fits its name (other committers then read no body, §2.4); the body is
+    // the same either way.
+    val limit = if (manifest.store.uri.contains("file:")) IntentCodec.MaxFileNameBytes else IntentCodec.MaxKeyBytes
+    val k = IntentCodec.inKeyIntentKey(key, ulid, writerId, g.firstBatch, es, limit)
+      .getOrElse(IntentCodec.intentKey(key, ulid, writerId, g.firstBatch, g.pending.size))
+    manifest.store.put(k, IntentCodec.encodeIntent(writerId, g.firstBatch, es))
     g.announced = Some(locations)
     g.intentKeys += k
     announcedCount.increment()
@@ -341,6 +349,19 @@ final class CooperativeCommitter private[queue] (
         // than the head this CAS is conditioned on (listed after that head was read: no older).
         .filter(_ => headMs.forall(h => h - o.lastModifiedMs < quarter))
         .map(o.key -> _)
+    }
+    // Forget what this round does not need: an intent appended, stale or deleted never becomes a candidate again
+    // (last_batch only grows, store time only ages, names are never reused), so the cache stays this round's size.
+    intents.keySet.retainAll(names.map(_._1).toSet.asJava)
+    names.foreach { case (k, n) =>
+      if (n.payload.isDefined && !intents.containsKey(k)) { // in-key (§2.4): its name is the announcement, no GET
+        try intents.put(k, Some(IntentCodec.decodeInKeyIntent(n, k)))
+        catch {
+          case _: CorruptManifestException =>
+            intents.put(k, None)
+            rejected.increment()
+        }
+      }
     }
     fetch(names.filter { case (k, _) => !intents.containsKey(k) })
     val byWriter = mutable.LinkedHashMap.empty[String, ArrayBuffer[Intent]]

@@ -17,7 +17,7 @@ import osqueue.consumer.{Consumer, ConsumerConfig}
 import osqueue.format._
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.producer.ProducerConfig
-import osqueue.store.{CasOutcome, InMemoryStore, ObjectStore, ObjectVersion}
+import osqueue.store.{CasOutcome, InMemoryStore, ObjectStore, ObjectVersion, VersionedObject}
 import osqueue.testing.{FaultInjectingStore, ForwardingStore, ManualClock, RepoFiles}
 import osqueue.testing.FaultInjectingStore.Fault
 
@@ -262,6 +262,8 @@ class CooperativeCommitSuite extends AnyFunSuite {
     val clock = new ManualClock(1767225600000L)
     val mem = InMemoryStore.fresh(clock)
     announce(mem, W1, 0, Seq("ingest/w1-0.batch"), "01J5T4RTZ9Y8X7W6V5T4S3R2Q1") // a dead owner's
+    val inKey = IntentCodec.inKeyIntentKey(Key, "01J5T4RTZ9Y8X7W6V5T4S3R2Q3", W1, 1, inKeyEntries(W1, 1, 1)).get
+    mem.put(inKey, Array.emptyByteArray) // a dead owner's, in-key
     clock.advance(400000)
     announce(mem, W2, 0, Seq("ingest/w2-0.batch"), "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")
     mem.put(Key + ".intents/not-an-intent", Array[Byte](1))
@@ -271,6 +273,7 @@ class CooperativeCommitSuite extends AnyFunSuite {
       enqueue(qp, "ingest/first.batch") // the head: 600 s after W1's intent, 200 s after W2's
       val result = new osqueue.gc.GarbageCollector(mem, Key, "ingest", 600.seconds, clock).runOnce()
       assert(result.deleted.contains(IntentCodec.intentKey(Key, "01J5T4RTZ9Y8X7W6V5T4S3R2Q1", W1, 0, 1)))
+      assert(result.deleted.contains(inKey))
       assert(mem.list(Key + ".intents/").map(_.key).toSet ==
         Set(IntentCodec.intentKey(Key, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1), Key + ".intents/not-an-intent"))
     } finally qp.close()
@@ -304,6 +307,126 @@ class CooperativeCommitSuite extends AnyFunSuite {
         assert(IntentCodec.encodeIntent(intent.writerId, intent.firstBatch, intent.entries).toSeq == data.toSeq)
       }
     }
+
+  test("the in-key golden name announces the intent_v1 batches") {
+    val s = spec.get("intent_v1.bin")
+    val keyName = s.get("name").asText
+    val intent = IntentCodec.decodeIntent(Files.readAllBytes(RepoFiles.golden.resolve("intent_v1.bin")), keyName,
+      IntentCodec.parseIntentName(Key, keyName))
+    val inKey = s.get("in_key_name").asText
+    val name = IntentCodec.parseIntentName(Key, inKey)
+    assert(name.exists(_.payload.isDefined))
+    val fromKey = IntentCodec.decodeInKeyIntent(name.get, inKey)
+    assert(fromKey.writerId == intent.writerId && fromKey.firstBatch == intent.firstBatch)
+    def rows(i: Intent) =
+      i.entries.map(e => (e.location, e.metadata.map(x => (x.startIndex, x.ingestionTimeMs, x.payload.toSeq)), e.extension.toSeq))
+    assert(rows(fromKey) == rows(intent))
+    assert(IntentCodec.inKeyIntentKey(Key, Ulid, W1, 7, intent.entries).contains(inKey))
+  }
+
+  // -- in-key intents (docs/format.md §2.4 "In-key intents") --
+
+  private def inKeyEntries(wid: String, first: Long, n: Int, items: Int = 10): IndexedSeq[NewEntry] = {
+    val t0 = 1767225600000L
+    (0 until n).map { i =>
+      NewEntry(f"ingest/01J5T4R3KXBMZ7QV9N2WG8Y$i%03d.batch",
+        (0 until items).map(j =>
+          MetadataItem(j, t0 + 10 * j - (if (j == 4) 3 else 0), if (j % 3 != 0) Array.emptyByteArray else "app".getBytes)),
+        BatchIntegrity.record(100L + i, 0xFFFFFFF0L + i) ++ WriterSequence.sequenceRecord(WriterSequence.unhex(wid), first + i))
+    }
+  }
+
+  test("an in-key intent round-trips and falls back when it does not fit") {
+    val es = inKeyEntries(W1, 5, 3)
+    val key = IntentCodec.inKeyIntentKey(Key, Ulid, W1, 5, es)
+    assert(key.exists(_.length <= 1024))
+    val name = IntentCodec.parseIntentName(Key, key.get).get
+    assert((name.writerId, name.firstBatch, name.count) == ((W1, 5L, 3)))
+    val got = IntentCodec.decodeInKeyIntent(name, key.get)
+    def rows(x: Seq[NewEntry]) =
+      x.map(e => (e.location, e.metadata.map(m => (m.startIndex, m.ingestionTimeMs, m.payload.toSeq)), e.extension.toSeq))
+    assert(rows(got.entries) == rows(es))
+    assert(IntentCodec.inKeyIntentKey(Key, Ulid, W1, 5, inKeyEntries(W1, 5, 12)).isEmpty) // past 1,024 bytes
+    assert(IntentCodec.inKeyIntentKey(Key, Ulid, W1, 5, es, IntentCodec.MaxFileNameBytes).isEmpty) // a local file name
+    val one = inKeyEntries(W1, 5, 1, items = 1)
+    assert(IntentCodec.inKeyIntentKey(Key, Ulid, W1, 5, one, IntentCodec.MaxFileNameBytes).isDefined)
+    // Not the shape: a sink tag or another record after the writer record, or a record of another batch number.
+    assert(IntentCodec.inKeyIntentKey(Key, Ulid, W1, 5, Seq(one(0).copy(extension = one(0).extension ++ "OSQ1\u0001".getBytes))).isEmpty)
+    assert(IntentCodec.inKeyIntentKey(Key, Ulid, W1, 6, one).isEmpty)
+  }
+
+  for (damage <- Seq("count", "trailing", "truncated", "not_canonical"))
+    test(s"an in-key intent that does not decode exactly is rejected: $damage") {
+      val key = IntentCodec.inKeyIntentKey(Key, Ulid, W1, 5, inKeyEntries(W1, 5, 2)).get
+      val cut = key.stripSuffix(".intent")
+      var head = cut.substring(0, cut.lastIndexOf('-'))
+      var payload = cut.substring(cut.lastIndexOf('-') + 1)
+      damage match {
+        case "count" => head = head.replace("-5-2", "-5-3")
+        case "trailing" => payload += "AA"
+        case "truncated" => payload = payload.dropRight(8)
+        case _ => // unused low bits set in the last character, or a length base64 cannot have
+          val alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+          if (payload.length % 4 == 2 || payload.length % 4 == 3)
+            payload = payload.dropRight(1) + alphabet(alphabet.indexOf(payload.last.toInt) ^ 1)
+          else payload += "A"
+      }
+      val bad = s"$head-$payload.intent"
+      val name = IntentCodec.parseIntentName(Key, bad)
+      assert(name.isDefined)
+      intercept[CorruptManifestException](IntentCodec.decodeInKeyIntent(name.get, bad))
+    }
+
+  test("a round reads no in-key intent and still gets an old-format one") {
+    val mem = InMemoryStore.fresh()
+    val gets = new CopyOnWriteArrayList[String]()
+    val store = new ForwardingStore(mem) {
+      override def get(key: String): Option[VersionedObject] = { gets.add(key); super.get(key) }
+      override def getBytes(key: String): Option[Array[Byte]] = { gets.add(key); mem.getBytes(key) }
+    }
+    val metrics = new MetricsRegistry
+    val qp = coop(store, metrics)
+    try {
+      enqueue(qp, "ingest/first.batch")
+      val inKey = IntentCodec.inKeyIntentKey(Key, Ulid, W1, 0, inKeyEntries(W1, 0, 2)).get
+      mem.put(inKey, "its body is never read".getBytes) // a GET would reject it (not an intent)
+      announce(mem, W2, 0, Seq("ingest/w2-0.batch"), "01J5T4RTZ9Y8X7W6V5T4S3R2Q2") // today's form: read by GET
+      forceCooperative(qp)
+      enqueue(qp, "ingest/mine.batch")
+      assert(entries(mem).map(_.location) == Seq("ingest/first.batch", "ingest/mine.batch",
+        "ingest/01J5T4R3KXBMZ7QV9N2WG8Y000.batch", "ingest/01J5T4R3KXBMZ7QV9N2WG8Y001.batch", "ingest/w2-0.batch"))
+      assert(gets.asScala.filter(_.startsWith(Key + ".intents/")).toSeq ==
+        Seq(IntentCodec.intentKey(Key, "01J5T4RTZ9Y8X7W6V5T4S3R2Q2", W2, 0, 1)))
+      assert(counter(metrics, MetricNames.IntentsRejected) == 0)
+      assert(writers(mem)(W1).lastBatch == 1 && writers(mem)(W2).lastBatch == 0)
+      assert(qp.cooperative.get.cachedIntents == 2)
+      forceCooperative(qp)
+      enqueue(qp, "ingest/next.batch") // both appended: the next round forgets them
+      assert(qp.cooperative.get.cachedIntents == 0)
+    } finally qp.close()
+  }
+
+  test("a cooperative producer announces in the key when its group fits") {
+    val mem = InMemoryStore.fresh()
+    val announced = new CopyOnWriteArrayList[String]()
+    val store = new ForwardingStore(mem) {
+      override def put(key: String, bytes: Array[Byte]): Unit = {
+        if (key.contains(".intents/")) announced.add(key)
+        super.put(key, bytes)
+      }
+    }
+    val qp = coop(store)
+    try {
+      enqueue(qp, "ingest/first.batch")
+      forceCooperative(qp)
+      enqueue(qp, "ingest/mine.batch")
+      assert(announced.size == 1)
+      val name = IntentCodec.parseIntentName(Key, announced.get(0))
+      assert(name.exists(_.payload.isDefined))
+      assert(IntentCodec.decodeInKeyIntent(name.get, announced.get(0)).entries.head.location ==
+        "ingest/mine.batch")
+    } finally qp.close()
+  }
 
   test("head with a writers section golden vector") {
     val s = spec.get("head_v3_writers.bin")
