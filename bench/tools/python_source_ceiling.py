@@ -4,7 +4,9 @@
 
 A Python data source whose tasks do no osqueue work: each yields one prebuilt Arrow record batch of the
 osqueue source's schema (1,024 rows of 1 KiB, its location string and null metadata columns) again and
-again, FILES batches over 16 partitions, batch-read into the noop sink on a local[2] session. With a
+again, FILES batches over 16 partitions (the osqueue source's 32 MiB runs of 489 files until session 14;
+it now cuts 128 MiB, 4 partitions: `python_source_levers.py --base partitions=4` measures that shape),
+batch-read into the noop sink on a local[2] session. With a
 local queue directory (e.g. one the `python_source` row builds, 1 MiB batch files), the osqueue Python
 source and the JVM connector batch-read it beside it. 3 rounds; rows/s per read. What is left between
 the ceiling and the JVM connector is Spark's Python data source path (the worker's Arrow stream, the

@@ -96,6 +96,16 @@ def test_consecutive_entries_share_a_partition_as_the_jvm_planner_cuts_them(
     assert [[e.sequence for e in p.entries] for p in _planned(root, True)] == [[0], [1], [2], [3], [4]]
 
 
+def test_a_partition_holds_128_mib_of_batch_files_not_the_jvm_planners_32() -> None:
+    # 489 batch files of 1 MiB (the bench's large queue): 4 Python tasks, not 16; a Python task's set-up
+    # in its worker cost as much as reading 32 MiB (docs/performance.md §2.3, session 14)
+    mib = 1 << 20
+    cut = [len(run) for run in partition_reader.runs([mib] * 489, lambda size: size)]
+    assert cut == [128, 128, 128, 105]
+    assert [len(run) for run in partition_reader.runs([1000] * 300, lambda size: size)] == [128, 128, 44]
+    assert [len(run) for run in partition_reader.runs([100 * mib] * 3, lambda size: size)] == [1, 1, 1]
+
+
 def test_a_lost_entry_inside_a_partition_skips_only_that_entry(tmp_path: pathlib.Path) -> None:
     root = tmp_path / "q"
     _queue(root, [[b"a"], [b"b"], [b"c"]])

@@ -1,11 +1,11 @@
 """The executor side of the Python data source: partitions of consecutive entries and their read
 (JVM: ``OsqueuePlanner.runs`` and ``OsqueuePartitionReader``).
 
-A partition is a run of consecutive entries cut as the JVM planner cuts them (at most
-:data:`SLICE_ENTRIES` entries and :data:`SLICE_BYTES` batch-file bytes): one Spark task per batch file
-cost more than reading it (a Python task costs a worker round trip, the pickled partition and the
-Arrow hand-over). The task fetches a few batch files ahead and yields one Arrow record batch per batch
-file, built column-wise.
+A partition is a run of consecutive entries cut by the JVM planner's rule (at most
+:data:`SLICE_ENTRIES` entries and :data:`SLICE_BYTES` batch-file bytes) with a larger byte budget: a
+Python task costs far more than a JVM one before its first row (docs/performance.md §2.3, session 14).
+The task fetches a few batch files ahead and yields one Arrow record batch per batch file, built
+column-wise.
 """
 
 from __future__ import annotations
@@ -34,9 +34,15 @@ _log = logging.getLogger(__name__)
 
 SLICE_ENTRIES = 128
 """Entries per partition at most (JVM: ``OsqueuePlanner.SliceEntries``)."""
-SLICE_BYTES = 32 << 20
+SLICE_BYTES = 128 << 20
 """Batch-file bytes per partition at most, by the entries' integrity records (an entry without one
-counts 0; a larger batch file is a partition of its own) (JVM: ``OsqueuePlanner.SliceBytes``)."""
+counts 0; a larger batch file is a partition of its own). Four times the JVM planner's
+(``OsqueuePlanner.SliceBytes``, 32 MiB) and Spark's file source's default
+(``spark.sql.files.maxPartitionBytes``): each Python task pays pyspark's per-task set-up in its worker
+(on pyspark 4.0 and 4.1 ``importlib.invalidate_caches()`` re-reads pyspark.zip's directory once per
+package imported from it, 50-130 ms of CPU per task; on 4.2+ still ~30 ms of Python and JVM CPU),
+which at 32 MiB cost as much as reading the partition. A task's memory does not grow with it (the read-ahead below
+bounds it)."""
 
 READ_AHEAD_BATCHES = 8
 """Batch files fetched at once by a task (JVM: ``ReadAheadLimits.Default``)."""
