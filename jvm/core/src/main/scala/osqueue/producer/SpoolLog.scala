@@ -336,7 +336,9 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
       else { syncing = true; Some((written, channel, files.lastOption.map(_._2))) }
     }
     job.foreach { case (upto, ch, path) =>
-      try if (ch != null) { path.foreach(SpoolLog.aboutToForce); ch.force(false) } // outside the monitor: appends go on meanwhile (group fsync)
+      try if (ch != null) {
+          path.foreach(SpoolLog.aboutToForce); ch.force(false)
+        } // outside the monitor: appends go on meanwhile (group fsync)
       finally lock.synchronized { syncing = false; synced = math.max(synced, upto); lock.notifyAll() }
     }
   }

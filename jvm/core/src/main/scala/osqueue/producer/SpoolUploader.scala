@@ -165,10 +165,11 @@ final class SpoolUploader(
         new PendingLocation(s.location, s.metadata, () => { val key = newKey(); put(key, s.data); key },
           BatchIntegrity.record(s.data), if (prior.isEmpty) Some(s.put.join().longValue) else None)
       }
-      val sequences = appender.commitMany(pending, prior, (base, locs) => {
-        spool.recordAttempt(base, batchNos, locs)
-        settleLanded(sync = false) // that fsync covered every LANDED record written before it
-      })
+      val sequences = appender.commitMany(pending, prior,
+        (base, locs) => {
+          spool.recordAttempt(base, batchNos, locs)
+          settleLanded(sync = false) // that fsync covered every LANDED record written before it
+        })
       sequences.zip(pending.map(_.location))
     }
     // Issue 28: the handles resolve once the CAS landed, before LANDED is durable (a crash in between is an

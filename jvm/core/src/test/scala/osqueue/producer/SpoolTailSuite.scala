@@ -104,9 +104,10 @@ class SpoolTailSuite extends AnyFunSuite with BeforeAndAfterEach {
     val power = new PowerLoss(root.resolve("spool"))
     @volatile var image = Seq.empty[String]
     @volatile var orphan = ""
-    store.onBatchPut = key => if (store.dead.getCount != 0) {
-      orphan = key; image = power.image(root.resolve("image")); store.dead.countDown()
-    }
+    store.onBatchPut = key =>
+      if (store.dead.getCount != 0) {
+        orphan = key; image = power.image(root.resolve("image")); store.dead.countDown()
+      }
     val p = producer(store, root.resolve("spool"), "local", 1.hour)
     p.produce(Seq("e0".getBytes)) // returned: its ENTRIES record is on disk
     flushInBackground(p)
