@@ -215,6 +215,8 @@ def test_local_durability_delivers_everything_once_and_truncates_the_log(tmp_pat
         handles = [p.produce([f"e{i}".encode()], b"m") for i in range(40)]
         p.flush(10)
         assert all(h.done() and h.exception() is None for h in handles)
+        # the handles resolve at the CAS; LANDED's fsync and truncation follow off the callers' path (issue 28)
+        assert p._uploader is not None and p._uploader.idle(10)
         spool = p._spool
         assert spool is not None and spool.live_bytes() == 0
         assert len(spool.log_files()) == 1 and os.path.getsize(spool.log_files()[0]) == 0
@@ -339,6 +341,7 @@ def test_an_outage_only_delays_delivery(tmp_path: pathlib.Path) -> None:
         for h in handles:
             h.wait_durable(10)
         p.flush(10)
+        assert p._uploader is not None and p._uploader.idle(10)  # settled once LANDED is fsync'd
         assert metrics.gauge(SPOOL_BYTES).value == 0
     assert _values(store) == [b"before"] + [f"e{i}".encode() for i in range(20)] + [b"last"]
     assert len(decode_manifest(store.get(KEY).data, KEY).entries) >= 20 * 2 // 8  # batches of flush_size_bytes

@@ -316,10 +316,10 @@ class Spool:
             return gone
 
     def name_batch(self, first_call: int, last_call: int, byte_length: int, crc: int, location: str) -> tuple[int, int]:
-        """Step 2: names a batch of calls before its PUT; (batch_no, ticket): ``sync(ticket)`` before the PUT.
+        """Step 2: names a batch of calls before its PUT; (batch_no, ticket).
 
-        The streaming path: the upload thread encodes the next batch while a PUT thread makes this one
-        durable (one fsync may cover several), instead of waiting for it."""
+        The record is not fsync'd before the PUT (issue 28): the ATTEMPT record's fsync, before any manifest
+        CAS that could carry the name, makes it durable (docs/adr/0006 part 2)."""
         with self._cond:
             record = BatchRecord(self.next_batch, first_call, last_call, byte_length, crc, location)
             self.next_batch += 1
@@ -353,7 +353,17 @@ class Spool:
 
     def record_landed(self, first_sequence: int, batch_nos: Sequence[int]) -> None:
         """Step 6: the batches are in the manifest (fsync'd); then truncation (step 7)."""
-        self._log.write([LandedRecord(first_sequence, tuple(batch_nos))])
+        self.sync(self.append_landed(first_sequence, batch_nos))
+        self.settle_landed(batch_nos)
+
+    def append_landed(self, first_sequence: int, batch_nos: Sequence[int]) -> int:
+        """Step 6 without its fsync: writes the LANDED record; its ticket (``sync`` it, then ``settle_landed``)."""
+        ticket, _ = self._log.append([LandedRecord(first_sequence, tuple(batch_nos))])
+        return ticket
+
+    def settle_landed(self, batch_nos: Sequence[int]) -> None:
+        """Once their LANDED record is on disk: the batches are settled, then truncation (step 7). Never
+        before: truncation must not unlink a file whose LANDED record could still be lost."""
         with self._cond:
             for n in batch_nos:
                 self._settle(n)

@@ -140,6 +140,9 @@ class SpoolUploader:
         self._cond = threading.Condition()
         self._in_flight: list[Shipment] = []  # submitted, not yet taken by the committer, in batch order
         self._committer: threading.Thread | None = None
+        self._unsettled: list[
+            tuple[int, list[int]]
+        ] = []  # LANDED records written, not yet fsync'd: (ticket, batch_nos)
 
     def _forever(self, what: str, action: Callable[[], _T]) -> _T:
         failures = 0
@@ -176,20 +179,24 @@ class SpoolUploader:
         """Starts the PUT of a batch its BATCH record already named (step 3)."""
         return Shipment(batch_no, data, location, metadata, self._puts.submit(self._put, location, data), Future())
 
-    def _synced_put(self, ticket: int, key: str, data: bytes) -> float:
-        self._spool.sync(ticket)  # the BATCH record (and every call before it) on disk before the name is used
+    def _unsynced_put(self, ticket: int, key: str, data: bytes) -> float:
+        # Issue 28: no fsync of the BATCH record before its PUT. The ATTEMPT record's fsync before the CAS
+        # covers it (tickets are synced in order, and a rotation syncs the file it closes), so a name that is
+        # not durable is never in the manifest; after a crash, replay re-batches its calls under a fresh name
+        # and the orphan PUT is garbage GC deletes (docs/adr/0006 part 2, "Session 14").
+        del ticket
         return self._put(key, data)
 
     def submit(self, calls: Sequence[EntriesRecord]) -> Future[tuple[EnqueueResult, int]]:
         """Steps 2-6 for calls that are in no batch yet: encode and BATCH record in this thread, then in the
-        background its fsync, the PUT and the append. The future resolves once the batch is LANDED, with its
-        result and size, or fails with what retrying cannot fix (e.g. ``AmbiguousCommitError``; the batch
+        background the PUT (no fsync first: the ATTEMPT's covers the BATCH record) and the append. The future
+        resolves once the batch's manifest CAS landed (before its LANDED record is fsync'd), with its result and size, or fails with what retrying cannot fix (e.g. ``AmbiguousCommitError``; the batch
         stays in the spool)."""
         data, metadata = self.encode(calls)
         key = new_batch_key(self._prefix, self._clock, self._rng)
         batch_no, ticket = self._spool.name_batch(calls[0].call_no, calls[-1].call_no, len(data), zlib.crc32(data), key)
         shipment = Shipment(
-            batch_no, data, key, metadata, self._puts.submit(self._synced_put, ticket, key, data), Future()
+            batch_no, data, key, metadata, self._puts.submit(self._unsynced_put, ticket, key, data), Future()
         )
         with self._cond:
             self._in_flight.append(shipment)
@@ -203,11 +210,19 @@ class SpoolUploader:
         """The committer: waits for the oldest PUT, then appends it with every later one already uploaded."""
         while True:
             with self._cond:
-                if not self._in_flight:
+                idle = not self._in_flight
+            if idle:
+                self._settle_landed(sync=True)  # the last LANDED records: fsync'd off the callers' path
+                with self._cond:
+                    if self._in_flight:
+                        continue
                     self._committer = None
                     self._cond.notify_all()
                     return
+            with self._cond:
                 first = self._in_flight[0]
+            if not first.put.done():
+                self._settle_landed(sync=True)  # nothing to coalesce with while the PUT is out: settle now
             try:
                 first.put.result()
             except BaseException as e:  # not a store error (those are retried): this batch fails alone
@@ -239,6 +254,7 @@ class SpoolUploader:
 
         def record(base: int, locations: tuple[str, ...]) -> None:
             self._spool.record_attempt(base, batch_nos, locations)
+            self._settle_landed(sync=False)  # that fsync covered every LANDED record written before it
 
         def commit() -> list[EnqueueResult]:
             seen: dict[int, tuple[int, tuple[str, ...]]] = {}  # an ATTEMPT record names every batch it carried
@@ -263,8 +279,22 @@ class SpoolUploader:
 
         what = f"appending batch {batch_nos[0]}" + (f"..{batch_nos[-1]}" if len(group) > 1 else "")
         results = self._forever(what, commit)
-        self._spool.record_landed(results[0].sequence, batch_nos)
+        # Issue 28: the handles resolve once the CAS landed, before LANDED is durable (a crash in between is
+        # an ATTEMPT without LANDED, which replay resolves as landed). The record is fsync'd by the next
+        # ATTEMPT's fsync or when the uploader goes idle; only then are the batches settled (truncation).
+        ticket = self._spool.append_landed(results[0].sequence, batch_nos)
+        self._unsettled.append((ticket, batch_nos))
         return results
+
+    def _settle_landed(self, *, sync: bool) -> None:
+        """Settles the batches whose LANDED records are on disk (``sync``: fsyncs them first)."""
+        if not self._unsettled:
+            return
+        if sync:
+            self._spool.sync(self._unsettled[-1][0])
+        done, self._unsettled = self._unsettled, []
+        for _, batch_nos in done:
+            self._spool.settle_landed(batch_nos)
 
     def encode(self, calls: Sequence[EntriesRecord]) -> tuple[bytes, list[MetadataItem]]:
         records, metadata = assemble(calls)
@@ -295,6 +325,7 @@ class SpoolUploader:
             for s in shipments:
                 s.put.result()
             self._commit(shipments)
+            self._settle_landed(sync=True)
             self._metrics.counter(m.SPOOL_REPLAYED_BATCHES).inc(len(group))
             shipped += len(group)
         return shipped

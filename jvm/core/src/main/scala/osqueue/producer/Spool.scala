@@ -289,7 +289,18 @@ final class Spool(
 
   /** Step 6: the batches are in the manifest (forced); then truncation (step 7). */
   def recordLanded(firstSequence: Long, batchNos: Seq[Long]): Unit = {
-    log.write(Seq(LandedRecord(firstSequence, batchNos)))
+    sync(appendLanded(firstSequence, batchNos))
+    settleLanded(batchNos)
+  }
+
+  /** Step 6 without its fsync: writes the LANDED record; its ticket (`sync` it, then `settleLanded`). */
+  def appendLanded(firstSequence: Long, batchNos: Seq[Long]): Long = log.append(Seq(LandedRecord(firstSequence, batchNos)))._1
+
+  /**
+   * Once their LANDED record is on disk: the batches are settled, then truncation (step 7). Never before:
+   * truncation must not unlink a file whose LANDED record could still be lost.
+   */
+  def settleLanded(batchNos: Seq[Long]): Unit = {
     lock.synchronized {
       batchNos.foreach(settle)
       gauges()

@@ -77,6 +77,13 @@ final case class DroppedRecord(firstCall: Long, lastCall: Long) extends SpoolRec
 }
 
 object SpoolLog {
+  /**
+   * A test seam: called with a log file's path right before it is forced (the crash-injection tests of
+   * SpoolTailSuite take a power-loss image there, or hold the force as a process about to die would).
+   */
+  @volatile private[producer] var beforeForce: Path => Unit = null
+  private[producer] def aboutToForce(path: Path): Unit = { val h = beforeForce; if (h != null) h(path) }
+
   val Magic: Array[Byte] = "OSQS".getBytes(UTF_8)
   val Overhead: Int = 4 + 4 + 1 + 4
   val DefaultRotateBytes: Long = 64L * 1024 * 1024
@@ -312,6 +319,7 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
 
   private def rotateNow(): Unit = {
     while (syncing) lock.wait()
+    SpoolLog.aboutToForce(files.last._2)
     channel.force(false); channel.close() // its zero tail stays: a clean end, cut if the file is ever read
     synced = written
     startFile()
@@ -325,10 +333,12 @@ final class SpoolLog(directory: Path, rotateBytes: Long = SpoolLog.DefaultRotate
     val job = lock.synchronized {
       while (synced < ticket && syncing) lock.wait()
       if (synced >= ticket) None
-      else { syncing = true; Some((written, channel)) }
+      else { syncing = true; Some((written, channel, files.lastOption.map(_._2))) }
     }
-    job.foreach { case (upto, ch) =>
-      try if (ch != null) ch.force(false) // outside the monitor: appends go on meanwhile (group fsync)
+    job.foreach { case (upto, ch, path) =>
+      try if (ch != null) {
+          path.foreach(SpoolLog.aboutToForce); ch.force(false)
+        } // outside the monitor: appends go on meanwhile (group fsync)
       finally lock.synchronized { syncing = false; synced = math.max(synced, upto); lock.notifyAll() }
     }
   }

@@ -48,6 +48,7 @@ final class SpoolUploader(
   private val lock = new Object
   private val inFlight = ArrayBuffer.empty[Shipment] // submitted, not yet taken by the committer, in batch order
   private var committer: Thread = null
+  private val unsettled = ArrayBuffer.empty[(Long, Seq[Long])] // LANDED records written, not yet forced: (ticket, batchNos)
 
   /** A store error is retried; so is a CAS loop that ran out of budget (against other writers, or undecided). */
   private def retried(e: Throwable): Boolean = e match {
@@ -91,7 +92,8 @@ final class SpoolUploader(
 
   /**
    * Steps 2-6 for calls in no batch yet: encode and BATCH record in this thread, then in the background
-   * its force (before the PUT: the record and every call before it on disk), the PUT and the append. The future completes once the batch is LANDED, with (sequence,
+   * the PUT (no force first: the ATTEMPT record's covers the BATCH record) and the append. The future
+   * completes once the batch's manifest CAS landed (before its LANDED record is forced), with (sequence,
    * location, size), or fails with what retrying cannot fix (e.g. [[AmbiguousCommitException]]; the
    * batch stays in the spool).
    */
@@ -100,7 +102,11 @@ final class SpoolUploader(
     val key = newKey()
     val (batchNo, ticket) = spool.nameBatch(calls.head.callNo, calls.last.callNo, data.length.toLong, crc(data), key)
     val putDone = CompletableFuture.supplyAsync[java.lang.Long](
-      () => { spool.sync(ticket); java.lang.Long.valueOf(put(key, data)) },
+      // Issue 28: no fsync of the BATCH record (`ticket`) before its PUT. The ATTEMPT record's fsync before
+      // the CAS covers it (tickets are forced in order, a rotation forces the file it closes), so a name not
+      // on disk is never in the manifest; after a crash replay re-batches its calls under a fresh name and the
+      // orphan PUT is garbage GC deletes (docs/adr/0006 part 2).
+      () => java.lang.Long.valueOf(put(key, data)),
       puts
     )
     val s = new Shipment(batchNo, data, key, metadata, putDone, new CompletableFuture[(Long, String, Int)]())
@@ -117,10 +123,14 @@ final class SpoolUploader(
 
   /** The committer: waits for the oldest PUT, then appends it with every later one already uploaded. */
   private def run(): Unit = while (true) {
-    val first = lock.synchronized {
-      if (inFlight.isEmpty) { committer = null; lock.notifyAll(); return }
-      inFlight.head
+    if (lock.synchronized(inFlight.isEmpty)) {
+      settleLanded(sync = true) // the last LANDED records: forced off the callers' path
+      lock.synchronized {
+        if (inFlight.isEmpty) { committer = null; lock.notifyAll(); return }
+      }
     }
+    val first = lock.synchronized(inFlight.head)
+    if (!first.put.isDone) settleLanded(sync = true) // nothing to coalesce with while the PUT is out: settle now
     val putFailure =
       try { first.put.join(); None }
       catch { case NonFatal(e) => Some(Option(e.getCause).getOrElse(e)) }
@@ -155,11 +165,26 @@ final class SpoolUploader(
         new PendingLocation(s.location, s.metadata, () => { val key = newKey(); put(key, s.data); key },
           BatchIntegrity.record(s.data), if (prior.isEmpty) Some(s.put.join().longValue) else None)
       }
-      val sequences = appender.commitMany(pending, prior, (base, locs) => spool.recordAttempt(base, batchNos, locs))
+      val sequences = appender.commitMany(pending, prior,
+        (base, locs) => {
+          spool.recordAttempt(base, batchNos, locs)
+          settleLanded(sync = false) // that fsync covered every LANDED record written before it
+        })
       sequences.zip(pending.map(_.location))
     }
-    spool.recordLanded(landed.head._1, batchNos)
+    // Issue 28: the handles resolve once the CAS landed, before LANDED is durable (a crash in between is an
+    // ATTEMPT without LANDED, which replay resolves as landed). The record is forced by the next ATTEMPT's
+    // fsync or when the committer waits or goes idle; only then are the batches settled (truncation).
+    unsettled += ((spool.appendLanded(landed.head._1, batchNos), batchNos))
     landed
+  }
+
+  /** Settles the batches whose LANDED records are on disk (`sync`: forces them first). Committer thread only. */
+  private def settleLanded(sync: Boolean): Unit = if (unsettled.nonEmpty) {
+    if (sync) spool.sync(unsettled.last._1)
+    val done = unsettled.toList
+    unsettled.clear()
+    done.foreach { case (_, batchNos) => spool.settleLanded(batchNos) }
   }
 
   def encode(calls: Seq[EntriesRecord]): (Array[Byte], IndexedSeq[MetadataItem]) = {
@@ -188,6 +213,7 @@ final class SpoolUploader(
       }
       shipments.foreach(_.put.join())
       commit(shipments.toIndexedSeq)
+      settleLanded(sync = true)
       metrics.counter(MetricNames.SpoolReplayedBatches).add(group.size.toLong)
       group.size
     }.sum
