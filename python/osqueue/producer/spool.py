@@ -315,17 +315,17 @@ class Spool:
                     self.calls[c].batch_no = -1
             return gone
 
-    def name_batch(self, first_call: int, last_call: int, byte_length: int, crc: int, location: str) -> tuple[int, int]:
-        """Step 2: names a batch of calls before its PUT; (batch_no, ticket).
+    def name_batch(self, first_call: int, last_call: int, byte_length: int, crc: int, location: str) -> int:
+        """Step 2: names a batch of calls before its PUT; its batch_no.
 
-        The record is not fsync'd before the PUT (issue 28): the ATTEMPT record's fsync, before any manifest
-        CAS that could carry the name, makes it durable (docs/adr/0006 part 2)."""
+        The record is not fsync'd before the PUT: the ATTEMPT record's fsync, before any manifest CAS that
+        could carry the name, makes it durable (docs/adr/0006 part 2)."""
         with self._cond:
             record = BatchRecord(self.next_batch, first_call, last_call, byte_length, crc, location)
             self.next_batch += 1
-            ticket, path = self._log.append([record])
+            _, path = self._log.append([record])
             self._named(record, path)
-        return record.batch_no, ticket
+        return record.batch_no
 
     def rename_batch(self, record: BatchRecord) -> int:
         path = self._log.write([record])
@@ -351,13 +351,9 @@ class Spool:
                     self.batches[n].attempts.append(record)
                     self.batches[n].paths.add(path)
 
-    def record_landed(self, first_sequence: int, batch_nos: Sequence[int]) -> None:
-        """Step 6: the batches are in the manifest (fsync'd); then truncation (step 7)."""
-        self.sync(self.append_landed(first_sequence, batch_nos))
-        self.settle_landed(batch_nos)
-
     def append_landed(self, first_sequence: int, batch_nos: Sequence[int]) -> int:
-        """Step 6 without its fsync: writes the LANDED record; its ticket (``sync`` it, then ``settle_landed``)."""
+        """Step 6: writes the LANDED record of batches in the manifest, not fsync'd; its ticket (``sync`` it,
+        then ``settle_landed``)."""
         ticket, _ = self._log.append([LandedRecord(first_sequence, tuple(batch_nos))])
         return ticket
 

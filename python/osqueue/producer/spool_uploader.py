@@ -179,14 +179,6 @@ class SpoolUploader:
         """Starts the PUT of a batch its BATCH record already named (step 3)."""
         return Shipment(batch_no, data, location, metadata, self._puts.submit(self._put, location, data), Future())
 
-    def _unsynced_put(self, ticket: int, key: str, data: bytes) -> float:
-        # Issue 28: no fsync of the BATCH record before its PUT. The ATTEMPT record's fsync before the CAS
-        # covers it (tickets are synced in order, and a rotation syncs the file it closes), so a name that is
-        # not durable is never in the manifest; after a crash, replay re-batches its calls under a fresh name
-        # and the orphan PUT is garbage GC deletes (docs/adr/0006 part 2, "Session 14").
-        del ticket
-        return self._put(key, data)
-
     def submit(self, calls: Sequence[EntriesRecord]) -> Future[tuple[EnqueueResult, int]]:
         """Steps 2-6 for calls that are in no batch yet: encode and BATCH record in this thread, then in the
         background the PUT (no fsync first: the ATTEMPT's covers the BATCH record) and the append. The future
@@ -194,10 +186,12 @@ class SpoolUploader:
         stays in the spool)."""
         data, metadata = self.encode(calls)
         key = new_batch_key(self._prefix, self._clock, self._rng)
-        batch_no, ticket = self._spool.name_batch(calls[0].call_no, calls[-1].call_no, len(data), zlib.crc32(data), key)
-        shipment = Shipment(
-            batch_no, data, key, metadata, self._puts.submit(self._unsynced_put, ticket, key, data), Future()
-        )
+        batch_no = self._spool.name_batch(calls[0].call_no, calls[-1].call_no, len(data), zlib.crc32(data), key)
+        # No fsync of the BATCH record before its PUT: the ATTEMPT record's fsync before the CAS covers it
+        # (tickets are synced in order, a rotation syncs the file it closes), so a name that is not durable is
+        # never in the manifest; after a crash replay re-batches its calls under a fresh name, and the orphan
+        # object is unreferenced garbage that GC deletes (docs/adr/0006 part 2).
+        shipment = Shipment(batch_no, data, key, metadata, self._puts.submit(self._put, key, data), Future())
         with self._cond:
             self._in_flight.append(shipment)
             if self._committer is None:
@@ -279,7 +273,7 @@ class SpoolUploader:
 
         what = f"appending batch {batch_nos[0]}" + (f"..{batch_nos[-1]}" if len(group) > 1 else "")
         results = self._forever(what, commit)
-        # Issue 28: the handles resolve once the CAS landed, before LANDED is durable (a crash in between is
+        # The handles resolve once the CAS landed, before LANDED is durable (a crash in between is
         # an ATTEMPT without LANDED, which replay resolves as landed). The record is fsync'd by the next
         # ATTEMPT's fsync or when the uploader goes idle; only then are the batches settled (truncation).
         ticket = self._spool.append_landed(results[0].sequence, batch_nos)

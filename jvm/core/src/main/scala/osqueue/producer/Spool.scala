@@ -254,17 +254,17 @@ final class Spool(
   }
 
   /**
-   * Step 2: names a batch of calls before its PUT; (batchNo, ticket): `sync(ticket)` before the PUT. The
-   * streaming path: the upload thread encodes the next batch while a PUT thread makes this one durable
-   * (one force may cover several), instead of waiting for it.
+   * Step 2: names a batch of calls before its PUT; its batchNo. The record is not forced before the PUT:
+   * the ATTEMPT record's force, before any manifest CAS that could carry the name, makes it durable
+   * (docs/adr/0006 part 2).
    */
-  def nameBatch(firstCall: Long, lastCall: Long, byteLength: Long, crc: Long, location: String): (Long, Long) =
+  def nameBatch(firstCall: Long, lastCall: Long, byteLength: Long, crc: Long, location: String): Long =
     lock.synchronized {
       val record = BatchRecord(nextBatch, firstCall, lastCall, byteLength, crc, location)
       nextBatch += 1
-      val (ticket, path) = log.append(Seq(record))
+      val (_, path) = log.append(Seq(record))
       named(record, path)
-      (record.batchNo, ticket)
+      record.batchNo
     }
 
   def renameBatch(record: BatchRecord): Long = {
@@ -287,13 +287,7 @@ final class Spool(
     lock.synchronized(batchNos.foreach(n => batches.get(n).foreach { b => b.attempts += record; b.paths += path }))
   }
 
-  /** Step 6: the batches are in the manifest (forced); then truncation (step 7). */
-  def recordLanded(firstSequence: Long, batchNos: Seq[Long]): Unit = {
-    sync(appendLanded(firstSequence, batchNos))
-    settleLanded(batchNos)
-  }
-
-  /** Step 6 without its fsync: writes the LANDED record; its ticket (`sync` it, then `settleLanded`). */
+  /** Step 6: writes the LANDED record of batches in the manifest, not forced; its ticket (`sync` it, then `settleLanded`). */
   def appendLanded(firstSequence: Long, batchNos: Seq[Long]): Long = log.append(Seq(LandedRecord(firstSequence, batchNos)))._1
 
   /**

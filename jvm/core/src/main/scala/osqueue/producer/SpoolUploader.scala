@@ -100,9 +100,9 @@ final class SpoolUploader(
   def submit(calls: Seq[EntriesRecord]): CompletableFuture[(Long, String, Int)] = {
     val (data, metadata) = encode(calls)
     val key = newKey()
-    val (batchNo, ticket) = spool.nameBatch(calls.head.callNo, calls.last.callNo, data.length.toLong, crc(data), key)
+    val batchNo = spool.nameBatch(calls.head.callNo, calls.last.callNo, data.length.toLong, crc(data), key)
     val putDone = CompletableFuture.supplyAsync[java.lang.Long](
-      // Issue 28: no fsync of the BATCH record (`ticket`) before its PUT. The ATTEMPT record's fsync before
+      // No fsync of the BATCH record before its PUT. The ATTEMPT record's fsync before
       // the CAS covers it (tickets are forced in order, a rotation forces the file it closes), so a name not
       // on disk is never in the manifest; after a crash replay re-batches its calls under a fresh name and the
       // orphan PUT is garbage GC deletes (docs/adr/0006 part 2).
@@ -172,7 +172,7 @@ final class SpoolUploader(
         })
       sequences.zip(pending.map(_.location))
     }
-    // Issue 28: the handles resolve once the CAS landed, before LANDED is durable (a crash in between is an
+    // The handles resolve once the CAS landed, before LANDED is durable (a crash in between is an
     // ATTEMPT without LANDED, which replay resolves as landed). The record is forced by the next ATTEMPT's
     // fsync or when the committer waits or goes idle; only then are the batches settled (truncation).
     unsettled += ((spool.appendLanded(landed.head._1, batchNos), batchNos))
