@@ -254,7 +254,7 @@ class CooperativeCommitter:
         # The in-key form when the group fits its name (other committers then read no body, §2.4); the body is
         # the same either way.
         store = a.manifest.store
-        limit = MAX_FILE_NAME_BYTES if "file:" in store.uri else MAX_KEY_BYTES  # a local file name
+        limit = MAX_FILE_NAME_BYTES if store.uri.startswith("file:") else MAX_KEY_BYTES  # a local file name
         key = in_key_intent_key(a.manifest.key, ulid, self.writer_id, g.first_batch, entries, limit) or intent_key(
             a.manifest.key, ulid, self.writer_id, g.first_batch, len(g.pending)
         )

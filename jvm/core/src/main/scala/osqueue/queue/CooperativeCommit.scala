@@ -314,7 +314,7 @@ final class CooperativeCommitter private[queue] (
     val es = entries(g)
     // The in-key form when the group fits its name (other committers then read no body, §2.4); the body is
     // the same either way.
-    val limit = if (manifest.store.uri.contains("file:")) IntentCodec.MaxFileNameBytes else IntentCodec.MaxKeyBytes
+    val limit = if (manifest.store.uri.startsWith("file:")) IntentCodec.MaxFileNameBytes else IntentCodec.MaxKeyBytes
     val k = IntentCodec.inKeyIntentKey(key, ulid, writerId, g.firstBatch, es, limit)
       .getOrElse(IntentCodec.intentKey(key, ulid, writerId, g.firstBatch, g.pending.size))
     manifest.store.put(k, IntentCodec.encodeIntent(writerId, g.firstBatch, es))
