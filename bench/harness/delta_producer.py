@@ -6,13 +6,15 @@ KIND ``osqueue``: ``osqueue.Producer(TARGET, flush_interval=LINGER)``, one ``pro
 KIND ``delta``: ``deltalake.write_deltalake(TARGET, ..., mode="append")`` (delta-rs), one append
 of the rows due so far (a row is due at START_AT + i / RATE; while an append runs, the next rows
 wait for the next one, as a service's rows would). Each row's value is ``"<ID>-<i>:<time_ns at
-its due time>"``. Prints one JSON line: rows written, appends made, appends that failed and the
+its due time>"``. ``OSQUEUE_BENCH_STORE_OPTIONS`` (JSON) holds the store's options: osqueue's
+``store_options`` or delta-rs's ``storage_options``. Prints one JSON line: rows written, appends made, appends that failed and the
 produce -> durable (append returned) latencies' p50 / p99 in ms.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -31,13 +33,14 @@ def main(argv: list[str]) -> int:
     step = 1.0 / float(rate)
     t_start = float(start_at)
     durable: list[float] = []
+    options = json.loads(os.environ.get("OSQUEUE_BENCH_STORE_OPTIONS") or "{}") or None
     result: dict[str, Any] = {"kind": kind, "id": pid, "rows": 0, "appends": 0, "failed_appends": 0}
     while time.time() < t_start:
         time.sleep(min(0.01, max(0.0, t_start - time.time())))
     if kind == "osqueue":
         from osqueue import Producer
 
-        with Producer(target, flush_interval=float(linger)) as p:
+        with Producer(target, flush_interval=float(linger), store_options=options) as p:
             for i in range(n):
                 due = t_start + i * step
                 delay = due - time.time()
@@ -62,7 +65,9 @@ def main(argv: list[str]) -> int:
             values = [f"{pid}-{j}:{int((t_start + j * step) * 1e9)}".encode() for j in range(i, due_until)]
             t0 = time.time()
             try:
-                write_deltalake(target, pa.table({"value": pa.array(values, pa.binary())}), mode="append")
+                write_deltalake(
+                    target, pa.table({"value": pa.array(values, pa.binary())}), mode="append", storage_options=options
+                )
             except Exception as e:  # a commit conflict that delta-rs did not retry: counted, rows written again
                 result["failed_appends"] += 1
                 result["last_error"] = str(e)[:300]

@@ -517,22 +517,24 @@ def markdown_report(result: dict[str, Any]) -> str:
             "",
             r["description"],
             "",
-            "| load | side | produce → seen p50 ms | p99 ms | rows/s delivered | producer durable p50 ms | failed appends |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "| store | load | side | produce → seen p50 ms | p99 ms | rows/s delivered | producer durable p50 ms | failed appends |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
-        for load, sides in r["results"].items():
-            for side, m in sides.items():
-                lines.append(
-                    f"| {load} | {side} | {fmt(m['p50_ms'], '', 0)} | {fmt(m['p99_ms'], '', 0)} | "
-                    f"{fmt(m['rows_per_s_delivered'], '', 0)} | {fmt(m['producer_durable_p50_ms'], '', 0)} | "
-                    f"{m['producer_failed_appends']} |"
-                )
-        lines += [
-            "",
-            f"p50 osqueue ÷ Delta (latency load): {r['p50_ratio_osqueue_over_delta']:.2f} (goal ≤ 0.5); rows/s osqueue ÷ "
-            f"Delta (throughput load): {r['rows_per_s_ratio_osqueue_over_delta']:.2f} (goal ≥ 1).",
-            "",
-        ]
+        for store, loads in r["results"].items():
+            for load, sides in loads.items():
+                for side, m in sides.items():
+                    lines.append(
+                        f"| {store} | {load} | {side} | {fmt(m['p50_ms'], '', 0)} | {fmt(m['p99_ms'], '', 0)} | "
+                        f"{fmt(m['rows_per_s_delivered'], '', 0)} | {fmt(m['producer_durable_p50_ms'], '', 0)} | "
+                        f"{m['producer_failed_appends']} |"
+                    )
+        lines.append("")
+        for store, q in r["ratios"].items():
+            lines.append(
+                f"- {store}: p50 osqueue ÷ Delta (latency load) {q['p50_ratio_osqueue_over_delta']:.2f} (goal ≤ 0.5); "
+                f"rows/s osqueue ÷ Delta (throughput load) {q['rows_per_s_ratio_osqueue_over_delta']:.2f} (goal ≥ 1)."
+            )
+        lines.append("")
     if "subscriptions" in b and "skipped" not in b["subscriptions"]:
         sb = b["subscriptions"]
         lines += [

@@ -14,7 +14,7 @@ from typing import Any
 
 from bench.harness.client_benchmarks import bench_contention, bench_depth, bench_requests
 from bench.harness.deep_v1 import bench_deep_v1
-from bench.harness.delta import DELTA_SESSION_CONF, bench_delta, delta_jars
+from bench.harness.delta import DELTA_SESSION_CONF, bench_delta, delta_jars, hadoop_aws_jars
 from bench.harness.depth_benchmarks import bench_py_depth
 from bench.harness.environment import Settings, environment, loadavg, machine_facts
 from bench.harness.jvm_benchmarks import bench_jvm_depth, bench_py_vs_jvm, bench_raw_put
@@ -123,7 +123,7 @@ def run_benchmarks(
     # So must Delta's (delta-spark for the pinned pyspark's line).
     if "delta" in names:
         try:
-            settings.delta = delta_jars(log)
+            settings.delta = delta_jars(log) + hadoop_aws_jars(log)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             settings.delta_error = f"could not fetch the delta-spark jars with Maven: {e}"
     if any(n in SPARK_BENCHMARKS for n in names):
