@@ -18,14 +18,14 @@ import osqueue.format.MetadataItem
 private[spark] object OsqueueColumns {
   def batch(b: ConsumedBatch, fields: Array[Int], skip: Int): ColumnarBatch = {
     val rows = b.entries.length - skip
-    lazy val meta = metadataOf(b, skip, rows)
+    lazy val meta = metadataOf(b, skip, rows) // found on first use: a query that reads neither column pays nothing
     val columns: Array[ColumnVector] = fields.map {
       case 0 => new ValueColumn(b, skip)
       case 1 => new SequenceColumn(b.sequence)
       case 2 => new IndexColumn(skip)
       case 3 => new LocationColumn(UTF8String.fromString(b.location))
-      case 4 => new IngestionTimeColumn(meta)
-      case _ => new MetadataColumn(meta)
+      case 4 => new IngestionTimeColumn(() => meta)
+      case _ => new MetadataColumn(() => meta)
     }
     new ColumnarBatch(columns, rows)
   }
@@ -86,8 +86,9 @@ private[spark] object OsqueueColumns {
   }
 
   /** A column of the metadata range covering each row: null where none does. */
-  private abstract class MetadataRangeColumn(field: Int, meta: Array[MetadataItem]) extends ReadOnlyColumn(field) {
-    private val nulls = meta.count(_ == null)
+  private abstract class MetadataRangeColumn(field: Int, items: () => Array[MetadataItem]) extends ReadOnlyColumn(field) {
+    private lazy val meta = items()
+    private lazy val nulls = meta.count(_ == null)
     protected def at(rowId: Int): MetadataItem = meta(rowId)
     override def hasNull: Boolean = nulls > 0
     override def numNulls: Int = nulls
@@ -95,11 +96,11 @@ private[spark] object OsqueueColumns {
   }
 
   /** `ingestionTime`: a timestamp in microseconds. */
-  private final class IngestionTimeColumn(meta: Array[MetadataItem]) extends MetadataRangeColumn(4, meta) {
+  private final class IngestionTimeColumn(meta: () => Array[MetadataItem]) extends MetadataRangeColumn(4, meta) {
     override def getLong(rowId: Int): Long = at(rowId).ingestionTimeMs * 1000L
   }
 
-  private final class MetadataColumn(meta: Array[MetadataItem]) extends MetadataRangeColumn(5, meta) {
+  private final class MetadataColumn(meta: () => Array[MetadataItem]) extends MetadataRangeColumn(5, meta) {
     override def getBinary(rowId: Int): Array[Byte] = { val m = at(rowId); if (m == null) null else m.payload }
   }
 }
