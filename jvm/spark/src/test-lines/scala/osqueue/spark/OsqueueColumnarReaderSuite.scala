@@ -38,7 +38,8 @@ class OsqueueColumnarReaderSuite extends AnyFunSuite {
       val metadata = i % 4 match {
         case 0 => IndexedSeq.empty
         case 1 => IndexedSeq(MetadataItem(0, 1700000000000L + i, s"meta-$i".getBytes("UTF-8")))
-        case 2 => IndexedSeq(MetadataItem(2, 1700000001000L + i, Array[Byte](1, 2, 3)), MetadataItem(5, 1700000002000L, Array.emptyByteArray))
+        case 2 =>
+          IndexedSeq(MetadataItem(2, 1700000001000L + i, Array[Byte](1, 2, 3)), MetadataItem(5, 1700000002000L, Array.emptyByteArray))
         case _ => IndexedSeq(MetadataItem(1, 1700000003000L + i, s"m$i".getBytes("UTF-8")), MetadataItem(3, 1700000004000L, Array[Byte](9)),
             MetadataItem(7, 1700000005000L, Array[Byte](7, 7)))
       }
