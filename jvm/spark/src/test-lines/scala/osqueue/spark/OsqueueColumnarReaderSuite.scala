@@ -18,6 +18,8 @@ import osqueue.store.{InMemoryStore, ObjectStore}
  * batch file, and the same skips and task metrics under failOnDataLoss=false. No Spark session.
  */
 class OsqueueColumnarReaderSuite extends AnyFunSuite {
+  import OsqueueColumnarReaderSuite.Read
+
   private val location = QueueLocation("memory://columnar-suite", "ingest/manifest", "ingest", Map.empty)
   private val AllFields = OsqueueSchema.schema.indices.toArray
 
@@ -58,8 +60,6 @@ class OsqueueColumnarReaderSuite extends AnyFunSuite {
       case _ => row.getUTF8String(i).toString
     }
   }
-
-  private final case class Read(rows: Seq[Seq[Any]], error: Option[Throwable], metrics: Map[String, Long], batches: Int)
 
   /** Every metric but the fetch time, which is wall time. */
   private def metricsOf(r: OsqueueBatchFilesReader[_]) =
@@ -161,4 +161,9 @@ class OsqueueColumnarReaderSuite extends AnyFunSuite {
     assert(factory.createColumnarReader(p).isInstanceOf[OsqueueColumnarReader])
     assert(factory.createReader(p).isInstanceOf[OsqueuePartitionReader])
   }
+}
+
+object OsqueueColumnarReaderSuite {
+  /** What a reader handed out: the rows, the error that ended them, its task metrics, its columnar batches. */
+  final case class Read(rows: Seq[Seq[Any]], error: Option[Throwable], metrics: Map[String, Long], batches: Int)
 }
