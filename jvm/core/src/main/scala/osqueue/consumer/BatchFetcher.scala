@@ -46,7 +46,7 @@ final class BatchFetcher(store: ObjectStore, clock: Clock, metrics: MetricsRegis
    */
   def fetch(d: BatchDescriptor, copyOnRead: Boolean = false): ConsumedBatch = {
     val started = clock.nanoTime()
-    def get() = store.getBytes(d.location).getOrElse(throw new BatchNotFoundException(d.location, d.sequence))
+    def get() = store.getBuffer(d.location).getOrElse(throw new BatchNotFoundException(d.location, d.sequence))
     val bytes = d.integrity match {
       case Some(rec) => BatchIntegrity.verify(rec, get(), d.location)(get()) // one re-GET on a mismatch
       case None => unverified.add(1); get()

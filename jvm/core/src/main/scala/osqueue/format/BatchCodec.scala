@@ -66,23 +66,29 @@ object BatchCodec {
    * copied out when it is read. A reader that turns each record into a row at once (the Spark
    * source) then holds one array per batch, not one per record until the batch is read.
    */
-  def decodeBlock(bytes: Array[Byte], key: String): RecordBlock = {
+  def decodeBlock(bytes: Array[Byte], key: String): RecordBlock = decodeBlock(ByteBuffer.wrap(bytes), key)
+
+  /**
+   * [[decodeBlock]] over the bytes from `batch`'s position to its limit (e.g. a mapped file,
+   * [[osqueue.store.ObjectStore.getBuffer]]): an uncompressed block is read in place, never copied whole.
+   */
+  def decodeBlock(batch: ByteBuffer, key: String): RecordBlock = {
     def corrupt(msg: String, cause: Throwable = null) = new CorruptBatchException(key, msg, cause)
-    if (bytes.length < FooterSize) throw corrupt(s"${bytes.length} bytes is shorter than the 7-byte footer")
-    val f = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).position(bytes.length - FooterSize)
-    val compressionId = java.lang.Byte.toUnsignedInt(f.get())
-    val count = Integer.toUnsignedLong(f.getInt())
-    val version = java.lang.Short.toUnsignedInt(f.getShort())
+    val bytes = batch.slice().order(ByteOrder.LITTLE_ENDIAN) // indexes from 0, the caller's buffer untouched
+    val length = bytes.remaining()
+    if (length < FooterSize) throw corrupt(s"$length bytes is shorter than the 7-byte footer")
+    val compressionId = java.lang.Byte.toUnsignedInt(bytes.get(length - FooterSize))
+    val count = Integer.toUnsignedLong(bytes.getInt(length - FooterSize + 1))
+    val version = java.lang.Short.toUnsignedInt(bytes.getShort(length - FooterSize + 5))
     if (version != Version) throw new UnsupportedFormatVersionException(key, "data batch", version)
-    val bodyLen = bytes.length - FooterSize
+    val bodyLen = length - FooterSize
     // An uncompressed block is read in place (its first bodyLen bytes).
-    val block: Array[Byte] = compressionId match {
+    val b: ByteBuffer = compressionId match {
       case 0 => bytes
-      case 1 => decompress(bytes, bodyLen, corrupt(_, _))
+      case 1 => ByteBuffer.wrap(decompress(bodyOf(bytes, bodyLen), bodyLen, corrupt(_, _))).order(ByteOrder.LITTLE_ENDIAN)
       case other => throw corrupt(f"unknown compression type 0x$other%02x")
     }
-    val blockLen = if (compressionId == 0) bodyLen else block.length
-    val b = ByteBuffer.wrap(block).order(ByteOrder.LITTLE_ENDIAN)
+    val blockLen = if (compressionId == 0) bodyLen else b.capacity()
     if (count > blockLen / 4L) throw corrupt(s"record_count $count cannot fit in a $blockLen-byte block")
     val starts = new Array[Int](count.toInt + 1) // record i is block[starts(i), starts(i + 1) - 4)
     var pos = 0
@@ -98,8 +104,13 @@ object BatchCodec {
     }
     if (pos != blockLen) throw corrupt(s"${blockLen - pos} trailing bytes after $count records")
     starts(count.toInt) = pos + 4
-    new RecordBlock(block, starts)
+    new RecordBlock(b, starts)
   }
+
+  /** The first `len` bytes of `b` as an array: its own when it is one, else a copy. */
+  private def bodyOf(b: ByteBuffer, len: Int): Array[Byte] =
+    if (b.hasArray && b.arrayOffset() == 0) b.array()
+    else { val out = new Array[Byte](len); b.get(0, out); out }
 
   /** The summed length of `records` (no boxing: this runs once per record read or written). */
   def recordBytes(records: Iterable[Array[Byte]]): Long = records match {
@@ -136,11 +147,13 @@ object BatchCodec {
  * A decoded batch's records as ranges of one array ([[BatchCodec.decodeBlock]]): `apply(i)` copies
  * record `i` out, so every read returns an array of its own and the block is never exposed.
  */
-final class RecordBlock private[format] (block: Array[Byte], starts: Array[Int]) extends IndexedSeq[Array[Byte]] {
+final class RecordBlock private[format] (block: ByteBuffer, starts: Array[Int]) extends IndexedSeq[Array[Byte]] {
   override def length: Int = starts.length - 1
   override def apply(i: Int): Array[Byte] = {
     if (i < 0 || i >= length) throw new IndexOutOfBoundsException(s"record $i of $length")
-    java.util.Arrays.copyOfRange(block, starts(i), starts(i + 1) - 4)
+    val out = new Array[Byte](starts(i + 1) - 4 - starts(i))
+    block.get(starts(i), out) // an absolute read: the block's position never moves, so reads may overlap
+    out
   }
   /** The records' summed length. */
   val byteLength: Long = (starts(starts.length - 1) - 4L) - 4L * length

@@ -71,6 +71,9 @@ object BatchIntegrity {
     val c = new CRC32(); c.update(bytes, from, len); c.getValue
   }
 
+  /** CRC-32 of `bytes` from its position to its limit (the buffer's position does not move). */
+  def crc32(bytes: ByteBuffer): Long = { val c = new CRC32(); c.update(bytes.duplicate()); c.getValue }
+
   /**
    * Fills in `entry_crc32` of an encoded entry (from `entry_len` on) whose extension starts at
    * `extAt`, when it has an integrity record; the entry bytes are changed in place.
@@ -118,9 +121,22 @@ object BatchIntegrity {
 
   /** `CorruptBatch` naming the object and the expected and actual length and CRC. */
   def mismatch(rec: EntryIntegrity, bytes: Array[Byte], key: String): CorruptBatchException =
+    mismatch(rec, ByteBuffer.wrap(bytes), key)
+
+  private def mismatch(rec: EntryIntegrity, bytes: ByteBuffer, key: String): CorruptBatchException =
     new CorruptBatchException(key,
       f"integrity check failed: expected ${rec.byteLength}%d bytes with CRC-32 0x${rec.batchCrc32}%08x, " +
-        f"read ${bytes.length}%d bytes with CRC-32 0x${crc32(bytes)}%08x", integrityMismatch = true)
+        f"read ${bytes.remaining}%d bytes with CRC-32 0x${crc32(bytes)}%08x", integrityMismatch = true)
+
+  /** [[verify]] over the bytes from a buffer's position to its limit (a mapped file, `ObjectStore.getBuffer`). */
+  def verify(rec: EntryIntegrity, bytes: ByteBuffer, key: String)(reread: => ByteBuffer): ByteBuffer = {
+    def matching(b: ByteBuffer) = b.remaining.toLong == rec.byteLength && crc32(b) == rec.batchCrc32
+    if (matching(bytes)) bytes
+    else {
+      val again = reread
+      if (matching(again)) again else throw mismatch(rec, again, key)
+    }
+  }
 
   /**
    * Checks a batch read for an entry with a record, reading it once more (`reread`) on a

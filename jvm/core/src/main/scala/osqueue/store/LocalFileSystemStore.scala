@@ -98,6 +98,26 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
     }
   }
 
+  /**
+   * The file mapped read-only: its bytes are read from the page cache where they are used, with no
+   * copy of the whole file onto the heap (a batch read copies each record out once). Files are only
+   * ever replaced by rename or deleted, never changed in place, so a mapping keeps the bytes it
+   * was made over. A file too large to map is read as [[getBytes]] reads it.
+   */
+  override def getBuffer(key: String): Option[ByteBuffer] = {
+    val path = resolve(key)
+    io("read", key) {
+      if (Files.isDirectory(path)) None
+      else
+        try Using.resource(FileChannel.open(path, StandardOpenOption.READ)) { ch =>
+            val size = ch.size()
+            if (size > Int.MaxValue) getBytes(key).map(ByteBuffer.wrap)
+            else Some(ch.map(FileChannel.MapMode.READ_ONLY, 0, size))
+          }
+        catch { case _: NoSuchFileException => None }
+    }
+  }
+
   override def put(key: String, bytes: Array[Byte]): Unit = {
     val path = resolve(key)
     io("write", key) {

@@ -1,5 +1,7 @@
 package osqueue.store
 
+import java.nio.ByteBuffer
+
 /** An opaque object version: S3's ETag, a content hash on the local filesystem, a counter in memory. */
 final case class ObjectVersion(token: String)
 
@@ -61,6 +63,12 @@ trait ObjectStore extends AutoCloseable {
 
   /** The object's bytes without its version (batch reads), or None if it does not exist. */
   def getBytes(key: String): Option[Array[Byte]] = get(key).map(_.bytes)
+
+  /**
+   * [[getBytes]] as a buffer (to read, never to write), for a batch read that copies each record out of it once
+   * (`BatchFetcher`): the local store maps the file rather than copying it onto the heap whole.
+   */
+  def getBuffer(key: String): Option[ByteBuffer] = getBytes(key).map(ByteBuffer.wrap)
 
   /** Unconditional write (batch files: ULID names are never reused). */
   def put(key: String, bytes: Array[Byte]): Unit

@@ -66,6 +66,15 @@ class LocalFileSystemStoreSuite extends ObjectStoreContractSuite with BeforeAndA
     assert(allFiles(root) === Seq("ingest/.manifest.lock", "ingest/01.batch", "ingest/manifest"))
   }
 
+  test("getBuffer should map the file (off the heap, read-only) rather than copy it, and refuse what get refuses") {
+    val store = new LocalFileSystemStore(tempDir())
+    store.put("q/batch-1.batch", Array.fill[Byte](4096)(7))
+    val b = store.getBuffer("q/batch-1.batch").get
+    assert(b.isDirect && b.isReadOnly && b.remaining == 4096 && b.get(4095) == 7)
+    intercept[InvalidObjectKeyException](store.getBuffer(".hidden"))
+    assert(store.getBuffer("q").isEmpty, "a directory is no object")
+  }
+
   test("should create a missing root on the first write and list nothing before") {
     val root = tempDir().resolve("not/yet")
     val s = new LocalFileSystemStore(root)

@@ -88,6 +88,25 @@ abstract class ObjectStoreContractSuite extends AnyFunSuite {
     }
   }
 
+  test("getBuffer should read what getBytes reads, keep its bytes when the object is replaced or deleted, None when absent") {
+    withStore { s =>
+      def read(b: java.nio.ByteBuffer) = { val out = new Array[Byte](b.remaining); b.duplicate().get(out); out.toSeq }
+      assert(s.getBuffer("absent").isEmpty)
+      s.put("empty", Array.emptyByteArray)
+      assert(s.getBuffer("empty").map(_.remaining) === Some(0))
+      val big = new Array[Byte](1 << 20)
+      new Random(11).nextBytes(big)
+      s.put("big", big)
+      val first = s.getBuffer("big").get
+      assert(read(first) === big.toSeq && s.getBytes("big").get.toSeq === big.toSeq)
+      s.put("big", bytes("replaced"))
+      assert(read(s.getBuffer("big").get) === bytes("replaced").toSeq)
+      s.delete("big")
+      assert(read(first) === big.toSeq, "a buffer read before a replace and a delete keeps the bytes it was read with")
+      assert(s.getBuffer("big").isEmpty)
+    }
+  }
+
   test("should keep an object's version until its content changes") {
     withStore { s =>
       s.put("k", bytes("one"))

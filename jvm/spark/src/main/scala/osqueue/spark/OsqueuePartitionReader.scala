@@ -8,6 +8,7 @@ import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.metric.{CustomSumMetric, CustomTaskMetric}
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
+import org.apache.spark.sql.vectorized.ColumnarBatch
 import org.apache.spark.util.LongAccumulator
 
 import osqueue.{BatchNotFoundException, Clock, CorruptBatchException, SystemClock}
@@ -53,6 +54,8 @@ private[spark] final case class OsqueueSlicePartition(
  * `missingBatches`: the stream's driver-side count of batch files skipped as missing (`corruptBatches`:
  * as not matching their entry's integrity record, docs/format.md §2.1); it rides in
  * the factory (deserialized inside the task, so Spark registers it and merges the tasks' counts).
+ * A micro-batch or batch partition is read columnar ([[OsqueueColumnarReader]]: one `ColumnarBatch`
+ * per batch file, its `value` column over the decoded block); a real-time partition row by row.
  */
 private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missingBatches: Option[LongAccumulator] = None,
     corruptBatches: Option[LongAccumulator] = None)
@@ -61,6 +64,13 @@ private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missing
     case p: OsqueueReadPartition => new OsqueuePartitionReader(p, fields, missingBatches, corruptBatches = corruptBatches)
     case other => RealTimeSupport.reader(other, fields, missingBatches, corruptBatches) // a real-time partition (Spark 4.1+)
   }
+
+  override def supportColumnarReads(partition: InputPartition): Boolean = partition.isInstanceOf[OsqueueReadPartition]
+
+  override def createColumnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] = partition match {
+    case p: OsqueueReadPartition => new OsqueueColumnarReader(p, fields, missingBatches, corruptBatches = corruptBatches)
+    case other => throw OsqueueExceptions.internalError(s"no columnar reader for partition $other")
+  }
 }
 
 /**
@@ -68,13 +78,13 @@ private[spark] final case class OsqueueReaderFactory(fields: Array[Int], missing
  * a segment (read first, checked against its ref). The batch files are fetched a few ahead of the
  * one being read ([[BatchReadAhead]], within `readAhead`), and handed out in order. A corrupt batch
  * or segment fails the task naming the object, at the rows it belongs to; a missing one is data loss
- * (fails unless `failOnDataLoss=false`, then it is skipped and counted).
+ * (fails unless `failOnDataLoss=false`, then it is skipped and counted). Subclasses turn each
+ * fetched batch into what Spark reads: rows ([[OsqueuePartitionReader]]) or a columnar batch
+ * ([[OsqueueColumnarReader]]).
  */
-private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, fields: Array[Int],
-    missingBatches: Option[LongAccumulator], clock: Clock = SystemClock,
-    readAhead: ReadAheadLimits = ReadAheadLimits.Default,
-    openStore: QueueLocation => ObjectStore = OsqueueStores.open,
-    corruptBatches: Option[LongAccumulator] = None) extends PartitionReader[InternalRow] with Logging {
+private[spark] abstract class OsqueueBatchFilesReader[T](p: OsqueueReadPartition, missingBatches: Option[LongAccumulator],
+    clock: Clock, readAhead: ReadAheadLimits, openStore: QueueLocation => ObjectStore,
+    corruptBatches: Option[LongAccumulator]) extends PartitionReader[T] with Logging {
   private var bytesFetched = 0L
   private val fetchTimeMs = new AtomicLong() // summed over the fetches, which overlap
   private var missing = 0L
@@ -85,15 +95,20 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
   /** Created on the first row (a slice reads its segment then), closed by [[close]]. */
   private var fetches: Option[BatchReadAhead[(BatchDescriptor, Int), ConsumedBatch]] = None
 
-  private lazy val rows: Iterator[InternalRow] = {
-    val batches = p match {
+  /**
+   * The partition's fetched batches in order, each with the entries of it to skip (read already by a
+   * real-time batch); a missing or corrupt batch skipped under failOnDataLoss=false is left out, a
+   * failed one fails when it is reached.
+   */
+  protected lazy val batches: Iterator[(ConsumedBatch, Int)] = {
+    val listed = p match {
       case b: OsqueueInputPartition => b.descriptors.iterator.zipWithIndex.map { case (d, i) => (d, if (i == 0) b.skipEntries else 0) }
       case s: OsqueueSlicePartition => sliceBatches(s)
     }
-    val ahead = new BatchReadAhead[(BatchDescriptor, Int), ConsumedBatch](batches, readAhead, { case (d, _) => timedFetch(d) },
+    val ahead = new BatchReadAhead[(BatchDescriptor, Int), ConsumedBatch](listed, readAhead, { case (d, _) => timedFetch(d) },
       _.byteLength, p.location.identity)
     fetches = Some(ahead)
-    ahead.flatMap { case ((d, skip), fetched) => batchRows(d, skip, fetched) }
+    ahead.flatMap { case ((d, skip), fetched) => opened(d, fetched).map(_ -> skip) }
   }
 
   /** The batches of a slice one copy of each sink batch admits, from the state the driver planned it with. */
@@ -122,18 +137,18 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
     finally fetchTimeMs.addAndGet((clock.nanoTime() - started) / 1000000)
   }
 
-  /** The rows of one fetched batch; a fetch that failed fails here, after the rows of the batches before it. */
-  private def batchRows(d: BatchDescriptor, skip: Int, fetched: Try[ConsumedBatch]): Iterator[InternalRow] =
+  /** One fetched batch; a fetch that failed fails here, after the rows of the batches before it. */
+  private def opened(d: BatchDescriptor, fetched: Try[ConsumedBatch]): Option[ConsumedBatch] =
     try {
       val batch = fetched.get
       bytesFetched += batch.byteLength
-      OsqueueSchema.rows(batch, fields).drop(skip)
+      Some(batch)
     } catch {
       case e: BatchNotFoundException if !p.failOnDataLoss =>
         logWarning(s"skipping missing batch '${d.location}' (sequence ${d.sequence}): failOnDataLoss=false")
         missing += 1
         missingBatches.foreach(_.add(1))
-        Iterator.empty
+        None
       case e: BatchNotFoundException => throw OsqueueExceptions.dataLoss(e.getMessage)
       // A batch that does not match its entry's integrity record (read twice): CorruptBatch fails the
       // task under failOnDataLoss=true; otherwise it is skipped and counted (docs/format.md §2.1).
@@ -141,13 +156,9 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
         logWarning(s"skipping corrupt batch (sequence ${d.sequence}): ${e.getMessage}; failOnDataLoss=false")
         corrupt += 1
         corruptBatches.foreach(_.add(1))
-        Iterator.empty
+        None
     }
 
-  private var current: InternalRow = _
-  override def next(): Boolean = if (rows.hasNext) { current = rows.next(); true }
-  else false
-  override def get(): InternalRow = current
   /** Cancels the fetches in flight and stops their threads (Spark calls it on success, failure and kill). */
   override def close(): Unit = fetches.foreach(_.close())
 
@@ -156,6 +167,45 @@ private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, field
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.FetchTimeMs, fetchTimeMs.get),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.MissingBatches, missing),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.CorruptBatches, corrupt))
+}
+
+/** A partition's rows, one at a time ([[OsqueueSchema.rows]]): the reader where Spark reads rows. */
+private[spark] final class OsqueuePartitionReader(p: OsqueueReadPartition, fields: Array[Int],
+    missingBatches: Option[LongAccumulator], clock: Clock = SystemClock,
+    readAhead: ReadAheadLimits = ReadAheadLimits.Default,
+    openStore: QueueLocation => ObjectStore = OsqueueStores.open,
+    corruptBatches: Option[LongAccumulator] = None)
+    extends OsqueueBatchFilesReader[InternalRow](p, missingBatches, clock, readAhead, openStore, corruptBatches) {
+  private lazy val rows: Iterator[InternalRow] =
+    batches.flatMap { case (batch, skip) => OsqueueSchema.rows(batch, fields).drop(skip) }
+
+  private var current: InternalRow = _
+  override def next(): Boolean = if (rows.hasNext) { current = rows.next(); true }
+  else false
+  override def get(): InternalRow = current
+}
+
+/**
+ * A partition's rows as one `ColumnarBatch` per batch file ([[OsqueueColumns.batch]]): Spark's
+ * generated code then reads each column in a loop over the batch, with no row object or iterator
+ * per row. A batch file with no rows to hand out (all skipped) is passed over.
+ */
+private[spark] final class OsqueueColumnarReader(p: OsqueueReadPartition, fields: Array[Int],
+    missingBatches: Option[LongAccumulator], clock: Clock = SystemClock,
+    readAhead: ReadAheadLimits = ReadAheadLimits.Default,
+    openStore: QueueLocation => ObjectStore = OsqueueStores.open,
+    corruptBatches: Option[LongAccumulator] = None)
+    extends OsqueueBatchFilesReader[ColumnarBatch](p, missingBatches, clock, readAhead, openStore, corruptBatches) {
+  private var current: ColumnarBatch = _
+  override def next(): Boolean = {
+    current = null
+    while (current == null && batches.hasNext) {
+      val (batch, skip) = batches.next()
+      if (batch.entries.length > skip) current = OsqueueColumns.batch(batch, fields, skip)
+    }
+    current != null
+  }
+  override def get(): ColumnarBatch = current
 }
 
 /** Task-level metrics shown in the Spark UI's SQL tab. */

@@ -127,6 +127,15 @@ class OsqueueBatchReadSuite extends AnyFunSuite with OsqueueSinkTestUtils {
     assert(timeAndSequence.forall(!_.isNullAt(0)) && timeAndSequence.map(_.getLong(1)).distinct.sorted.toSeq == Seq(0L, 1L, 2L))
   }
 
+  test("the scan is read columnar: Spark turns its batches into rows") {
+    val q = freshQueue()
+    val expected = produce(q, batches = 3, perBatch = 2)
+    val plan = load(q).queryExecution.executedPlan
+    assert(plan.collectLeaves().head.supportsColumnar, plan)
+    assert(plan.find(_.getClass.getSimpleName.startsWith("ColumnarToRow")).nonEmpty, plan)
+    assert(readRows(q) == expected.map(v => (v, "meta-" + v.takeWhile(_ != '-'))))
+  }
+
   test("task metrics count the bytes fetched") {
     val q = freshQueue()
     val expected = produce(q, batches = 3, perBatch = 2)
