@@ -33,6 +33,13 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
 
   override val uri: String = s"file:$rootPath"
 
+  private lazy val mapsFiles: Boolean = {
+    var dir = rootPath // the root may not exist yet: its filesystem is its nearest existing ancestor's
+    while (dir.getParent != null && !Files.exists(dir)) dir = dir.getParent
+    try LocalFileSystemStore.mapsFilesOn(Files.getFileStore(dir).`type`(), System.getProperty("os.name", ""))
+    catch { case _: IOException => false }
+  }
+
   override def get(key: String): Option[VersionedObject] = {
     val path = resolve(key)
     io("read", key) {
@@ -102,10 +109,13 @@ final class LocalFileSystemStore(root: Path, lockTimeout: FiniteDuration = 30.se
    * The file mapped read-only: its bytes are read from the page cache where they are used, with no
    * copy of the whole file onto the heap (a batch read copies each record out once). Files are only
    * ever replaced by rename or deleted, never changed in place, so a mapping keeps the bytes it
-   * was made over. A file too large to map is read as [[getBytes]] reads it.
+   * was made over. A file too large to map, or a root on a filesystem not known to be a local
+   * disk's, is read as [[getBytes]] reads it: on a network or FUSE filesystem a file deleted by
+   * another host can fault a mapping mid-read, and Windows refuses to delete a mapped file.
    */
   override def getBuffer(key: String): Option[ByteBuffer] = {
     val path = resolve(key)
+    if (!mapsFiles) return getBytes(key).map(ByteBuffer.wrap)
     io("read", key) {
       if (Files.isDirectory(path)) None
       else
@@ -249,6 +259,13 @@ object LocalFileSystemStore {
    * with a later rewrite.
    */
   val TimestampGranularityMs = 3000L
+
+  /** Filesystem types (as Linux and macOS name them) whose files a batch read may map. */
+  val LocalDiskTypes: Set[String] = Set("ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "tmpfs", "overlay", "apfs", "hfs")
+
+  /** Whether [[LocalFileSystemStore.getBuffer]] maps files on a filesystem of `fsType` under `osName`. */
+  private[store] def mapsFilesOn(fsType: String, osName: String): Boolean =
+    !osName.startsWith("Windows") && LocalDiskTypes.contains(fsType)
 
   /** What [[LocalFileSystemStore.getIfChanged]] compares; `modified` at full precision, `modifiedMs` to age it. */
   private final case class FileAttributes(fileKey: Any, size: Long, modified: String, modifiedMs: Long)

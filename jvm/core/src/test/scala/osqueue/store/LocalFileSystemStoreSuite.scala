@@ -66,13 +66,24 @@ class LocalFileSystemStoreSuite extends ObjectStoreContractSuite with BeforeAndA
     assert(allFiles(root) === Seq("ingest/.manifest.lock", "ingest/01.batch", "ingest/manifest"))
   }
 
-  test("getBuffer should map the file (off the heap, read-only) rather than copy it, and refuse what get refuses") {
-    val store = new LocalFileSystemStore(tempDir())
+  test("getBuffer should map the file (off the heap, read-only) on a local disk, and refuse what get refuses") {
+    val root = tempDir()
+    val store = new LocalFileSystemStore(root)
     store.put("q/batch-1.batch", Array.fill[Byte](4096)(7))
     val b = store.getBuffer("q/batch-1.batch").get
-    assert(b.isDirect && b.isReadOnly && b.remaining == 4096 && b.get(4095) == 7)
+    assert(b.remaining == 4096 && b.get(4095) == 7)
+    val mapped = LocalFileSystemStore.mapsFilesOn(Files.getFileStore(root).`type`(), System.getProperty("os.name"))
+    assert(b.isDirect === mapped && b.isReadOnly === mapped, s"${Files.getFileStore(root).`type`()}: mapped = $mapped")
     intercept[InvalidObjectKeyException](store.getBuffer(".hidden"))
     assert(store.getBuffer("q").isEmpty, "a directory is no object")
+  }
+
+  test("getBuffer should map files only on a local disk's filesystem, never on Windows") {
+    for (t <- Seq("ext4", "xfs", "btrfs", "tmpfs", "apfs")) assert(LocalFileSystemStore.mapsFilesOn(t, "Linux"), t)
+    // A file deleted by another host can fault a mapping mid-read; Windows refuses to delete a mapped file.
+    for (t <- Seq("nfs", "nfs4", "cifs", "smb2", "fuse", "fuse.dbfs", "9p", "ceph", ""))
+      assert(!LocalFileSystemStore.mapsFilesOn(t, "Linux"), t)
+    assert(!LocalFileSystemStore.mapsFilesOn("NTFS", "Windows 11") && !LocalFileSystemStore.mapsFilesOn("ext4", "Windows 11"))
   }
 
   test("should create a missing root on the first write and list nothing before") {
