@@ -85,9 +85,9 @@ class OsqueueRealTimeReaderSuite extends AnyFunSuite {
     val reader = new OsqueueRealTimeReader(p, Array(Sequence, Index), None, SystemClock)
     val rows =
       try (1 to 2).map { _ =>
-        assert(reader.nextWithTimeout(SystemClock.nowMillis(), 10000L).hasRecord)
-        (reader.get().getLong(0), reader.get().getInt(1))
-      }
+          assert(reader.nextWithTimeout(SystemClock.nowMillis(), 10000L).hasRecord)
+          (reader.get().getLong(0), reader.get().getInt(1))
+        }
       finally { reader.close(); GatedStores.remove("realtime-overlapping-polls") }
     assert(overlapped.get(), "the second poll did not start while the first was in flight")
     assert(mostInFlight.get() == OsqueueRealTimeReader.MaxPollsInFlight)

@@ -82,13 +82,14 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   private var nextPollAt = Long.MinValue
   private lazy val pollThreads = {
     val threads = new AtomicInteger()
-    Executors.newFixedThreadPool(OsqueueRealTimeReader.MaxPollsInFlight, new ThreadFactory {
-      override def newThread(r: Runnable): Thread = {
-        val t = new Thread(r, s"${OsqueueRealTimeReader.PollThreadPrefix}-${threads.incrementAndGet()} (${p.location.identity})")
-        t.setDaemon(true)
-        t
-      }
-    })
+    Executors.newFixedThreadPool(OsqueueRealTimeReader.MaxPollsInFlight,
+      new ThreadFactory {
+        override def newThread(r: Runnable): Thread = {
+          val t = new Thread(r, s"${OsqueueRealTimeReader.PollThreadPrefix}-${threads.incrementAndGet()} (${p.location.identity})")
+          t.setDaemon(true)
+          t
+        }
+      })
   }
   private var pollThreadsStarted = false
   private var current: InternalRow = _
