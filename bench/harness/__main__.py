@@ -58,8 +58,15 @@ def main() -> None:
 @click.option(
     "--latency-modes",
     default=None,
-    help="The latency row's modes besides micro-batch, which always runs, comma-separated (micro-batch-jvm, "
-    "real-time, real-time-jvm) [all the Spark line has].",
+    help="The latency row's modes besides micro-batch, which always runs, comma-separated, run in this order "
+    "(micro-batch-jvm, real-time, real-time-jvm; a mode may carry settings a latency-bound user can make, e.g. "
+    "micro-batch-jvm+async: see LATENCY_TWEAKS in bench/harness/spark_benchmarks.py) [all the Spark line has].",
+)
+@click.option(
+    "--latency-runs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Runs per latency mode, the modes alternating run by run [3; 1 with --quick].",
 )
 def run(
     quick: bool,
@@ -71,6 +78,7 @@ def run(
     record_bytes: int,
     eager_flush: bool,
     latency_modes: str | None,
+    latency_runs: int | None,
 ) -> None:
     """Run the benchmarks against a local moto S3 server.
 
@@ -89,11 +97,13 @@ def run(
     )
     command += " --eager-flush" if eager_flush else ""
     command += f" --latency-modes {latency_modes}" if latency_modes else ""
+    command += f" --latency-runs {latency_runs}" if latency_runs else ""
     _, path = run_benchmarks(
         spark_mb=spark_mb or 0,
         record_bytes=record_bytes,
         eager_flush=eager_flush,
         latency_modes=tuple(m.strip() for m in latency_modes.split(",")) if latency_modes else (),
+        latency_runs=latency_runs or 0,
         quick=quick,
         only=names,
         latency_ms=latency_ms,

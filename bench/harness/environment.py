@@ -199,6 +199,8 @@ class Settings:
     """The latency row's producer flushes a batch at once when none of its batches is in flight."""
     latency_modes: tuple[str, ...] = ()
     """The latency row's modes (empty: every mode the Spark line has)."""
+    latency_runs: int = 0
+    """Runs per latency mode (0: 1 with --quick, else `repeats`)."""
     spark: Any = None  # a SparkHolder while Spark benchmarks run
     kafka: Any = None  # (broker jars, connector jars, versions) when the Kafka benchmark runs
     kafka_error: str | None = None

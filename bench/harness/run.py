@@ -93,6 +93,7 @@ def run_benchmarks(
     record_bytes: int = 1024,
     eager_flush: bool = False,
     latency_modes: Sequence[str] = (),
+    latency_runs: int = 0,
     plots: bool = True,
 ) -> tuple[dict[str, Any], pathlib.Path]:
     """Runs the selected benchmarks and writes ``bench-<time>[-quick].json`` and ``.md`` (and PNG
@@ -106,6 +107,7 @@ def run_benchmarks(
     t0 = time.monotonic()
     settings = Settings(quick, latency_ms, log, spark_mb=spark_mb, record_bytes=record_bytes, eager_flush=eager_flush)
     settings.latency_modes = tuple(latency_modes)
+    settings.latency_runs = latency_runs
     result: dict[str, Any] = {
         "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "quick": quick,

@@ -342,12 +342,48 @@ def _drained(env: Env, prefix: str) -> bool:
         store.close()
 
 
+# Settings a latency-bound user can make, as named tweaks of a mode ("micro-batch-jvm+async"): options
+# of the query's writer, session confs (set before the query starts, restored after it stops; the
+# stream copies the session's confs at its start), options of the osqueue source, and where the
+# checkpoint lives.
+LATENCY_TWEAKS: dict[str, dict[str, Any]] = {
+    # Spark's asynchronous progress tracking: the offset and commit logs written off the micro-batch's
+    # path, durably once per asyncProgressTrackingCheckpointIntervalMs (default 1 s). Spark 4.1 allows
+    # it with the noop, console, memory and Kafka sinks only (not foreach or foreachBatch), in stateless
+    # micro-batch queries (not real-time mode). "async-override" lifts the sink check with Spark's
+    # test-only option, to size what the logs cost a foreach sink: a measurement, not a recommendation.
+    "async": {"writer": {"asyncProgressTrackingEnabled": "true"}},
+    "async-override": {
+        "writer": {"asyncProgressTrackingEnabled": "true", "_asyncProgressTrackingOverrideSinkSupportCheck": "true"}
+    },
+    "no-data-off": {"conf": {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}},
+    "aqe-off": {"conf": {"spark.sql.adaptive.enabled": "false"}},
+    "poll25": {"source": {"pollInterval": "25ms"}},
+    "ckpt-shm": {"checkpoint_dir": "/dev/shm"},
+}
+
+
+def _mode_parts(mode: str) -> tuple[str, list[str]]:
+    """A latency mode's base mode and its tweaks ("micro-batch-jvm+async" -> ("micro-batch-jvm", ["async"]))."""
+    base, *tweaks = mode.split("+")
+    unknown = [t for t in tweaks if t not in LATENCY_TWEAKS]
+    if unknown:
+        raise ValueError(f"latency mode {mode!r}: unknown settings {unknown} (known: {sorted(LATENCY_TWEAKS)})")
+    return base, tweaks
+
+
 def _latency_run(
     env: Env, s: Settings, holder: SparkHolder, duration: float, rate: float, mode: str, linger: float, idle_s: float
 ) -> dict[str, Any]:
     from osqueue.producer import Producer
 
     spark = holder.spark
+    mode, tweak_names = _mode_parts(mode)
+    tweaks = [LATENCY_TWEAKS[t] for t in tweak_names]
+    writer_options = {k: v for t in tweaks for k, v in t.get("writer", {}).items()}
+    source_options = {k: v for t in tweaks for k, v in t.get("source", {}).items()}
+    confs = {k: v for t in tweaks for k, v in t.get("conf", {}).items()}
+    checkpoint_dir = next((t["checkpoint_dir"] for t in tweaks if "checkpoint_dir" in t), None)
     prefix = f"latency-{uuid.uuid4().hex[:8]}"
     # The queue exists (empty manifest) before the query starts.
     eager = s.eager_flush
@@ -384,7 +420,7 @@ def _latency_run(
                     seen[int(parts[0])] = (lat, lat)
 
     reader = spark.readStream.format("osqueue")
-    for k, v in env.options().items():
+    for k, v in {**env.options(), **source_options}.items():
         reader = reader.option(k, v)
     df = reader.load(env.uri(prefix))
     if mode == "real-time":
@@ -395,7 +431,24 @@ def _latency_run(
         writer = _micro_batch_jvm_writer(spark, df, out)
     else:
         writer = df.writeStream.foreachBatch(on_batch).trigger(processingTime="0 seconds")
-    q = writer.option("checkpointLocation", holder.checkpoint("latency")).start()
+    for k, v in writer_options.items():
+        writer = writer.option(k, v)
+    checkpoint = (
+        str(pathlib.Path(__import__("tempfile").mkdtemp(prefix="osq-bench-ckpt-", dir=checkpoint_dir)) / "latency")
+        if checkpoint_dir
+        else holder.checkpoint("latency")
+    )
+    saved_confs = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        q = writer.option("checkpointLocation", checkpoint).start()
+    finally:
+        for k, old in saved_confs.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # the query is up: it has seen the warm-up entry
@@ -453,6 +506,8 @@ def _latency_run(
         all_progress = [pr for pr in q.recentProgress if pr]
         progress = [pr for pr in all_progress if int(pr.get("numInputRows", 0)) > 0]
         q.stop()
+        if checkpoint_dir:
+            shutil.rmtree(pathlib.Path(checkpoint).parent, ignore_errors=True)
     breakdown = (
         _micro_batch_breakdown(produced_at, durable_at, seen, batch_of, batches, all_progress)
         if mode == "micro-batch"
@@ -471,6 +526,11 @@ def _latency_run(
     if len(seen) < n:
         raise RuntimeError(f"latency ({mode}): {len(seen)} of {n} records seen within 60 s after the last produce()")
     dur = sorted(d * 1000 for d in durable)
+    # Durable -> seen, record by record: the reader's share (the source's look at the manifest, the batch
+    # GET, Spark's part), without the producer's.
+    to_seen = sorted(
+        (produced_at[k] + seen[k][1] - durable_at[k]) * 1000 for k in seen if k in durable_at and k in produced_at
+    ) or [0.0]
     return {
         "samples": len(visible),
         "p50_ms": percentile(visible, 50),
@@ -481,6 +541,8 @@ def _latency_run(
         "handed_p99_ms": percentile(handed, 99),
         "durable_p50_ms": percentile(dur, 50),
         "durable_p99_ms": percentile(dur, 99),
+        "durable_to_seen_p50_ms": percentile(to_seen, 50),
+        "durable_to_seen_p99_ms": percentile(to_seen, 99),
         "micro_batches": nb,
         "collect_p50_ms": percentile(collect_ms, 50),
         "phase_p50_ms": {k: percentile(sorted(v), 50) for k, v in phases.items()},
@@ -556,6 +618,8 @@ def _summarize_mode(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "handed_to_sink_p50_ms": summarize([r["handed_p50_ms"] for r in runs]),
         "produce_to_durable_p50_ms": summarize([r["durable_p50_ms"] for r in runs]),
         "produce_to_durable_p99_ms": summarize([r["durable_p99_ms"] for r in runs]),
+        "durable_to_seen_p50_ms": summarize([r["durable_to_seen_p50_ms"] for r in runs]),
+        "durable_to_seen_p99_ms": summarize([r["durable_to_seen_p99_ms"] for r in runs]),
         "collect_p50_ms": summarize([r["collect_p50_ms"] for r in runs]),
         "batches": summarize([r["micro_batches"] for r in runs]),
         "batch_phase_p50_ms": {
@@ -598,18 +662,20 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
         if holder.seen_writer_jar:
             modes.append("real-time-jvm")
     if s.latency_modes:
-        unknown = set(s.latency_modes) - set(modes)
+        unknown = {m for m in s.latency_modes if _mode_parts(m)[0] not in modes}
         if unknown:
             raise ValueError(f"--latency-modes: {sorted(unknown)} not available here (available: {modes})")
-        modes = [m for m in modes if m == "micro-batch" or m in s.latency_modes]  # micro-batch: the row's own figures
+        # micro-batch always runs (the row's own figures); the others in the order given.
+        modes = ["micro-batch", *(m for m in dict.fromkeys(s.latency_modes) if m != "micro-batch")]
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-    for r in range(1 if s.quick else s.repeats):  # --quick: one run per mode
+    for r in range(s.latency_runs or (1 if s.quick else s.repeats)):  # --quick: one run per mode
         for mode in modes:
             run = _latency_run(env, s, holder, duration, rate, mode, LINGER_S, idle_s)
             runs[mode].append(run)
             s.log(
                 f"latency run {r + 1} ({mode}): {run['samples']} samples, produce -> visible p50 {run['p50_ms']:.0f} ms, "
-                f"p99 {run['p99_ms']:.0f} ms (produce -> durable p50 {run['durable_p50_ms']:.0f} ms; "
+                f"p99 {run['p99_ms']:.0f} ms (produce -> durable p50 {run['durable_p50_ms']:.0f} ms; durable -> seen p50 "
+                f"{run['durable_to_seen_p50_ms']:.0f} ms, p99 {run['durable_to_seen_p99_ms']:.0f} ms; "
                 f"{run['micro_batches']} batches; idle manifest requests/min {run['idle_manifest_requests_per_min']}, "
                 f"counted after {run['idle_window_waited_for_drain_s']} s waiting for the queue to drain)"
                 + (f"; breakdown {run['breakdown_ms']}" if run.get("breakdown_ms") else "")

@@ -24,6 +24,7 @@ from bench.harness.__main__ import main as harness  # noqa: E402
 from bench.harness.client_benchmarks import CountingStore  # noqa: E402
 from bench.harness.report import replot  # noqa: E402
 from bench.harness.run import BENCHMARKS, QUICK_SKIPS, normalize_names  # noqa: E402
+from bench.harness.spark_benchmarks import LATENCY_TWEAKS, _mode_parts  # noqa: E402
 from bench.harness.stats import summarize  # noqa: E402
 
 from osqueue.cli import cli  # noqa: E402
@@ -61,6 +62,15 @@ def test_only_takes_comma_separated_names_with_either_separator() -> None:
     assert normalize_names([]) == []
     with pytest.raises(ValueError, match="unknown benchmark 'nope'"):
         normalize_names(["depth,nope"])
+
+
+def test_a_latency_mode_carries_named_settings() -> None:
+    # `--latency-modes micro-batch-jvm,micro-batch-jvm+ckpt-shm` runs a pair in one session, alternating.
+    assert _mode_parts("real-time-jvm") == ("real-time-jvm", [])
+    assert _mode_parts("micro-batch-jvm+async-override+ckpt-shm") == ("micro-batch-jvm", ["async-override", "ckpt-shm"])
+    assert LATENCY_TWEAKS["poll25"] == {"source": {"pollInterval": "25ms"}}
+    with pytest.raises(ValueError, match="unknown settings"):
+        _mode_parts("micro-batch+nope")
 
 
 def test_every_benchmark_the_harness_runs_can_be_named() -> None:
