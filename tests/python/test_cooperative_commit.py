@@ -202,7 +202,7 @@ def test_a_waiter_sends_no_cas_while_an_older_intent_has_its_committer() -> None
             deadline = time.monotonic() + 5
             while not lists_b and time.monotonic() < deadline:
                 time.sleep(0.005)
-            time.sleep(0.2)  # B's waiting rounds (polls of 50-100 ms), well short of the 0.5 s takeover
+            time.sleep(0.2)  # B LISTed at the 0.2 s takeover; it commits regardless only at 0.8 s
             seen["b_cas_while_a_pending"] = sb.conditional_calls - 1  # minus its first (solo) write
         return apply()
 

@@ -55,10 +55,13 @@ ROUND_DELAY_CAP_S = 0.05
 WAIT_POLL_S = (0.01, 0.25)
 """A waiting producer (not the round's committer) reads the head again when the next head change is due by the
 recent gap between head changes (a quarter gap later if it is overdue), within these bounds."""
-TAKEOVER_S = 0.5
-"""A waiting producer commits itself once the head has not moved for this long, or for 3 times the longest gap
-between head changes it saw lately if that is longer (a loaded store is slower, not dead): the committer died or
-stalls."""
+TAKEOVER_S = 0.2
+"""A waiting producer LISTs and commits if its intent is the oldest once the head has not moved for this long, or
+for 3 times the longest gap between head changes it saw lately if that is longer (a loaded store is slower, not
+dead): the committer died, stalls or has nothing to write."""
+DEAD_OLDEST_TAKEOVERS = 4
+"""... and commits whatever the LIST says once the head has not moved for this many takeover intervals (the owner
+of the oldest intent is dead or stalls too)."""
 MAX_WAIT_S = 10.0
 """... and once its group has waited this long in all, whatever the head does (a backstop)."""
 
@@ -108,6 +111,7 @@ class _Group:
     waited_since: float = 0.0
     moves: int = 0  # head changes seen while waiting that did not carry the group
     listed: tuple[object, bool, list[ObjectInfo]] | None = None  # (head version, designated, LIST) of its last LIST
+    sticky: bool = False  # its last step found the head its own recent write (it committed without waiting)
     own_write: bool = False  # the group landed in this writer's own CAS (it then deletes the round's intents)
 
     @property
@@ -179,6 +183,7 @@ class CooperativeCommitter:
                     and snapshot.raw == self._own_head
                     and a.clock.monotonic() - self._own_head_at < max(TAKEOVER_S, 3 * self._head_gap)
                 )
+                g.sticky = sticky
                 if not (sticky and previous is None and g.announced is None):
                     self._announce(g)  # the sticky committer's first try needs no intent: it writes its group itself
                 listing: list[ObjectInfo] | None = None
@@ -389,7 +394,7 @@ class CooperativeCommitter:
         before its next LIST: wait, no LIST. After 2 such changes (no committer takes its intent: e.g. only solo
         writers), or when the head has not moved for TAKEOVER_S or 3 times the longest recent gap between head
         changes (the committer died, stalls, or has nothing to write), it LISTs once per head version and commits
-        if its intent is the oldest appendable one; once the head has not moved for twice that, or its group has
+        if its intent is the oldest appendable one; once the head has not moved for 4 times that, or its group has
         waited MAX_WAIT_S in all, it commits whatever the LIST says (a dead owner of the oldest intent)."""
         now = self.a.clock.monotonic()
         if g.wait_started is None:
@@ -403,7 +408,7 @@ class CooperativeCommitter:
             g.waited_version, g.waited_since = snapshot.version, now
         takeover = max(TAKEOVER_S, 3 * self._head_gap)
         still = now - g.waited_since
-        if still >= 2 * takeover or now - g.wait_started >= MAX_WAIT_S:
+        if still >= DEAD_OLDEST_TAKEOVERS * takeover or now - g.wait_started >= MAX_WAIT_S:
             return True, None
         if g.moves < 2 and still < takeover:
             return False, None
@@ -511,7 +516,10 @@ class CooperativeCommitter:
             if n_others:
                 a.metrics.counter(m.INTENTS_APPENDED_FOR_OTHERS).inc(len(others))
             g.own_write = True
-            self._own_head, self._own_head_at = new_raw, a.clock.monotonic()
+            now_s = a.clock.monotonic()
+            if g.sticky:  # the cadence of its rounds in a row is the head's (it wrote the head)
+                self._head_gap = max(min(now_s - self._own_head_at, MAX_WAIT_S), 0.8 * self._head_gap)
+            self._own_head, self._own_head_at = new_raw, now_s
             self._appended_keys = appended
             return [(base + i, loc) for i, loc in enumerate(locations)]
 

@@ -53,11 +53,16 @@ object CooperativeCommit {
    */
   val WaitPollMs: (Long, Long) = (10L, 250L)
   /**
-   * A waiting producer commits itself once the head has not moved for this long, or for 3 times the longest gap
-   * between head changes it saw lately if that is longer (a loaded store is slower, not dead): the committer
-   * died or stalls.
+   * A waiting producer LISTs and commits if its intent is the oldest once the head has not moved for this long, or
+   * for 3 times the longest gap between head changes it saw lately if that is longer (a loaded store is slower,
+   * not dead): the committer died, stalls or has nothing to write.
    */
-  val TakeoverMs = 500L
+  val TakeoverMs = 200L
+  /**
+   * ... and commits whatever the LIST says once the head has not moved for this many takeover intervals (the owner
+   * of the oldest intent is dead or stalls too).
+   */
+  val DeadOldestTakeovers = 4
   /** ... and once its group has waited this long in all, whatever the head does (a backstop). */
   val MaxWaitMs = 10000L
 
@@ -98,6 +103,8 @@ object CooperativeCommit {
     var listed: Option[(Option[Any], Boolean, Seq[ObjectInfo])] = None
     /** The group landed in this writer's own CAS (it then deletes the round's intents). */
     var ownWrite = false
+    /** Its last step found the head its own recent write (it committed without waiting). */
+    var sticky = false
     def lastBatch: Long = firstBatch + pending.size - 1
   }
 
@@ -217,6 +224,7 @@ final class CooperativeCommitter private[queue] (
               // have been taken over: it then waits like the others).
               val sticky = exists && ownHead.exists(java.util.Arrays.equals(_, snapshot.raw)) &&
                 (clock.nanoTime() - ownHeadAtNanos) / 1000000L < takeoverMs
+              g.sticky = sticky
               // The sticky committer's first try needs no intent: it writes its group itself.
               if (!(sticky && previous.isEmpty && g.announced.isEmpty)) announce(g)
               var listing: Option[Seq[ObjectInfo]] = None
@@ -492,7 +500,7 @@ final class CooperativeCommitter private[queue] (
    * next LIST: wait, no LIST. After 2 such changes (no committer takes its intent: e.g. only solo writers), or when
    * the head has not moved for TakeoverMs or 3 times the longest recent gap between head changes (the committer
    * died, stalls, or has nothing to write), it LISTs once per head version and commits if its intent is the oldest
-   * appendable one; once the head has not moved for twice that, or its group has waited MaxWaitMs in all, it
+   * appendable one; once the head has not moved for 4 times that, or its group has waited MaxWaitMs in all, it
    * commits whatever the LIST says (a dead owner of the oldest intent).
    */
   private def shouldCommit(g: Group, version: Option[Any], sections: HeadSections,
@@ -510,7 +518,7 @@ final class CooperativeCommitter private[queue] (
     }
     val takeover = takeoverMs
     val stillMs = (now - g.waitedSince) / 1000000L
-    if (stillMs >= 2 * takeover || (now - g.waitStarted.get) / 1000000L >= MaxWaitMs) (true, None)
+    if (stillMs >= DeadOldestTakeovers * takeover || (now - g.waitStarted.get) / 1000000L >= MaxWaitMs) (true, None)
     else if (g.moves < 2 && stillMs < takeover) (false, None)
     else {
       if (!g.listed.exists(_._1 == version)) {
@@ -593,7 +601,10 @@ final class CooperativeCommitter private[queue] (
         cut.foreach(_.count(metrics))
         if (extra.nonEmpty) appendedForOthers.add(kept.size)
         g.ownWrite = true
-        ownHead = Some(bytes); ownHeadAtNanos = clock.nanoTime()
+        val now = clock.nanoTime()
+        if (g.sticky) // the cadence of its rounds in a row is the head's (it wrote the head)
+          headGapNanos = math.max(math.min(now - ownHeadAtNanos, MaxWaitMs * 1000000L), (headGapNanos * 0.8).toLong)
+        ownHead = Some(bytes); ownHeadAtNanos = now
         appendedKeys = keptKeys
         Some(locations.indices.map(base + _))
       })

@@ -185,7 +185,7 @@ class CooperativeCommitSuite extends AnyFunSuite {
         bThread.start()
         val deadline = System.nanoTime() + 5000000000L
         while (bLists.get() == 0 && System.nanoTime() < deadline) Thread.sleep(5)
-        Thread.sleep(200) // B's waiting rounds, well short of a second 0.5 s takeover
+        Thread.sleep(200) // B LISTed at the 0.2 s takeover; it commits regardless only at 0.8 s
         bCasWhileAPending = bConditionals.get()
       })
     val a = coop(sa, ma)
