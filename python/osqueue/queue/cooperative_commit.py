@@ -415,6 +415,8 @@ class CooperativeCommitter:
         if g.listed is None or g.listed[0] != snapshot.version:
             listing = self.a.manifest.store.list(self.a.manifest.key)
             g.listed = (snapshot.version, self._designated(g, sections, listing, snapshot.raw is not None), listing)
+            if not g.listed[1]:
+                g.moves = 0  # an older intent has its owner: wait for two more changes (or a still head) to LIST again
         return g.listed[1], g.listed[2]
 
     def _poll_delay(self, g: _Group) -> float:

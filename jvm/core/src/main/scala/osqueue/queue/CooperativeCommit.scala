@@ -524,6 +524,7 @@ final class CooperativeCommitter private[queue] (
       if (!g.listed.exists(_._1 == version)) {
         val l = manifest.store.list(key)
         g.listed = Some((version, isDesignated(g, sections, l, exists), l))
+        if (!g.listed.get._2) g.moves = 0 // an older intent has its owner: two more changes (or a still head) to LIST again
       }
       (g.listed.get._2, Some(g.listed.get._3))
     }
