@@ -728,3 +728,52 @@ def test_drop_oldest_cuts_for_a_cooperative_write_and_tells_a_lagging_subscripti
     fast.close()
     slow.close()
     qp.close()
+
+
+def test_a_waiter_announces_its_next_group_and_one_head_read_confirms_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ADR 0007 session 15: a producer whose group waits announces the batches queued since as its next group
+    (an intent from ``last_batch + 1``), so one committer's CAS appends both, in order, and one head read
+    confirms both. Before: the next group waited for the first to land, missing the round (a read more each)."""
+    from osqueue.queue import cooperative_commit as cc
+
+    monkeypatch.setattr(cc, "TAKEOVER_S", 30.0)  # B never takes over: A (the head's writer) commits the round
+    mem = InMemoryStore()
+    sa, sb = WrappedStore(mem), WrappedStore(mem)
+    ma, mb = MetricsRegistry(), MetricsRegistry()
+    a, b = _coop(sa, metrics=ma), _coop(sb, metrics=mb)
+    b.enqueue("ingest/b0.batch", timeout=10)  # B has a record (batch 0)
+    a.enqueue("ingest/first.batch", timeout=10)  # A wrote the head: it commits the next round
+    _force_cooperative(a)
+    _force_cooperative(b)
+    wb = b._committer.cooperative.writer_id  # type: ignore[union-attr]
+
+    def b_intents() -> set[int]:
+        return {
+            n.first_batch
+            for o in mem.list(KEY + ".intents/")
+            if (n := parse_intent_name(KEY, o.key)) and n.writer_id == wb
+        }
+
+    def wait_for(batch: int) -> bool:
+        deadline = time.monotonic() + 5
+        while batch not in b_intents() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return batch in b_intents()
+
+    f1 = b.enqueue_async("ingest/b1.batch")
+    assert wait_for(1)
+    f2 = b.enqueue_async("ingest/b2.batch")
+    assert wait_for(2), "B did not announce its next group while the previous one waited"
+    assert not f1.done()
+    writes_b = mb.counter(m.MANIFEST_WRITES, role="producer").value
+    a.enqueue("ingest/a.batch", timeout=10)  # one CAS: A's group, then B's run 1..2
+    gets = sb.get_calls
+    r1, r2 = f1.result(10), f2.result(10)
+    assert sb.get_calls - gets <= 1, "more than one head read to confirm both groups"
+    assert [e.location for e in _entries(mem)][-3:] == ["ingest/a.batch", "ingest/b1.batch", "ingest/b2.batch"]
+    assert (r1.sequence, r2.sequence) == (3, 4)
+    assert ma.counter(m.INTENTS_APPENDED_FOR_OTHERS).value == 2
+    assert mb.counter(m.MANIFEST_WRITES, role="producer").value == writes_b
+    assert _writers(mem)[wb].last_batch == 2
+    a.close()
+    b.close()

@@ -34,11 +34,11 @@ from osqueue.format.intent_codec import (
 )
 from osqueue.format.manifest import NewEntry
 from osqueue.format.manifest_codec import empty_manifest
-from osqueue.format.manifest_head import MAX_SEGMENT_ENTRIES, RawHead, entry_byte_length, parse_head
+from osqueue.format.manifest_head import MAX_SEGMENT_ENTRIES, parse_head
 from osqueue.format.writer_sequence import WriterRecord, sequence_record, with_writers, writers_of
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Settle, Unknown, Write
 from osqueue.queue.cas_object import Snapshot
-from osqueue.queue.queue_retention import check_room, drop_oldest
+from osqueue.queue.queue_retention import _with_room, drop_oldest
 from osqueue.store.object_store import ObjectInfo, delete_many
 
 if TYPE_CHECKING:
@@ -113,6 +113,7 @@ class _Group:
     listed: tuple[object, bool, list[ObjectInfo]] | None = None  # (head version, designated, LIST) of its last LIST
     sticky: bool = False  # its last step found the head its own recent write (it committed without waiting)
     own_write: bool = False  # the group landed in this writer's own CAS (it then deletes the round's intents)
+    seen_mine: bool = False  # the head it last read has this writer's record (a next group may then be announced)
 
     @property
     def last_batch(self) -> int:
@@ -134,8 +135,9 @@ class CooperativeCommitter:
         self._own_head: bytes | None = None  # the head this writer's last landed CAS wrote: while it is the head,
         # this writer is the round's committer (the "sticky" committer, ADR 0007 session 15)
         self._appended_keys: list[str] = []  # other writers' intents its landing CAS appended (it deletes them)
-        # Its rounds: a loser's next GET usually finds its group in, so the wait between rounds stays near one
-        # round (capped at ROUND_DELAY_CAP_S) instead of growing to the solo loop's 1 s; the budget is the same.
+        self.ahead: list[_Group] = []  # its next groups, announced while an older one waits (oldest first)
+        self._last_raw: bytes | None = None  # the newest head it read or wrote: confirms its groups ahead
+        # A loser's next GET usually finds its group in: waits between rounds capped at ROUND_DELAY_CAP_S.
         policy = appender.policy
         self.loop = CasLoop(
             appender.manifest.cas_object,
@@ -150,11 +152,18 @@ class CooperativeCommitter:
 
     # -- one group -------------------------------------------------------------------------
 
-    def commit(self, group: Sequence[PendingLocation]) -> list[tuple[int, str]]:
+    def commit(self, group: Sequence[PendingLocation], ahead: _Group | None = None) -> list[tuple[int, str]]:
         a = self.a
-        a._claim_prefixes(group)
-        g = _Group(self.next_batch, group, names=[{p.location} for p in group])
-        self.next_batch += len(group)
+        if ahead is None:
+            a._claim_prefixes(group)
+            g = _Group(self.next_batch, group, names=[{p.location} for p in group])
+            self.next_batch += len(group)
+        else:  # announced while an older group waited: the head that confirmed that one may carry it too
+            g = ahead
+            early = _CoopSettle(self, g).landed(Snapshot(self._last_raw, None), None)
+            if early is not None:
+                self._deleter.submit(self._delete, list(g.intent_keys[:-1]))
+                return early
 
         def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[tuple[int, str]] | _Wait]:
             g.full = False
@@ -167,6 +176,9 @@ class CooperativeCommitter:
             if g.start_next is None:
                 g.start_next = head.next_sequence
             mine = writers_of(head.sections, a.manifest.key).get(self.writer_id)
+            if snapshot.raw is not None:
+                self._last_raw = snapshot.raw
+            g.seen_mine = mine is not None
             landed = self._landed(raw, g, mine)
             if landed is not None:
                 return Done(landed)
@@ -200,14 +212,14 @@ class CooperativeCommitter:
                 g.full = True  # nothing sent: an announced group is withdrawn after the wait (_withdraw)
                 raise
 
-        # The queue's size caps (§2.3) as the solo path applies them: under backpressure the group waits for
-        # room per queue_full_timeout (each try reads the head again), then fails with QueueFullError.
+        # The size caps (§2.3) as on the solo path: under backpressure wait per queue_full_timeout, then fail.
         def rounds() -> list[tuple[int, str]]:
             while True:
                 settle: Settle[list[tuple[int, str]] | _Wait] = _CoopSettle(self, g)
                 r = self.loop.run(step, settle)
                 if not isinstance(r, _Wait):
                     return r
+                self._take_ahead(g)
                 a.clock.sleep(self._poll_delay(g))
 
         try:
@@ -221,8 +233,7 @@ class CooperativeCommitter:
                 self._deleter.submit(self._delete, list(g.intent_keys))
                 raise
         # Landed intents go in one request, off the commit's path: the committer deletes the intents its CAS
-        # appended, its own included; a group another writer appended leaves its last intent to that committer
-        # (an intent that outlives a dead committer is skipped by name and deleted by GC, §6).
+        # appended, its own included (one that outlives a dead committer is skipped by name; GC deletes it, §6).
         keys = list(g.intent_keys) if g.own_write else list(g.intent_keys[:-1])
         if g.own_write:
             keys += self._appended_keys
@@ -230,6 +241,28 @@ class CooperativeCommitter:
         if keys:
             self._deleter.submit(self._delete, keys)
         return results
+
+    def _take_ahead(self, g: _Group) -> None:
+        """While its group waits, a producer announces what was queued since as its next group (ADR 0007 session
+        15), once the head has its record (its runs land from ``last_batch + 1`` on: in order, contiguous)."""
+        if not g.seen_mine or g.announced is None:
+            return
+        more = self.a.take_queued()
+        if not more:
+            return
+        try:
+            self.a._claim_prefixes(more)
+        except Exception as e:
+            for p in more:
+                p.future.set_exception(e)
+            return
+        n = _Group(self.next_batch, more, start_next=g.start_next, names=[{p.location} for p in more])
+        self.next_batch += len(more)
+        self.ahead.append(n)
+        try:
+            self._announce(n)
+        except Exception:
+            n.sent_unknown = True  # its intent may be out: its own rounds settle it
 
     def _withdraw(self, g: _Group, full: QueueFullError) -> list[tuple[int, str]]:
         """A group refused by a full queue whose intent is out: another committer could still append it, so one
@@ -319,8 +352,7 @@ class CooperativeCommitter:
             return
         ulid = encode_ulid(a.clock.now_ms(), a.rng.getrandbits(80))
         entries = self._entries(g)
-        # The in-key form when the group fits its name (other committers then read no body, §2.4); the body is
-        # the same either way.
+        # The in-key form when the group fits its name (committers then read no body, §2.4); the same body.
         store = a.manifest.store
         limit = MAX_FILE_NAME_BYTES if store.uri.startswith("file:") else MAX_KEY_BYTES  # a local file name
         key = in_key_intent_key(a.manifest.key, ulid, self.writer_id, g.first_batch, entries, limit) or intent_key(
@@ -441,8 +473,7 @@ class CooperativeCommitter:
                 except CorruptManifestError:
                     self._intents[k] = None
                     a.metrics.counter(m.INTENTS_REJECTED).inc()
-        # Forget what this round does not need: an intent appended, stale or deleted never becomes a candidate again
-        # (last_batch only grows, store time only ages, names are never reused), so the cache stays this round's size.
+        # Forget what this round does not need: an appended, stale or deleted intent never becomes a candidate again.
         wanted = {k for k, _ in names}
         for k in [k for k in list(self._intents) if k not in wanted]:
             self._intents.pop(k, None)
@@ -496,6 +527,14 @@ class CooperativeCommitter:
         writers = dict(writers_of(head.sections, key))
         now = a.clock.now_ms()
         writers[self.writer_id] = WriterRecord(self.writer_id, g.last_batch, now)
+        own: list[tuple[str, Intent]] = []  # its groups ahead first, in order: its record then covers them
+        for n in self.ahead:
+            try:
+                self._announce(n)  # fresh batches (a re-upload re-announces it)
+            except Exception:
+                break
+            own.append((n.intent_keys[-1], Intent(self.writer_id, n.first_batch, tuple(self._entries(n)))))
+        found = own + found
         others = _with_room(head, g.pending, [i for _, i in found])
         appended = [k for k, _ in found[: len(others)]]  # a prefix is kept
         extra: list[NewEntry] = []
@@ -510,18 +549,18 @@ class CooperativeCommitter:
         locations = [p.location for p in g.pending]
         for names, loc in zip(g.names, locations):
             names.add(loc)
-        n_others = len(extra)
 
         def result() -> list[tuple[int, str]] | _Wait:
             if cut is not None:
                 cut.count(a.metrics)
-            if n_others:
-                a.metrics.counter(m.INTENTS_APPENDED_FOR_OTHERS).inc(len(others))
+            if len(others) > len(own):
+                a.metrics.counter(m.INTENTS_APPENDED_FOR_OTHERS).inc(len(others) - len(own))
             g.own_write = True
             now_s = a.clock.monotonic()
             if g.sticky:  # the cadence of its rounds in a row is the head's (it wrote the head)
                 self._head_gap = max(min(now_s - self._own_head_at, MAX_WAIT_S), 0.8 * self._head_gap)
             self._own_head, self._own_head_at = new_raw, now_s
+            self._last_raw = new_raw
             self._appended_keys = appended
             return [(base + i, loc) for i, loc in enumerate(locations)]
 
@@ -534,24 +573,6 @@ class CooperativeCommitter:
             delete_many(self.a.manifest.store, keys)
         except StoreError:
             pass
-
-
-def _with_room(head: RawHead, own: Sequence[PendingLocation], others: list[Intent]) -> list[Intent]:
-    """Under ``backpressure`` (§2.3): raises ``QueueFullError`` unless the own group fits, then keeps the other
-    writers' runs, in order, while all of them fit (a prefix: each writer's run stays contiguous); the runs left
-    out stay announced for their writers (``check_room`` decides, as on the solo path)."""
-    added, added_bytes = len(own), sum(entry_byte_length(p.extension) for p in own)
-    check_room(head, added, added_bytes)
-    kept: list[Intent] = []
-    for intent in others:
-        added += len(intent.entries)
-        added_bytes += sum(entry_byte_length(e[2]) for e in intent.entries if len(e) == 3)
-        try:
-            check_room(head, added, added_bytes)
-        except QueueFullError:
-            break
-        kept.append(intent)
-    return kept
 
 
 class _CoopSettle:
