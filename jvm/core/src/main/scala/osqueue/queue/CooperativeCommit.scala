@@ -5,6 +5,7 @@ import java.util.concurrent.{Callable, ConcurrentHashMap, ExecutorService, Execu
 import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
 
 import osqueue.{
   AmbiguousCommitException,
@@ -105,6 +106,8 @@ object CooperativeCommit {
     var ownWrite = false
     /** Its last step found the head its own recent write (it committed without waiting). */
     var sticky = false
+    /** The head it last read has this writer's record (a next group may then be announced). */
+    var seenMine = false
     def lastBatch: Long = firstBatch + pending.size - 1
   }
 
@@ -144,6 +147,14 @@ final class CooperativeCommitter private[queue] (
   @volatile private var ownHeadAtNanos = 0L
   /** Other writers' intents its landing CAS appended (it deletes them). */
   @volatile private var appendedKeys: Seq[String] = Seq.empty
+  /** Its next groups, announced while an older one waits (oldest first; the committer thread's only). */
+  private val ahead = mutable.Queue.empty[Group]
+  /** The newest head it read or wrote: confirms its groups ahead. */
+  @volatile private var lastRaw: Option[Array[Byte]] = None
+  /** The batches submitted since the committer took its last group (set by [[QueueProducer]]). */
+  @volatile private[queue] var takeQueued: () => IndexedSeq[PendingLocation] = () => IndexedSeq.empty
+  /** Its oldest group ahead, to commit next (the committer thread). */
+  private[queue] def nextAhead(): Option[Group] = if (ahead.isEmpty) None else Some(ahead.dequeue())
   private val rounds = metrics.counter(MetricNames.CommitRounds)
   private val announcedCount = metrics.counter(MetricNames.IntentsAnnounced)
   private val appendedForOthers = metrics.counter(MetricNames.IntentsAppendedForOthers)
@@ -164,6 +175,21 @@ final class CooperativeCommitter private[queue] (
     a.checkPrefixes(group)
     val g = new Group(nextBatch, group)
     nextBatch += group.size
+    commitGroup(g)
+  }
+
+  /** A group announced while an older one waited: the head that confirmed that one may carry it too. */
+  private[queue] def commitAhead(g: Group): IndexedSeq[Long] = {
+    val early = lastRaw.flatMap { raw =>
+      landed(raw, g, WriterSequence.writersOf(ManifestHead.parse(raw, key).sections, key).get(writerId))
+    }
+    early match {
+      case Some(r) => submitDelete(g.intentKeys.toList.dropRight(1)); r
+      case None => commitGroup(g)
+    }
+  }
+
+  private def commitGroup(g: Group): IndexedSeq[Long] = {
     val sealState = new ManifestAppender.SealState
     // The queue's size caps (§2.3) as the solo path applies them: under backpressure the group waits for
     // room per queueFullTimeout (each try reads the head again), then fails with QueueFullException.
@@ -193,10 +219,31 @@ final class CooperativeCommitter private[queue] (
   private def run(g: Group, sealState: ManifestAppender.SealState): IndexedSeq[Long] = {
     var r = round(g, sealState)
     while (r.isEmpty) {
+      takeAhead(g)
       clock.sleepMillis(pollDelayMs(g))
       r = round(g, sealState)
     }
     r.get
+  }
+
+  /**
+   * While its group waits, a producer announces what was queued since as its next group (ADR 0007 session 15),
+   * once the head has its record (its runs land from `last_batch + 1` on: in order, contiguous).
+   */
+  private def takeAhead(g: Group): Unit = if (g.seenMine && g.announced.isDefined) {
+    val more = takeQueued()
+    if (more.nonEmpty) {
+      val claimed = try { a.checkPrefixes(more); true }
+      catch { case NonFatal(e) => more.foreach(_.promise.completeExceptionally(e)); false }
+      if (claimed) {
+        val n = new Group(nextBatch, more)
+        n.startNext = g.startNext
+        nextBatch += more.size
+        ahead.enqueue(n)
+        try announce(n)
+        catch { case NonFatal(_) => n.sentUnknown = true } // its intent may be out: its own rounds settle it
+      }
+    }
   }
 
   private def round(g: Group, sealState: ManifestAppender.SealState): Option[IndexedSeq[Long]] =
@@ -210,7 +257,10 @@ final class CooperativeCommitter private[queue] (
         val raw = if (snapshot.version.isEmpty) Incarnation.newEmptyManifest() else snapshot.raw
         val head = ManifestHead.parse(raw, key)
         if (g.startNext.isEmpty) g.startNext = Some(head.nextSequence)
-        landed(raw, g, WriterSequence.writersOf(head.sections, key).get(writerId)) match {
+        if (snapshot.version.isDefined) lastRaw = Some(snapshot.raw)
+        val mine = WriterSequence.writersOf(head.sections, key).get(writerId)
+        g.seenMine = mine.isDefined
+        landed(raw, g, mine) match {
           case Some(r) => CasStep.Done(Some(r))
           case None =>
             rounds.increment()
@@ -492,7 +542,9 @@ final class CooperativeCommitter private[queue] (
         }
     }
 
-  private def takeoverMs: Long = math.max(TakeoverMs, 3 * headGapNanos / 1000000L)
+  /** The takeover interval's floor (tests raise it: no waiter takes over). */
+  @volatile private[queue] var takeoverFloorMs: Long = TakeoverMs
+  private def takeoverMs: Long = math.max(takeoverFloorMs, 3 * headGapNanos / 1000000L)
 
   /**
    * Whether a waiting producer commits this round (and the LIST it made to decide, if any). While the head keeps
@@ -580,12 +632,22 @@ final class CooperativeCommitter private[queue] (
   /** ONE append: this group, then the other writers' runs, with the writers section updated. */
   private def write(head: ManifestHead, g: Group, found: Seq[(String, Intent)],
       sealState: ManifestAppender.SealState): CasStep[Option[IndexedSeq[Long]]] = {
-    val others = found.map(_._2)
+    // Its groups ahead first, in order (fresh batches: a re-upload re-announces one): its record then covers them.
+    val own = ArrayBuffer.empty[(String, Intent)]
+    val it = ahead.iterator
+    var ok = true
+    while (ok && it.hasNext) {
+      val n = it.next()
+      ok = try { announce(n); true } catch { case NonFatal(_) => false }
+      if (ok) own += n.intentKeys.last -> Intent(writerId, n.firstBatch, entries(n))
+    }
+    val allFound = own.toSeq ++ found
+    val others = allFound.map(_._2)
     val now = clock.nowMillis()
     var writers = WriterSequence.writersOf(head.sections, key)
     writers += writerId -> WriterRecord(writerId, g.lastBatch, now)
     val kept = withRoom(head, g.pending, others)
-    val keptKeys = found.take(kept.size).map(_._1) // a prefix is kept
+    val keptKeys = allFound.take(kept.size).map(_._1) // a prefix is kept
     kept.foreach(i => writers += i.writerId -> WriterRecord(i.writerId, i.lastBatch, now))
     val extra = kept.flatMap(_.entries)
     val sections = WriterSequence.withWriters(head.sections, writers, now)
@@ -600,12 +662,13 @@ final class CooperativeCommitter private[queue] (
     CasStep.Write(bytes,
       { () =>
         cut.foreach(_.count(metrics))
-        if (extra.nonEmpty) appendedForOthers.add(kept.size)
+        if (kept.size > own.size) appendedForOthers.add(kept.size - own.size)
         g.ownWrite = true
         val now = clock.nanoTime()
         if (g.sticky) // the cadence of its rounds in a row is the head's (it wrote the head)
           headGapNanos = math.max(math.min(now - ownHeadAtNanos, MaxWaitMs * 1000000L), (headGapNanos * 0.8).toLong)
         ownHead = Some(bytes); ownHeadAtNanos = now
+        lastRaw = Some(bytes)
         appendedKeys = keptKeys
         Some(locations.indices.map(base + _))
       })

@@ -257,6 +257,49 @@ class CooperativeCommitSuite extends AnyFunSuite {
     } finally { a.close(); b.close() }
   }
 
+  test("a waiter announces its next group and one head read confirms both") {
+    // ADR 0007 session 15: a producer whose group waits announces the batches queued since as its next group (an
+    // intent from last_batch + 1), so one committer's CAS appends both, in order, and one head read confirms both.
+    // Before: the next group waited for the first to land, missing the round (a read more each).
+    val mem = InMemoryStore.fresh()
+    val bGets = new java.util.concurrent.atomic.AtomicInteger()
+    val sb = new ForwardingStore(mem) {
+      override def get(key: String): Option[VersionedObject] = { bGets.incrementAndGet(); super.get(key) }
+    }
+    val (ma, mb) = (new MetricsRegistry, new MetricsRegistry)
+    val (a, b) = (coop(mem, ma), coop(sb, mb))
+    try {
+      enqueue(b, "ingest/b0.batch") // B has a record (batch 0)
+      enqueue(a, "ingest/first.batch") // A wrote the head: it commits the next round
+      forceCooperative(a); forceCooperative(b)
+      b.cooperative.get.takeoverFloorMs = 30000L // B never takes over: A commits the round
+      val wb = b.cooperative.get.writerId
+      def bIntents: Set[Long] = mem.list(IntentCodec.intentsPrefix(Key))
+        .flatMap(o => IntentCodec.parseIntentName(Key, o.key)).filter(_.writerId == wb).map(_.firstBatch).toSet
+      def waitFor(batch: Long): Boolean = {
+        val deadline = System.nanoTime() + 5000000000L
+        while (!bIntents(batch) && System.nanoTime() < deadline) Thread.sleep(5)
+        bIntents(batch)
+      }
+      def pending(loc: String) = new PendingLocation(loc, IndexedSeq.empty, () => fail("no re-upload expected"))
+      val f1 = b.enqueue(pending("ingest/b1.batch"))
+      assert(waitFor(1))
+      val f2 = b.enqueue(pending("ingest/b2.batch"))
+      assert(waitFor(2), "B did not announce its next group while the previous one waited")
+      assert(!f1.isDone)
+      val writesB = counter(mb, MetricNames.ManifestWrites, "role" -> "producer")
+      enqueue(a, "ingest/a.batch") // one CAS: A's group, then B's run 1..2
+      val gets = bGets.get()
+      val (r1, r2) = (f1.get(10, TimeUnit.SECONDS), f2.get(10, TimeUnit.SECONDS))
+      assert(bGets.get() - gets <= 1, "more than one head read to confirm both groups")
+      assert(entries(mem).map(_.location).takeRight(3) == Seq("ingest/a.batch", "ingest/b1.batch", "ingest/b2.batch"))
+      assert((r1, r2) == ((3L, 4L)))
+      assert(counter(ma, MetricNames.IntentsAppendedForOthers) == 2)
+      assert(counter(mb, MetricNames.ManifestWrites, "role" -> "producer") == writesB)
+      assert(writers(mem)(wb).lastBatch == 2)
+    } finally { a.close(); b.close() }
+  }
+
   for (fault <- Seq("none", "lost_reply", "lying_precondition"))
     test(s"many cooperative writers with injected losses never append twice: $fault") {
       val mem = InMemoryStore.fresh()
