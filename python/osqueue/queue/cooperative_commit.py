@@ -38,7 +38,7 @@ from osqueue.format.manifest_head import MAX_SEGMENT_ENTRIES, parse_head
 from osqueue.format.writer_sequence import WriterRecord, sequence_record, with_writers, writers_of
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Settle, Unknown, Write
 from osqueue.queue.cas_object import Snapshot
-from osqueue.queue.queue_retention import _with_room, drop_oldest
+from osqueue.queue.queue_retention import drop_oldest, with_room
 from osqueue.store.object_store import ObjectInfo, delete_many
 
 if TYPE_CHECKING:
@@ -137,6 +137,7 @@ class CooperativeCommitter:
         self._appended_keys: list[str] = []  # other writers' intents its landing CAS appended (it deletes them)
         self.ahead: list[_Group] = []  # its next groups, announced while an older one waits (oldest first)
         self._last_raw: bytes | None = None  # the newest head it read or wrote: confirms its groups ahead
+        self._resume: _Group | None = None  # the group ahead next_ahead gave out
         # A loser's next GET usually finds its group in: waits between rounds capped at ROUND_DELAY_CAP_S.
         policy = appender.policy
         self.loop = CasLoop(
@@ -147,13 +148,17 @@ class CooperativeCommitter:
             CasCounters.manifest(appender.metrics, "producer"),
             reuse_own_write=False,  # under contention the own last write is stale: a sure conflict
         )
-        # Landed intents are deleted off the commit's path (one request less before the handles complete).
-        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="osqueue-intent-delete")
+        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="osqueue-intent-delete")  # off the commit's path
 
     # -- one group -------------------------------------------------------------------------
 
-    def commit(self, group: Sequence[PendingLocation], ahead: _Group | None = None) -> list[tuple[int, str]]:
+    def next_ahead(self) -> list[PendingLocation] | None:  # its oldest group ahead, for the next commit()
+        self._resume = self.ahead.pop(0) if self.ahead else None
+        return None if self._resume is None else list(self._resume.pending)
+
+    def commit(self, group: Sequence[PendingLocation]) -> list[tuple[int, str]]:
         a = self.a
+        ahead, self._resume = self._resume, None
         if ahead is None:
             a._claim_prefixes(group)
             g = _Group(self.next_batch, group, names=[{p.location} for p in group])
@@ -188,8 +193,7 @@ class CooperativeCommitter:
             )
             others: list[tuple[str, Intent]] = []
             if not solo:
-                # The writer of the head commits the next round while its write is recent (an idle one's role
-                # may have been taken over: it then waits like the others).
+                # The head's writer commits the next round while its write is recent (else it waits like others).
                 sticky = (
                     snapshot.raw is not None
                     and snapshot.raw == self._own_head
@@ -232,8 +236,7 @@ class CooperativeCommitter:
             except QueueFullError:
                 self._deleter.submit(self._delete, list(g.intent_keys))
                 raise
-        # Landed intents go in one request, off the commit's path: the committer deletes the intents its CAS
-        # appended, its own included (one that outlives a dead committer is skipped by name; GC deletes it, §6).
+        # The committer deletes the intents its CAS appended, its own included, in one request (left ones: GC, §6).
         keys = list(g.intent_keys) if g.own_write else list(g.intent_keys[:-1])
         if g.own_write:
             keys += self._appended_keys
@@ -389,8 +392,7 @@ class CooperativeCommitter:
             rec = writers.get(name.writer_id)
             if rec is not None and name.first_batch + name.count - 1 <= rec.last_batch:
                 continue  # appended already
-            # Store time only (§6): its batches' PUTs started < grace/4 before it; it is < grace/4 older
-            # than the head this CAS is conditioned on (listed after that head was read: no older).
+            # Store time only (§6): its batches' PUTs started < grace/4 before it, it is < grace/4 older than the head.
             if head_ms is not None and head_ms - o.last_modified_ms >= quarter:
                 continue
             names.append((o.key, name))
@@ -535,7 +537,7 @@ class CooperativeCommitter:
                 break
             own.append((n.intent_keys[-1], Intent(self.writer_id, n.first_batch, tuple(self._entries(n)))))
         found = own + found
-        others = _with_room(head, g.pending, [i for _, i in found])
+        others = with_room(head, g.pending, [i for _, i in found])
         appended = [k for k, _ in found[: len(others)]]  # a prefix is kept
         extra: list[NewEntry] = []
         for intent in others:
@@ -593,7 +595,6 @@ class _CoopSettle:
     def still_unknown(self, previous: PreviousAttempt | None) -> str | None:
         g = self._g
         if isinstance(previous, Unknown) or g.sent_unknown or (g.announced is not None and not g.full):
-            # An announced group may still be appended by another committer while its intent is fresh (a
-            # group refused by a full queue is withdrawn by the committer: ``_withdraw``).
+            # An announced group may still be appended by another committer (one refused by a full queue: _withdraw).
             return f"batches {self._g.first_batch}..{self._g.last_batch} of writer {self._c.writer_id.hex()}"
         return None

@@ -29,7 +29,7 @@ from osqueue.format.segment_chunks import PARALLEL_PUTS
 from osqueue.format.segment_ref import SegmentRef
 from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
 from osqueue.queue.cas_object import Snapshot
-from osqueue.queue.cooperative_commit import COOPERATIVE, SOLO, CooperativeCommitter, _Group
+from osqueue.queue.cooperative_commit import COOPERATIVE, SOLO, CooperativeCommitter
 from osqueue.queue.data_prefix_owner import DEFAULT_GC_GRACE_PERIOD_MS, claim_data_prefix
 from osqueue.queue.manifest_store import ManifestStore
 from osqueue.queue.queue_retention import QueueFullWait, check_room, drop_oldest
@@ -128,9 +128,9 @@ class ManifestAppender:
 
     def _run(self) -> None:
         while True:
-            ahead = self.cooperative.ahead.pop(0) if self.cooperative is not None and self.cooperative.ahead else None
+            ahead = None if self.cooperative is None else self.cooperative.next_ahead()
             if ahead is not None:  # announced while an older group waited (cooperative_commit._take_ahead)
-                group = list(ahead.pending)
+                group = ahead
             else:
                 with self._cond:
                     if not self._queue:
@@ -138,7 +138,7 @@ class ManifestAppender:
                         return
                     group, self._queue = self._queue, []
             try:
-                results = self._commit(group) if self.cooperative is None else self._commit_cooperative(group, ahead)
+                results = self._commit(group) if self.cooperative is None else self._commit_cooperative(group)
             except BaseException as e:  # every future of the group gets the same error
                 for p in group:
                     if not p.future.done():
@@ -152,9 +152,9 @@ class ManifestAppender:
             group, self._queue = self._queue, []
         return group
 
-    def _commit_cooperative(self, group: list[PendingLocation], ahead: _Group | None = None) -> list[EnqueueResult]:
+    def _commit_cooperative(self, group: list[PendingLocation]) -> list[EnqueueResult]:
         assert self.cooperative is not None
-        return [EnqueueResult(q, loc) for q, loc in self.cooperative.commit(group, ahead)]
+        return [EnqueueResult(q, loc) for q, loc in self.cooperative.commit(group)]
 
     # -- one group ------------------------------------------------------------------------
 

@@ -318,7 +318,7 @@ class QueueRetention:
         return self._loop.run(step)
 
 
-def _with_room(head: RawHead, own: Sequence[PendingLocation], others: list[Intent]) -> list[Intent]:
+def with_room(head: RawHead, own: Sequence[PendingLocation], others: list[Intent]) -> list[Intent]:
     """Under ``backpressure`` (§2.3): raises ``QueueFullError`` unless the own group fits, then keeps the other
     writers' runs, in order, while all of them fit (a prefix: each writer's run stays contiguous); the runs left
     out stay announced for their writers (``check_room`` decides, as on the solo path)."""

@@ -233,8 +233,9 @@ final class CooperativeCommitter private[queue] (
   private def takeAhead(g: Group): Unit = if (g.seenMine && g.announced.isDefined) {
     val more = takeQueued()
     if (more.nonEmpty) {
-      val claimed = try { a.checkPrefixes(more); true }
-      catch { case NonFatal(e) => more.foreach(_.promise.completeExceptionally(e)); false }
+      val claimed =
+        try { a.checkPrefixes(more); true }
+        catch { case NonFatal(e) => more.foreach(_.promise.completeExceptionally(e)); false }
       if (claimed) {
         val n = new Group(nextBatch, more)
         n.startNext = g.startNext
@@ -341,25 +342,6 @@ final class CooperativeCommitter private[queue] (
       }
     }
     found.getOrElse(throw full)
-  }
-
-  /**
-   * Under `backpressure` (§2.3): throws QueueFullException unless the own group fits, then keeps the other
-   * writers' runs, in order, while all of them fit (a prefix: each writer's run stays contiguous); the runs
-   * left out stay announced for their writers (`QueueRetention.checkRoom` decides, as on the solo path).
-   */
-  private def withRoom(head: ManifestHead, own: IndexedSeq[PendingLocation], others: Seq[Intent]): Seq[Intent] = {
-    var added = own.size.toLong
-    var addedBytes = own.map(p => ManifestHead.entryByteLength(p.extension)).sum
-    QueueRetention.checkRoom(head, added, addedBytes)
-    if (head.sections.retention.isEmpty) others
-    else
-      others.takeWhile { i =>
-        added += i.entries.size
-        addedBytes += i.entries.map(e => ManifestHead.entryByteLength(e.extension)).sum
-        try { QueueRetention.checkRoom(head, added, addedBytes); true }
-        catch { case _: QueueFullException => false }
-      }
   }
 
   /** Marks a conflict now, as if one was just seen (tests: the next group announces before its first CAS). */
@@ -638,7 +620,9 @@ final class CooperativeCommitter private[queue] (
     var ok = true
     while (ok && it.hasNext) {
       val n = it.next()
-      ok = try { announce(n); true } catch { case NonFatal(_) => false }
+      ok =
+        try { announce(n); true }
+        catch { case NonFatal(_) => false }
       if (ok) own += n.intentKeys.last -> Intent(writerId, n.firstBatch, entries(n))
     }
     val allFound = own.toSeq ++ found
@@ -646,7 +630,7 @@ final class CooperativeCommitter private[queue] (
     val now = clock.nowMillis()
     var writers = WriterSequence.writersOf(head.sections, key)
     writers += writerId -> WriterRecord(writerId, g.lastBatch, now)
-    val kept = withRoom(head, g.pending, others)
+    val kept = QueueRetention.withRoom(head, g.pending, others)
     val keptKeys = allFound.take(kept.size).map(_._1) // a prefix is kept
     kept.foreach(i => writers += i.writerId -> WriterRecord(i.writerId, i.lastBatch, now))
     val extra = kept.flatMap(_.entries)
