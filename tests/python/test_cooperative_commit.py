@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -137,6 +138,14 @@ def _force_cooperative(qp: QueueProducer, clock: Any = None) -> None:
     c._last_conflict = qp._committer.clock.monotonic()
 
 
+def _not_the_heads_writer(qp: QueueProducer) -> None:
+    """As if another writer wrote the head since: its next group is announced (the writer of the head commits the
+    next round without an intent, ADR 0007 session 15)."""
+    c = qp._committer.cooperative
+    assert c is not None
+    c._own_head = None
+
+
 def test_a_loser_finds_its_batch_already_appended_by_the_winner() -> None:
     mem = InMemoryStore()
     sa, sb = WrappedStore(mem), WrappedStore(mem)
@@ -168,6 +177,116 @@ def test_a_loser_finds_its_batch_already_appended_by_the_winner() -> None:
     assert not [o for o in mem.list(KEY + ".intents/")]  # the owner deleted its landed intent
     a.close()
     b.close()
+
+
+def test_a_waiter_sends_no_cas_while_an_older_intent_has_its_committer() -> None:
+    """Only the producer with the oldest appendable intent commits a round (ADR 0007 "Part 1 as built", the
+    designated committer); a younger one reads the head until its group is in or the committer stalls. Before,
+    every waiting producer read every intent and sent a CAS each round: N-1 sure conflicts per landed write."""
+    mem = InMemoryStore()
+    sa, sb = WrappedStore(mem), WrappedStore(mem)
+    ma, mb = MetricsRegistry(), MetricsRegistry()
+    a, b = _coop(sa, metrics=ma), _coop(sb, metrics=mb)
+    b.enqueue("ingest/first.batch", timeout=10)  # the manifest exists
+    _force_cooperative(a)
+    _force_cooperative(b)
+    lists_b: list[str] = []
+    sb.on_list = lists_b.append
+    seen: dict[str, int] = {}
+    threads: list[threading.Thread] = []
+
+    def a_commits_while_b_waits(key: str, data: bytes, expected: Any, apply: Any) -> Any:
+        if key == KEY and not threads:  # A's intent is out, its CAS built: B announces (younger) and waits
+            threads.append(threading.Thread(target=b.enqueue, args=("ingest/b.batch",), kwargs={"timeout": 10}))
+            threads[0].start()
+            deadline = time.monotonic() + 5
+            while not lists_b and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(0.2)  # B LISTed at the 0.2 s takeover; it commits regardless only at 0.8 s
+            seen["b_cas_while_a_pending"] = sb.conditional_calls - 1  # minus its first (solo) write
+        return apply()
+
+    sa.on_conditional = a_commits_while_b_waits
+    a.enqueue("ingest/a.batch", timeout=10)
+    threads[0].join(10)
+    assert lists_b, "B never listed the intents"
+    assert seen["b_cas_while_a_pending"] == 0, "B sent a CAS while A's older intent had its committer"
+    assert [e.location for e in _entries(mem)] == ["ingest/first.batch", "ingest/a.batch", "ingest/b.batch"]
+    # A's CAS was built before B announced, so B committed its own group once A's landed: no conflict anywhere.
+    assert mb.counter(m.MANIFEST_CONFLICTS, role="producer").value == 0
+    assert ma.counter(m.MANIFEST_CONFLICTS, role="producer").value == 0
+    a.close()
+    b.close()
+
+
+class _BulkDeletes(InMemoryStore):
+    """The in-memory store with a bulk delete (as S3's DeleteObjects), counting its requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bulk: list[list[str]] = []
+        self.single: list[str] = []
+        self.puts: list[str] = []
+
+    def delete_many(self, keys: Any) -> None:
+        self.bulk.append(list(keys))
+        for k in keys:
+            super().delete(k)
+
+    def delete(self, key: str) -> None:
+        self.single.append(key)
+        super().delete(key)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.puts.append(key)
+        super().put(key, data)
+
+
+def test_the_heads_writer_commits_the_next_round_without_an_intent_and_deletes_what_it_appended_at_once() -> None:
+    """ADR 0007 session 15: the writer of the head is the next round's committer. Its group needs no intent (it
+    writes it itself), and it deletes the intents its CAS appended in one request; their owners delete nothing.
+    Before: it announced its own group (one PUT) and every owner deleted its own intent (one DELETE each)."""
+    mem = _BulkDeletes()
+    qp = _coop(mem)
+    qp.enqueue("ingest/first.batch", timeout=10)  # its CAS wrote the head
+    _announce(mem, W1, 0, ["ingest/w1-0.batch"])
+    _announce(mem, W2, 0, ["ingest/w2-0.batch"], "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")
+    _force_cooperative(qp)
+    mem.puts.clear()
+    qp.enqueue("ingest/mine.batch", timeout=10)
+    qp.close()  # waits for the deleter
+    assert [e.location for e in _entries(mem)] == [
+        "ingest/first.batch",
+        "ingest/mine.batch",
+        "ingest/w1-0.batch",
+        "ingest/w2-0.batch",
+    ]
+    assert [k for k in mem.puts if ".intents/" in k] == []  # no intent of its own
+    assert mem.single == [] and len(mem.bulk) == 1 and len(mem.bulk[0]) == 2
+    assert [o.key for o in mem.list(KEY + ".intents/")] == []
+
+
+def test_a_waiter_whose_group_another_appended_leaves_its_intent_to_that_committer() -> None:
+    """The owner of a group another writer's CAS appended deletes no intent (the committer does, in one request);
+    a group it committed itself it deletes with the rest of that round's intents."""
+    mem = _BulkDeletes()
+    a, b = _coop(mem), _coop(mem)
+    b.enqueue("ingest/first.batch", timeout=10)
+    _force_cooperative(a)
+    _force_cooperative(b)
+    _not_the_heads_writer(b)
+    done = threading.Event()
+    threading.Thread(target=lambda: (b.enqueue("ingest/b.batch", timeout=10), done.set()), daemon=True).start()
+    deadline = time.monotonic() + 5
+    while not any(".intents/" in k for k in mem.puts) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    a.enqueue("ingest/a.batch", timeout=10)  # not the head's writer either: waits, then commits B's group too
+    assert done.wait(10)
+    a.close()
+    b.close()
+    assert sorted(e.location for e in _entries(mem))[:2] == ["ingest/a.batch", "ingest/b.batch"]
+    assert mem.single == []
+    assert [o.key for o in mem.list(KEY + ".intents/")] == []
 
 
 @pytest.mark.parametrize("fault", ["none", "lost_reply", "lying_precondition"])
@@ -450,6 +569,7 @@ def test_a_cooperative_producer_announces_in_the_key_when_its_group_fits() -> No
     qp = _coop(store)
     qp.enqueue("ingest/first.batch", timeout=10)
     _force_cooperative(qp)
+    _not_the_heads_writer(qp)
     qp.enqueue("ingest/mine.batch", timeout=10)
     assert len(announced) == 1
     name = parse_intent_name(KEY, announced[0])
@@ -520,6 +640,7 @@ def test_a_cooperative_producer_is_refused_past_a_backpressure_cap_and_other_run
     _force_cooperative(qp)
     qp.enqueue("ingest/a.batch", timeout=10)  # fits; W1's run would not: it stays announced for W1
     qp.enqueue("ingest/b.batch", timeout=10)
+    _not_the_heads_writer(qp)  # so that it announces c (the head's own writer commits without an intent)
     with pytest.raises(QueueFullError, match="max_entries 3"):
         qp.enqueue("ingest/c.batch", timeout=10)
     assert [e.location for e in _entries(mem)] == ["ingest/first.batch", "ingest/a.batch", "ingest/b.batch"]
@@ -607,3 +728,52 @@ def test_drop_oldest_cuts_for_a_cooperative_write_and_tells_a_lagging_subscripti
     fast.close()
     slow.close()
     qp.close()
+
+
+def test_a_waiter_announces_its_next_group_and_one_head_read_confirms_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ADR 0007 session 15: a producer whose group waits announces the batches queued since as its next group
+    (an intent from ``last_batch + 1``), so one committer's CAS appends both, in order, and one head read
+    confirms both. Before: the next group waited for the first to land, missing the round (a read more each)."""
+    from osqueue.queue import cooperative_commit as cc
+
+    monkeypatch.setattr(cc, "TAKEOVER_S", 30.0)  # B never takes over: A (the head's writer) commits the round
+    mem = InMemoryStore()
+    sa, sb = WrappedStore(mem), WrappedStore(mem)
+    ma, mb = MetricsRegistry(), MetricsRegistry()
+    a, b = _coop(sa, metrics=ma), _coop(sb, metrics=mb)
+    b.enqueue("ingest/b0.batch", timeout=10)  # B has a record (batch 0)
+    a.enqueue("ingest/first.batch", timeout=10)  # A wrote the head: it commits the next round
+    _force_cooperative(a)
+    _force_cooperative(b)
+    wb = b._committer.cooperative.writer_id  # type: ignore[union-attr]
+
+    def b_intents() -> set[int]:
+        return {
+            n.first_batch
+            for o in mem.list(KEY + ".intents/")
+            if (n := parse_intent_name(KEY, o.key)) and n.writer_id == wb
+        }
+
+    def wait_for(batch: int) -> bool:
+        deadline = time.monotonic() + 5
+        while batch not in b_intents() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return batch in b_intents()
+
+    f1 = b.enqueue_async("ingest/b1.batch")
+    assert wait_for(1)
+    f2 = b.enqueue_async("ingest/b2.batch")
+    assert wait_for(2), "B did not announce its next group while the previous one waited"
+    assert not f1.done()
+    writes_b = mb.counter(m.MANIFEST_WRITES, role="producer").value
+    a.enqueue("ingest/a.batch", timeout=10)  # one CAS: A's group, then B's run 1..2
+    gets = sb.get_calls
+    r1, r2 = f1.result(10), f2.result(10)
+    assert sb.get_calls - gets <= 1, "more than one head read to confirm both groups"
+    assert [e.location for e in _entries(mem)][-3:] == ["ingest/a.batch", "ingest/b1.batch", "ingest/b2.batch"]
+    assert (r1.sequence, r2.sequence) == (3, 4)
+    assert ma.counter(m.INTENTS_APPENDED_FOR_OTHERS).value == 2
+    assert mb.counter(m.MANIFEST_WRITES, role="producer").value == writes_b
+    assert _writers(mem)[wb].last_batch == 2
+    a.close()
+    b.close()

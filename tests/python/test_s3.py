@@ -28,6 +28,7 @@ from osqueue.store import (
     ObjectVersion,
     S3Store,
     Written,
+    delete_many,
     forget_endpoint_conditions,
     open_store,
 )
@@ -126,6 +127,16 @@ def test_keys_live_under_the_prefix(s3_store: S3Store, s3_bucket: str) -> None:
     raw = s3_store.client.list_objects_v2(Bucket=s3_bucket)
     assert [o["Key"] for o in raw["Contents"]] == ["queues/q1/ingest/a.batch"]
     assert [i.key for i in s3_store.list("ingest/")] == ["ingest/a.batch"]
+
+
+def test_delete_many_deletes_every_key_in_one_request_and_a_missing_key_is_no_error(s3_store: S3Store) -> None:
+    calls: list[str] = []
+    s3_store._client.meta.events.register("before-call.s3", lambda model, **_: calls.append(model.name))
+    for i in range(3):
+        s3_store.put(f"q/m.intents/{i}.intent", b"x")
+    delete_many(s3_store, ["q/m.intents/0.intent", "q/m.intents/1.intent", "q/m.intents/2.intent", "q/missing"])
+    assert [o.key for o in s3_store.list("q/m.intents/")] == []
+    assert calls.count("DeleteObjects") == 1 and "DeleteObject" not in calls
 
 
 def test_client_side_retry_of_a_landed_conditional_write_is_resolved(s3_store: S3Store) -> None:

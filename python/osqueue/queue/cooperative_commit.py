@@ -34,11 +34,12 @@ from osqueue.format.intent_codec import (
 )
 from osqueue.format.manifest import NewEntry
 from osqueue.format.manifest_codec import empty_manifest
-from osqueue.format.manifest_head import MAX_SEGMENT_ENTRIES, RawHead, entry_byte_length, parse_head
+from osqueue.format.manifest_head import MAX_SEGMENT_ENTRIES, parse_head
 from osqueue.format.writer_sequence import WriterRecord, sequence_record, with_writers, writers_of
-from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Unknown, Write
+from osqueue.queue.cas_loop import CasCounters, CasLoop, CasStep, Done, PreviousAttempt, Settle, Unknown, Write
 from osqueue.queue.cas_object import Snapshot
-from osqueue.queue.queue_retention import check_room, drop_oldest
+from osqueue.queue.queue_retention import drop_oldest, with_room
+from osqueue.store.object_store import ObjectInfo, delete_many
 
 if TYPE_CHECKING:
     from osqueue.queue.manifest_appender import ManifestAppender, PendingLocation
@@ -51,6 +52,28 @@ SOLO_AFTER_CONFLICT_S = 10.0
 PARALLEL_INTENT_GETS = 8
 ROUND_DELAY_CAP_S = 0.05
 """The longest jittered wait between a cooperative producer's rounds (the solo loop's grows to 1 s)."""
+WAIT_POLL_S = (0.01, 0.25)
+"""A waiting producer (not the round's committer) reads the head again when the next head change is due by the
+recent gap between head changes (a quarter gap later if it is overdue), within these bounds."""
+TAKEOVER_S = 0.2
+"""A waiting producer LISTs and commits if its intent is the oldest once the head has not moved for this long, or
+for 3 times the longest gap between head changes it saw lately if that is longer (a loaded store is slower, not
+dead): the committer died, stalls or has nothing to write."""
+DEAD_OLDEST_TAKEOVERS = 4
+"""... and commits whatever the LIST says once the head has not moved for this many takeover intervals (the owner
+of the oldest intent is dead or stalls too)."""
+MAX_WAIT_S = 10.0
+"""... and once its group has waited this long in all, whatever the head does (a backstop)."""
+
+
+class _Wait:
+    """A step's answer when another producer is the round's committer: no write, read the head again later."""
+
+    def __repr__(self) -> str:
+        return "WAIT"
+
+
+WAIT = _Wait()
 
 
 def check_commit_mode(value: object, segment_entries: int, *, spooled: bool = False) -> str:
@@ -83,6 +106,14 @@ class _Group:
     names: list[set[str]] = field(default_factory=list)
     sent_unknown: bool = False
     full: bool = False  # its last step found the queue full (backpressure)
+    wait_started: float | None = None  # when the group first waited for another committer (monotonic)
+    waited_version: object = None  # the head version it last waited on, and since when it has not moved
+    waited_since: float = 0.0
+    moves: int = 0  # head changes seen while waiting that did not carry the group
+    listed: tuple[object, bool, list[ObjectInfo]] | None = None  # (head version, designated, LIST) of its last LIST
+    sticky: bool = False  # its last step found the head its own recent write (it committed without waiting)
+    own_write: bool = False  # the group landed in this writer's own CAS (it then deletes the round's intents)
+    seen_mine: bool = False  # the head it last read has this writer's record (a next group may then be announced)
 
     @property
     def last_batch(self) -> int:
@@ -98,8 +129,16 @@ class CooperativeCommitter:
         self.next_batch = 0
         self._last_conflict: float | None = None
         self._intents: dict[str, Intent | None] = {}  # immutable objects: read once (None: rejected)
-        # Its rounds: a loser's next GET usually finds its group in, so the wait between rounds stays near one
-        # round (capped at ROUND_DELAY_CAP_S) instead of growing to the solo loop's 1 s; the budget is the same.
+        self._head_gap = 0.0  # the longest gap between head changes seen while waiting, decaying
+        self._gap = 0.1  # the recent gap between head changes (s, a moving average): when a waiter reads again
+        self._own_head_at = 0.0
+        self._own_head: bytes | None = None  # the head this writer's last landed CAS wrote: while it is the head,
+        # this writer is the round's committer (the "sticky" committer, ADR 0007 session 15)
+        self._appended_keys: list[str] = []  # other writers' intents its landing CAS appended (it deletes them)
+        self.ahead: list[_Group] = []  # its next groups, announced while an older one waits (oldest first)
+        self._last_raw: bytes | None = None  # the newest head it read or wrote: confirms its groups ahead
+        self._resume: _Group | None = None  # the group ahead next_ahead gave out
+        # A loser's next GET usually finds its group in: waits between rounds capped at ROUND_DELAY_CAP_S.
         policy = appender.policy
         self.loop = CasLoop(
             appender.manifest.cas_object,
@@ -109,18 +148,29 @@ class CooperativeCommitter:
             CasCounters.manifest(appender.metrics, "producer"),
             reuse_own_write=False,  # under contention the own last write is stale: a sure conflict
         )
-        # Landed intents are deleted off the commit's path (one request less before the handles complete).
-        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="osqueue-intent-delete")
+        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="osqueue-intent-delete")  # off the commit's path
 
     # -- one group -------------------------------------------------------------------------
 
+    def next_ahead(self) -> list[PendingLocation] | None:  # its oldest group ahead, for the next commit()
+        self._resume = self.ahead.pop(0) if self.ahead else None
+        return None if self._resume is None else list(self._resume.pending)
+
     def commit(self, group: Sequence[PendingLocation]) -> list[tuple[int, str]]:
         a = self.a
-        a._claim_prefixes(group)
-        g = _Group(self.next_batch, group, names=[{p.location} for p in group])
-        self.next_batch += len(group)
+        ahead, self._resume = self._resume, None
+        if ahead is None:
+            a._claim_prefixes(group)
+            g = _Group(self.next_batch, group, names=[{p.location} for p in group])
+            self.next_batch += len(group)
+        else:  # announced while an older group waited: the head that confirmed that one may carry it too
+            g = ahead
+            early = _CoopSettle(self, g).landed(Snapshot(self._last_raw, None), None)
+            if early is not None:
+                self._deleter.submit(self._delete, list(g.intent_keys[:-1]))
+                return early
 
-        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[tuple[int, str]]]:
+        def step(snapshot: Snapshot, previous: PreviousAttempt | None) -> CasStep[list[tuple[int, str]] | _Wait]:
             g.full = False
             if isinstance(previous, Unknown):
                 g.sent_unknown = True
@@ -131,6 +181,9 @@ class CooperativeCommitter:
             if g.start_next is None:
                 g.start_next = head.next_sequence
             mine = writers_of(head.sections, a.manifest.key).get(self.writer_id)
+            if snapshot.raw is not None:
+                self._last_raw = snapshot.raw
+            g.seen_mine = mine is not None
             landed = self._landed(raw, g, mine)
             if landed is not None:
                 return Done(landed)
@@ -138,19 +191,43 @@ class CooperativeCommitter:
             solo = previous is None and (
                 self._last_conflict is None or a.clock.monotonic() - self._last_conflict >= SOLO_AFTER_CONFLICT_S
             )
+            others: list[tuple[str, Intent]] = []
             if not solo:
-                self._announce(g)
-            others = [] if solo else self._pending_others(head.sections, snapshot.raw is not None)
+                # The head's writer commits the next round while its write is recent (else it waits like others).
+                sticky = (
+                    snapshot.raw is not None
+                    and snapshot.raw == self._own_head
+                    and a.clock.monotonic() - self._own_head_at < max(TAKEOVER_S, 3 * self._head_gap)
+                )
+                g.sticky = sticky
+                if not (sticky and previous is None and g.announced is None):
+                    self._announce(g)  # the sticky committer's first try needs no intent: it writes its group itself
+                listing: list[ObjectInfo] | None = None
+                if not sticky:
+                    designated, listing = self._should_commit(g, snapshot, head.sections)
+                    if not designated:
+                        return Done(WAIT)
+                if listing is None:
+                    listing = a.manifest.store.list(a.manifest.key)
+                others = self._pending_others(head.sections, snapshot.raw is not None, listing)
             try:
                 return self._write(raw, g, others)
             except QueueFullError:
                 g.full = True  # nothing sent: an announced group is withdrawn after the wait (_withdraw)
                 raise
 
-        # The queue's size caps (§2.3) as the solo path applies them: under backpressure the group waits for
-        # room per queue_full_timeout (each try reads the head again), then fails with QueueFullError.
+        # The size caps (§2.3) as on the solo path: under backpressure wait per queue_full_timeout, then fail.
+        def rounds() -> list[tuple[int, str]]:
+            while True:
+                settle: Settle[list[tuple[int, str]] | _Wait] = _CoopSettle(self, g)
+                r = self.loop.run(step, settle)
+                if not isinstance(r, _Wait):
+                    return r
+                self._take_ahead(g)
+                a.clock.sleep(self._poll_delay(g))
+
         try:
-            results = a.queue_full_wait.run(lambda: self.loop.run(step, _CoopSettle(self, g)), a.clock, a.metrics)
+            results = a.queue_full_wait.run(rounds, a.clock, a.metrics)
         except QueueFullError as full:
             if g.announced is None:
                 raise
@@ -159,9 +236,36 @@ class CooperativeCommitter:
             except QueueFullError:
                 self._deleter.submit(self._delete, list(g.intent_keys))
                 raise
-        if g.intent_keys:
-            self._deleter.submit(self._delete, list(g.intent_keys))
+        # The committer deletes the intents its CAS appended, its own included, in one request (left ones: GC, §6).
+        keys = list(g.intent_keys) if g.own_write else list(g.intent_keys[:-1])
+        if g.own_write:
+            keys += self._appended_keys
+            self._appended_keys = []
+        if keys:
+            self._deleter.submit(self._delete, keys)
         return results
+
+    def _take_ahead(self, g: _Group) -> None:
+        """While its group waits, a producer announces what was queued since as its next group (ADR 0007 session
+        15), once the head has its record (its runs land from ``last_batch + 1`` on: in order, contiguous)."""
+        if not g.seen_mine or g.announced is None:
+            return
+        more = self.a.take_queued()
+        if not more:
+            return
+        try:
+            self.a._claim_prefixes(more)
+        except Exception as e:
+            for p in more:
+                p.future.set_exception(e)
+            return
+        n = _Group(self.next_batch, more, start_next=g.start_next, names=[{p.location} for p in more])
+        self.next_batch += len(more)
+        self.ahead.append(n)
+        try:
+            self._announce(n)
+        except Exception:
+            n.sent_unknown = True  # its intent may be out: its own rounds settle it
 
     def _withdraw(self, g: _Group, full: QueueFullError) -> list[tuple[int, str]]:
         """A group refused by a full queue whose intent is out: another committer could still append it, so one
@@ -251,8 +355,7 @@ class CooperativeCommitter:
             return
         ulid = encode_ulid(a.clock.now_ms(), a.rng.getrandbits(80))
         entries = self._entries(g)
-        # The in-key form when the group fits its name (other committers then read no body, §2.4); the body is
-        # the same either way.
+        # The in-key form when the group fits its name (committers then read no body, §2.4); the same body.
         store = a.manifest.store
         limit = MAX_FILE_NAME_BYTES if store.uri.startswith("file:") else MAX_KEY_BYTES  # a local file name
         key = in_key_intent_key(a.manifest.key, ulid, self.writer_id, g.first_batch, entries, limit) or intent_key(
@@ -269,12 +372,12 @@ class CooperativeCommitter:
             for i, p in enumerate(g.pending)
         ]
 
-    def _pending_others(self, sections: HeadSections, exists: bool) -> list[Intent]:
-        """Other writers' fresh announced batches, a contiguous run per writer from its ``last_batch + 1``
-        (any first batch for a writer without a record); writers in the order of their oldest intent."""
+    def _fresh_names(
+        self, sections: HeadSections, exists: bool, listing: list[ObjectInfo]
+    ) -> list[tuple[str, IntentName]]:
+        """Other writers' fresh intents in ``listing`` (a LIST of the manifest's key) not appended yet, by name."""
         a = self.a
         key = a.manifest.key
-        listing = a.manifest.store.list(key)
         head_ms = next((o.last_modified_ms for o in listing if o.key == key), None)
         if exists and head_ms is None:
             return []  # the head is not listed (a store that lags): judge nothing fresh
@@ -289,19 +392,90 @@ class CooperativeCommitter:
             rec = writers.get(name.writer_id)
             if rec is not None and name.first_batch + name.count - 1 <= rec.last_batch:
                 continue  # appended already
-            # Store time only (§6): its batches' PUTs started < grace/4 before it; it is < grace/4 older
-            # than the head this CAS is conditioned on (listed after that head was read: no older).
+            # Store time only (§6): its batches' PUTs started < grace/4 before it, it is < grace/4 older than the head.
             if head_ms is not None and head_ms - o.last_modified_ms >= quarter:
                 continue
             names.append((o.key, name))
-            if name.payload is not None and o.key not in self._intents:
+        return names
+
+    def _designated(self, g: _Group, sections: HeadSections, listing: list[ObjectInfo], exists: bool) -> bool:
+        """Whether this producer is the round's committer: its group's intent is older than the oldest intent of
+        every other writer's appendable run (judged by names alone, no GET), ties by writer id. Only one waiting
+        producer then reads the intents and sends a CAS; the others read the head until their group is in."""
+        mine = parse_intent_name(self.a.manifest.key, g.intent_keys[-1]) if g.intent_keys else None
+        if mine is None:
+            return True
+        writers = writers_of(sections, self.a.manifest.key)
+        by_writer: dict[bytes, dict[int, IntentName]] = {}
+        for _, name in sorted(self._fresh_names(sections, exists, listing), key=lambda t: t[1].ulid):
+            by_writer.setdefault(name.writer_id, {})[name.first_batch] = name  # the newer replaces the older
+        for wid, taken in by_writer.items():
+            rec = writers.get(wid)
+            start = min(taken) if rec is None else rec.last_batch + 1
+            run = []
+            while start in taken:
+                run.append(taken[start])
+                start = taken[start].first_batch + taken[start].count
+            if run and (min(n.ulid for n in run), wid) < (mine.ulid, self.writer_id):
+                return False
+        return True
+
+    def _should_commit(
+        self, g: _Group, snapshot: Snapshot, sections: HeadSections
+    ) -> tuple[bool, list[ObjectInfo] | None]:
+        """Whether a waiting producer commits this round (and the LIST it made to decide, if any). While the head
+        keeps moving without its group for fewer than 2 changes, a committer is at work and the intent was out
+        before its next LIST: wait, no LIST. After 2 such changes (no committer takes its intent: e.g. only solo
+        writers), or when the head has not moved for TAKEOVER_S or 3 times the longest recent gap between head
+        changes (the committer died, stalls, or has nothing to write), it LISTs once per head version and commits
+        if its intent is the oldest appendable one; once the head has not moved for 4 times that, or its group has
+        waited MAX_WAIT_S in all, it commits whatever the LIST says (a dead owner of the oldest intent)."""
+        now = self.a.clock.monotonic()
+        if g.wait_started is None:
+            g.wait_started = now
+        if snapshot.version != g.waited_version:
+            if g.waited_version is not None:
+                gap = now - g.waited_since
+                self._head_gap = max(gap, 0.8 * self._head_gap)
+                self._gap = 0.7 * self._gap + 0.3 * gap
+                g.moves += 1
+            g.waited_version, g.waited_since = snapshot.version, now
+        takeover = max(TAKEOVER_S, 3 * self._head_gap)
+        still = now - g.waited_since
+        if still >= DEAD_OLDEST_TAKEOVERS * takeover or now - g.wait_started >= MAX_WAIT_S:
+            return True, None
+        if g.moves < 2 and still < takeover:
+            return False, None
+        if g.listed is None or g.listed[0] != snapshot.version:
+            listing = self.a.manifest.store.list(self.a.manifest.key)
+            g.listed = (snapshot.version, self._designated(g, sections, listing, snapshot.raw is not None), listing)
+            if not g.listed[1]:
+                g.moves = 0  # an older intent has its owner: wait for two more changes (or a still head) to LIST again
+        return g.listed[1], g.listed[2]
+
+    def _poll_delay(self, g: _Group) -> float:
+        """When a waiting producer reads the head again: when the next change is due by the recent gap between
+        head changes, or a quarter gap later when it is overdue (one read per round, not one per fixed tick)."""
+        due = g.waited_since + self._gap - self.a.clock.monotonic()
+        delay = due if due > WAIT_POLL_S[0] else self._gap / 4
+        return min(max(delay * self.a.rng.uniform(0.9, 1.1), WAIT_POLL_S[0]), WAIT_POLL_S[1])
+
+    def _pending_others(
+        self, sections: HeadSections, exists: bool, listing: list[ObjectInfo]
+    ) -> list[tuple[str, Intent]]:
+        """Other writers' fresh announced batches, a contiguous run per writer from its ``last_batch + 1``
+        (any first batch for a writer without a record); writers in the order of their oldest intent."""
+        a = self.a
+        writers = writers_of(sections, a.manifest.key)
+        names = self._fresh_names(sections, exists, listing)
+        for k, name in names:
+            if name.payload is not None and k not in self._intents:
                 try:  # in-key (§2.4): its name is the announcement, no GET
-                    self._intents[o.key] = decode_in_key_intent(name, o.key)
+                    self._intents[k] = decode_in_key_intent(name, k)
                 except CorruptManifestError:
-                    self._intents[o.key] = None
+                    self._intents[k] = None
                     a.metrics.counter(m.INTENTS_REJECTED).inc()
-        # Forget what this round does not need: an intent appended, stale or deleted never becomes a candidate again
-        # (last_batch only grows, store time only ages, names are never reused), so the cache stays this round's size.
+        # Forget what this round does not need: an appended, stale or deleted intent never becomes a candidate again.
         wanted = {k for k, _ in names}
         for k in [k for k in list(self._intents) if k not in wanted]:
             self._intents.pop(k, None)
@@ -310,18 +484,18 @@ class CooperativeCommitter:
         for k, name in sorted(names, key=lambda t: t[1].ulid):
             intent = self._intents.get(k)
             if intent is not None:
-                by_writer.setdefault(name.writer_id, []).append((name.ulid, intent))
-        out: list[Intent] = []
+                by_writer.setdefault(name.writer_id, []).append((k, intent))
+        out: list[tuple[str, Intent]] = []
         for wid, found in by_writer.items():
             rec = writers.get(wid)
             expected = None if rec is None else rec.last_batch + 1
-            taken = {}
-            for _, intent in found:  # oldest first: a newer intent for the same batches replaces it
-                taken[intent.first_batch] = intent
+            taken: dict[int, tuple[str, Intent]] = {}
+            for k, intent in found:  # oldest first: a newer intent for the same batches replaces it
+                taken[intent.first_batch] = (k, intent)
             start = min(taken) if expected is None else expected
             while start in taken:
                 out.append(taken[start])
-                start = taken[start].last_batch + 1
+                start = taken[start][1].last_batch + 1
         return out
 
     def _fetch(self, keys: list[str], names: dict[str, IntentName]) -> None:
@@ -347,7 +521,7 @@ class CooperativeCommitter:
         with ThreadPoolExecutor(min(PARALLEL_INTENT_GETS, len(keys)), thread_name_prefix="osqueue-intents") as pool:
             list(pool.map(get, keys))
 
-    def _write(self, raw: bytes, g: _Group, others: list[Intent]) -> Write[list[tuple[int, str]]]:
+    def _write(self, raw: bytes, g: _Group, found: list[tuple[str, Intent]]) -> Write[list[tuple[int, str]] | _Wait]:
         """ONE append: this group, then the other writers' runs, with the writers section updated."""
         a = self.a
         key = a.manifest.key
@@ -355,7 +529,16 @@ class CooperativeCommitter:
         writers = dict(writers_of(head.sections, key))
         now = a.clock.now_ms()
         writers[self.writer_id] = WriterRecord(self.writer_id, g.last_batch, now)
-        others = _with_room(head, g.pending, others)
+        own: list[tuple[str, Intent]] = []  # its groups ahead first, in order: its record then covers them
+        for n in self.ahead:
+            try:
+                self._announce(n)  # fresh batches (a re-upload re-announces it)
+            except Exception:
+                break
+            own.append((n.intent_keys[-1], Intent(self.writer_id, n.first_batch, tuple(self._entries(n)))))
+        found = own + found
+        others = with_room(head, g.pending, [i for _, i in found])
+        appended = [k for k, _ in found[: len(others)]]  # a prefix is kept
         extra: list[NewEntry] = []
         for intent in others:
             writers[intent.writer_id] = WriterRecord(intent.writer_id, intent.last_batch, now)
@@ -368,43 +551,30 @@ class CooperativeCommitter:
         locations = [p.location for p in g.pending]
         for names, loc in zip(g.names, locations):
             names.add(loc)
-        n_others = len(extra)
 
-        def result() -> list[tuple[int, str]]:
+        def result() -> list[tuple[int, str]] | _Wait:
             if cut is not None:
                 cut.count(a.metrics)
-            if n_others:
-                a.metrics.counter(m.INTENTS_APPENDED_FOR_OTHERS).inc(len(others))
+            if len(others) > len(own):
+                a.metrics.counter(m.INTENTS_APPENDED_FOR_OTHERS).inc(len(others) - len(own))
+            g.own_write = True
+            now_s = a.clock.monotonic()
+            if g.sticky:  # the cadence of its rounds in a row is the head's (it wrote the head)
+                self._head_gap = max(min(now_s - self._own_head_at, MAX_WAIT_S), 0.8 * self._head_gap)
+            self._own_head, self._own_head_at = new_raw, now_s
+            self._last_raw = new_raw
+            self._appended_keys = appended
             return [(base + i, loc) for i, loc in enumerate(locations)]
 
         return Write(new_raw, result)
 
     def _delete(self, keys: Sequence[str]) -> None:
-        """Deletes this writer's landed intents (best effort: GC deletes what is left, §6)."""
-        for k in keys:
-            try:
-                self.a.manifest.store.delete(k)
-            except StoreError:
-                pass
-            self._intents.pop(k, None)
-
-
-def _with_room(head: RawHead, own: Sequence[PendingLocation], others: list[Intent]) -> list[Intent]:
-    """Under ``backpressure`` (§2.3): raises ``QueueFullError`` unless the own group fits, then keeps the other
-    writers' runs, in order, while all of them fit (a prefix: each writer's run stays contiguous); the runs left
-    out stay announced for their writers (``check_room`` decides, as on the solo path)."""
-    added, added_bytes = len(own), sum(entry_byte_length(p.extension) for p in own)
-    check_room(head, added, added_bytes)
-    kept: list[Intent] = []
-    for intent in others:
-        added += len(intent.entries)
-        added_bytes += sum(entry_byte_length(e[2]) for e in intent.entries if len(e) == 3)
+        """Deletes landed intents in one request where the store has one (S3's DeleteObjects), best effort: GC
+        deletes what is left (§6), and a landed intent is skipped by its name until then."""
         try:
-            check_room(head, added, added_bytes)
-        except QueueFullError:
-            break
-        kept.append(intent)
-    return kept
+            delete_many(self.a.manifest.store, keys)
+        except StoreError:
+            pass
 
 
 class _CoopSettle:
@@ -425,7 +595,6 @@ class _CoopSettle:
     def still_unknown(self, previous: PreviousAttempt | None) -> str | None:
         g = self._g
         if isinstance(previous, Unknown) or g.sent_unknown or (g.announced is not None and not g.full):
-            # An announced group may still be appended by another committer while its intent is fresh (a
-            # group refused by a full queue is withdrawn by the committer: ``_withdraw``).
+            # An announced group may still be appended by another committer (one refused by a full queue: _withdraw).
             return f"batches {self._g.first_batch}..{self._g.last_batch} of writer {self._c.writer_id.hex()}"
         return None

@@ -128,11 +128,15 @@ class ManifestAppender:
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                if not self._queue:
-                    self._thread = None
-                    return
-                group, self._queue = self._queue, []
+            ahead = None if self.cooperative is None else self.cooperative.next_ahead()
+            if ahead is not None:  # announced while an older group waited (cooperative_commit._take_ahead)
+                group = ahead
+            else:
+                with self._cond:
+                    if not self._queue:
+                        self._thread = None
+                        return
+                    group, self._queue = self._queue, []
             try:
                 results = self._commit(group) if self.cooperative is None else self._commit_cooperative(group)
             except BaseException as e:  # every future of the group gets the same error
@@ -142,6 +146,11 @@ class ManifestAppender:
                 continue
             for p, r in zip(group, results):
                 p.future.set_result(r)
+
+    def take_queued(self) -> list[PendingLocation]:  # submitted since the last group taken (cooperative: ahead)
+        with self._cond:
+            group, self._queue = self._queue, []
+        return group
 
     def _commit_cooperative(self, group: list[PendingLocation]) -> list[EnqueueResult]:
         assert self.cooperative is not None

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from osqueue import metrics as m
 from osqueue.clock import Clock
@@ -39,6 +39,10 @@ from osqueue.queue.manifest_store import DEFAULT_MANIFEST_PATH, ManifestStore
 from osqueue.queue.retry_policy import RetryPolicy
 from osqueue.queue.segment_tree import SegmentTree
 from osqueue.store.object_store import ObjectStore
+
+if TYPE_CHECKING:
+    from osqueue.format.intent_codec import Intent
+    from osqueue.queue.manifest_appender import PendingLocation
 
 T = TypeVar("T")
 
@@ -312,3 +316,21 @@ class QueueRetention:
             return Write(written, lambda: True)
 
         return self._loop.run(step)
+
+
+def with_room(head: RawHead, own: Sequence[PendingLocation], others: list[Intent]) -> list[Intent]:
+    """Under ``backpressure`` (§2.3): raises ``QueueFullError`` unless the own group fits, then keeps the other
+    writers' runs, in order, while all of them fit (a prefix: each writer's run stays contiguous); the runs left
+    out stay announced for their writers (``check_room`` decides, as on the solo path)."""
+    added, added_bytes = len(own), sum(entry_byte_length(p.extension) for p in own)
+    check_room(head, added, added_bytes)
+    kept: list[Intent] = []
+    for intent in others:
+        added += len(intent.entries)
+        added_bytes += sum(entry_byte_length(e[2]) for e in intent.entries if len(e) == 3)
+        try:
+            check_room(head, added, added_bytes)
+        except QueueFullError:
+            break
+        kept.append(intent)
+    return kept

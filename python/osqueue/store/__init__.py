@@ -32,6 +32,7 @@ from osqueue.store.object_store import (
     PreconditionFailed,
     VersionedObject,
     Written,
+    delete_many,
     join_key,
     validate_key,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "ObjectStore",
     "validate_key",
     "join_key",
+    "delete_many",
     "InMemoryStore",
     "LocalFileSystemStore",
     "S3_ENDPOINT",

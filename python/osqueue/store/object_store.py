@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Protocol, runtime_checkable
@@ -101,6 +102,17 @@ class ObjectStore(Protocol):
     def close(self) -> None:
         """Release resources (connections)."""
         ...
+
+
+def delete_many(store: ObjectStore, keys: Sequence[str]) -> None:
+    """Deletes ``keys``: in one request per 1,000 keys where the store has a bulk delete (S3's DeleteObjects:
+    ``S3Store.delete_many``), else one by one; a missing key is no error (JVM: ``ObjectStore.deleteMany``)."""
+    bulk = getattr(store, "delete_many", None)
+    if bulk is not None:
+        bulk(keys)
+        return
+    for k in keys:
+        store.delete(k)
 
 
 def validate_key(key: str) -> str:

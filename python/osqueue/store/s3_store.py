@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from osqueue.errors import ConditionalWritesNotHonouredError, InvalidConfigError, InvalidObjectKeyError, StoreError
@@ -317,6 +317,28 @@ class S3Store:
             raise self._fail("DELETE", key, e) from e
         except BotoCoreError as e:
             raise self._fail("DELETE", key, e) from e
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Deletes ``keys`` with one DeleteObjects request per 1,000 (quiet mode: only failures come back); a
+        missing key is no error. A key the server reports as not deleted raises ``StoreError`` naming it."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        keys = list(keys)
+        for i in range(0, len(keys), 1000):
+            chunk = keys[i : i + 1000]
+            try:
+                reply = self._client.delete_objects(
+                    Bucket=self._bucket,
+                    Delete={"Objects": [{"Key": self._full(k)} for k in chunk], "Quiet": True},
+                )
+            except (ClientError, BotoCoreError) as e:
+                raise self._fail("DELETE", chunk[0], e) from e
+            errors = [e for e in reply.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                raise StoreError(
+                    f"{self.uri}: DeleteObjects left {len(errors)} of {len(chunk)} keys, e.g. "
+                    f"'{errors[0].get('Key')}': {errors[0].get('Code')} {errors[0].get('Message')}"
+                )
 
     def close(self) -> None:
         close = getattr(self._client, "close", None)

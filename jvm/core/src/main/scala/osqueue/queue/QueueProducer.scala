@@ -68,19 +68,27 @@ final class QueueProducer(
     committer.join()
   }
 
+  private def drain(group: ArrayBuffer[PendingLocation]): ArrayBuffer[PendingLocation] = {
+    while (group.size < maxEntriesPerWrite && !pending.isEmpty) group += pending.poll()
+    group
+  }
+  // A cooperative producer announces what was queued while its group waits as its next group (ADR 0007 s. 15).
+  cooperative.foreach(_.takeQueued = () => drain(ArrayBuffer.empty).toIndexedSeq)
+
   private def commitLoop(): Unit = {
-    while (!closing || !pending.isEmpty) {
-      val first = pending.poll(50, TimeUnit.MILLISECONDS)
-      if (first != null) {
-        val group = ArrayBuffer(first)
-        while (group.size < maxEntriesPerWrite && !pending.isEmpty) group += pending.poll()
+    var ahead = cooperative.flatMap(_.nextAhead())
+    while (!closing || !pending.isEmpty || ahead.isDefined) {
+      val first = if (ahead.isDefined) null else pending.poll(50, TimeUnit.MILLISECONDS)
+      if (first != null || ahead.isDefined) {
+        val group = ahead.fold(drain(ArrayBuffer(first)))(g => ArrayBuffer(g.pending: _*))
         try {
-          val sequences = appender.append(group.toIndexedSeq)
+          val sequences = ahead.fold(appender.append(group.toIndexedSeq))(g => cooperative.get.commitAhead(g))
           group.zip(sequences).foreach { case (p, s) => p.promise.complete(s) }
         } catch {
           case NonFatal(e) => group.foreach(_.promise.completeExceptionally(e))
         }
       }
+      ahead = cooperative.flatMap(_.nextAhead())
     }
   }
 }

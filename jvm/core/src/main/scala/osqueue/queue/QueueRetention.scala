@@ -14,7 +14,7 @@ import osqueue.{
   SystemClock,
   SystemRandomSource
 }
-import osqueue.format.{DequeueReceipts, Incarnation, ManifestEntry, ManifestHead, Retention}
+import osqueue.format.{DequeueReceipts, Incarnation, Intent, ManifestEntry, ManifestHead, Retention}
 import osqueue.metrics.{MetricNames, MetricsRegistry}
 import osqueue.store.ObjectStore
 
@@ -257,4 +257,23 @@ object QueueRetention {
   private def entries(manifest: ManifestStore, tree: SegmentTree, head: ManifestHead, from: Long): Iterator[ManifestEntry] =
     (tree.leaves(head, from, head.tailFirstSequence).flatMap(leaf => manifest.readSegment(leaf).iterator) ++
       head.tailEntries.iterator).filter(_.sequence >= from)
+
+  /**
+   * Under `backpressure` (§2.3): throws QueueFullException unless the own group fits, then keeps the other
+   * writers' runs, in order, while all of them fit (a prefix: each writer's run stays contiguous); the runs
+   * left out stay announced for their writers ([[checkRoom]] decides, as on the solo path).
+   */
+  def withRoom(head: ManifestHead, own: IndexedSeq[PendingLocation], others: Seq[Intent]): Seq[Intent] = {
+    var added = own.size.toLong
+    var addedBytes = own.map(p => ManifestHead.entryByteLength(p.extension)).sum
+    checkRoom(head, added, addedBytes)
+    if (head.sections.retention.isEmpty) others
+    else
+      others.takeWhile { i =>
+        added += i.entries.size
+        addedBytes += i.entries.map(e => ManifestHead.entryByteLength(e.extension)).sum
+        try { checkRoom(head, added, addedBytes); true }
+        catch { case _: QueueFullException => false }
+      }
+  }
 }

@@ -85,6 +85,12 @@ trait ObjectStore extends AutoCloseable {
   /** Delete; deleting a missing key succeeds. */
   def delete(key: String): Unit
 
+  /**
+   * Deletes `keys`: one by one here; a store with a bulk delete overrides it (S3: DeleteObjects, one request
+   * per 1,000 keys). A missing key is no error. Python: `osqueue.store.object_store.delete_many`.
+   */
+  def deleteMany(keys: Seq[String]): Unit = keys.foreach(delete)
+
   override def close(): Unit = ()
 }
 

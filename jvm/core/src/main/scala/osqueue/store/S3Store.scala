@@ -25,12 +25,15 @@ import software.amazon.awssdk.regions.Region
 import software.amazon.awssdk.regions.providers.DefaultAwsRegionProviderChain
 import software.amazon.awssdk.services.s3.{S3Client, S3Configuration}
 import software.amazon.awssdk.services.s3.model.{
+  Delete,
   DeleteObjectRequest,
+  DeleteObjectsRequest,
   GetObjectRequest,
   HeadObjectRequest,
   ListObjectsV2Request,
   NoSuchBucketException,
   NoSuchKeyException,
+  ObjectIdentifier,
   PutObjectRequest
 }
 
@@ -263,6 +266,26 @@ final class S3Store(val bucket: String, prefix: String, val config: S3StoreConfi
       case e: AwsServiceException if e.statusCode() == 404 && !isNoSuchBucket(e) => ()
       case e @ (_: SdkException | _: UncheckedIOException) => throw failure("DELETE", full, e)
     }
+  }
+
+  /**
+   * One DeleteObjects request per 1,000 keys (quiet mode: only failures come back); a missing key is no
+   * error. A key the server reports as not deleted throws StoreException naming it.
+   */
+  override def deleteMany(keys: Seq[String]): Unit = keys.grouped(1000).foreach { chunk =>
+    val ids = chunk.map(k => ObjectIdentifier.builder().key(fullKey(k)).build())
+    val reply =
+      try client.deleteObjects(
+          DeleteObjectsRequest.builder().bucket(bucket)
+            .delete(Delete.builder().objects(ids.asJava).quiet(true).build()).build())
+      catch {
+        case e @ (_: SdkException | _: UncheckedIOException) => throw failure("DELETE", fullKey(chunk.head), e)
+      }
+    val errors = reply.errors().asScala.filter(_.code() != "NoSuchKey")
+    if (errors.nonEmpty)
+      throw new StoreException(
+        s"$uri: DeleteObjects left ${errors.size} of ${chunk.size} keys, e.g. '${errors.head.key()}': " +
+          s"${errors.head.code()} ${errors.head.message()}")
   }
 
   override def close(): Unit =

@@ -57,6 +57,12 @@ class CooperativeCommitSuite extends AnyFunSuite {
   /** As if it saw a conflict just now: it announces before its first CAS (step 0 skipped). */
   private def forceCooperative(qp: QueueProducer): Unit = qp.cooperative.get.sawConflict()
 
+  /**
+   * As if another writer wrote the head since: its next group is announced (the writer of the head commits the
+   * next round without an intent, ADR 0007 session 15).
+   */
+  private def notTheHeadsWriter(qp: QueueProducer): Unit = qp.cooperative.get.forgetOwnHead()
+
   private def counter(m: MetricsRegistry, name: String, labels: (String, String)*): Long = m.counterValue(name, labels: _*)
 
   // -- bytes ---------------------------------------------------------------------------------------
@@ -150,8 +156,147 @@ class CooperativeCommitSuite extends AnyFunSuite {
       assert(counter(ma, MetricNames.IntentsAnnounced) == 1)
       val ids = entries(mem).map(e => WriterSequence.sequenceOf(e.extension).get._1).toSet
       assert(ids.size == 2 && writers(mem).keySet == ids)
-      a.cooperative.get.drainDeletes() // deletes run off the commit's path
-      assert(mem.list(Key + ".intents/").isEmpty) // the owner deleted its landed intent
+      a.cooperative.get.drainDeletes(); b.cooperative.get.drainDeletes() // deletes run off the commit's path
+      assert(mem.list(Key + ".intents/").isEmpty) // the committer deleted the intent it appended
+    } finally { a.close(); b.close() }
+  }
+
+  test("a waiter sends no CAS while an older intent has its committer") {
+    // Only the producer with the oldest appendable intent commits a round (the designated committer); a younger
+    // one reads the head until its group is in or the committer stalls. Before, every waiting producer read every
+    // intent and sent a CAS each round: N-1 sure conflicts per landed write.
+    val mem = InMemoryStore.fresh()
+    val (ma, mb) = (new MetricsRegistry, new MetricsRegistry)
+    val bLists = new java.util.concurrent.atomic.AtomicInteger()
+    val bConditionals = new java.util.concurrent.atomic.AtomicInteger()
+    val sb = new ForwardingStore(mem) {
+      override def list(prefix: String): Seq[osqueue.store.ObjectInfo] = { bLists.incrementAndGet(); super.list(prefix) }
+      override def putIfVersionMatches(key: String, bytes: Array[Byte], expected: ObjectVersion): CasOutcome = {
+        bConditionals.incrementAndGet(); super.putIfVersionMatches(key, bytes, expected)
+      }
+    }
+    var b: QueueProducer = null
+    var bThread: Thread = null
+    var bCasWhileAPending = -1
+    // A's intent is out and its CAS built: B announces (younger) and waits.
+    val sa = new HookedStore(mem,
+      { () =>
+        bThread = new Thread(() => enqueue(b, "ingest/b.batch"))
+        bThread.start()
+        val deadline = System.nanoTime() + 5000000000L
+        while (bLists.get() == 0 && System.nanoTime() < deadline) Thread.sleep(5)
+        Thread.sleep(200) // B LISTed at the 0.2 s takeover; it commits regardless only at 0.8 s
+        bCasWhileAPending = bConditionals.get()
+      })
+    val a = coop(sa, ma)
+    b = coop(sb, mb)
+    try {
+      enqueue(b, "ingest/first.batch") // the manifest exists (created, not a version-matched write)
+      forceCooperative(a); forceCooperative(b)
+      enqueue(a, "ingest/a.batch")
+      bThread.join(10000)
+      assert(bLists.get() > 0, "B never listed the intents")
+      assert(bCasWhileAPending == 0, "B sent a CAS while A's older intent had its committer")
+      assert(entries(mem).map(_.location) == Seq("ingest/first.batch", "ingest/a.batch", "ingest/b.batch"))
+      // A's CAS was built before B announced, so B committed its own group once A's landed: no conflict anywhere.
+      assert(counter(mb, MetricNames.ManifestConflicts, "role" -> "producer") == 0)
+      assert(counter(ma, MetricNames.ManifestConflicts, "role" -> "producer") == 0)
+    } finally { a.close(); b.close() }
+  }
+
+  /** The in-memory store with a bulk delete (as S3's DeleteObjects), counting its requests. */
+  private final class BulkDeletes(inner: ObjectStore) extends ForwardingStore(inner) {
+    val bulk = new CopyOnWriteArrayList[Seq[String]]()
+    val single = new CopyOnWriteArrayList[String]()
+    val puts = new CopyOnWriteArrayList[String]()
+    override def deleteMany(keys: Seq[String]): Unit = { bulk.add(keys); keys.foreach(inner.delete) }
+    override def delete(key: String): Unit = { single.add(key); super.delete(key) }
+    override def put(key: String, bytes: Array[Byte]): Unit = { puts.add(key); super.put(key, bytes) }
+  }
+
+  test("the head's writer commits the next round without an intent and deletes what it appended at once") {
+    // ADR 0007 session 15: the writer of the head is the next round's committer. Its group needs no intent (it
+    // writes it itself), and it deletes the intents its CAS appended in one request; their owners delete nothing.
+    // Before: it announced its own group (one PUT) and every owner deleted its own intent (one DELETE each).
+    val mem = new BulkDeletes(InMemoryStore.fresh())
+    val qp = coop(mem)
+    try {
+      enqueue(qp, "ingest/first.batch") // its CAS wrote the head
+      announce(mem, W1, 0, Seq("ingest/w1-0.batch"))
+      announce(mem, W2, 0, Seq("ingest/w2-0.batch"), "01J5T4RTZ9Y8X7W6V5T4S3R2Q2")
+      forceCooperative(qp)
+      mem.puts.clear()
+      enqueue(qp, "ingest/mine.batch")
+      qp.cooperative.get.drainDeletes()
+      assert(entries(mem).map(_.location) ==
+        Seq("ingest/first.batch", "ingest/mine.batch", "ingest/w1-0.batch", "ingest/w2-0.batch"))
+      assert(!mem.puts.asScala.exists(_.contains(".intents/"))) // no intent of its own
+      assert(mem.single.isEmpty && mem.bulk.size == 1 && mem.bulk.get(0).size == 2)
+      assert(mem.list(Key + ".intents/").isEmpty)
+    } finally qp.close()
+  }
+
+  test("a waiter whose group another appended leaves its intent to that committer") {
+    // The owner of a group another writer's CAS appended deletes no intent (the committer does, in one request);
+    // a group it committed itself it deletes with the rest of that round's intents.
+    val mem = new BulkDeletes(InMemoryStore.fresh())
+    val (a, b) = (coop(mem), coop(mem))
+    try {
+      enqueue(b, "ingest/first.batch")
+      forceCooperative(a); forceCooperative(b)
+      notTheHeadsWriter(b)
+      val bDone = Executors.newSingleThreadExecutor().submit(() => enqueue(b, "ingest/b.batch"))
+      val deadline = System.nanoTime() + 5000000000L
+      while (!mem.puts.asScala.exists(_.contains(".intents/")) && System.nanoTime() < deadline) Thread.sleep(5)
+      enqueue(a, "ingest/a.batch") // not the head's writer either: waits, then one of them commits both
+      bDone.get(10, TimeUnit.SECONDS)
+      a.cooperative.get.drainDeletes(); b.cooperative.get.drainDeletes()
+      assert(entries(mem).map(_.location).sorted.take(2) == Seq("ingest/a.batch", "ingest/b.batch"))
+      assert(mem.single.isEmpty)
+      assert(mem.list(Key + ".intents/").isEmpty)
+    } finally { a.close(); b.close() }
+  }
+
+  test("a waiter announces its next group and one head read confirms both") {
+    // ADR 0007 session 15: a producer whose group waits announces the batches queued since as its next group (an
+    // intent from last_batch + 1), so one committer's CAS appends both, in order, and one head read confirms both.
+    // Before: the next group waited for the first to land, missing the round (a read more each).
+    val mem = InMemoryStore.fresh()
+    val bGets = new java.util.concurrent.atomic.AtomicInteger()
+    val sb = new ForwardingStore(mem) {
+      override def get(key: String): Option[VersionedObject] = { bGets.incrementAndGet(); super.get(key) }
+    }
+    val (ma, mb) = (new MetricsRegistry, new MetricsRegistry)
+    val (a, b) = (coop(mem, ma), coop(sb, mb))
+    try {
+      enqueue(b, "ingest/b0.batch") // B has a record (batch 0)
+      enqueue(a, "ingest/first.batch") // A wrote the head: it commits the next round
+      forceCooperative(a); forceCooperative(b)
+      b.cooperative.get.takeoverFloorMs = 30000L // B never takes over: A commits the round
+      val wb = b.cooperative.get.writerId
+      def bIntents: Set[Long] = mem.list(IntentCodec.intentsPrefix(Key))
+        .flatMap(o => IntentCodec.parseIntentName(Key, o.key)).filter(_.writerId == wb).map(_.firstBatch).toSet
+      def waitFor(batch: Long): Boolean = {
+        val deadline = System.nanoTime() + 5000000000L
+        while (!bIntents(batch) && System.nanoTime() < deadline) Thread.sleep(5)
+        bIntents(batch)
+      }
+      def pending(loc: String) = new PendingLocation(loc, IndexedSeq.empty, () => fail("no re-upload expected"))
+      val f1 = b.enqueue(pending("ingest/b1.batch"))
+      assert(waitFor(1))
+      val f2 = b.enqueue(pending("ingest/b2.batch"))
+      assert(waitFor(2), "B did not announce its next group while the previous one waited")
+      assert(!f1.isDone)
+      val writesB = counter(mb, MetricNames.ManifestWrites, "role" -> "producer")
+      enqueue(a, "ingest/a.batch") // one CAS: A's group, then B's run 1..2
+      val gets = bGets.get()
+      val (r1, r2) = (f1.get(10, TimeUnit.SECONDS), f2.get(10, TimeUnit.SECONDS))
+      assert(bGets.get() - gets <= 1, "more than one head read to confirm both groups")
+      assert(entries(mem).map(_.location).takeRight(3) == Seq("ingest/a.batch", "ingest/b1.batch", "ingest/b2.batch"))
+      assert((r1, r2) == ((3L, 4L)))
+      assert(counter(ma, MetricNames.IntentsAppendedForOthers) == 2)
+      assert(counter(mb, MetricNames.ManifestWrites, "role" -> "producer") == writesB)
+      assert(writers(mem)(wb).lastBatch == 2)
     } finally { a.close(); b.close() }
   }
 
@@ -419,6 +564,7 @@ class CooperativeCommitSuite extends AnyFunSuite {
     try {
       enqueue(qp, "ingest/first.batch")
       forceCooperative(qp)
+      notTheHeadsWriter(qp)
       enqueue(qp, "ingest/mine.batch")
       assert(announced.size == 1)
       val name = IntentCodec.parseIntentName(Key, announced.get(0))
@@ -471,6 +617,7 @@ class CooperativeCommitSuite extends AnyFunSuite {
       forceCooperative(qp)
       enqueue(qp, "ingest/a.batch") // fits; W1's run would not: it stays announced for W1
       enqueue(qp, "ingest/b.batch")
+      notTheHeadsWriter(qp) // so that it announces c (the head's own writer commits without an intent)
       val full = intercept[QueueFullException](enqueue(qp, "ingest/c.batch"))
       assert(full.getMessage.contains("max_entries 3"))
       assert(entries(mem).map(_.location) == Seq("ingest/first.batch", "ingest/a.batch", "ingest/b.batch"))

@@ -184,6 +184,16 @@ abstract class ObjectStoreContractSuite extends AnyFunSuite {
     }
   }
 
+  test("should delete many keys at once, a missing one no error") {
+    withStore { s =>
+      (0 until 3).foreach(i => s.put(s"m/k$i", bytes("x")))
+      s.put("m/kept", bytes("y"))
+      s.deleteMany(Seq("m/k0", "m/k1", "m/k2", "never/existed"))
+      assert(s.list("m/").map(_.key) === Seq("m/kept"))
+      s.deleteMany(Seq.empty)
+    }
+  }
+
   test("should reject keys that are not plain relative keys before any I/O") {
     withStore { s =>
       val badKeys = Seq("", "../x", "a/../../x", "/abs", "a//b", "a/./b", "./a", "a/", "a\\b", "..\\x", "a\u0000b", "s3://b/k", ".", "..")
