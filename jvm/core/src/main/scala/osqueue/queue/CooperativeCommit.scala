@@ -467,19 +467,6 @@ final class CooperativeCommitter private[queue] (
         }
       }
     }
-    // Forget what this round does not need: an intent appended, stale or deleted never becomes a candidate again
-    // (last_batch only grows, store time only ages, names are never reused), so the cache stays this round's size.
-    intents.keySet.retainAll(names.map(_._1).toSet.asJava)
-    names.foreach { case (k, n) =>
-      if (n.payload.isDefined && !intents.containsKey(k)) { // in-key (§2.4): its name is the announcement, no GET
-        try intents.put(k, Some(IntentCodec.decodeInKeyIntent(n, k)))
-        catch {
-          case _: CorruptManifestException =>
-            intents.put(k, None)
-            rejected.increment()
-        }
-      }
-    }
     fetch(names.filter { case (k, _) => !intents.containsKey(k) })
     val byWriter = mutable.LinkedHashMap.empty[String, ArrayBuffer[(String, Intent)]]
     names.sortBy(_._2.ulid).foreach { case (k, n) =>
