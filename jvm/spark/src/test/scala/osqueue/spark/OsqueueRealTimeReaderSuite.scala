@@ -66,7 +66,8 @@ class OsqueueRealTimeReaderSuite extends AnyFunSuite {
     val location = QueueLocation("gated://realtime-overlapping-polls", "ingest/manifest", "ingest", Map.empty)
     val epoch = 9L << 32
     queueOf(location, files = 1, epoch)
-    // The first poll is held until a second one starts (or 5 s pass): polls one after another would hold it 5 s.
+    // The first poll is held until a second one starts (or 30 s pass, long enough for a stalled test JVM): polls one
+    // after another would hold it the whole 30 s, and the first record would not come in time.
     val secondStarted = new CountDownLatch(1)
     val overlapped = new AtomicBoolean(false)
     val reads = new AtomicInteger()
@@ -76,7 +77,7 @@ class OsqueueRealTimeReaderSuite extends AnyFunSuite {
       val n = reads.incrementAndGet()
       mostInFlight.accumulateAndGet(inFlight.incrementAndGet(), (a: Int, b: Int) => math.max(a, b))
       try {
-        if (n == 1) overlapped.set(secondStarted.await(5, TimeUnit.SECONDS))
+        if (n == 1) overlapped.set(secondStarted.await(30, TimeUnit.SECONDS))
         else secondStarted.countDown()
       } finally { inFlight.decrementAndGet(); () }
     }
@@ -85,7 +86,7 @@ class OsqueueRealTimeReaderSuite extends AnyFunSuite {
     val reader = new OsqueueRealTimeReader(p, Array(Sequence, Index), None, SystemClock)
     val rows =
       try (1 to 2).map { _ =>
-          assert(reader.nextWithTimeout(SystemClock.nowMillis(), 10000L).hasRecord)
+          assert(reader.nextWithTimeout(SystemClock.nowMillis(), 20000L).hasRecord)
           (reader.get().getLong(0), reader.get().getInt(1))
         }
       finally { reader.close(); GatedStores.remove("realtime-overlapping-polls") }
