@@ -1,10 +1,5 @@
 package osqueue.spark
 
-import java.util.concurrent.{Callable, ExecutionException, Executors, Future, ThreadFactory, TimeUnit, TimeoutException}
-import java.util.concurrent.atomic.AtomicInteger
-
-import scala.collection.mutable
-
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.metric.CustomTaskMetric
@@ -19,7 +14,6 @@ import osqueue.format.{EntryTag, Incarnation, ManifestHead}
 import osqueue.format.EntryTag.Admission
 import osqueue.metrics.MetricsRegistry
 import osqueue.queue.{ManifestStore, SegmentTree}
-import osqueue.store.{ConditionalRead, ObjectVersion}
 
 /**
  * The one partition of a real-time batch: where to start (`nextSequence`, `entryIndex` entries of
@@ -45,9 +39,8 @@ private[spark] final case class OsqueueRealTimePartitionOffset(nextSequence: Lon
 
 /**
  * Follows the manifest for the duration of a real-time batch and reads each batch file as it lands,
- * in sequence order, one copy of each sink batch. Nothing to read: it starts a poll of the manifest
- * every `pollIntervalMs` (up to two in flight, so a slow round trip does not stretch the cadence),
- * doubling the wait on each poll that finds no change, up to `maxPollIntervalMs`.
+ * in sequence order, one copy of each sink batch. Nothing to read: it polls the manifest every
+ * `pollIntervalMs`, doubling the wait on each poll that finds no change, up to `maxPollIntervalMs`.
  * It never writes the queue. When the queue was reset or entries it has not read were removed, it
  * reads nothing more this batch: the driver's next plan reports that as data loss, as in micro-batch
  * mode. A manifest at another epoch of the same incarnation means another consumer took over: the
@@ -76,22 +69,6 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   private var pending: Iterator[Admission] = Iterator.empty
   private var stalled = false
   private var waitMs = p.initialWaitMs // the idle rate when the last batch read nothing
-  /** Manifest polls in flight, oldest first (at most [[OsqueueRealTimeReader.MaxPollsInFlight]]). */
-  private val polls = mutable.Queue.empty[(Option[ObjectVersion], Future[ConditionalRead])]
-  /** When the next poll may start (clock millis). */
-  private var nextPollAt = Long.MinValue
-  private lazy val pollThreads = {
-    val threads = new AtomicInteger()
-    Executors.newFixedThreadPool(OsqueueRealTimeReader.MaxPollsInFlight,
-      new ThreadFactory {
-        override def newThread(r: Runnable): Thread = {
-          val t = new Thread(r, s"${OsqueueRealTimeReader.PollThreadPrefix}-${threads.incrementAndGet()} (${p.location.identity})")
-          t.setDaemon(true)
-          t
-        }
-      })
-  }
-  private var pollThreadsStarted = false
   private var current: InternalRow = _
 
   /**
@@ -126,58 +103,18 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
       else {
         val now = clock.nowMillis()
         if (now >= deadline) return RecordStatus.newStatusWithoutArrivalTime(false)
-        val canStart = !stalled && polls.size < OsqueueRealTimeReader.MaxPollsInFlight
-        if (canStart && now >= nextPollAt) startPoll(now)
-        else if (polls.nonEmpty && polls.head._2.isDone) takePoll(now)
-        else {
-          val until = math.min(deadline, if (canStart) nextPollAt else Long.MaxValue)
-          if (polls.nonEmpty) awaitOldestPoll(until - now)
-          else clock.sleepMillis(math.max(1L, until - now))
+        if (!stalled) poller.poll() match {
+          case Some(m) => waitMs = p.pollIntervalMs; follow(m)
+          case None =>
+        }
+        if (!fetches.hasNext) {
+          clock.sleepMillis(math.max(1L, math.min(waitMs, deadline - clock.nowMillis())))
+          waitMs = math.min(waitMs * 2, p.maxPollIntervalMs)
         }
       }
     }
     throw OsqueueExceptions.internalError("the real-time reader's endless loop ended")
   }
-
-  /**
-   * Starts a poll of the manifest on the poll threads, conditional on the version last taken; the
-   * next may start `waitMs` later, whether or not this one has returned. Polls start on that cadence
-   * rather than one round trip plus `waitMs` apart: a batch file that lands is seen about half a
-   * `pollInterval` plus one round trip later, not half of (round trip + `pollInterval`) plus one.
-   */
-  private def startPoll(now: Long): Unit = {
-    val since = poller.known
-    pollThreadsStarted = true
-    polls.enqueue(since -> pollThreads.submit(new Callable[ConditionalRead] {
-      override def call(): ConditionalRead = poller.read(since)
-    }))
-    nextPollAt = now + waitMs
-  }
-
-  /**
-   * The oldest poll's outcome (polls are taken in the order they started): a newer manifest is
-   * followed, and the next poll may start at once (after its batch files are read, as before the
-   * polls overlapped); no change since the version it was conditional on doubles the wait, up to
-   * `maxPollIntervalMs` (a poll that started before the last change was taken says nothing new).
-   */
-  private def takePoll(now: Long): Unit = {
-    val (since, f) = polls.dequeue()
-    val read =
-      try f.get()
-      catch { case e: ExecutionException if e.getCause != null => throw e.getCause }
-    if (!stalled) poller.take(read) match {
-      case Some(m) =>
-        waitMs = p.pollIntervalMs
-        nextPollAt = now
-        follow(m)
-      case None => if (since == poller.known) waitMs = math.min(waitMs * 2, p.maxPollIntervalMs)
-    }
-  }
-
-  /** Waits for the oldest poll to return, at most `ms` (then a next poll may start, or the deadline is reached). */
-  private def awaitOldestPoll(ms: Long): Unit =
-    try { polls.head._2.get(math.max(1L, ms), TimeUnit.MILLISECONDS); () }
-    catch { case _: TimeoutException | _: ExecutionException => () } // taken (or rethrown) by takePoll
 
   /**
    * A new manifest, once everything queued before is read: checks the fence and the queue's
@@ -259,9 +196,6 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
   override def get(): InternalRow = current
   override def close(): Unit = {
     fetches.close()
-    polls.foreach(_._2.cancel(true))
-    polls.clear()
-    if (pollThreadsStarted) pollThreads.shutdownNow()
     logInfo(s"osqueue real-time reader on '${p.location.identity}' stopped at sequence $nextSeq " +
       s"(entry $index) after ${poller.requests} manifest polls")
   }
@@ -270,10 +204,4 @@ private[spark] final class OsqueueRealTimeReader(p: OsqueueRealTimePartition, fi
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.BytesFetched, bytesFetched),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.FetchTimeMs, fetchTimeMs),
     OsqueueTaskMetrics.task(OsqueueTaskMetrics.MissingBatches, missing))
-}
-
-private[spark] object OsqueueRealTimeReader {
-  /** Manifest polls one reader has in flight at most: a poll starts every `pollInterval` even while one is out. */
-  val MaxPollsInFlight = 2
-  val PollThreadPrefix = "osqueue-real-time-poll"
 }
