@@ -127,7 +127,7 @@ def run_benchmarks(
         try:
             settings.delta = delta_jars(log) + hadoop_aws_jars(log)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-            settings.delta_error = f"could not fetch the delta-spark jars with Maven: {e}"
+            settings.delta_error = f"could not fetch the delta-spark and hadoop-aws jars with Maven: {e}"
     if any(n in SPARK_BENCHMARKS for n in names):
         extra = [*(settings.kafka[1] if settings.kafka else ()), *(settings.delta or ())]
         conf = DELTA_SESSION_CONF if settings.delta else {}
