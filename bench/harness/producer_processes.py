@@ -1,6 +1,7 @@
 """``producers_processes``: N producer OS processes on one queue (1, 8, 32), ``solo`` vs ``cooperative``
 commit (docs/adr/0007 part 1) vs the same processes doing plain PUTs of batch-sized objects at the same
-cadence (no manifest). Each process produces one 100-byte entry every 10 ms with ``flush_interval``
+cadence (no manifest), and ``floor``: those PUTs plus only the requests any manifest protocol adds (a head
+read to learn a batch landed, a committer's LIST and head PUT; ``_Floor``), what the machine allows at best. Each process produces one 100-byte entry every 10 ms with ``flush_interval``
 0.1 s for a fixed time; figures: batches/s, the ratio to plain PUTs, p50/p99 produce -> durable, CAS
 attempts per landed write, batches per CAS, duplicates (target 0) and missing.
 
@@ -43,8 +44,9 @@ def _child(spec: dict[str, Any]) -> None:
     store = S3Store(spec["bucket"], spec["prefix"], spec["options"])
     requests = _count_requests(store)
     producer = None
-    if mode != "raw":
+    if mode not in ("raw", "floor"):
         producer = Producer(store=store, flush_interval=FLUSH_S, commit_mode=mode, metrics=reg)
+    floor = _Floor(store, spec["bucket"], spec["prefix"], spec["committer"], lat) if mode == "floor" else None
     print("ready", flush=True)
     sys.stdin.readline()
     requests.clear()
@@ -63,12 +65,21 @@ def _child(spec: dict[str, Any]) -> None:
             next_at += CADENCE_S
         else:  # the same bytes per flush interval, one plain PUT each
             t0 = time.monotonic()
-            store.put(f"raw/{uuid.uuid4().hex}.batch", ENTRY * int(FLUSH_S / CADENCE_S))
-            lat.append(time.monotonic() - t0)
+            name = uuid.uuid4().hex if floor is None else f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex}"
+            store.put(f"raw/{name}.batch", ENTRY * int(FLUSH_S / CADENCE_S))
+            if floor is None:
+                lat.append(time.monotonic() - t0)
+            else:
+                floor.uploaded(t0)
             puts += 1
             next_at += FLUSH_S
+        if floor is not None and floor.failure is not None:
+            break
         time.sleep(max(0.0, next_at - time.monotonic()))
     failure = None
+    if floor is not None:
+        floor.stop()
+        failure = floor.failure
     if producer is not None:
         try:
             producer.close()
@@ -96,6 +107,81 @@ def _child(spec: dict[str, Any]) -> None:
         ),
         flush=True,
     )
+
+
+# The floor mode's committer round, confirming-read interval and head size; OSQUEUE_BENCH_FLOOR="0.2,0.4,8192".
+FLOOR_ROUND_S, FLOOR_CONFIRM_S, FLOOR_HEAD_BYTES = (
+    float(x) for x in os.environ.get("OSQUEUE_BENCH_FLOOR", "0.2,0.4,8192").split(",")
+)
+
+
+class _Floor:
+    """The ``floor`` mode: the requests any manifest protocol needs beside the batch PUTs, with no
+    protocol logic. Every process reads the head every ``FLOOR_CONFIRM_S`` (the read that tells it its
+    batches landed); one process (the committer) LISTs the new batches and PUTs the head every
+    ``FLOOR_ROUND_S``. A batch counts durable at the first head read that shows a round whose LIST
+    started after its PUT ended; its latency runs from the PUT's start (the linger not counted), so the
+    row's p99 is what such a protocol would reach at the best."""
+
+    def __init__(self, store: Any, bucket: str, prefix: str, committer: bool, lat: list[float]) -> None:
+        import threading
+
+        self.store, self.bucket, self.prefix, self.lat, self.failure = store, bucket, prefix.strip("/"), lat, None
+        self.pending: list[tuple[float, float]] = []  # (PUT start, PUT end), monotonic
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.threads = [threading.Thread(target=self._confirm, daemon=True)]
+        if committer:
+            self.threads.append(threading.Thread(target=self._commit, daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def uploaded(self, t0: float) -> None:
+        with self.lock:
+            self.pending.append((t0, time.monotonic()))
+
+    def _guard(self, loop: Any) -> None:
+        try:
+            loop()
+        except Exception as e:  # reported in the row
+            self.failure = f"{type(e).__name__}: {e}"
+
+    def _commit(self) -> None:
+        client, bucket, prefix = self.store.client, self.bucket, self.prefix
+
+        def loop() -> None:
+            offset = time.time() - time.monotonic()  # the head carries the round's LIST start, in wall time
+            while not self.done.wait(FLOOR_ROUND_S):
+                listed_at = time.monotonic()
+                # Only the batches of the last few seconds, as a protocol bounding its LIST by freshness would.
+                since = f"{int((listed_at + offset - 2.0) * 1000):013d}"
+                raw = f"{prefix}/raw/" if prefix else "raw/"
+                client.list_objects_v2(Bucket=bucket, Prefix=raw, StartAfter=raw + since)
+                body = f"{listed_at + offset:.6f}".encode().ljust(int(FLOOR_HEAD_BYTES), b" ")
+                self.store.put("floor.head", body)
+
+        self._guard(loop)
+
+    def _confirm(self) -> None:
+        def loop() -> None:
+            offset = time.time() - time.monotonic()
+            while not self.done.wait(FLOOR_CONFIRM_S):
+                got = self.store.get("floor.head")
+                if got is None:
+                    continue
+                listed_at = float(got.data[:32].decode().strip()) - offset
+                now = time.monotonic()
+                with self.lock:
+                    landed = [p for p in self.pending if p[1] <= listed_at]
+                    self.pending = [p for p in self.pending if p[1] > listed_at]
+                self.lat.extend(now - t0 for t0, _ in landed)
+
+        self._guard(loop)
+
+    def stop(self) -> None:
+        self.done.set()
+        for t in self.threads:
+            t.join(5)
 
 
 def _count_requests(store: Any) -> dict[str, int]:
@@ -134,10 +220,13 @@ def _count_requests(store: Any) -> dict[str, int]:
 def _run(env: Env, n: int, mode: str, duration: float) -> dict[str, Any]:
     prefix = f"procs-{mode}-{n}-{uuid.uuid4().hex[:8]}"
     spec = {"mode": mode, "duration": duration, "bucket": env.bucket, "prefix": prefix, "options": env.options()}
-    cmd = [sys.executable, "-m", "bench.harness.producer_processes", json.dumps(spec)]
+
+    def cmd(i: int) -> list[str]:
+        return [sys.executable, "-m", "bench.harness.producer_processes", json.dumps({**spec, "committer": i == 0})]
+
     procs = [
-        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(n)
+        subprocess.Popen(cmd(i), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(n)
     ]
     profile_dir = os.environ.get("OSQUEUE_BENCH_PROFILE")
     spy = None
@@ -205,7 +294,7 @@ def _run(env: Env, n: int, mode: str, duration: float) -> dict[str, Any]:
             (cpu1.children_user + cpu1.children_system) - (cpu0.children_user + cpu0.children_system), 2
         ),
     }
-    if mode != "raw":
+    if mode not in ("raw", "floor"):
         store = env.store(prefix)
         from osqueue.queue import ManifestStore
 
@@ -235,9 +324,19 @@ def bench_producers_processes(env: Env, s: Settings) -> dict[str, Any]:
     rows = []
     for n in counts:
         load = loadavg()
-        modes = os.environ.get("OSQUEUE_BENCH_MODES", "raw,solo,cooperative").split(",")  # raw is always run
+        modes = os.environ.get("OSQUEUE_BENCH_MODES", "raw,floor,solo,cooperative").split(",")  # raw always runs
         by_mode = {mode: _run(env, n, mode, duration) for mode in dict.fromkeys(["raw", *modes])}
         raw_rate = by_mode["raw"]["batches_per_s"]
+        if "floor" in by_mode:
+            r = by_mode["floor"]
+            r["ratio_to_raw_put"] = r["batches_per_s"] / raw_rate if raw_rate else None
+            s.log(
+                f"producers_processes[floor] {n} process(es): {r['batches_per_s']:.1f} PUTs/s "
+                f"({r['ratio_to_raw_put'] or 0:.2f}x plain PUTs {raw_rate:.1f}/s), p50 {r['p50_ms'] or 0:.0f} ms, "
+                f"p99 {r['p99_ms'] or 0:.0f} ms"
+                + (f", failures {r['failures']}" if r["failures"] else "")
+                + f", client CPU {r['client_cpu_ms_per_batch'] or 0:.1f} ms/batch, requests/batch {r['requests_per_batch']}"
+            )
         for mode in [m for m in ("solo", "cooperative") if m in by_mode]:
             r = by_mode[mode]
             r["ratio_to_raw_put"] = r["batches_per_s"] / raw_rate if raw_rate else None

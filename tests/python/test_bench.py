@@ -126,6 +126,26 @@ def test_the_committed_results_replot(tmp_path) -> None:
         assert (tmp_path / name).stat().st_size > 1000
 
 
+def test_the_producer_processes_floor_row_confirms_batches_by_head_reads(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("OSQUEUE_BENCH_PROCESSES", "2")
+    monkeypatch.setenv("OSQUEUE_BENCH_MODES", "floor")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "python"), str(ROOT)]))  # the processes' imports
+    out = tmp_path / "results"
+    result = CliRunner().invoke(
+        harness, ["run", "--quick", "--only", "producers-processes", "--out", str(out)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    [json_file] = list(out.glob("bench-*-quick.json"))
+    [row] = json.loads(json_file.read_text())["benchmarks"]["producers_processes"]["rows"]
+    assert set(row) >= {"raw", "floor"}
+    floor = row["floor"]
+    assert floor["failures"] == [] and floor["batches"] > 0 and floor["ratio_to_raw_put"] > 0
+    # Confirmed only by a head read after a committer round: never as soon as the PUT returns.
+    assert floor["p50_ms"] > row["raw"]["p50_ms"]
+    requests = floor["requests_per_batch"]
+    assert requests["s3 GetObject"] > 0 and requests["s3 ListObjectsV2"] > 0 and requests["put batch"] == 1.0
+
+
 def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
     out = tmp_path / "results"
     result = CliRunner().invoke(harness, ["run", "--quick", "--out", str(out)], catch_exceptions=False)
