@@ -109,12 +109,13 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
       d.copy(integrity = Some(EntryIntegrity(bytes.length.toLong, BatchIntegrity.crc32(bytes), 0L)))
     })
     val othersStartedDuringFirst = new AtomicInteger()
-    lazy val store: SlowStore = new SlowStore(inner, k =>
-      if (k == key(0)) {
-        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(2)
-        while (store.started.size < window && System.nanoTime() < deadline) Thread.sleep(1)
-        othersStartedDuringFirst.set(store.started.size - 1)
-      })
+    lazy val store: SlowStore = new SlowStore(inner,
+      k =>
+        if (k == key(0)) {
+          val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(2)
+          while (store.started.size < window && System.nanoTime() < deadline) Thread.sleep(1)
+          othersStartedDuringFirst.set(store.started.size - 1)
+        })
     val (rows, error) = readAll(reader(p, store))
     assert(error.isEmpty && rows.size == window * 3)
     assert(othersStartedDuringFirst.get() == window - 1, "the listed sizes are small: the window's GETs at once")
