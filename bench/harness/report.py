@@ -455,6 +455,13 @@ def markdown_report(result: dict[str, Any]) -> str:
                         f"- {name}: a batch with rows by Spark's phases (median): "
                         + ", ".join(f"{k} {fmt(v, ' ms', 0)}" for k, v in m["batch_phase_p50_ms"].items())
                     )
+            for name, m in modes.items():
+                if m.get("add_batch_ms"):
+                    lines.append(
+                        f"- {name}: addBatch by the listener's job, stage and task events (median; `_sum`: over the "
+                        "micro-batch's tasks): "
+                        + ", ".join(f"{k} {fmt(v, '', 0)}" for k, v in m["add_batch_ms"].items())
+                    )
             lines.append("")
     if "python_source" in b and "stores" in b["python_source"]:
         ps = b["python_source"]

@@ -290,11 +290,12 @@ def _real_time_writer(spark: Any, df: Any, out: pathlib.Path, batch_duration: st
 
 
 SEEN_WRITER_SOURCE = pathlib.Path(__file__).resolve().parents[1] / "jvm" / "SeenWriter.java"
+TASK_TIMES_LISTENER_SOURCE = SEEN_WRITER_SOURCE.with_name("TaskTimesListener.java")
 
 
 def _compile_seen_writer(tmp: pathlib.Path) -> str | None:
-    """bench/jvm/SeenWriter.java compiled against pyspark's jars into a jar for spark.jars (None
-    without javac/jar: the latency benchmark then has no "real-time-jvm" mode)."""
+    """bench/jvm/SeenWriter.java and TaskTimesListener.java compiled against pyspark's jars into a jar
+    for spark.jars (None without javac/jar: the latency benchmark then has no "-jvm" modes)."""
     javac, jar = shutil.which("javac"), shutil.which("jar")
     if not javac or not jar or not SEEN_WRITER_SOURCE.is_file():
         return None
@@ -302,7 +303,8 @@ def _compile_seen_writer(tmp: pathlib.Path) -> str | None:
 
     classes = tmp / "seen-writer-classes"
     cp = f"{pathlib.Path(pyspark.__file__).parent / 'jars'}/*"
-    subprocess.run([javac, "-nowarn", "-cp", cp, "-d", str(classes), str(SEEN_WRITER_SOURCE)], check=True)
+    sources = [str(SEEN_WRITER_SOURCE), str(TASK_TIMES_LISTENER_SOURCE)]
+    subprocess.run([javac, "-nowarn", "-cp", cp, "-d", str(classes), *sources], check=True)
     out = tmp / "seen-writer.jar"
     subprocess.run([jar, "cf", str(out), "-C", str(classes), "."], check=True)
     return str(out)
@@ -385,10 +387,19 @@ def _latency_run(
     confs = {k: v for t in tweaks for k, v in t.get("conf", {}).items()}
     checkpoint_dir = next((t["checkpoint_dir"] for t in tweaks if "checkpoint_dir" in t), None)
     prefix = f"latency-{uuid.uuid4().hex[:8]}"
-    # The queue exists (empty manifest) before the query starts.
+    file_source = mode == FILE_SOURCE_MODE
     eager = s.eager_flush
-    with Producer(env.uri(prefix), flush_interval=linger, eager_flush=eager, store_options=env.options()) as p:
-        p.produce([b"warm-0:0"]).wait_durable(60)
+    # Spark's file source: files renamed into a watched directory from a staging one beside it (a
+    # rename is atomic on one file system, so the source never lists a half-written file).
+    source_dir, staging_dir = holder.tmp / f"files-{prefix}", holder.tmp / f"staging-{prefix}"
+    if file_source:
+        source_dir.mkdir(parents=True)
+        staging_dir.mkdir(parents=True)
+        _write_atomically(staging_dir / "warm.txt", source_dir / "warm.txt", "warm-0:0\n")
+    else:
+        # The queue exists (empty manifest) before the query starts.
+        with Producer(env.uri(prefix), flush_interval=linger, eager_flush=eager, store_options=env.options()) as p:
+            p.produce([b"warm-0:0"]).wait_durable(60)
     seen: dict[int, tuple[float, float]] = {}
     lock = threading.Lock()
     batches: list[dict[str, Any]] = []
@@ -419,15 +430,19 @@ def _latency_run(
                     lat = float(parts[2]) - int(parts[1]) / 1e9
                     seen[int(parts[0])] = (lat, lat)
 
-    reader = spark.readStream.format("osqueue")
-    for k, v in {**env.options(), **source_options}.items():
-        reader = reader.option(k, v)
-    df = reader.load(env.uri(prefix))
+    if file_source:
+        # The text source's string column as the binary one SeenWriter reads (a projection in the task).
+        df = spark.readStream.format("text").load(str(source_dir)).selectExpr("CAST(value AS BINARY) AS value")
+    else:
+        reader = spark.readStream.format("osqueue")
+        for k, v in {**env.options(), **source_options}.items():
+            reader = reader.option(k, v)
+        df = reader.load(env.uri(prefix))
     if mode == "real-time":
         writer = _real_time_writer(spark, df, out, REAL_TIME_BATCH)
     elif mode == "real-time-jvm":
         writer = _real_time_jvm_writer(spark, df, out, REAL_TIME_BATCH)
-    elif mode == "micro-batch-jvm":
+    elif mode in ("micro-batch-jvm", FILE_SOURCE_MODE):
         writer = _micro_batch_jvm_writer(spark, df, out)
     else:
         writer = df.writeStream.foreachBatch(on_batch).trigger(processingTime="0 seconds")
@@ -438,6 +453,11 @@ def _latency_run(
         if checkpoint_dir
         else holder.checkpoint("latency")
     )
+    # Job, stage and task times of the run's micro-batches (addBatch broken down), JVM modes only.
+    task_times = out / "task-times.jsonl"
+    listener = spark._jvm.osqueue.bench.TaskTimesListener(str(task_times)) if holder.seen_writer_jar else None
+    if listener is not None:
+        spark._jsc.sc().addSparkListener(listener)
     saved_confs = {k: spark.conf.get(k, None) for k in confs}
     for k, v in confs.items():
         spark.conf.set(k, v)
@@ -458,23 +478,36 @@ def _latency_run(
         durable: list[float] = []
         n = int(duration * rate)
         produced_at: dict[int, float] = {}
-        with Producer(env.uri(prefix), flush_interval=linger, eager_flush=eager, store_options=env.options()) as p:
+        if file_source:
+            # One file per record at the same rate; "durable" is when its rename returned.
             start = time.monotonic()
             for i in range(n):
-                target = start + i / rate
-                delay = target - time.monotonic()
+                delay = start + i / rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
                 t0 = time.time()
                 produced_at[i] = t0
-                h = p.produce([f"{i}:{time.time_ns()}".encode()])
+                _write_atomically(staging_dir / f"{i}.txt", source_dir / f"{i}.txt", f"{i}:{time.time_ns()}\n")
+                durable_at[i] = time.time()
+                durable.append(durable_at[i] - t0)
+        else:
+            with Producer(env.uri(prefix), flush_interval=linger, eager_flush=eager, store_options=env.options()) as p:
+                start = time.monotonic()
+                for i in range(n):
+                    target = start + i / rate
+                    delay = target - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    t0 = time.time()
+                    produced_at[i] = t0
+                    h = p.produce([f"{i}:{time.time_ns()}".encode()])
 
-                def on_durable(f: Any, t0: float = t0, i: int = i) -> None:
-                    now = time.time()
-                    durable.append(now - t0)
-                    durable_at[i] = now
+                    def on_durable(f: Any, t0: float = t0, i: int = i) -> None:
+                        now = time.time()
+                        durable.append(now - t0)
+                        durable_at[i] = now
 
-                h.add_done_callback(on_durable)
+                    h.add_done_callback(on_durable)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with lock:
@@ -483,8 +516,9 @@ def _latency_run(
                 if len(seen) >= n:
                     break
             time.sleep(0.05)
-        # Idle cost: manifest requests (through the proxy) while nothing is produced.
-        time.sleep(5)  # past the last rows; real-time polls back off to maxPollInterval
+        # Idle cost: manifest requests (through the proxy) while nothing is produced (no manifest
+        # for the file source: nothing to count).
+        time.sleep(0 if file_source else 5)  # past the last rows; real-time polls back off to maxPollInterval
         # Real-time mode dequeues the last rows when the batch after the one that read them starts
         # (Spark commits a batch as it plans the next): that write is not idle cost, so the idle
         # window starts once the queue is drained (micro-batch mode commits the last batch only
@@ -494,8 +528,8 @@ def _latency_run(
             while time.monotonic() < drain_started + 30 and not _drained(env, prefix):
                 time.sleep(0.5)
         drain_wait_s = time.monotonic() - drain_started
-        c0, t_idle = _proxy_count(env, f"/{prefix}/ingest/manifest"), time.monotonic()
-        time.sleep(idle_s)
+        c0, t_idle = (None if file_source else _proxy_count(env, f"/{prefix}/ingest/manifest")), time.monotonic()
+        time.sleep(0 if file_source else idle_s)
         c1 = _proxy_count(env, f"/{prefix}/ingest/manifest")
         idle_per_min = (
             None
@@ -506,6 +540,9 @@ def _latency_run(
         all_progress = [pr for pr in q.recentProgress if pr]
         progress = [pr for pr in all_progress if int(pr.get("numInputRows", 0)) > 0]
         q.stop()
+        if listener is not None:
+            _wait_for_listeners(spark)
+            spark._jsc.sc().removeSparkListener(listener)
         if checkpoint_dir:
             shutil.rmtree(pathlib.Path(checkpoint).parent, ignore_errors=True)
     breakdown = (
@@ -531,6 +568,7 @@ def _latency_run(
     to_seen = sorted(
         (produced_at[k] + seen[k][1] - durable_at[k]) * 1000 for k in seen if k in durable_at and k in produced_at
     ) or [0.0]
+    add_batch = _add_batch_breakdown(task_times, progress) if task_times.is_file() else None
     return {
         "samples": len(visible),
         "p50_ms": percentile(visible, 50),
@@ -550,7 +588,108 @@ def _latency_run(
         "idle_window_waited_for_drain_s": round(drain_wait_s, 1),
         "visible_ms": [round(v, 1) for v in visible],
         "breakdown_ms": breakdown,
+        "add_batch_ms": add_batch,
     }
+
+
+def _write_atomically(staging: pathlib.Path, target: pathlib.Path, text: str) -> None:
+    staging.write_text(text)
+    os.rename(staging, target)
+
+
+def _wait_for_listeners(spark: Any) -> None:
+    """Lets the listener bus deliver the run's last events (best effort: the call is Spark-internal)."""
+    try:
+        spark._jsc.sc().listenerBus().waitUntilEmpty()
+    except Exception:  # noqa: BLE001 (older or newer Spark without it: the last batch may lack its events)
+        time.sleep(1)
+
+
+# Parts of a micro-batch's addBatch, in order (the listener's times are milliseconds since the epoch).
+ADD_BATCH_STEPS = (
+    "sql_start_to_job_start",  # the write's physical execution set up: the RDD, the writer factory
+    "job_start_to_first_task",  # the DAG scheduler: the stage, its task binary broadcast, launch
+    "tasks_span",  # first task launched -> last task finished
+    "last_task_to_job_end",  # the result back on the driver, the job marked done
+    "job_end_to_sql_end",  # the write's commit on the driver
+)
+
+
+def _add_batch_breakdown(events_file: pathlib.Path, progress: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Each micro-batch with rows, its addBatch cut by the listener's events (bench/jvm/TaskTimesListener.java):
+    the steps of ADD_BATCH_STEPS, the SQL execution, the job, and the tasks' own times (summed over
+    the micro-batch's tasks: Spark UI's scheduler delay = duration - deserialize - run - result
+    serialization - getting result, and osqueue's fetch time); medians over the micro-batches."""
+    import json
+
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+    sql: dict[int, dict[str, int]] = {}
+    for e in events:
+        if e["event"] in ("sql_start", "sql_end"):
+            sql.setdefault(int(e["exec"]), {})[e["event"]] = e["time"]
+    jobs: dict[int, dict[str, Any]] = {}
+    stage_job: dict[int, int] = {}
+    for e in events:
+        if e["event"] == "job_start":
+            jobs[e["job"]] = {"start": e["time"], "batch": e["batch"], "exec": e["exec"], "tasks": []}
+        elif e["event"] == "job_end" and e["job"] in jobs:
+            jobs[e["job"]]["end"] = e["time"]
+    # A stage belongs to the last job started before it was submitted (one job at a time here).
+    started = sorted(jobs.items(), key=lambda kv: kv[1]["start"])
+    for e in events:
+        if e["event"] == "stage_submitted" and e["time"] is not None:
+            before = [j for j, job in started if job["start"] <= e["time"]]
+            if before:
+                stage_job[e["stage"]] = before[-1]
+    for e in events:
+        if e["event"] == "task_end" and e["stage"] in stage_job:
+            jobs[stage_job[e["stage"]]]["tasks"].append(e)
+    with_rows = {str(pr["batchId"]): pr for pr in progress}
+    rows: dict[str, list[float]] = {}
+    for job in jobs.values():
+        pr = with_rows.get(job["batch"])
+        ex = sql.get(int(job["exec"])) if job["exec"] is not None else None
+        if pr is None or not job["tasks"] or "end" not in job or not ex or len(ex) < 2:
+            continue
+        tasks = job["tasks"]
+        first, last = min(t["launch"] for t in tasks), max(t["finish"] for t in tasks)
+        durations = [t["finish"] - t["launch"] for t in tasks]
+        fetch = [float(v) for t in tasks for k, v in t["acc"].items() if "fetch" in k]
+        values = {
+            "add_batch": float((pr.get("durationMs") or {}).get("addBatch", 0)),
+            "sql_execution": ex["sql_end"] - ex["sql_start"],
+            "job": job["end"] - job["start"],
+            "sql_start_to_job_start": job["start"] - ex["sql_start"],
+            "job_start_to_first_task": first - job["start"],
+            "tasks_span": last - first,
+            "last_task_to_job_end": job["end"] - last,
+            "job_end_to_sql_end": ex["sql_end"] - job["end"],
+            "tasks": len(tasks),
+            "task_duration_sum": sum(durations),
+            "task_deserialize_sum": sum(t["deserialize_ms"] for t in tasks),
+            "task_run_sum": sum(t["run_ms"] for t in tasks),
+            "task_cpu_sum": sum(t["cpu_ns"] for t in tasks) / 1e6,
+            "task_result_ser_sum": sum(t["result_ser_ms"] for t in tasks),
+            "task_gc_sum": sum(t["gc_ms"] for t in tasks),
+            "task_scheduler_delay_sum": sum(
+                max(
+                    0,
+                    d
+                    - t["run_ms"]
+                    - t["deserialize_ms"]
+                    - t["result_ser_ms"]
+                    - (t["finish"] - t["getting_result"] if t["getting_result"] else 0),
+                )
+                for d, t in zip(durations, tasks)
+            ),
+        }
+        if fetch:
+            values["osqueue_fetch_sum"] = sum(fetch)
+        for k, v in values.items():
+            rows.setdefault(k, []).append(float(v))
+    if not rows:
+        return None
+    return {k: round(percentile(sorted(v), 50), 1) for k, v in rows.items()} | {"micro_batches": len(rows["job"])}
 
 
 def _micro_batch_breakdown(
@@ -602,6 +741,9 @@ def _micro_batch_breakdown(
 
 
 REAL_TIME_BATCH = "10 seconds"
+# Spark's file source (text files in a local directory) into the same JVM sink as micro-batch-jvm:
+# Spark's micro-batch engine on this machine with a source that makes no network request.
+FILE_SOURCE_MODE = "micro-batch-filesource-jvm"
 LINGER_S = 0.02  # the producer's flush_interval (its linger), as in the issue's targets
 
 
@@ -630,7 +772,15 @@ def _summarize_mode(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "idle_manifest_puts_per_min": summarize([i["PUT"] for i in idle]) if idle else None,
         "samples_ms": [v for r in runs for v in r["visible_ms"]],
         **_summarize_breakdown([r["breakdown_ms"] for r in runs if r.get("breakdown_ms")]),
+        **_summarize_add_batch([r["add_batch_ms"] for r in runs if r.get("add_batch_ms")]),
     }
+
+
+def _summarize_add_batch(runs: list[dict[str, float]]) -> dict[str, Any]:
+    """addBatch's parts (each run's median over its micro-batches with rows), summarized over the runs."""
+    if not runs:
+        return {}
+    return {"add_batch_ms": {k: summarize([r[k] for r in runs if k in r]) for k in runs[0]}}
 
 
 def _summarize_breakdown(runs: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
@@ -656,7 +806,7 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
     modes = ["micro-batch"]
     holder.spark  # noqa: B018 (starts the session, which compiles the JVM writer)
     if holder.seen_writer_jar:
-        modes.append("micro-batch-jvm")
+        modes += ["micro-batch-jvm", FILE_SOURCE_MODE]
     if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 1):
         modes.append("real-time")
         if holder.seen_writer_jar:
@@ -679,6 +829,7 @@ def bench_latency(env: Env, s: Settings) -> dict[str, Any]:
                 f"{run['micro_batches']} batches; idle manifest requests/min {run['idle_manifest_requests_per_min']}, "
                 f"counted after {run['idle_window_waited_for_drain_s']} s waiting for the queue to drain)"
                 + (f"; breakdown {run['breakdown_ms']}" if run.get("breakdown_ms") else "")
+                + (f"; phases {run['phase_p50_ms']}; addBatch {run['add_batch_ms']}" if run.get("add_batch_ms") else "")
             )
     result = {m: _summarize_mode(runs[m]) for m in modes}
     mb = result["micro-batch"]

@@ -24,7 +24,7 @@ from bench.harness.__main__ import main as harness  # noqa: E402
 from bench.harness.client_benchmarks import CountingStore  # noqa: E402
 from bench.harness.report import replot  # noqa: E402
 from bench.harness.run import BENCHMARKS, QUICK_SKIPS, normalize_names  # noqa: E402
-from bench.harness.spark_benchmarks import LATENCY_TWEAKS, _mode_parts  # noqa: E402
+from bench.harness.spark_benchmarks import FILE_SOURCE_MODE, LATENCY_TWEAKS, _mode_parts  # noqa: E402
 from bench.harness.stats import summarize  # noqa: E402
 
 from osqueue.cli import cli  # noqa: E402
@@ -67,6 +67,7 @@ def test_only_takes_comma_separated_names_with_either_separator() -> None:
 def test_a_latency_mode_carries_named_settings() -> None:
     # `--latency-modes micro-batch-jvm,micro-batch-jvm+ckpt-shm` runs a pair in one session, alternating.
     assert _mode_parts("real-time-jvm") == ("real-time-jvm", [])
+    assert _mode_parts(FILE_SOURCE_MODE) == ("micro-batch-filesource-jvm", [])
     assert _mode_parts("micro-batch-jvm+async-override+ckpt-shm") == ("micro-batch-jvm", ["async-override", "ckpt-shm"])
     assert LATENCY_TWEAKS["poll25"] == {"source": {"pollInterval": "25ms"}}
     with pytest.raises(ValueError, match="unknown settings"):
@@ -220,10 +221,17 @@ def test_quick_bench_writes_every_figure_with_spreads(tmp_path) -> None:
     for name, m in modes.items():  # micro-batch, and real-time mode on Spark 4.1+, side by side
         assert m["samples_per_run"]["min"] >= 50, name
         assert 0 < m["p50_ms"]["median"] <= m["p99_ms"]["median"], name
-        assert m["idle_manifest_gets_per_min"]["median"] >= 0, name
+        if name != FILE_SOURCE_MODE:  # Spark's file source has no manifest to count requests on
+            assert m["idle_manifest_gets_per_min"]["median"] >= 0, name
+    if FILE_SOURCE_MODE in modes:  # the JVM modes' addBatch, cut by the listener's events
+        for name in ("micro-batch-jvm", FILE_SOURCE_MODE):
+            parts = modes[name]["add_batch_ms"]
+            assert parts["tasks"]["min"] >= 1 and parts["job"]["median"] > 0, name
+        assert modes["micro-batch-jvm"]["add_batch_ms"]["osqueue_fetch_sum"]["median"] >= 0
 
     goals = {g for g in json_file.with_suffix(".md").read_text().splitlines() if g.startswith("| 5 |")}
-    assert len(goals) == 2 * len(modes)  # p50 and p99 rows per mode in the goals table
+    osqueue_modes = [m for m in modes if m != FILE_SOURCE_MODE]  # the file source is a peer row, not a goal
+    assert len(goals) == 2 * len(osqueue_modes)  # p50 and p99 rows per mode in the goals table
     try:
         import matplotlib  # noqa: F401
     except ImportError:

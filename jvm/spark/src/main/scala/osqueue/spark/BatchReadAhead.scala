@@ -21,7 +21,9 @@ import org.apache.spark.internal.Logging
  * How far a partition reader fetches ahead of the batch file it reads: at most `batches` GETs in
  * flight or batch files fetched and not yet read, and no more than `bytes` of them, counting each
  * as the largest batch seen so far (the first is fetched alone, so a partition of 64 MB batch files
- * holds one ahead, not eight).
+ * holds one ahead, not eight). Before any is fetched, files whose listed sizes add up to at most
+ * `bytes / BatchReadAhead.UnknownExpansion` go together: a compressed file's records can be many
+ * times its size, and small files (a micro-batch of a few records each) then cost one round trip, not two.
  */
 private[spark] final case class ReadAheadLimits(batches: Int, bytes: Long) {
   require(batches >= 1 && bytes >= 1, s"read-ahead limits must be positive: $this")
@@ -42,8 +44,10 @@ private[spark] object ReadAheadLimits {
  * `items` is pulled on the caller's thread only.
  */
 private[spark] final class BatchReadAhead[A, B](items: Iterator[A], limits: ReadAheadLimits, fetch: A => B,
-    size: B => Long, name: String) extends Iterator[(A, Try[B])] with AutoCloseable with Logging {
+    size: B => Long, name: String, listedSize: A => Option[Long] = (_: A) => None)
+    extends Iterator[(A, Try[B])] with AutoCloseable with Logging {
   private val inFlight = mutable.Queue.empty[(A, Future[B])]
+  private val upcoming = items.buffered
   /** The largest value fetched so far (bytes), -1 before the first: what the byte limit counts per item. */
   private val largest = new AtomicLong(-1)
   private var pool: Option[ThreadPoolExecutor] = None
@@ -64,14 +68,21 @@ private[spark] final class BatchReadAhead[A, B](items: Iterator[A], limits: Read
     p
   }
 
-  /** Whether one more fetch fits: always the first; then only once a size is known and within the bytes. */
+  /**
+   * Whether one more fetch fits: always the first; then within the bytes, each counted as the largest
+   * fetched, or before any was fetched, when every one's size is listed and they are all small.
+   */
   private def roomForOne: Boolean = inFlight.size < limits.batches && (inFlight.isEmpty || {
     val l = largest.get()
-    l >= 0 && (inFlight.size + 1).toLong * l <= limits.bytes
+    if (l >= 0) (inFlight.size + 1).toLong * l <= limits.bytes
+    else {
+      val listed = (inFlight.iterator.map(_._1) ++ Iterator(upcoming.head)).map(listedSize).toSeq
+      listed.forall(_.isDefined) && listed.flatten.sum <= limits.bytes / BatchReadAhead.UnknownExpansion
+    }
   })
 
-  private def fill(): Unit = while (!closed && roomForOne && items.hasNext) {
-    val item = items.next()
+  private def fill(): Unit = while (!closed && upcoming.hasNext && roomForOne) {
+    val item = upcoming.next()
     inFlight.enqueue(item -> executor.submit(new Callable[B] {
       override def call(): B = {
         val value = fetch(item)
@@ -114,6 +125,8 @@ private[spark] final class BatchReadAhead[A, B](items: Iterator[A], limits: Read
 
 private[spark] object BatchReadAhead {
   val ThreadPrefix = "osqueue-batch-read-ahead"
+  /** How many times its listed size a batch file's records may take before one was fetched (zstd can reach far more: a bound, not a guess). */
+  val UnknownExpansion = 1024L
   /** How long close() waits for interrupted fetches to return. */
   val CloseWaitMs = 10000L
 }

@@ -162,9 +162,24 @@ private[spark] class OsqueueMicroBatchStream(protected val options: SourceOption
    */
   @volatile private var plannedWith: Option[(OsqueueSourceOffset, ManifestHead)] = None
 
+  /**
+   * The range planned last and its partitions. Spark asks once per copy of its scan node (physical
+   * planning, the plan's description for the UI, the RDD; a copy does not keep the lazily planned
+   * partitions): a later ask for the same range gets the same partitions, with no manifest read
+   * and nothing reported twice.
+   */
+  @volatile private var lastPlanned: Option[((OsqueueSourceOffset, OsqueueSourceOffset), Array[InputPartition])] = None
+
   override def planInputPartitions(start: Offset, end: Offset): Array[InputPartition] = {
-    val startAt = ours(start)
-    val endAt = ours(end)
+    val range = (ours(start), ours(end))
+    lastPlanned.collect { case (r, partitions) if r == range => partitions }.getOrElse {
+      val partitions = planRange(range._1, range._2)
+      lastPlanned = Some(range -> partitions)
+      partitions
+    }
+  }
+
+  private def planRange(startAt: OsqueueSourceOffset, endAt: OsqueueSourceOffset): Array[InputPartition] = {
     val to = endAt.nextSequence
     val m = plannedWith.collect { case (o, head) if o == endAt => head }.getOrElse(readManifest())
     plannedWith = None

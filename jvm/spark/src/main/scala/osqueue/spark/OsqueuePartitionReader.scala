@@ -106,7 +106,7 @@ private[spark] abstract class OsqueueBatchFilesReader[T](p: OsqueueReadPartition
       case s: OsqueueSlicePartition => sliceBatches(s)
     }
     val ahead = new BatchReadAhead[(BatchDescriptor, Int), ConsumedBatch](listed, readAhead, { case (d, _) => timedFetch(d) },
-      _.byteLength, p.location.identity)
+      _.byteLength, p.location.identity, { case (d, _) => d.integrity.map(_.byteLength) })
     fetches = Some(ahead)
     ahead.flatMap { case ((d, skip), fetched) => opened(d, fetched).map(_ -> skip) }
   }

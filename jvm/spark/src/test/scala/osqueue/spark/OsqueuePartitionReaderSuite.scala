@@ -98,6 +98,29 @@ class OsqueuePartitionReaderSuite extends AnyFunSuite {
     assert(big.mostInFlight.get() == 1)
   }
 
+  test("should fetch small batch files whose sizes the manifest lists all at once, not the first alone") {
+    // The first GET waits until the window's other GETs started (or 2 s): a reader that fetches the
+    // first alone to learn a size leaves it waiting, one round trip before the rest.
+    val window = ReadAheadLimits.Default.batches
+    val inner = InMemoryStore.fresh()
+    val listed = batches(inner, window)
+    val p = listed.copy(descriptors = listed.descriptors.map { d =>
+      val bytes = inner.get(d.location).get.bytes
+      d.copy(integrity = Some(EntryIntegrity(bytes.length.toLong, BatchIntegrity.crc32(bytes), 0L)))
+    })
+    val othersStartedDuringFirst = new AtomicInteger()
+    lazy val store: SlowStore = new SlowStore(inner,
+      k =>
+        if (k == key(0)) {
+          val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(2)
+          while (store.started.size < window && System.nanoTime() < deadline) Thread.sleep(1)
+          othersStartedDuringFirst.set(store.started.size - 1)
+        })
+    val (rows, error) = readAll(reader(p, store))
+    assert(error.isEmpty && rows.size == window * 3)
+    assert(othersStartedDuringFirst.get() == window - 1, "the listed sizes are small: the window's GETs at once")
+  }
+
   test("should fail a missing batch file at its own rows, naming it, after every batch before it") {
     val store = new SlowStore(InMemoryStore.fresh(), _ => Thread.sleep(2))
     val p = batches(store, 30)
