@@ -125,7 +125,11 @@ private[spark] final class BatchReadAhead[A, B](items: Iterator[A], limits: Read
 
 private[spark] object BatchReadAhead {
   val ThreadPrefix = "osqueue-batch-read-ahead"
-  /** How many times its listed size a batch file's records may take before one was fetched (zstd can reach far more: a bound, not a guess). */
+  /**
+   * How many times its listed (encoded) size a batch file's records are taken to be before any was
+   * fetched. A file compressed further can overshoot the byte limit, once, as the first file fetched
+   * alone always could.
+   */
   val UnknownExpansion = 1024L
   /** How long close() waits for interrupted fetches to return. */
   val CloseWaitMs = 10000L
