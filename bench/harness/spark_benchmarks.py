@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -480,11 +480,7 @@ def _latency_run(
         produced_at: dict[int, float] = {}
         if file_source:
             # One file per record at the same rate; "durable" is when its rename returned.
-            start = time.monotonic()
-            for i in range(n):
-                delay = start + i / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+            for i in _paced(n, rate):
                 t0 = time.time()
                 produced_at[i] = t0
                 _write_atomically(staging_dir / f"{i}.txt", source_dir / f"{i}.txt", f"{i}:{time.time_ns()}\n")
@@ -492,12 +488,7 @@ def _latency_run(
                 durable.append(durable_at[i] - t0)
         else:
             with Producer(env.uri(prefix), flush_interval=linger, eager_flush=eager, store_options=env.options()) as p:
-                start = time.monotonic()
-                for i in range(n):
-                    target = start + i / rate
-                    delay = target - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
+                for i in _paced(n, rate):
                     t0 = time.time()
                     produced_at[i] = t0
                     h = p.produce([f"{i}:{time.time_ns()}".encode()])
@@ -590,6 +581,16 @@ def _latency_run(
         "breakdown_ms": breakdown,
         "add_batch_ms": add_batch,
     }
+
+
+def _paced(n: int, rate: float) -> Iterator[int]:
+    """0 .. n - 1, the i-th yielded i / rate seconds after the first (sooner when behind, never later)."""
+    start = time.monotonic()
+    for i in range(n):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        yield i
 
 
 def _write_atomically(staging: pathlib.Path, target: pathlib.Path, text: str) -> None:
