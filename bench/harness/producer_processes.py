@@ -109,10 +109,21 @@ def _child(spec: dict[str, Any]) -> None:
     )
 
 
-# The floor mode's committer round, confirming-read interval and head size; OSQUEUE_BENCH_FLOOR="0.2,0.4,8192".
-FLOOR_ROUND_S, FLOOR_CONFIRM_S, FLOOR_HEAD_BYTES = (
-    float(x) for x in os.environ.get("OSQUEUE_BENCH_FLOOR", "0.2,0.4,8192").split(",")
-)
+def _floor_settings() -> tuple[float, float, int]:
+    """The floor mode's committer round (s), confirming-read interval (s) and head size (bytes):
+    OSQUEUE_BENCH_FLOOR="0.2,0.4,8192" (the defaults)."""
+    raw = os.environ.get("OSQUEUE_BENCH_FLOOR", "0.2,0.4,8192")
+    try:
+        round_s, confirm_s, head_bytes = raw.split(",")
+        settings = (float(round_s), float(confirm_s), int(head_bytes))
+    except ValueError:
+        settings = (0.0, 0.0, 0)
+    if min(settings) <= 0:
+        raise ValueError(f"OSQUEUE_BENCH_FLOOR={raw!r}: expected 'round seconds,confirm seconds,head bytes' > 0")
+    return settings
+
+
+FLOOR_ROUND_S, FLOOR_CONFIRM_S, FLOOR_HEAD_BYTES = _floor_settings()
 
 
 class _Floor:
@@ -157,7 +168,7 @@ class _Floor:
                 since = f"{int((listed_at + offset - 2.0) * 1000):013d}"
                 raw = f"{prefix}/raw/" if prefix else "raw/"
                 client.list_objects_v2(Bucket=bucket, Prefix=raw, StartAfter=raw + since)
-                body = f"{listed_at + offset:.6f}".encode().ljust(int(FLOOR_HEAD_BYTES), b" ")
+                body = f"{listed_at + offset:.6f}".encode().ljust(FLOOR_HEAD_BYTES, b" ")
                 self.store.put("floor.head", body)
 
         self._guard(loop)
